@@ -1,0 +1,25 @@
+"""Test-session setup: offline Hugging Face, shared data locations, a single Ray cluster."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DIR = Path(os.environ.get("VERL_SHARED_DIR", REPO_ROOT.parent / "shared"))
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    """The project's ../shared folder (real data and tokenizers); tests using it skip without it."""
+    if not SHARED_DIR.is_dir():
+        pytest.skip(f"shared data folder not found at {SHARED_DIR}")
+    return SHARED_DIR

@@ -1,0 +1,500 @@
+"""The canonical configuration schema: one typed dataclass per section, verl's key paths.
+
+This module is the single source of truth for every key, its default, unit and meaning (each
+field is documented once, in the comment right under it). YAML presets in
+``verl/config/presets/`` hold only differences from these defaults; dotted command-line
+overrides (``a.b=c``) are applied on top (see :mod:`verl.config.loader`).
+
+Defaults follow verl's ``ppo_trainer.yaml`` for every algorithm hyper-parameter. The data and
+model paths default to the built-in quick-start task and tiny model (``builtin://...``), so the
+default config is runnable with no download.
+
+Batch-size units (DESIGN.md §4): ``data.train_batch_size`` and ``*.ppo_mini_batch_size`` count
+*prompts* (global); trajectories per step = prompts x ``rollout.n``;
+``*_micro_batch_size_per_gpu`` counts *trajectories* per device (per worker process on CPU) per
+forward/backward; ``use_dynamic_bsz`` packs micro-batches by a token budget instead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+# --------------------------------------------------------------------------------------- data
+@dataclass
+class DataConfig:
+    tokenizer: Optional[str] = None
+    # Tokenizer path; None = the actor model's tokenizer.
+    train_files: List[str] = field(default_factory=lambda: ["builtin://arithmetic/train"])
+    # Parquet/JSONL files in verl's RL schema, or ``builtin://<task>/<split>`` for a built-in task.
+    val_files: List[str] = field(default_factory=lambda: ["builtin://arithmetic/test"])
+    # Validation files, same format. Empty list = no validation.
+    prompt_key: str = "prompt"
+    # Column holding the chat messages (list of {role, content}).
+    reward_fn_key: str = "data_source"
+    # Column that routes each sample to its reward scorer.
+    max_prompt_length: int = 512
+    # Tokens. Longer prompts are filtered (filter_overlong_prompts) or truncated (truncation).
+    max_response_length: int = 512
+    # Tokens generated at most per response; also the Dr.GRPO constant L of seq-mean-token-sum-norm.
+    train_batch_size: int = 1024
+    # Prompts per RL step (global). Trajectories per step = train_batch_size x rollout.n.
+    val_batch_size: Optional[int] = None
+    # Prompts per validation generation batch; None = the whole validation set at once.
+    return_raw_chat: bool = False
+    # Keep the raw chat messages in non_tensor_batch["raw_prompt"] (needed by multi-turn rollouts).
+    shuffle: bool = True
+    # Shuffle training prompts each epoch (seeded by data.seed).
+    seed: int = 1
+    # Seed of the training-data shuffle.
+    drop_last: bool = True
+    # Drop the last incomplete training batch of each epoch.
+    filter_overlong_prompts: bool = False
+    # Drop prompts longer than max_prompt_length when the dataset is built.
+    truncation: str = "error"
+    # What to do with an overlong prompt that is not filtered: error | left | right | middle.
+    trust_remote_code: bool = False
+    # Allow custom tokenizer code from the tokenizer directory.
+    dataloader_num_workers: int = 0
+    # Worker processes of the training DataLoader.
+    apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Extra keyword arguments for tokenizer.apply_chat_template.
+
+
+# ------------------------------------------------------------------------------ model / optim
+@dataclass
+class ModelConfig:
+    path: str = "builtin://tiny-arithmetic"
+    # Local directory or hub id of a causal LM; ``builtin://tiny-arithmetic`` = the built-in model.
+    tokenizer_path: Optional[str] = None
+    # Tokenizer directory; None = same as path.
+    trust_remote_code: bool = False
+    # Allow custom modelling code from the model directory (off by default: it runs code).
+    dtype: str = "float32"
+    # Parameter dtype of the trained model: float32 | bfloat16 (never float16 on CPU).
+    enable_gradient_checkpointing: bool = False
+    # Recompute activations in backward to save memory.
+    use_remove_padding: bool = False
+    # Packed (padding-free) forward where the model supports it.
+    lora_rank: int = 0
+    # LoRA rank; 0 disables LoRA (full fine-tuning).
+    lora_alpha: int = 16
+    # LoRA scaling alpha (scale = alpha / rank).
+    target_modules: Any = "all-linear"
+    # LoRA target modules: "all-linear" or a list / comma-separated string of module names.
+    override_config: Dict[str, Any] = field(default_factory=dict)
+    # Keys overriding the model's HF config (e.g. {"attn_implementation": "eager"}).
+    external_lib: Optional[str] = None
+    # Python module imported before the model is built (registers custom architectures).
+
+
+@dataclass
+class OptimConfig:
+    lr: float = 1e-6
+    # Peak learning rate.
+    lr_warmup_steps: int = -1
+    # Linear warm-up length in optimizer steps; -1 = use lr_warmup_steps_ratio.
+    lr_warmup_steps_ratio: float = 0.0
+    # Warm-up length as a fraction of total optimizer steps (used when lr_warmup_steps < 0).
+    min_lr_ratio: float = 0.0
+    # Cosine schedule floor as a fraction of lr.
+    warmup_style: str = "constant"
+    # LR schedule after warm-up: constant | cosine.
+    weight_decay: float = 0.01
+    # AdamW decoupled weight decay.
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    # AdamW betas.
+    eps: float = 1e-8
+    # AdamW epsilon.
+    total_training_steps: int = -1
+    # Filled in by the trainer (optimizer steps); -1 until then.
+
+
+@dataclass
+class FSDPConfig:
+    param_offload: bool = False
+    # Keep parameters on CPU between uses (CPUOffloadPolicy; pin_memory=False on CPU).
+    optimizer_offload: bool = False
+    # Keep optimizer state on CPU.
+    reshard_after_forward: bool = True
+    # FSDP2 reshard_after_forward (ZeRO-3 like when True).
+    mixed_precision: Optional[str] = None
+    # Compute dtype for FSDP2 MixedPrecisionPolicy (bfloat16 | float32); None = parameter dtype.
+    fsdp_size: int = -1
+    # Sharding group size; -1 = all ranks.
+
+
+@dataclass
+class CheckpointContentConfig:
+    save_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    # What a checkpoint holds: model | optimizer | extra (scheduler, RNG) | hf_model.
+    load_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    # What is restored on resume.
+
+
+@dataclass
+class PolicyLossConfig:
+    loss_mode: str = "vanilla"
+    # Policy loss: vanilla | gspo | gpg | cispo | clip_cov | kl_cov.
+    clip_cov_ratio: float = 0.0002
+    # clip_cov: fraction of tokens whose gradient is detached.
+    clip_cov_lb: float = 1.0
+    # clip_cov: lower bound of the covariance window.
+    clip_cov_ub: float = 5.0
+    # clip_cov: upper bound of the covariance window.
+    kl_cov_ratio: float = 0.0002
+    # kl_cov: fraction of tokens that get the KL penalty.
+    ppo_kl_coef: float = 0.1
+    # kl_cov: coefficient of that KL penalty.
+
+
+@dataclass
+class ActorConfig:
+    strategy: str = "fsdp2"
+    # Training engine: fsdp2 (a plain module when the world size is 1).
+    ppo_mini_batch_size: int = 256
+    # Prompts per optimizer step (global); x rollout.n trajectories. Must divide train_batch_size.
+    ppo_micro_batch_size: Optional[int] = None
+    # Deprecated global micro batch; use ppo_micro_batch_size_per_gpu (setting both is an error).
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    # Trajectories per forward/backward per device; None = the whole per-rank mini-batch.
+    use_dynamic_bsz: bool = False
+    # Pack micro-batches by token budget (ppo_max_token_len_per_gpu) instead of a fixed count.
+    ppo_max_token_len_per_gpu: int = 16384
+    # Token budget (prompt + response) of one micro-batch under use_dynamic_bsz.
+    grad_clip: float = 1.0
+    # Max global gradient L2 norm; a non-finite norm skips the step (counted).
+    clip_ratio: float = 0.2
+    # PPO clip epsilon (used when clip_ratio_low/high are None).
+    clip_ratio_low: Optional[float] = 0.2
+    # Lower clip epsilon: ratio >= 1 - clip_ratio_low.
+    clip_ratio_high: Optional[float] = 0.2
+    # Upper clip epsilon (DAPO clip-higher): ratio <= 1 + clip_ratio_high.
+    clip_ratio_c: float = 3.0
+    # Dual-clip constant for negative advantages (Ye et al. 2020); must be > 1.
+    policy_loss: PolicyLossConfig = field(default_factory=PolicyLossConfig)
+    # Policy-loss variant and its parameters.
+    loss_agg_mode: str = "token-mean"
+    # token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm.
+    loss_scale_factor: Optional[float] = None
+    # Constant L of seq-mean-token-sum-norm; None = data.max_response_length.
+    entropy_coeff: float = 0.0
+    # Weight of the entropy bonus (loss -= entropy_coeff * entropy).
+    use_kl_loss: bool = False
+    # Add beta * KL(actor || ref) to the loss (GRPO style); needs the reference policy.
+    kl_loss_coef: float = 0.001
+    # Beta of the KL loss.
+    kl_loss_type: str = "low_var_kl"
+    # KL estimator of the KL loss: kl|k1 | abs | mse|k2 | low_var_kl|k3, and the "+" variants.
+    ppo_epochs: int = 1
+    # Passes over each step's data.
+    shuffle: bool = False
+    # Shuffle trajectories before splitting into mini-batches.
+    data_loader_seed: Optional[int] = None
+    # Seed of that shuffle; None = trainer.seed.
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    # AdamW and LR schedule.
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    # FSDP2 sharding and offload.
+    checkpoint: CheckpointContentConfig = field(default_factory=CheckpointContentConfig)
+    # Checkpoint contents.
+    logprob_chunk_size: int = 1024
+    # Rows of logits turned into log-probs at once (bounds the fp32 (N, V) log-softmax memory).
+
+
+@dataclass
+class RefConfig:
+    log_prob_micro_batch_size: Optional[int] = None
+    # Deprecated global micro batch for reference log-probs.
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    # Trajectories per reference forward per device; None = all at once.
+    log_prob_use_dynamic_bsz: bool = False
+    # Token-budget micro-batches for the reference forward.
+    log_prob_max_token_len_per_gpu: int = 16384
+    # Token budget under log_prob_use_dynamic_bsz.
+    fsdp_config: FSDPConfig = field(default_factory=lambda: FSDPConfig(param_offload=False))
+    # Reference model sharding / offload.
+
+
+@dataclass
+class SamplingConfig:
+    temperature: float = 0.0
+    # Validation sampling temperature; 0 = greedy.
+    top_k: int = -1
+    # -1 = no top-k filtering.
+    top_p: float = 1.0
+    # Nucleus threshold; 1.0 = off.
+    n: int = 1
+    # Samples per validation prompt (mean@n, best@n, maj@n).
+    do_sample: bool = False
+    # False = greedy decoding.
+
+
+@dataclass
+class MultiTurnConfig:
+    enable: bool = False
+    # Multi-turn tool-calling rollouts (needs a multi-turn capable engine).
+    max_assistant_turns: Optional[int] = None
+    # Turn limit per trajectory.
+    tool_config_path: Optional[str] = None
+    # YAML listing tools and their schemas.
+    format: str = "hermes"
+    # Tool-call format parser.
+
+
+@dataclass
+class RolloutConfig:
+    name: str = "hf"
+    # Rollout engine: hf (CPU/GPU, default) | vllm | sglang (optional extras).
+    mode: str = "sync"
+    # sync | async (async needs a server engine).
+    temperature: float = 1.0
+    # Sampling temperature for training rollouts; log-probs are computed under the same temperature.
+    top_k: int = -1
+    # -1 = no top-k filtering.
+    top_p: float = 1.0
+    # Nucleus threshold; 1.0 = off.
+    do_sample: bool = True
+    # False = greedy training rollouts.
+    n: int = 1
+    # Responses sampled per prompt (the GRPO/RLOO group size).
+    prompt_length: Optional[int] = None
+    # Tokens; None = data.max_prompt_length.
+    response_length: Optional[int] = None
+    # Tokens; None = data.max_response_length.
+    dtype: Optional[str] = None
+    # Rollout compute dtype; None = the model's dtype.
+    ignore_eos: bool = False
+    # Keep generating after EOS (benchmarking only).
+    max_num_seqs: int = 1024
+    # Sequences generated in one engine batch (hf engine: generation micro-batch).
+    gpu_memory_utilization: float = 0.5
+    # Fraction of device memory for the engine's KV cache (vllm / sglang).
+    tensor_model_parallel_size: int = 1
+    # Tensor parallel size of the rollout engine (vllm / sglang).
+    max_model_len: Optional[int] = None
+    # Prompt + response limit; None = prompt_length + response_length.
+    enforce_eager: bool = True
+    # Disable CUDA graphs (vllm / sglang).
+    free_cache_engine: bool = True
+    # Release the KV cache between rollouts.
+    calculate_log_probs: bool = True
+    # Return the engine's sampling log-probs as rollout_log_probs.
+    log_prob_micro_batch_size: Optional[int] = None
+    # Deprecated global micro batch for old_log_probs recomputation.
+    log_prob_micro_batch_size_per_gpu: Optional[int] = None
+    # Trajectories per old_log_probs forward per device; None = all at once.
+    log_prob_use_dynamic_bsz: bool = False
+    # Token-budget micro-batches for old_log_probs recomputation.
+    log_prob_max_token_len_per_gpu: int = 16384
+    # Token budget under log_prob_use_dynamic_bsz.
+    seed: Optional[int] = None
+    # Sampling seed; None = trainer.seed.
+    val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
+    # Validation sampling.
+    multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
+    # Multi-turn tool-calling rollouts.
+    engine_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Extra keyword arguments for the engine (vllm / sglang).
+
+
+@dataclass
+class ActorRolloutRefConfig:
+    hybrid_engine: bool = True
+    # Actor, rollout and reference share one process and one copy of the weights.
+    model: ModelConfig = field(default_factory=ModelConfig)
+    actor: ActorConfig = field(default_factory=ActorConfig)
+    ref: RefConfig = field(default_factory=RefConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+
+
+# -------------------------------------------------------------------------------------- critic
+@dataclass
+class CriticModelConfig:
+    path: Optional[str] = None
+    # Critic initialisation; None = the actor's model path (value head freshly initialised).
+    tokenizer_path: Optional[str] = None
+    # None = the actor tokenizer.
+    trust_remote_code: bool = False
+    dtype: str = "float32"
+    enable_gradient_checkpointing: bool = False
+    use_remove_padding: bool = False
+    lora_rank: int = 0
+    lora_alpha: int = 16
+    target_modules: Any = "all-linear"
+    override_config: Dict[str, Any] = field(default_factory=dict)
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class CriticConfig:
+    enable: Optional[bool] = None
+    # Use a critic; None = only when algorithm.adv_estimator needs one (gae).
+    strategy: str = "fsdp2"
+    optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
+    model: CriticModelConfig = field(default_factory=CriticModelConfig)
+    ppo_mini_batch_size: Optional[int] = None
+    # Prompts per critic optimizer step; None = actor.ppo_mini_batch_size.
+    ppo_micro_batch_size: Optional[int] = None
+    # Deprecated global micro batch.
+    ppo_micro_batch_size_per_gpu: Optional[int] = None
+    # Trajectories per forward/backward per device; None = whole per-rank mini-batch.
+    use_dynamic_bsz: bool = False
+    ppo_max_token_len_per_gpu: int = 32768
+    forward_micro_batch_size_per_gpu: Optional[int] = None
+    # Trajectories per value forward (no grad); None = ppo_micro_batch_size_per_gpu.
+    forward_max_token_len_per_gpu: int = 32768
+    ppo_epochs: int = 1
+    shuffle: bool = False
+    grad_clip: float = 1.0
+    cliprange_value: float = 0.5
+    # Value clipping range around the old values.
+    loss_agg_mode: str = "token-mean"
+    checkpoint: CheckpointContentConfig = field(default_factory=CheckpointContentConfig)
+
+
+# -------------------------------------------------------------------------------------- reward
+@dataclass
+class RewardModelModelConfig:
+    path: Optional[str] = None
+    # Sequence-classification reward model directory.
+    input_tokenizer: Optional[str] = None
+    # Tokenizer of the policy, when the RM's tokenizer differs (responses are re-templated).
+    trust_remote_code: bool = False
+    dtype: str = "float32"
+    fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+
+
+@dataclass
+class OverlongBufferConfig:
+    enable: bool = False
+    # DAPO overlong reward shaping.
+    len: int = 0
+    # Buffer length in tokens: penalty grows over the last `len` tokens before max_response_length.
+    penalty_factor: float = 1.0
+    # Penalty at max_response_length.
+    log: bool = False
+    # Log the penalty as a metric.
+
+
+@dataclass
+class RewardModelConfig:
+    enable: bool = False
+    # Score with a reward model (in addition to / instead of rule scorers).
+    strategy: str = "fsdp2"
+    model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
+    micro_batch_size_per_gpu: Optional[int] = None
+    micro_batch_size: Optional[int] = None
+    max_length: Optional[int] = None
+    use_dynamic_bsz: bool = False
+    forward_max_token_len_per_gpu: int = 32768
+    reward_manager: str = "naive"
+    # Rule-reward manager: naive (per sample) | batch.
+    timeout_s: float = 30.0
+    # Seconds a scorer may take per sample; over it the score is 0 and counted.
+    overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+
+
+@dataclass
+class CustomRewardFunctionConfig:
+    path: Optional[str] = None
+    # Python file defining the scorer; None = built-in scorers routed by data_source.
+    name: str = "compute_score"
+    # Function name in that file: compute_score(data_source, solution_str, ground_truth, extra_info).
+    reward_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Extra keyword arguments passed to the function.
+
+
+# ----------------------------------------------------------------------------------- algorithm
+@dataclass
+class KLControlConfig:
+    type: str = "fixed"
+    # fixed | adaptive (Ziegler et al. 2019).
+    kl_coef: float = 0.001
+    # Initial / fixed KL coefficient beta.
+    horizon: int = 10000
+    # Adaptive controller horizon, in trajectories.
+    target_kl: float = 0.1
+    # Adaptive controller target KL (per-sequence mean of the per-token KL, nats).
+
+
+@dataclass
+class AlgorithmConfig:
+    gamma: float = 1.0
+    # Discount factor.
+    lam: float = 1.0
+    # GAE lambda.
+    adv_estimator: str = "gae"
+    # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk.
+    norm_adv_by_std_in_grpo: bool = True
+    # GRPO: divide by the group std; False = Dr.GRPO.
+    use_kl_in_reward: bool = False
+    # Subtract beta * KL(actor || ref) from token rewards (needs the reference policy).
+    kl_penalty: str = "kl"
+    # Estimator of the in-reward KL: kl|k1 | abs | mse|k2 | low_var_kl|k3.
+    kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+
+
+# ------------------------------------------------------------------------------------- trainer
+@dataclass
+class TrainerConfig:
+    project_name: str = "verl"
+    experiment_name: str = "quickstart"
+    logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
+    # Any of console | jsonl | tensorboard | wandb | mlflow.
+    log_val_generations: int = 0
+    # Validation samples printed per validation.
+    total_epochs: int = 1
+    # Passes over the training data.
+    total_training_steps: Optional[int] = None
+    # RL steps; None = epochs x batches per epoch.
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+    # Devices per node; with device=cpu, worker processes per node.
+    device: str = "cpu"
+    # cpu | cuda.
+    backend: str = "auto"
+    # Worker-group backend: local | ray | auto (local when the world size is 1, ray otherwise).
+    balance_batch: bool = True
+    # Reorder trajectories so every data-parallel rank gets a similar token count.
+    seed: int = 1
+    # Seed of model init, sampling and mini-batch shuffles.
+    val_before_train: bool = True
+    # Validate before the first step.
+    val_only: bool = False
+    # Validate and exit.
+    test_freq: int = -1
+    # Validate every N steps (and at the end); -1 = only at the end when val files are set.
+    save_freq: int = -1
+    # Checkpoint every N steps (and at the end); -1 = never.
+    critic_warmup: int = 0
+    # Steps that update only the critic.
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    # Checkpoint root; global_step_N/ directories live here.
+    output_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
+    # Run outputs: resolved config, metrics.jsonl, TensorBoard events, plots.
+    resume_mode: str = "auto"
+    # auto | disable | resume_path.
+    resume_from_path: Optional[str] = None
+    # Checkpoint directory (global_step_N) for resume_mode=resume_path.
+    max_actor_ckpt_to_keep: Optional[int] = None
+    # Keep at most this many actor checkpoints; None = all.
+    max_critic_ckpt_to_keep: Optional[int] = None
+    save_hf: bool = False
+    # Also write a Hugging Face model directory beside each checkpoint.
+    progress_bar: bool = True
+    # Show a progress bar with the step's key numbers.
+    plot: bool = True
+    # Write a PNG plot of reward and accuracy over steps at the end.
+
+
+@dataclass
+class RootConfig:
+    data: DataConfig = field(default_factory=DataConfig)
+    actor_rollout_ref: ActorRolloutRefConfig = field(default_factory=ActorRolloutRefConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
+    reward_model: RewardModelConfig = field(default_factory=RewardModelConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
