@@ -1,0 +1,1 @@
+"""Shared utilities: sequence-length balancing, registries, torch helpers, timing."""
