@@ -1,0 +1,83 @@
+"""DAPO overlong reward shaping ("soft overlong punishment").
+
+For a response of L valid tokens, with ``expected_len = max_response_length - buffer_len``::
+
+    penalty(L) = min(-(L - expected_len) / buffer_len * penalty_factor, 0)
+
+so responses up to ``expected_len`` are untouched and the penalty grows linearly to
+``-penalty_factor`` at ``max_response_length``. It depends on the response length only, never on
+the prompt length (B25). Example: max 20, buffer 4, factor 1 gives 16 -> 0, 17 -> -0.25,
+18 -> -0.5, 20 -> -1.0.
+
+Reference: Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", 2025,
+eq. 13 (https://arxiv.org/abs/2503.14476).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class OverlongBufferConfig:
+    """Settings of the DAPO overlong penalty (verl's ``reward_model.overlong_buffer``).
+
+    Attributes:
+        enable: Apply the penalty. When False nothing else is read or validated.
+        len: Buffer length in tokens: the last ``len`` tokens before
+            ``max_response_length`` are penalised linearly. Must be in
+            ``[1, max_response_length]`` when enabled.
+        penalty_factor: Penalty at exactly ``max_response_length`` tokens (a positive number;
+            the penalty added to the reward is ``-penalty_factor`` there).
+    """
+
+    enable: bool = False
+    len: int = 0
+    penalty_factor: float = 1.0
+
+    def validate(self, max_response_length: int | None) -> None:
+        """Checks the settings against the response budget; a no-op when disabled.
+
+        Args:
+            max_response_length: ``data.max_response_length`` in tokens.
+
+        Raises:
+            ValueError: If enabled with a missing ``max_response_length`` or a buffer length
+                outside ``[1, max_response_length]``, or a negative ``penalty_factor``.
+        """
+        if not self.enable:
+            return
+        if max_response_length is None:
+            raise ValueError("overlong_buffer.enable=True requires max_response_length")
+        if not 1 <= self.len <= max_response_length:
+            raise ValueError(
+                f"overlong_buffer.len must be in [1, max_response_length={max_response_length}], got {self.len}"
+            )
+        if self.penalty_factor < 0:
+            raise ValueError(f"overlong_buffer.penalty_factor must be >= 0, got {self.penalty_factor}")
+
+
+def overlong_penalty(
+    response_lengths: torch.Tensor,
+    max_response_length: int,
+    buffer_len: int,
+    penalty_factor: float = 1.0,
+) -> torch.Tensor:
+    """DAPO soft overlong penalty per response.
+
+    ``penalty = min(-(L - (max_response_length - buffer_len)) / buffer_len * penalty_factor, 0)``
+
+    Args:
+        response_lengths: (B,) number of valid response tokens L (``response_mask.sum(-1)``).
+        max_response_length: Response budget in tokens.
+        buffer_len: Penalty window in tokens (> 0).
+        penalty_factor: Penalty at ``L == max_response_length``.
+
+    Returns:
+        (B,) float32 penalties, each in ``[-penalty_factor, 0]`` for ``L <= max_response_length``.
+    """
+    expected_len = max_response_length - buffer_len
+    excess = response_lengths.to(torch.float32) - expected_len
+    return torch.clamp(-excess / buffer_len * penalty_factor, max=0.0)
