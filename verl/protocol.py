@@ -237,6 +237,8 @@ class DataProto:
         Tensors and arrays are shared with self unless ``deepcopy`` is True.
         """
         batch = self.batch
+        if batch is None and batch_keys:
+            raise KeyError(f"cannot select {list(batch_keys)}: DataProto has no tensors")
         if batch is not None and batch_keys is not None:
             batch = batch.select(*batch_keys)
         elif batch is not None:
@@ -281,13 +283,15 @@ class DataProto:
         """Add the keys of ``other`` to self (in place) and return self.
 
         Raises:
-            ValueError: if lengths differ, or a key present in both holds different values.
+            ValueError: if lengths differ (a fresh ``DataProto()`` takes other's length), or a
+                key present in both holds different values.
         """
-        if len(self) != len(other):
+        is_empty = self.batch is None and not self.non_tensor_batch
+        if not is_empty and len(self) != len(other):
             raise ValueError(f"union of DataProtos with different lengths: {len(self)} vs {len(other)}")
         if other.batch is not None:
             if self.batch is None:
-                self.batch = TensorDict({}, batch_size=[len(self)])
+                self.batch = TensorDict({}, batch_size=[len(other)])
             for key, value in other.batch.items():
                 if key in self.batch.keys() and not torch.equal(self.batch[key], value):
                     raise ValueError(f"union conflict on tensor key {key!r}: the values differ")

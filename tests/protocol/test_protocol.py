@@ -143,7 +143,8 @@ def test_select_shares_or_copies():
     c.batch["values"][0] = -1.0
     assert d.batch["values"][0] == 5.0
     full = d.select()
-    assert sorted(full.batch.keys()) == ["input_ids", "values"] and sorted(full.non_tensor_batch) == ["reward_model", "uid"]
+    assert sorted(full.batch.keys()) == ["input_ids", "values"]
+    assert sorted(full.non_tensor_batch) == ["reward_model", "uid"]
 
 
 def test_pop_removes_from_self():
@@ -182,7 +183,10 @@ def test_union_merges_and_returns_self():
     ("other", "key"),
     [
         (DataProto.from_dict({"values": torch.tensor([0.0, 0.7])}), "'values'"),
-        (DataProto.from_dict(non_tensors={"reward_model": [{"ground_truth": "0"}, {"ground_truth": "9"}]}), "'reward_model'"),
+        (
+            DataProto.from_dict(non_tensors={"reward_model": [{"ground_truth": "0"}, {"ground_truth": "9"}]}),
+            "'reward_model'",
+        ),
         (DataProto.from_dict(non_tensors={"uid": ["u0", "u1"]}, meta_info={"temperature": 0.5}), "'temperature'"),
     ],
 )
@@ -191,9 +195,12 @@ def test_union_conflict_names_key(other: DataProto, key: str):
         make(2).union(other)
 
 
-def test_union_length_mismatch():
+def test_union_length_mismatch_and_empty_start():
     with pytest.raises(ValueError, match="different lengths: 2 vs 3"):
         make(2).union(make(3))
+    assert_same(DataProto().union(make(3)), make(3))
+    with pytest.raises(KeyError, match="no tensors"):
+        DataProto.from_dict(non_tensors={"uid": ["a"]}).select(batch_keys=["values"])
 
 
 # ------------------------------------------------------------------------ splitting
