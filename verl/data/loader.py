@@ -1,0 +1,161 @@
+"""`RLDataLoader`: a resumable, seeded prompt loader over `RLHFDataset`.
+
+Built on ``torchdata``'s `StatefulDataLoader` with its stateful `RandomSampler`: the sampler's
+generator state travels in `state_dict()`, so a run resumed mid-epoch or at an epoch boundary sees
+exactly the batches an uninterrupted run would (known fault B32: sampler not seeded / not restored).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Sequence
+
+import torch
+from torch.utils.data import Sampler, SequentialSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
+from torchdata.stateful_dataloader.sampler import RandomSampler
+
+from verl.config.schema import DataConfig, ModelConfig
+from verl.data.rl_dataset import BUILTIN_PREFIX, RLHFDataset
+from verl.protocol import collate_fn
+
+SPLITS = ("train", "val")
+
+
+def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
+    """Load a tokenizer from a local directory / hub id, or a built-in one (``builtin://<name>``).
+
+    Raises:
+        ValueError: a ``builtin://`` name when `verl.modules.builtin` is not available.
+    """
+    if path.startswith(BUILTIN_PREFIX):
+        try:
+            from verl.modules.builtin import load_builtin_tokenizer
+        except ImportError as e:
+            raise ValueError(f"built-in tokenizer {path!r} needs verl.modules.builtin, which failed to import: {e}") from e
+        return load_builtin_tokenizer(path[len(BUILTIN_PREFIX) :])
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
+
+
+def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) -> str:
+    """Where the loader's tokenizer comes from: data.tokenizer, else the model path.
+
+    With neither, and every data file built in, the default built-in model's tokenizer is used
+    (the built-in tasks are written for it); a real data file without a tokenizer is an error
+    rather than a silent guess.
+
+    Raises:
+        ValueError: no tokenizer source for non-built-in data.
+    """
+    if config.tokenizer:
+        return config.tokenizer
+    if model_path:
+        return model_path
+    files = list(config.train_files) + list(config.val_files)
+    if files and all(f.startswith(BUILTIN_PREFIX) for f in files):
+        return ModelConfig().path
+    raise ValueError(
+        "RLDataLoader needs a tokenizer: set data.tokenizer, or pass tokenizer=... or model_path=... "
+        "(usually actor_rollout_ref.model.path)"
+    )
+
+
+def create_rl_dataset(
+    data_files: str | Sequence[str], tokenizer: Any, config: DataConfig, processor: Any = None
+) -> RLHFDataset:
+    """Build the RL prompt dataset for some files (see `RLHFDataset`)."""
+    return RLHFDataset(data_files, tokenizer, config, processor=processor)
+
+
+def create_rl_sampler(config: DataConfig, dataset: Any, shuffle: bool) -> Sampler[int]:
+    """A stateful random sampler seeded with data.seed, or a sequential one.
+
+    Each epoch draws a fresh permutation from the same generator, so epoch 2 differs from epoch 1
+    and both are fixed by the seed.
+    """
+    if not shuffle:
+        return SequentialSampler(dataset)
+    generator = torch.Generator()
+    generator.manual_seed(int(config.seed))
+    return RandomSampler(dataset, generator=generator)
+
+
+class RLDataLoader:
+    """Batches of prompts for RL: ``dict`` of ``(B, P)`` tensors and ``(B,)`` object arrays.
+
+    Train split: ``B = data.train_batch_size``, shuffled with data.seed when data.shuffle,
+    data.drop_last honoured. Val split: ``B = data.val_batch_size`` or the whole set, in file
+    order, nothing dropped. Iterating once = one epoch; `state_dict` / `load_state_dict` resume
+    mid-epoch or between epochs with the same subsequent batches.
+
+    Args:
+        config: the ``data`` section of the config.
+        tokenizer: tokenizer to use; None loads data.tokenizer or ``model_path``.
+        split: ``train`` (data.train_files) or ``val`` (data.val_files).
+        dataset: a ready dataset (skips reading files and tokenizer loading).
+        model_path: the actor model path, used for the tokenizer when data.tokenizer is None.
+        processor: optional multimodal processor passed to `RLHFDataset`.
+
+    Raises:
+        ValueError: unknown split, no files for the split, no tokenizer source, or a train batch
+            larger than the dataset with drop_last (no batch at all).
+    """
+
+    def __init__(
+        self,
+        config: DataConfig,
+        tokenizer: Any = None,
+        split: str = "train",
+        dataset: Any = None,
+        *,
+        model_path: str | None = None,
+        processor: Any = None,
+    ) -> None:
+        if split not in SPLITS:
+            raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
+        self.config = config
+        self.split = split
+        if dataset is None:
+            files = config.train_files if split == "train" else config.val_files
+            if not files:
+                raise ValueError(f"data.{split}_files is empty")
+            if tokenizer is None:
+                tokenizer = load_tokenizer(resolve_tokenizer_path(config, model_path), config.trust_remote_code)
+            dataset = create_rl_dataset(files, tokenizer, config, processor)
+        self.tokenizer = tokenizer
+        self.dataset = dataset
+        is_train = split == "train"
+        self.batch_size = int(config.train_batch_size if is_train else (config.val_batch_size or len(dataset)))
+        drop_last = bool(config.drop_last) if is_train else False
+        if self.batch_size <= 0:
+            raise ValueError(f"batch size must be positive, got {self.batch_size}")
+        if drop_last and self.batch_size > len(dataset):
+            raise ValueError(
+                f"data.train_batch_size {self.batch_size} > {len(dataset)} prompts with drop_last: no full batch"
+            )
+        self.sampler = create_rl_sampler(config, dataset, shuffle=is_train and config.shuffle)
+        self._loader = StatefulDataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=self.sampler,
+            num_workers=config.dataloader_num_workers,
+            drop_last=drop_last,
+            collate_fn=collate_fn,
+        )
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        """One epoch (or its rest, after `load_state_dict` mid-epoch)."""
+        return iter(self._loader)
+
+    def __len__(self) -> int:
+        """Batches per epoch."""
+        return len(self._loader)
+
+    def state_dict(self) -> dict[str, Any]:
+        """Position in the epoch and the sampler's generator state (store it with the checkpoint)."""
+        return self._loader.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume from `state_dict`: the next batches are those the saved loader would have given."""
+        self._loader.load_state_dict(state)
