@@ -1,0 +1,177 @@
+"""Token log-probabilities and entropies from logits, naive and memory-bounded (chunked).
+
+With a 150k vocabulary a full float32 log-softmax of 4096 tokens is 2.5 GB on top of the logits.
+`logprobs_and_entropy_from_logits` processes row blocks of at most ``chunk_size`` rows, upcasts
+only the block to float32, and keeps only per-row scalars (log-sum-exp, entropy) for backward,
+where the gradient is recomputed block by block. Peak extra memory is O(chunk_size · V) instead
+of O(N · V), in the forward and in the backward pass.
+
+Formulas (x = logits / temperature, lse = log Σ_v exp x_v, p = softmax x):
+    log π(y) = x_y − lse
+    H        = lse − Σ_v p_v x_v
+    ∂ log π(y) / ∂x = onehot(y) − p
+    ∂ H / ∂x        = −p ⊙ (log p + H)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch.autograd.function import once_differentiable
+
+__all__ = ["entropy_from_logits", "logprobs_and_entropy_from_logits", "logprobs_from_logits"]
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Categorical entropy H = lse(x) − Σ softmax(x)·x over the last dim (naive, float32).
+
+    Args:
+        logits: `(..., V)`.
+
+    Returns:
+        `(...)` float32 entropies.
+    """
+    x = logits.float()
+    p = torch.softmax(x, dim=-1)
+    return torch.logsumexp(x, dim=-1) - (p * x).sum(dim=-1)
+
+
+def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """log softmax(logits)[label] (naive: materialises the full float32 log-softmax).
+
+    Args:
+        logits: `(..., V)`.
+        labels: `(...)` integer token ids.
+
+    Returns:
+        `(...)` float32 log-probabilities.
+    """
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return logp.gather(-1, labels.long().unsqueeze(-1)).squeeze(-1)
+
+
+def _blocks(batch: int, length: int, chunk_size: int) -> Iterator[tuple[slice, slice]]:
+    """Row blocks of a `(B, T, V)` tensor holding at most ``max(chunk_size, 1)`` rows each.
+
+    Blocks are slices of the original tensor (views), so a non-contiguous input such as
+    ``logits[:, P - 1 : -1]`` is never copied as a whole.
+    """
+    if length >= chunk_size:
+        for b in range(batch):
+            for t0 in range(0, length, chunk_size):
+                yield slice(b, b + 1), slice(t0, min(t0 + chunk_size, length))
+    else:
+        step = max(chunk_size // max(length, 1), 1)
+        for b0 in range(0, batch, step):
+            yield slice(b0, min(b0 + step, batch)), slice(0, length)
+
+
+class _ChunkedLogprobEntropy(torch.autograd.Function):
+    """Autograd function; see `logprobs_and_entropy_from_logits`."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx,
+        logits: torch.Tensor,
+        labels: torch.Tensor,
+        chunk_size: int,
+        compute_entropy: bool,
+        temperature: float,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        batch, length, _ = logits.shape
+        kw = {"dtype": torch.float32, "device": logits.device}
+        logp = torch.empty(batch, length, **kw)
+        lse = torch.empty(batch, length, **kw)
+        ent = torch.empty(batch, length, **kw) if compute_entropy else torch.empty(0, **kw)
+        for rows, cols in _blocks(batch, length, chunk_size):
+            x = logits[rows, cols].float()
+            if temperature != 1.0:
+                x = x / temperature
+            block_lse = torch.logsumexp(x, dim=-1)
+            lse[rows, cols] = block_lse
+            logp[rows, cols] = x.gather(-1, labels[rows, cols].unsqueeze(-1)).squeeze(-1) - block_lse
+            if compute_entropy:
+                p = torch.exp(x - block_lse.unsqueeze(-1))
+                # Σ_v p_v x_v as a batched dot product: no second (rows, V) temporary.
+                px = torch.matmul(p.unsqueeze(-2), x.unsqueeze(-1)).squeeze(-1).squeeze(-1)
+                ent[rows, cols] = block_lse - px
+        ctx.save_for_backward(logits, labels, lse, ent)
+        ctx.chunk_size = chunk_size
+        ctx.temperature = temperature
+        ctx.compute_entropy = compute_entropy
+        return logp, ent
+
+    @staticmethod
+    @once_differentiable
+    def backward(  # type: ignore[override]
+        ctx: torch.autograd.function.FunctionCtx, grad_logp: torch.Tensor, grad_ent: torch.Tensor
+    ) -> tuple[torch.Tensor | None, ...]:
+        logits, labels, lse, ent = ctx.saved_tensors
+        grad = torch.empty_like(logits)
+        batch, length, _ = logits.shape
+        for rows, cols in _blocks(batch, length, ctx.chunk_size):
+            x = logits[rows, cols].float()
+            if ctx.temperature != 1.0:
+                x = x / ctx.temperature
+            log_p = x - lse[rows, cols].unsqueeze(-1)
+            p = torch.exp(log_p)
+            g_lp = grad_logp[rows, cols].unsqueeze(-1)
+            g = -p * g_lp
+            g.scatter_add_(-1, labels[rows, cols].unsqueeze(-1), g_lp)
+            if ctx.compute_entropy:
+                g_h = grad_ent[rows, cols].unsqueeze(-1)
+                g -= g_h * p * (log_p + ent[rows, cols].unsqueeze(-1))
+            if ctx.temperature != 1.0:
+                g = g / ctx.temperature
+            grad[rows, cols] = g.to(grad.dtype)
+        return grad, None, None, None, None
+
+
+def logprobs_and_entropy_from_logits(
+    logits: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int = 512,
+    compute_entropy: bool = False,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Chunked log π(label) and entropy of softmax(logits / temperature), differentiable.
+
+    Never materialises a full float32 `(N, V)` log-softmax: at most ``chunk_size`` rows are
+    upcast at once (bf16 logits are upcast per block only), in forward and in backward. Equals
+    `logprobs_from_logits(logits / temperature, labels)` and `entropy_from_logits` to float32
+    rounding.
+
+    Args:
+        logits: `(N, V)` or `(B, T, V)`, any float dtype; may be a non-contiguous view.
+        labels: `(N,)` or `(B, T)` integer token ids.
+        chunk_size: rows per block; bounds extra memory to a few `(chunk_size, V)` float32 tensors.
+        compute_entropy: also return the per-token entropy.
+        temperature: sampling temperature the logits are divided by (> 0), as at rollout time.
+
+    Returns:
+        (log_probs, entropy): float32 tensors shaped like ``labels``; entropy is None unless
+        ``compute_entropy``.
+
+    Raises:
+        ValueError: on mismatched shapes, ``chunk_size < 1`` or ``temperature <= 0``.
+    """
+    if logits.dim() not in (2, 3) or tuple(labels.shape) != tuple(logits.shape[:-1]):
+        raise ValueError(
+            f"expected logits (N, V) or (B, T, V) and labels of the leading shape, got "
+            f"{tuple(logits.shape)} and {tuple(labels.shape)}"
+        )
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+    if temperature <= 0:
+        raise ValueError(f"temperature must be > 0, got {temperature}")
+    squeeze = logits.dim() == 2
+    logits3 = logits.unsqueeze(0) if squeeze else logits
+    labels3 = (labels.unsqueeze(0) if squeeze else labels).long()
+    logp, ent = _ChunkedLogprobEntropy.apply(
+        logits3, labels3, chunk_size, compute_entropy, float(temperature)
+    )
+    if squeeze:
+        logp = logp.squeeze(0)
+        ent = ent.squeeze(0) if compute_entropy else ent
+    return logp, (ent if compute_entropy else None)
