@@ -7,6 +7,7 @@ exactly the batches an uninterrupted run would (known fault B32: sampler not see
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -135,14 +136,16 @@ class RLDataLoader:
                 f"data.train_batch_size {self.batch_size} > {len(dataset)} prompts with drop_last: no full batch"
             )
         self.sampler = create_rl_sampler(config, dataset, shuffle=is_train and config.shuffle)
-        self._loader = StatefulDataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            sampler=self.sampler,
-            num_workers=config.dataloader_num_workers,
-            drop_last=drop_last,
-            collate_fn=collate_fn,
-        )
+        with warnings.catch_warnings():  # torchdata 0.11 calls the deprecated torch.set_vital in __init__
+            warnings.filterwarnings("ignore", message=".*set_vital.*")
+            self._loader = StatefulDataLoader(
+                dataset,
+                batch_size=self.batch_size,
+                sampler=self.sampler,
+                num_workers=config.dataloader_num_workers,
+                drop_last=drop_last,
+                collate_fn=collate_fn,
+            )
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """One epoch (or its rest, after `load_state_dict` mid-epoch)."""
