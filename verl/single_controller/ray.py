@@ -1,0 +1,165 @@
+"""`RayWorkerGroup`: one Ray actor per device (or per CPU slot) in a placement group.
+
+Each actor hosts one instance of the worker class. Before constructing it the host sets the
+rank environment (``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``,
+``VERL_DEVICE``), so `Worker.__init__` joins the process group (gloo on CPU, nccl on CUDA).
+Calls are dispatched and collected by the shared functions of `verl.single_controller.base`.
+
+Failure handling: results are awaited with ``ray.wait`` in short slices; when any rank's call
+fails or its process dies, the group kills every actor and raises `WorkerError` naming the role,
+the rank and the worker's own error — without waiting for the surviving ranks, which may be
+blocked in a collective with the dead one.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import Any
+
+from verl.single_controller.base import BaseWorkerGroup
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed or died; the message names role, rank and the cause."""
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def ensure_ray(num_cpus: int | None = None) -> None:
+    """Start (or join) Ray once per process: no dashboard, auth disabled for local clusters."""
+    import ray
+
+    if ray.is_initialized():
+        return
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, ignore_reinit_error=True)
+
+
+class RayResourcePool:
+    """A placement group of ``world_size`` bundles (1 CPU, + 1 GPU on CUDA) shared by colocated groups.
+
+    Worker groups built on the same pool place rank r of each group on bundle r (the hybrid
+    engine: actor, critic and reference of rank r share one device); a role given its own pool
+    gets its own devices. The bundles reserve the resources; the hosted actors ask for a small
+    fraction of them, so several groups fit on one pool.
+    """
+
+    def __init__(self, world_size: int, device: str = "cpu") -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        ensure_ray(num_cpus=max(world_size, os.cpu_count() or 1) if device == "cpu" else None)
+        self.world_size, self.device = world_size, device
+        bundle = {"CPU": 1} if device == "cpu" else {"CPU": 1, "GPU": 1}
+        self.placement_group = placement_group([bundle] * world_size, strategy="PACK")
+        ray.get(self.placement_group.ready(), timeout=120)
+        self.master_port = _free_port()
+
+    def release(self) -> None:
+        """Remove the placement group."""
+        from ray.util.placement_group import remove_placement_group
+
+        try:
+            remove_placement_group(self.placement_group)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+
+
+class _WorkerHost:
+    """Ray actor body: sets the rank environment, builds the worker, runs its methods."""
+
+    def __init__(self, env: dict[str, str], worker_cls: type, args: tuple, kwargs: dict) -> None:
+        os.environ.update(env)
+        if env.get("VERL_DEVICE", "cpu") == "cpu":
+            import torch
+
+            torch.set_num_threads(max(1, int(env.get("OMP_NUM_THREADS", "1"))))
+        self.worker = worker_cls(*args, **kwargs)
+
+    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        return getattr(self.worker, name)(*args, **kwargs)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+
+class RayWorkerGroup(BaseWorkerGroup):
+    """A group of ``world_size`` Ray actors hosting ``worker_cls``.
+
+    Args:
+        worker_cls: a `Worker` subclass.
+        world_size: number of ranks (processes).
+        trainer_cfg: the ``trainer`` section (``device``, ``n_gpus_per_node``).
+        *args, **kwargs: passed to ``worker_cls`` on every rank.
+        resource_pool: the `RayResourcePool` to place ranks on (default: a new one).
+        role: name used in error messages (default: the worker class name).
+        poll_s: seconds between liveness checks while waiting.
+    """
+
+    def __init__(self, worker_cls: type, world_size: int, trainer_cfg: Any, *args: Any, role: str | None = None,
+                 poll_s: float = 1.0, resource_pool: RayResourcePool | None = None, **kwargs: Any) -> None:
+        import ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        super().__init__(worker_cls, world_size)
+        self.role = role or worker_cls.__name__
+        self.poll_s = poll_s
+        device = getattr(trainer_cfg, "device", "cpu")
+        self.pool = resource_pool or RayResourcePool(world_size, device)
+        self.placement_group = self.pool.placement_group
+        port = _free_port()
+        threads = max(1, (os.cpu_count() or 1) // world_size)
+        host_cls = ray.remote(_WorkerHost)
+        self.actors = []
+        for rank in range(world_size):
+            env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "VERL_DEVICE": device,
+                   "OMP_NUM_THREADS": str(threads)}
+            strategy = PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=rank)
+            actor = host_cls.options(
+                scheduling_strategy=strategy, num_cpus=0.01, num_gpus=0 if device == "cpu" else 0.01,
+                max_concurrency=1, name=None,
+            ).remote(env, worker_cls, args, kwargs)
+            self.actors.append(actor)
+        self._execute("ping", [()] * world_size, [{}] * world_size, list(range(world_size)))
+
+    def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
+        refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i]) for i, r in enumerate(ranks)]
+        return self._wait(refs, ranks, name)
+
+    def _wait(self, refs: list[Any], ranks: list[int], name: str) -> list[Any]:
+        import ray
+
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except Exception as e:  # noqa: BLE001 - re-raised with the rank attached
+                    rank = ranks[refs.index(ref)]
+                    self.shutdown()
+                    raise WorkerError(f"{self.role} worker rank {rank} failed in {name}(): {type(e).__name__}: {e}") from e
+        return ray.get(refs)
+
+    def worker_pids(self) -> list[int]:
+        """OS process ids of the ranks (for tests and diagnostics)."""
+        import ray
+
+        return ray.get([a.pid.remote() for a in self.actors])
+
+    def shutdown(self) -> None:
+        """Kill every actor (the resource pool stays for other groups)."""
+        import ray
+
+        for actor in self.actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # noqa: BLE001 - already dead
+                pass
+        self.actors = []

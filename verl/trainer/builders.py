@@ -1,0 +1,210 @@
+"""Assemble what `RLTrainer` drives: tokenizer, data, rewards, worker groups, loggers, checkpoints.
+
+Placement and backend are decided here and only here (STYLE.md 10): world size =
+``trainer.nnodes * trainer.n_gpus_per_node``; ``trainer.backend=auto`` means ``local`` (the
+workers live in the driver process) for world size 1 and ``ray`` otherwise.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from verl.trainer.checkpoint import CheckpointManager, step_of
+from verl.trainer.rl_trainer import TrainerParts, capture_rng_state, restore_rng_state
+
+if TYPE_CHECKING:
+    from verl.config.schema import RootConfig
+    from verl.trainer.rl_trainer import RLTrainer
+
+logger = logging.getLogger(__name__)
+
+
+def resolve_root(config: Any, model_config: Any = None) -> RootConfig:
+    """The root config behind ``config`` (a `RootConfig` or a section from `load_config`).
+
+    ``model_config``, when given, replaces ``actor_rollout_ref.model`` (seed API).
+
+    Raises:
+        TypeError: ``config`` is a section that was not produced by `load_config`.
+    """
+    from verl.config.schema import RootConfig
+
+    root = config if isinstance(config, RootConfig) else getattr(config, "_root", None)
+    if root is None:
+        raise TypeError("RLTrainer(config=...) takes the root config from load_config() or one of its sections")
+    if model_config is not None:
+        root.actor_rollout_ref.model = model_config
+    return root
+
+
+def world_size_of(cfg: RootConfig) -> int:
+    """Data-parallel world size: ``nnodes * n_gpus_per_node``."""
+    return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+
+
+def backend_of(cfg: RootConfig) -> str:
+    """``local`` or ``ray`` after resolving ``trainer.backend=auto``."""
+    backend = cfg.trainer.backend
+    if backend == "auto":
+        backend = "local" if world_size_of(cfg) == 1 else "ray"
+    if backend == "local" and world_size_of(cfg) != 1:
+        raise ValueError(f"trainer.backend=local runs one worker; world size is {world_size_of(cfg)}")
+    return backend
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch global RNGs."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def build_resource_pool(cfg: RootConfig) -> Any:
+    """The Ray resource pool shared by colocated roles (None on the local backend)."""
+    if backend_of(cfg) == "local":
+        return None
+    from verl.single_controller.ray import RayResourcePool
+
+    return RayResourcePool(world_size_of(cfg), cfg.trainer.device)
+
+
+def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, *args: Any, **kwargs: Any) -> Any:
+    """A worker group of ``worker_cls`` on the configured backend (``pool``: see `build_resource_pool`)."""
+    if pool is None:
+        from verl.single_controller.local import LocalWorkerGroup
+
+        return LocalWorkerGroup(worker_cls, *args, **kwargs)
+    from verl.single_controller.ray import RayWorkerGroup
+
+    return RayWorkerGroup(worker_cls, world_size_of(cfg), cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
+
+
+def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
+    """Training and validation reward managers (rule scorers or the custom function)."""
+    from verl.reward import OverlongBufferConfig, create_reward_manager, load_custom_reward_fn
+
+    fn = load_custom_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
+    if fn is not None and cfg.custom_reward_function.reward_kwargs:
+        import functools
+
+        fn = functools.partial(fn, **cfg.custom_reward_function.reward_kwargs)
+    ob = cfg.reward_model.overlong_buffer
+    common = dict(compute_score=fn, reward_fn_key=cfg.data.reward_fn_key, timeout_s=cfg.reward_model.timeout_s)
+    overlong = OverlongBufferConfig(enable=ob.enable, len=ob.len, penalty_factor=ob.penalty_factor) if ob.enable else None
+    train = create_reward_manager(cfg.reward_model.reward_manager, tokenizer, overlong_buffer=overlong,
+                                  max_response_length=cfg.data.max_response_length, **common)
+    val = create_reward_manager(cfg.reward_model.reward_manager, tokenizer, **common)
+    return train, val
+
+
+def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
+    """Build every part of a run from the root config (models are loaded here, after validation)."""
+    from verl.config import save_config
+    from verl.data import RLDataLoader
+    from verl.modules import load_tokenizer
+    from verl.trainer.tracking import Tracking
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+
+    seed_everything(cfg.trainer.seed)
+    tokenizer = load_tokenizer(cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or cfg.actor_rollout_ref.model.path,
+                               trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
+    train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
+    val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val") if cfg.data.val_files else None
+    total = cfg.trainer.total_training_steps or len(train_dl) * cfg.trainer.total_epochs
+    reward_fn, val_reward_fn = build_reward_fns(cfg, tokenizer)
+    use_ref = cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss
+    pool = build_resource_pool(cfg)
+    actor_wg = build_worker_group(cfg, pool, "actor_rollout_ref", ActorRolloutRefWorker, cfg.actor_rollout_ref, use_reference=use_ref, seed=cfg.trainer.seed)
+    actor_wg.init_model(total)
+    critic_wg = None
+    if cfg.critic.enable:
+        critic_wg = build_worker_group(cfg, pool, "critic", CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, seed=cfg.trainer.seed)
+        critic_wg.init_model(total)
+    kl_ctrl = None
+    if cfg.algorithm.use_kl_in_reward:
+        from verl.algorithms import get_kl_controller
+
+        k = cfg.algorithm.kl_ctrl
+        kl_ctrl = get_kl_controller(k.type, kl_coef=k.kl_coef, target_kl=k.target_kl, horizon=k.horizon)
+    out_dir = Path(cfg.trainer.output_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    save_config(cfg, out_dir / "config.yaml")
+    tracker = Tracking(cfg.trainer.logger, out_dir, cfg.trainer.project_name, cfg.trainer.experiment_name)
+    keeps = [k for k in (cfg.trainer.max_actor_ckpt_to_keep, cfg.trainer.max_critic_ckpt_to_keep) if k]
+    parts = TrainerParts(
+        tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
+        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, kl_ctrl=kl_ctrl,
+        tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
+        total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size_of(cfg),
+    )
+    parts.eos_token_ids = eos_token_ids(cfg, tokenizer)
+    return parts
+
+
+def eos_token_ids(cfg: RootConfig, tokenizer: Any) -> list[int]:
+    """Every EOS id: the tokenizer's and the model's generation config's (any of them stops)."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    try:
+        from transformers import GenerationConfig
+
+        from verl.modules import resolve_model_path
+
+        gen = GenerationConfig.from_pretrained(resolve_model_path(cfg.actor_rollout_ref.model.path))
+        eos = gen.eos_token_id
+        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
+    except (OSError, ValueError):
+        pass
+    return sorted(ids)
+
+
+# ----------------------------------------------------------------------------- checkpoints
+def write_checkpoint(trainer: RLTrainer) -> Path:
+    """Save every role, the trainer state and the config as ``global_step_<N>`` (atomic)."""
+    from verl.config import save_config
+
+    p, cfg = trainer.parts, trainer.config
+
+    def write(tmp: Path) -> None:
+        p.actor_rollout_wg.save_checkpoint(str(tmp / "actor"))
+        if p.critic_wg is not None:
+            p.critic_wg.save_checkpoint(str(tmp / "critic"))
+        state = {
+            "global_step": trainer.global_step, "epoch": trainer.epoch,
+            "dataloader": p.train_dataloader.state_dict(),
+            "kl_ctrl": p.kl_ctrl.state_dict() if p.kl_ctrl is not None else None,
+            "rng": capture_rng_state(),
+        }
+        torch.save(state, tmp / "trainer_state.pt")
+        save_config(cfg, tmp / "config.yaml")
+        if cfg.trainer.save_hf:
+            from verl.trainer.merge import export_hf
+
+            export_hf(tmp, tmp / "huggingface")
+
+    return p.checkpoints.save(trainer.global_step, write)
+
+
+def restore_checkpoint(trainer: RLTrainer) -> bool:
+    """Resume per ``trainer.resume_mode``; returns True when a checkpoint was loaded."""
+    p, tc = trainer._parts(), trainer.config.trainer
+    path = p.checkpoints.find_resume(tc.resume_mode, tc.resume_from_path)
+    if path is None:
+        return False
+    p.actor_rollout_wg.load_checkpoint(str(path / "actor"))
+    if p.critic_wg is not None:
+        p.critic_wg.load_checkpoint(str(path / "critic"))
+    state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=True)
+    trainer.global_step, trainer.epoch = int(state["global_step"]), int(state["epoch"])
+    assert trainer.global_step == step_of(path)
+    p.train_dataloader.load_state_dict(state["dataloader"])
+    if p.kl_ctrl is not None and state["kl_ctrl"] is not None:
+        p.kl_ctrl.load_state_dict(state["kl_ctrl"])
+    restore_rng_state(state["rng"])
+    print(f"Resumed from {path} (global_step {trainer.global_step}, epoch {trainer.epoch})", flush=True)
+    return True

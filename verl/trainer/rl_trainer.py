@@ -1,0 +1,320 @@
+"""`RLTrainer`: the single-controller RL loop (DESIGN.md §2).
+
+``fit()`` reads like the algorithm: generate → reward → old log-probs → reference → values →
+advantages → critic update → actor update → validate / checkpoint / log. Each stage is one call
+on a worker group (local or Ray: decided in `verl.trainer.builders`, never here) inside a named
+timer (``timing_s/<stage>``).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.algorithms import apply_kl_penalty, compute_advantage
+from verl.protocol import DataProto
+from verl.trainer.metrics import (
+    compute_data_metrics,
+    compute_throughput_metrics,
+    compute_timing_metrics,
+    reduce_worker_metrics,
+    timer,
+)
+from verl.trainer.validation import process_validation_metrics
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class TrainerParts:
+    """Everything `RLTrainer` drives, assembled by `verl.trainer.builders.build_parts`."""
+
+    tokenizer: Any
+    train_dataloader: Any
+    val_dataloader: Any
+    reward_fn: Any
+    val_reward_fn: Any
+    actor_rollout_wg: Any
+    critic_wg: Any = None
+    kl_ctrl: Any = None
+    tracker: Any = None
+    checkpoints: Any = None
+    total_training_steps: int = 0
+    n_params: int = 0
+    world_size: int = 1
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+class RLTrainer:
+    """PPO-family trainer over worker groups.
+
+    Args:
+        config: the root config (`RootConfig`), or its ``trainer`` section as returned by
+            `load_config` (the seed API ``RLTrainer(config=config.trainer, ...)``).
+        dataloader: training `RLDataLoader`; None = built from ``config.data``.
+        model_config: actor model section (``config.model``); None = the config's.
+        parts: pre-built `TrainerParts` (tests inject mock groups here).
+    """
+
+    def __init__(self, config: Any, dataloader: Any = None, model_config: Any = None, parts: TrainerParts | None = None) -> None:
+        from verl.trainer.builders import resolve_root
+
+        self.config = resolve_root(config, model_config)
+        self._dataloader = dataloader
+        self.parts = parts
+        self.global_step = 0
+        self.epoch = 0
+
+    # ----------------------------------------------------------------------------- public API
+    def train(self) -> list[dict[str, float]]:
+        """Alias of `fit` (the seed API name)."""
+        return self.fit()
+
+    def fit(self) -> list[dict[str, float]]:
+        """Run RL until ``total_training_steps``; returns the per-step metrics."""
+        p = self._parts()
+        cfg = self.config
+        resumed = self._load_checkpoint()
+        if self.global_step >= p.total_training_steps:
+            print(f"Training already complete: global_step {self.global_step} >= total_training_steps "
+                  f"{p.total_training_steps}; nothing to do.", flush=True)
+            return p.history
+        if cfg.trainer.val_before_train and p.val_dataloader is not None and not resumed:
+            val = self._validate()
+            p.tracker.log(val, step=self.global_step)
+            p.history.append({"step": self.global_step, **val})
+            if cfg.trainer.val_only:
+                return p.history
+        bar = self._progress_bar()
+        while self.global_step < p.total_training_steps:
+            for batch_dict in p.train_dataloader:
+                metrics = self.train_step(batch_dict)
+                self.global_step += 1
+                last = self.global_step >= p.total_training_steps
+                if p.val_dataloader is not None and (last or (cfg.trainer.test_freq > 0 and self.global_step % cfg.trainer.test_freq == 0)):
+                    metrics.update(self._validate())
+                if cfg.trainer.save_freq > 0 and (last or self.global_step % cfg.trainer.save_freq == 0):
+                    with timer("save_checkpoint", t := {}):
+                        self.save_checkpoint()
+                    metrics["timing_s/save_checkpoint"] = t["save_checkpoint"]
+                p.tracker.log(metrics, step=self.global_step)
+                p.history.append({"step": self.global_step, **metrics})
+                self._update_bar(bar, metrics)
+                if last:
+                    break
+            else:
+                self.epoch += 1
+        if bar is not None:
+            bar.close()
+        p.tracker.close()
+        return p.history
+
+    # ------------------------------------------------------------------------------ one step
+    def train_step(self, batch_dict: dict[str, Any]) -> dict[str, float]:
+        """One RL step on one batch of prompts; returns its metrics."""
+        p, cfg = self._parts(), self.config
+        algo, rollout = cfg.algorithm, cfg.actor_rollout_ref.rollout
+        metrics: dict[str, float] = {}
+        timing: dict[str, float] = {}
+        with timer("step", timing):
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.non_tensor_batch["uid"] = np.array([f"{self.global_step}-{i}" for i in range(len(batch))], dtype=object)
+            gen_batch = self._gen_batch(batch, validate=False)
+            with timer("gen", timing):
+                gen_out = p.actor_rollout_wg.generate_sequences(gen_batch.repeat(rollout.n, interleave=True))
+            metrics.update(reduce_worker_metrics(gen_out.meta_info.pop("metrics", {})))
+            if algo.adv_estimator == "remax":
+                with timer("gen_max", timing):
+                    baseline = self._remax_baselines(gen_batch, batch)
+            batch = batch.repeat(rollout.n, interleave=True)
+            batch.union(gen_out)
+            if cfg.trainer.balance_batch and p.world_size > 1:
+                self._balance_batch(batch)
+            with timer("reward", timing):
+                reward = p.reward_fn(batch, return_dict=True)
+            batch.batch["token_level_scores"] = reward["reward_tensor"]
+            metrics.update(self._reward_extra_metrics(reward))
+            with timer("old_log_prob", timing):
+                old = p.actor_rollout_wg.compute_log_prob(batch)
+            metrics["actor/entropy_rollout"] = float((old.batch["entropys"] * batch.batch["response_mask"]).sum() / batch.batch["response_mask"].sum())
+            batch.union(old.select(batch_keys=["old_log_probs"]))
+            if self._use_reference():
+                with timer("ref", timing):
+                    batch.union(p.actor_rollout_wg.compute_ref_log_prob(batch))
+            if p.critic_wg is not None:
+                with timer("values", timing):
+                    batch.union(p.critic_wg.compute_values(batch))
+            with timer("adv", timing):
+                metrics.update(self._compute_advantage(batch, baseline if algo.adv_estimator == "remax" else None))
+            if p.critic_wg is not None:
+                with timer("update_critic", timing):
+                    out = p.critic_wg.update_critic(batch)
+                metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+            if self.global_step >= cfg.trainer.critic_warmup:
+                with timer("update_actor", timing):
+                    out = p.actor_rollout_wg.update_actor(batch)
+                metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+        metrics.update(compute_data_metrics(batch, use_critic=p.critic_wg is not None))
+        metrics.update(compute_timing_metrics(timing, int(batch.batch["attention_mask"].sum())))
+        metrics.update(compute_throughput_metrics(batch, timing, p.world_size, p.n_params,
+                                                  cfg.actor_rollout_ref.actor.ppo_epochs, cfg.trainer.device))
+        metrics["training/global_step"] = float(self.global_step + 1)
+        metrics["training/epoch"] = float(self.epoch)
+        return metrics
+
+    # ------------------------------------------------------------------------------- stages
+    def _gen_batch(self, batch: DataProto, validate: bool) -> DataProto:
+        """Pop the prompt tensors into the generation batch, with the sampling meta-info."""
+        p = self._parts()
+        gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
+        tok = p.tokenizer
+        eos = getattr(p, "eos_token_ids", None) or [tok.eos_token_id]
+        gen.meta_info.update({"eos_token_id": eos, "pad_token_id": tok.pad_token_id, "validate": validate,
+                              "global_step": self.global_step})
+        gen.non_tensor_batch["uid"] = batch.non_tensor_batch["uid"]
+        return gen
+
+    def _remax_baselines(self, gen_batch: DataProto, batch: DataProto) -> torch.Tensor:
+        """ReMax (Li et al. 2023): the greedy response's score is each prompt's baseline."""
+        p = self._parts()
+        greedy = gen_batch.select(deepcopy=True)
+        greedy.meta_info["do_sample"] = False
+        out = p.actor_rollout_wg.generate_sequences(greedy)
+        out.meta_info.pop("metrics", None)
+        scored = batch.select(non_tensor_batch_keys=list(batch.non_tensor_batch.keys())).union(out)
+        scores = p.reward_fn(scored, return_dict=True)["reward_tensor"].sum(-1)
+        return scores.repeat_interleave(self.config.actor_rollout_ref.rollout.n)
+
+    def _compute_advantage(self, batch: DataProto, reward_baselines: torch.Tensor | None) -> dict[str, float]:
+        p, algo = self._parts(), self.config.algorithm
+        b = batch.batch
+        metrics: dict[str, float] = {}
+        if algo.use_kl_in_reward:
+            rewards, kl_metrics = apply_kl_penalty(
+                b["token_level_scores"], b["old_log_probs"], b["ref_log_prob"], b["response_mask"],
+                p.kl_ctrl, algo.kl_penalty,
+            )
+            b["token_level_rewards"] = rewards
+            metrics.update({k: float(v) for k, v in kl_metrics.items()})
+        else:
+            b["token_level_rewards"] = b["token_level_scores"]
+        advantages, returns = compute_advantage(
+            algo.adv_estimator, token_level_rewards=b["token_level_rewards"], response_mask=b["response_mask"],
+            index=batch.non_tensor_batch["uid"], values=b["values"] if "values" in b.keys() else None,
+            gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+            reward_baselines=reward_baselines,
+        )
+        b["advantages"], b["returns"] = advantages, returns
+        return metrics
+
+    def _balance_batch(self, batch: DataProto) -> None:
+        """Reorder trajectories so each data-parallel rank gets a similar token count."""
+        from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
+
+        p = self._parts()
+        lens = batch.batch["attention_mask"].sum(-1).tolist()
+        parts = get_seqlen_balanced_partitions(lens, p.world_size, equal_size=True)
+        batch.reorder(torch.tensor([i for part in parts for i in sorted(part)]))
+
+    @staticmethod
+    def _reward_extra_metrics(reward: dict[str, Any]) -> dict[str, float]:
+        out = {k: float(v) for k, v in (reward.get("reward_metrics") or {}).items()}
+        for k, v in (reward.get("reward_extra_info") or {}).items():
+            try:
+                out[f"reward/{k}" if not k.startswith("reward/") else k] = float(np.mean(np.asarray(v, dtype=float)))
+            except (TypeError, ValueError):
+                continue
+        return out
+
+    def _use_reference(self) -> bool:
+        cfg = self.config
+        return cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss
+
+    # ---------------------------------------------------------------------------- validation
+    def _validate(self) -> dict[str, float]:
+        """Generate on the validation set (``val_kwargs``), score, aggregate per data source."""
+        p, vk = self._parts(), self.config.actor_rollout_ref.rollout.val_kwargs
+        sources, uids, scores, answers = [], [], [], []
+        for batch_dict in p.val_dataloader:
+            batch = DataProto.from_single_dict(batch_dict)
+            batch.non_tensor_batch["uid"] = np.array([f"val-{len(uids)}-{i}" for i in range(len(batch))], dtype=object)
+            gen = self._gen_batch(batch, validate=True)
+            out = p.actor_rollout_wg.generate_sequences(gen.repeat(vk.n, interleave=True))
+            out.meta_info.pop("metrics", None)
+            batch = batch.repeat(vk.n, interleave=True)
+            batch.union(out)
+            reward = p.val_reward_fn(batch, return_dict=True)
+            seq_scores = reward["reward_tensor"].sum(-1).tolist()
+            preds = (reward.get("reward_extra_info") or {}).get("pred")
+            if preds is None:
+                preds = [self._decode(batch, i) for i in range(len(batch))]
+            sources += list(batch.non_tensor_batch.get("data_source", ["unknown"] * len(batch)))
+            uids += list(batch.non_tensor_batch["uid"])
+            scores += seq_scores
+            answers += [str(x) for x in preds]
+        return process_validation_metrics(sources, uids, scores, answers)
+
+    def _decode(self, batch: DataProto, i: int) -> str:
+        n = int(batch.batch["response_mask"][i].sum())
+        return self._parts().tokenizer.decode(batch.batch["responses"][i, :n], skip_special_tokens=True).strip()
+
+    # --------------------------------------------------------------------------- checkpoints
+    def save_checkpoint(self) -> Path:
+        """Write ``global_step_N`` (all roles + trainer state) atomically; see `checkpoint`."""
+        from verl.trainer.builders import write_checkpoint
+
+        return write_checkpoint(self)
+
+    def _load_checkpoint(self) -> bool:
+        from verl.trainer.builders import restore_checkpoint
+
+        return restore_checkpoint(self)
+
+    # ------------------------------------------------------------------------------- helpers
+    def _parts(self) -> TrainerParts:
+        if self.parts is None:
+            from verl.trainer.builders import build_parts
+
+            self.parts = build_parts(self.config, dataloader=self._dataloader)
+        return self.parts
+
+    def _progress_bar(self) -> Any:
+        if not self.config.trainer.progress_bar:
+            return None
+        from tqdm import tqdm
+
+        return tqdm(total=self._parts().total_training_steps, initial=self.global_step, desc="RL steps", dynamic_ncols=True)
+
+    @staticmethod
+    def _update_bar(bar: Any, metrics: dict[str, float]) -> None:
+        if bar is None:
+            return
+        keys = {"score": "critic/score/mean", "acc": "val/accuracy", "pg": "actor/pg_loss", "len": "response_length/mean",
+                "s/step": "timing_s/step"}
+        bar.set_postfix({k: f"{metrics[v]:.3g}" for k, v in keys.items() if v in metrics}, refresh=False)
+        bar.update(1)
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch RNG states in a form `torch.load(weights_only=True)` accepts."""
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state(),
+    }
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `capture_rng_state`."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n[0], np.asarray(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(state["torch"])

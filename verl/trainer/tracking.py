@@ -1,0 +1,86 @@
+"""Metric loggers: console, JSONL, TensorBoard (and wandb / mlflow when installed).
+
+`Tracking.log(metrics, step)` fans out to every configured backend. The JSONL file
+(``<output_dir>/metrics.jsonl``, one object per step with ``"step"``) is the machine-readable
+record used by tests and plots.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+_KNOWN = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+
+
+class Tracking:
+    """Fan-out metric logger.
+
+    Args:
+        loggers: any of console | jsonl | tensorboard | wandb | mlflow.
+        output_dir: where jsonl and TensorBoard files go.
+        project_name, experiment_name: run identity for wandb / mlflow.
+        config: resolved config as a plain dict (sent to wandb / mlflow).
+
+    Raises:
+        ValueError: an unknown logger name; ImportError: wandb / mlflow requested but missing.
+    """
+
+    def __init__(self, loggers: list[str], output_dir: str | Path, project_name: str = "verl", experiment_name: str = "run", config: dict | None = None) -> None:
+        unknown = [x for x in loggers if x not in _KNOWN]
+        if unknown:
+            raise ValueError(f"unknown logger(s) {unknown}; valid: {list(_KNOWN)}")
+        self.loggers = list(loggers)
+        self.output_dir = Path(output_dir)
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        self._jsonl = open(self.output_dir / "metrics.jsonl", "a") if "jsonl" in loggers else None
+        self._tb = None
+        if "tensorboard" in loggers:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
+        self._wandb = self._mlflow = None
+        if "wandb" in loggers:
+            import wandb
+
+            wandb.init(project=project_name, name=experiment_name, config=config or {})
+            self._wandb = wandb
+        if "mlflow" in loggers:
+            import mlflow
+
+            mlflow.set_experiment(project_name)
+            mlflow.start_run(run_name=experiment_name)
+            self._mlflow = mlflow
+
+    def log(self, data: dict[str, Any], step: int) -> None:
+        """Record `data` (name -> number) at `step`."""
+        clean = {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
+        if self._jsonl is not None:
+            row = {"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in clean.items()}}
+            self._jsonl.write(json.dumps(row) + "\n")
+            self._jsonl.flush()
+        if self._tb is not None:
+            for k, v in clean.items():
+                self._tb.add_scalar(k, v, step)
+            self._tb.flush()
+        if "console" in self.loggers:
+            shown = " - ".join(f"{k}:{v:.4g}" for k, v in sorted(clean.items()))
+            print(f"step:{step} - {shown}", flush=True)
+        if self._wandb is not None:
+            self._wandb.log(clean, step=step)
+        if self._mlflow is not None:
+            self._mlflow.log_metrics({k.replace("@", "_at_"): v for k, v in clean.items()}, step=step)
+
+    def close(self) -> None:
+        """Flush and close every backend."""
+        if self._jsonl is not None:
+            self._jsonl.close()
+            self._jsonl = None
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+        if self._mlflow is not None:
+            self._mlflow.end_run()

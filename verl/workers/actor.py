@@ -1,0 +1,172 @@
+"""PPO actor: log-probs of responses and the clipped policy-gradient update.
+
+The loss of one optimizer step is aggregated with the *global* token / sequence count of the
+whole mini-batch (all micro-batches, all data-parallel ranks), so splitting a mini-batch into
+micro-batches or ranks never changes the loss or the gradient (known_faults B07, B08). Under
+data parallelism FSDP averages gradients over ranks, so each rank's loss is multiplied by the
+world size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from verl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
+from verl.algorithms.logprob import logprobs_and_entropy_from_logits
+from verl.protocol import DataProto
+from verl.workers.engine import clip_grad_and_step, restore_order, split_micro_batches
+
+if TYPE_CHECKING:
+    from verl.config.schema import ActorConfig
+
+
+def forward_response_logprobs(
+    module: torch.nn.Module, micro: DataProto, temperature: float, calculate_entropy: bool, chunk_size: int = 1024,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log π(response token | prefix) under ``logits / temperature``, and optionally entropy.
+
+    Args:
+        module: a causal LM returning ``.logits`` `(B, T, V)`.
+        micro: DataProto with ``input_ids``, ``attention_mask``, ``position_ids`` `(B, T)` and
+            ``responses`` `(B, R)`; T = P + R, prompts left-padded, responses right-padded.
+        temperature: the rollout temperature (so ratios are taken against the sampling policy).
+        calculate_entropy: also return the per-token entropy `(B, R)`.
+        chunk_size: rows of logits turned into float32 log-softmax at once.
+
+    Returns:
+        (log_probs `(B, R)`, entropy `(B, R)` or None), float32.
+    """
+    batch = micro.batch
+    responses = batch["responses"]
+    resp_len = responses.shape[-1]
+    out = module(
+        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+        position_ids=batch["position_ids"], use_cache=False,
+    )
+    # logits at position t predict token t + 1: the response tokens are predicted by T-R-1 .. T-2
+    logits = out.logits[:, -resp_len - 1 : -1, :]
+    return logprobs_and_entropy_from_logits(
+        logits, responses, chunk_size=chunk_size, compute_entropy=calculate_entropy, temperature=temperature
+    )
+
+
+def _loss_params(cfg: ActorConfig) -> dict[str, float]:
+    """The policy-loss variant's own parameters (clip_cov / kl_cov), as keyword arguments."""
+    params = dataclasses.asdict(cfg.policy_loss)
+    params.pop("loss_mode")
+    return params
+
+
+def _all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        value = value.clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value
+
+
+class PPOActor:
+    """Computes log-probs and performs PPO updates on one data-parallel rank.
+
+    Args:
+        module: the policy (plain, peft-wrapped or FSDP2-sharded causal LM).
+        optimizer: its optimizer; scheduler: LR scheduler stepped once per `update_policy` call.
+        config: the actor section.
+        world_size: data-parallel size (the loss is scaled by it; see module docstring).
+    """
+
+    def __init__(self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, scheduler: Any, config: ActorConfig, world_size: int = 1) -> None:
+        self.module, self.optimizer, self.scheduler = module, optimizer, scheduler
+        self.config, self.world_size = config, world_size
+
+    @torch.no_grad()
+    def compute_log_prob(
+        self, data: DataProto, temperature: float, micro_batch_size: int | None, use_dynamic_bsz: bool,
+        max_token_len: int, calculate_entropy: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs `(B, R)` (and entropy `(B, R)`) of ``data``'s responses, in input order."""
+        micros, order = split_micro_batches(data, micro_batch_size, use_dynamic_bsz, max_token_len)
+        was_training = self.module.training
+        self.module.eval()
+        logps, ents = [], []
+        for m in micros:
+            lp, ent = forward_response_logprobs(self.module, m, temperature, calculate_entropy, self.config.logprob_chunk_size)
+            logps.append(lp)
+            ents.append(ent)
+        self.module.train(was_training)
+        log_probs = restore_order(torch.cat(logps), order)
+        entropy = restore_order(torch.cat(ents), order) if calculate_entropy else None
+        return log_probs, entropy
+
+    def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int, micro_batch_size: int | None) -> dict[str, Any]:
+        """PPO epochs over mini-batches of ``data``; returns metrics (global, identical on all ranks).
+
+        Args:
+            data: this rank's trajectories with ``old_log_probs``, ``advantages``,
+                ``response_mask`` `(B, R)` (+ ``ref_log_prob`` when ``use_kl_loss``).
+            temperature: rollout temperature.
+            mini_batch_size: trajectories per optimizer step on this rank.
+            micro_batch_size: trajectories per forward/backward (fixed mode).
+        """
+        cfg = self.config
+        self.module.train()
+        metrics: dict[str, list[float]] = defaultdict(list)
+        generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
+        for _ in range(cfg.ppo_epochs):
+            if cfg.shuffle:
+                data = data[torch.randperm(len(data), generator=generator)]
+            for mini in data.split(mini_batch_size):
+                step_metrics = self._optimizer_step(mini, temperature, micro_batch_size)
+                for k, v in step_metrics.items():
+                    metrics[k].append(v)
+        if self.scheduler is not None:
+            metrics["actor/lr"].append(self.optimizer.param_groups[0]["lr"])
+            self.scheduler.step()
+        return {k: float(sum(v) / len(v)) if k != "actor/grad_norm_nonfinite" else float(sum(v)) for k, v in metrics.items()}
+
+    def _optimizer_step(self, mini: DataProto, temperature: float, micro_batch_size: int | None) -> dict[str, float]:
+        cfg = self.config
+        mask_all = mini.batch["response_mask"]
+        counts = _all_reduce_sum(torch.tensor([mask_all.sum().item(), float(len(mini))], dtype=torch.float64))
+        global_tokens, global_seqs = float(counts[0]), float(counts[1])
+        micros, _ = split_micro_batches(mini, micro_batch_size, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
+        sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        loss_fn = POLICY_LOSSES[cfg.policy_loss.loss_mode]
+        agg = dict(loss_agg_mode=cfg.loss_agg_mode, global_token_count=global_tokens, global_seq_count=global_seqs,
+                   loss_scale_factor=cfg.loss_scale_factor)
+        for m in micros:
+            b = m.batch
+            mask = b["response_mask"].to(torch.float32)
+            log_prob, entropy = forward_response_logprobs(self.module, m, temperature, True, cfg.logprob_chunk_size)
+            pg_losses, pg_metrics = loss_fn(
+                b["old_log_probs"], log_prob, b["advantages"], mask,
+                clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
+                clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
+                clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
+            )
+            pg_loss = agg_loss(pg_losses, mask, **agg)
+            ent_loss = agg_loss(entropy, mask, **agg)
+            loss = pg_loss - cfg.entropy_coeff * ent_loss
+            if cfg.use_kl_loss:
+                kld = kl_penalty(log_prob, b["ref_log_prob"], cfg.kl_loss_type)
+                kl_loss = agg_loss(kld, mask, **agg)
+                loss = loss + cfg.kl_loss_coef * kl_loss
+                sums["actor/kl_loss"] += kl_loss.detach().double()
+            (loss * self.world_size).backward()
+            tokens = mask.sum().double()
+            sums["actor/pg_loss"] += pg_loss.detach().double()
+            sums["actor/entropy"] += ent_loss.detach().double()
+            for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
+                if name in pg_metrics:
+                    sums[f"actor/{name}"] += torch.as_tensor(pg_metrics[name]).double() * tokens / global_tokens
+        reduced = {k: float(_all_reduce_sum(v)) for k, v in sums.items()}
+        grad_norm, stepped = clip_grad_and_step(self.module, self.optimizer, cfg.grad_clip)
+        reduced["actor/grad_norm"] = grad_norm
+        reduced["actor/grad_norm_nonfinite"] = 0.0 if stepped else 1.0
+        if cfg.use_kl_loss:
+            reduced["actor/kl_coef"] = cfg.kl_loss_coef
+        return reduced

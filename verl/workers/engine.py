@@ -1,0 +1,116 @@
+"""Optimizer, LR schedule, gradient clipping and micro-batch planning shared by actor and critic."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from verl.protocol import DataProto
+
+if TYPE_CHECKING:
+    from verl.config.schema import OptimConfig
+
+
+def build_optimizer(module: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Optimizer:
+    """AdamW over the trainable parameters of `module` (Loshchilov & Hutter 2019)."""
+    params = [p for p in module.parameters() if p.requires_grad]
+    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay)
+
+
+def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float) -> float:
+    """LR multiplier of update number `step` (1-based): linear warm-up, then constant or cosine.
+
+    Update k of a warm-up of W updates uses lr * k / W (so the first update is not wasted at 0);
+    after warm-up ``constant`` keeps lr, ``cosine`` decays to ``min_lr_ratio * lr`` at
+    ``total_steps`` (Loshchilov & Hutter 2017, SGDR without restarts).
+    """
+    if warmup_steps > 0 and step <= warmup_steps:
+        return step / warmup_steps
+    if style == "constant" or total_steps <= warmup_steps:
+        return 1.0
+    if style != "cosine":
+        raise ValueError(f"warmup_style must be 'constant' or 'cosine', got {style!r}")
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+    """LambdaLR stepping once per RL step (one ``update_actor``/``update_critic`` call), as verl.
+
+    Warm-up length: ``lr_warmup_steps`` if >= 0, else ``lr_warmup_steps_ratio * total_steps``.
+    The scheduler's internal counter s (0 before the first update) maps to update s + 1.
+    """
+    warmup = cfg.lr_warmup_steps if cfg.lr_warmup_steps >= 0 else int(cfg.lr_warmup_steps_ratio * total_steps)
+    style, floor = cfg.warmup_style, cfg.min_lr_ratio
+    return torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: lr_multiplier(s + 1, warmup, total_steps, style, floor)
+    )
+
+
+def clip_grad_and_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> tuple[float, bool]:
+    """Clip the global gradient norm and step; a non-finite norm skips the step.
+
+    Returns:
+        (grad_norm, stepped). A NaN/inf norm (e.g. from an overflowing loss) zeroes the
+        gradients without updating, so one bad micro-batch cannot poison the weights.
+    """
+    params = [p for p in module.parameters() if p.requires_grad]
+    norm = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
+    if hasattr(norm, "full_tensor"):  # DTensor under FSDP2: the global norm
+        norm = norm.full_tensor()
+    norm_f = float(norm)
+    if not math.isfinite(norm_f):
+        optimizer.zero_grad(set_to_none=True)
+        return norm_f, False
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    return norm_f, True
+
+
+def split_micro_batches(
+    data: DataProto, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int,
+    min_num_micro_batch: int | None = None,
+) -> tuple[list[DataProto], list[int] | None]:
+    """Split a per-rank batch into micro-batches.
+
+    Fixed mode: consecutive chunks of `micro_batch_size` trajectories (None = one micro-batch).
+    Dynamic mode: Karmarkar–Karp balanced groups whose *effective* token count (attention mask
+    sum, never the padded width) stays within `max_token_len` (see known_faults B35).
+
+    Returns:
+        (micro_batches, order): ``order`` is the permutation of rows used (dynamic mode) so that
+        per-row outputs can be restored with `restore_order`, or None in fixed mode.
+    """
+    if not use_dynamic_bsz:
+        size = micro_batch_size or len(data)
+        return data.split(size), None
+    from verl.utils.seqlen_balancing import get_num_micro_batches, rearrange_micro_batches
+
+    seq_lens = data.batch["attention_mask"].sum(-1)
+    # every data-parallel rank must run the same number of micro-batches (collectives in FSDP)
+    count = max(get_num_micro_batches(seq_lens, max_token_len), min_num_micro_batch or 1)
+    count = _all_reduce_max(count)
+    groups = rearrange_micro_batches(seq_lens, max_token_len, min_num_micro_batches=count)
+    order = [i for g in groups for i in g]
+    return [data[list(g)] for g in groups], order
+
+
+def _all_reduce_max(value: int) -> int:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        t = torch.tensor([value], dtype=torch.int64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+    return value
+
+
+def restore_order(stacked: torch.Tensor, order: list[int] | None) -> torch.Tensor:
+    """Undo the row permutation of `split_micro_batches` (identity when order is None)."""
+    if order is None:
+        return stacked
+    inverse = torch.empty(len(order), dtype=torch.long)
+    inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+    return stacked[inverse]
