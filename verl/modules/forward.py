@@ -1,0 +1,179 @@
+"""Training-style forwards shared by the rollout engine, the actor, the critic and the reward model.
+
+Every forward passes explicit ``position_ids`` derived from the attention mask. Under left
+padding the model's default ``arange`` positions would score a row at shifted positions; rotary
+models partly hide that, learned absolute position embeddings do not (known_faults B12).
+
+Sequence layout (T = P + R): ``input_ids = [left-padded prompt (P) | right-padded response (R)]``.
+The logit at position t predicts token t + 1, so response token j (at position P + j) is scored
+by the logit at position P + j − 1: the response log-probs use logits ``[P − 1, T − 1)``, i.e.
+the last R + 1 logits without the final one. Values follow the same convention: ``values[:, j]``
+is V of the state before response token j (verl's layout).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from verl.algorithms.logprob import logprobs_and_entropy_from_logits
+
+__all__ = [
+    "compute_log_probs",
+    "compute_log_probs_and_entropy",
+    "compute_rm_scores",
+    "compute_values",
+    "position_ids_from_attention_mask",
+    "response_logits",
+]
+
+
+def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``position_ids = clip(cumsum(mask) − 1, 0)``: 0 on left padding, then 0, 1, 2, ...
+
+    Example: mask [0, 0, 1, 1, 1, 1] → positions [0, 0, 0, 1, 2, 3] (known_faults B12).
+
+    Args:
+        attention_mask: `(B, T)` 1 on real tokens.
+
+    Returns:
+        `(B, T)` int64 positions.
+    """
+    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
+
+
+def response_logits(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+) -> torch.Tensor:
+    """Logits that score the last ``response_length`` tokens of each row.
+
+    Only the last R + 1 positions go through the LM head (``logits_to_keep``), so the `(B, T, V)`
+    logits of the prompt are never materialised.
+
+    Args:
+        module: a causal LM (transformers, peft or FSDP-wrapped).
+        input_ids: `(B, T)` prompt + response ids.
+        attention_mask: `(B, T)` 1 on real tokens.
+        position_ids: `(B, T)` positions (`position_ids_from_attention_mask`).
+        response_length: R.
+
+    Returns:
+        `(B, R, V)` logits in the model's dtype; row j predicts response token j.
+    """
+    out = module(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+        use_cache=False, logits_to_keep=response_length + 1,
+    )
+    return out.logits[:, -response_length - 1 : -1]
+
+
+def compute_log_probs_and_entropy(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    temperature: float = 1.0,
+    chunk_size: int = 512,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropies of the response tokens under softmax(logits / temperature).
+
+    ``log π(y_j) = log_softmax(z_{P+j−1} / τ)[y_j]``, the same quantity the rollout engine reports
+    as ``rollout_log_probs`` (before its top-k / top-p filtering). Differentiable; the float32
+    log-softmax is computed in row blocks (`verl.algorithms.logprob`).
+
+    Args:
+        module: causal LM.
+        input_ids, attention_mask, position_ids: `(B, T)`.
+        response_length: R; the responses are ``input_ids[:, -R:]``.
+        temperature: τ > 0, the rollout sampling temperature.
+        chunk_size: rows per float32 block.
+
+    Returns:
+        (log_probs, entropy), both `(B, R)` float32. Padding positions hold finite garbage; mask
+        them with ``response_mask``.
+    """
+    logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
+    labels = input_ids[:, -response_length:]
+    logp, ent = logprobs_and_entropy_from_logits(
+        logits, labels, chunk_size=chunk_size, compute_entropy=True, temperature=temperature
+    )
+    assert ent is not None
+    return logp, ent
+
+
+def compute_log_probs(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+    temperature: float = 1.0,
+    chunk_size: int = 512,
+) -> torch.Tensor:
+    """Response log-probs ``log softmax(z / τ)[y]``, `(B, R)` float32 (see `compute_log_probs_and_entropy`)."""
+    logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
+    labels = input_ids[:, -response_length:]
+    logp, _ = logprobs_and_entropy_from_logits(logits, labels, chunk_size=chunk_size, temperature=temperature)
+    return logp
+
+
+def compute_values(
+    critic: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
+) -> torch.Tensor:
+    """Critic values of the states before each response token.
+
+    Args:
+        critic: a `ValueModel` (``forward(...) -> (B, T)``).
+        input_ids, attention_mask, position_ids: `(B, T)`.
+        response_length: R.
+
+    Returns:
+        `(B, R)` float32, ``values[:, j] = V(prompt + response[:j])`` (position P + j − 1).
+    """
+    values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    return values[:, -response_length - 1 : -1]
+
+
+def compute_rm_scores(
+    reward_model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+) -> torch.Tensor:
+    """Sequence scores of a ``*ForSequenceClassification`` reward model at the last real token.
+
+    Hugging Face's classifier forward finds the last token by value (``input_ids != pad_id``),
+    which picks the wrong token when pad == eos and the response ends in EOS (known_faults B17).
+    Here the backbone and the ``score`` head run separately and the score is read at the last
+    position whose attention mask is 1, whatever the token values are.
+
+    Args:
+        reward_model: a sequence classifier with one label and a ``score`` head.
+        input_ids, attention_mask, position_ids: `(B, T)`.
+
+    Returns:
+        `(B,)` float32 scores.
+
+    Raises:
+        TypeError: if the model has no base model / ``score`` head to call separately.
+    """
+    backbone = getattr(reward_model, getattr(reward_model, "base_model_prefix", ""), None)
+    head = getattr(reward_model, "score", None)
+    if backbone is None or head is None:
+        raise TypeError(f"{type(reward_model).__name__} has no base model + 'score' head")
+    hidden = backbone(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).last_hidden_state
+    positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+    last = (positions * attention_mask.long()).argmax(dim=-1)
+    last_hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+    return head(last_hidden).squeeze(-1).float()

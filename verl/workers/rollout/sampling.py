@@ -1,0 +1,128 @@
+"""Next-token sampling for the ``hf`` rollout engine: temperature, top-k, top-p, greedy.
+
+Order (as in Hugging Face ``generate`` and vLLM): scale by temperature, keep the top-k logits,
+then keep the smallest set of the remaining tokens whose renormalised probability reaches top-p
+(nucleus sampling, Holtzman et al. 2019, "The Curious Case of Neural Text Degeneration"), then
+draw from the renormalised distribution with an explicit `torch.Generator`.
+
+The reported log-prob of a sampled token is ``log_softmax(logits / temperature)[token]``,
+*before* top-k / top-p filtering: that is the distribution the training forward can recompute
+(`verl.modules.forward.compute_log_probs`), so ``rollout_log_probs`` and ``old_log_probs``
+agree. Greedy decoding reports log-probs at temperature 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+__all__ = ["SamplingParams", "resolve_sampling", "sample_tokens", "top_k_top_p_filter"]
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings of one generation call.
+
+    Attributes:
+        do_sample: False = greedy (argmax).
+        temperature: τ; τ <= 0 also means greedy.
+        top_k: keep the k most likely tokens; <= 0 = off.
+        top_p: nucleus threshold in (0, 1]; 1.0 = off.
+    """
+
+    do_sample: bool = True
+    temperature: float = 1.0
+    top_k: int = -1
+    top_p: float = 1.0
+
+    @property
+    def greedy(self) -> bool:
+        """True when decoding takes the argmax."""
+        return not self.do_sample or self.temperature <= 0
+
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature of the reported log-probs: τ when sampling, 1 for greedy decoding."""
+        return 1.0 if self.greedy else float(self.temperature)
+
+
+def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingParams:
+    """Sampling settings from the rollout config, overridden by the batch's ``meta_info``.
+
+    With ``meta_info["validate"]`` the defaults come from ``config.val_kwargs`` (greedy unless it
+    says ``do_sample: true`` with a positive temperature); otherwise from the config's own
+    ``do_sample / temperature / top_k / top_p``. Keys of the same names in ``meta_info`` win.
+
+    Args:
+        config: a `RolloutConfig`.
+        meta_info: the prompt batch's meta info.
+
+    Returns:
+        The resolved `SamplingParams`.
+    """
+    base = config.val_kwargs if meta_info.get("validate", False) else config
+    values = {k: getattr(base, k) for k in ("do_sample", "temperature", "top_k", "top_p")}
+    values.update({k: meta_info[k] for k in values if meta_info.get(k) is not None})
+    return SamplingParams(
+        do_sample=bool(values["do_sample"]), temperature=float(values["temperature"]),
+        top_k=int(values["top_k"]), top_p=float(values["top_p"]),
+    )
+
+
+def top_k_top_p_filter(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
+    """Set every logit outside the top-k, then outside the top-p nucleus, to −inf.
+
+    A token survives top-p iff the probability mass of the tokens ranked strictly above it is
+    < top_p, so the most likely token always survives and the kept set is the smallest one whose
+    mass reaches top_p. Example: probs [0.5, 0.3, 0.2], top_p 0.5 → keep {0}; top_p 0.6 → {0, 1}.
+
+    Args:
+        logits: `(B, V)` float logits (already divided by the temperature).
+        top_k: k; <= 0 or >= V = off.
+        top_p: p in (0, 1]; >= 1 = off.
+
+    Returns:
+        `(B, V)` filtered logits (a new tensor).
+    """
+    logits = logits.clone()
+    vocab = logits.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
+        logits[logits < kth] = float("-inf")
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        mass_before = probs.cumsum(dim=-1) - probs
+        remove_sorted = mass_before >= top_p
+        remove_sorted[:, 0] = False  # the most likely token always stays, even for top_p -> 0
+        remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
+        logits[remove] = float("-inf")
+    return logits
+
+
+def sample_tokens(
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Pick the next token of each row and its log-prob.
+
+    Args:
+        logits: `(B, V)` float32 next-token logits.
+        params: sampling settings.
+        generator: random source for sampling (device of ``logits``); unused when greedy.
+
+    Returns:
+        (tokens `(B,)` int64, log_probs `(B,)` float32 = log_softmax(logits / τ)[token], with
+        τ = ``params.logprob_temperature``).
+    """
+    scaled = logits.float() / params.logprob_temperature
+    log_probs = torch.log_softmax(scaled, dim=-1)
+    if params.greedy:
+        tokens = scaled.argmax(dim=-1)
+    else:
+        filtered = top_k_top_p_filter(scaled, params.top_k, params.top_p)
+        probs = torch.softmax(filtered, dim=-1)
+        tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+    return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
