@@ -1,0 +1,290 @@
+"""Per-section value checks: ranges, allowed names, and cross-field rules inside one section.
+
+Every schema section has its rules here, keyed by its dataclass, so a section's constraints are
+read in one place (STYLE.md 11); checks that span sections (batch sizes, estimator vs critic,
+lengths) are in :mod:`verl.config.consistency`. A section type used at several paths (e.g.
+``FSDPConfig``) is checked at each of them, and messages name the full dotted key.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from verl.config import choices as C
+from verl.config import schema as S
+from verl.config.errors import ConfigError, did_you_mean
+
+__all__ = ["Rule", "check_sections", "SECTION_RULES"]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One constraint on one field of a section.
+
+    Attributes:
+        field: Field name within the section.
+        ok: Predicate on the (non-None) value.
+        expect: What ``ok`` requires, for the message (``"must be >= 0"``).
+    """
+
+    field: str
+    ok: Callable[[Any], bool]
+    expect: str
+    allowed: frozenset[str] = frozenset()
+
+
+def ge(name: str, lo: float) -> Rule:
+    return Rule(name, lambda v: v >= lo, f"must be >= {lo}")
+
+
+def gt(name: str, lo: float) -> Rule:
+    return Rule(name, lambda v: v > lo, f"must be > {lo}")
+
+
+def within(name: str, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Rule:
+    def ok(v: float) -> bool:
+        return (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
+
+    interval = f"{'(' if lo_open else '['}{lo}, {hi}{')' if hi_open else ']'}"
+    return Rule(name, ok, f"must be in {interval}")
+
+
+def one_of(name: str, allowed: frozenset[str]) -> Rule:
+    return Rule(name, lambda v: v in allowed, "must be one of " + ", ".join(sorted(allowed)), allowed)
+
+
+def each_of(name: str, allowed: frozenset[str]) -> Rule:
+    return Rule(name, lambda v: all(x in allowed for x in v), "entries must be in " + ", ".join(sorted(allowed)), allowed)
+
+
+def _finite(name: str) -> Rule:
+    return Rule(name, lambda v: math.isfinite(v), "must be finite")
+
+
+_MICRO = ("ppo_micro_batch_size", "ppo_micro_batch_size_per_gpu")
+_LOGPROB_MICRO = ("log_prob_micro_batch_size", "log_prob_micro_batch_size_per_gpu")
+
+SECTION_RULES: dict[type, list[Rule]] = {
+    S.DataConfig: [
+        ge("max_prompt_length", 1),
+        ge("max_response_length", 1),
+        ge("train_batch_size", 1),
+        ge("val_batch_size", 1),
+        ge("dataloader_num_workers", 0),
+        one_of("truncation", C.TRUNCATIONS),
+        Rule("train_files", lambda v: len(v) > 0, "must name at least one file"),
+    ],
+    S.ModelConfig: [one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES)), ge("lora_rank", 0), gt("lora_alpha", 0)],
+    S.CriticModelConfig: [one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES)), ge("lora_rank", 0)],
+    S.RewardModelModelConfig: [one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES))],
+    S.OptimConfig: [
+        ge("lr", 0.0),
+        _finite("lr"),
+        within("lr_warmup_steps_ratio", 0.0, 1.0),
+        within("min_lr_ratio", 0.0, 1.0),
+        one_of("warmup_style", C.WARMUP_STYLES),
+        ge("weight_decay", 0.0),
+        Rule("betas", lambda v: len(v) == 2 and all(0.0 <= b < 1.0 for b in v), "must be two numbers in [0, 1)"),
+        gt("eps", 0.0),
+    ],
+    S.FSDPConfig: [
+        one_of("mixed_precision", C.DTYPES | frozenset(C.DTYPE_ALIASES)),
+        Rule("fsdp_size", lambda v: v == -1 or v >= 1, "must be -1 (all ranks) or >= 1"),
+    ],
+    S.CheckpointContentConfig: [
+        each_of("save_contents", C.CHECKPOINT_CONTENTS),
+        each_of("load_contents", C.CHECKPOINT_CONTENTS),
+    ],
+    S.PolicyLossConfig: [
+        one_of("loss_mode", C.POLICY_LOSS_MODES),
+        within("clip_cov_ratio", 0.0, 1.0, lo_open=True),
+        within("kl_cov_ratio", 0.0, 1.0, lo_open=True),
+        ge("ppo_kl_coef", 0.0),
+    ],
+    S.ActorConfig: [
+        one_of("strategy", C.STRATEGIES | frozenset(C.STRATEGY_ALIASES)),
+        ge("ppo_mini_batch_size", 1),
+        *(ge(name, 1) for name in _MICRO),
+        ge("ppo_max_token_len_per_gpu", 1),
+        gt("grad_clip", 0.0),
+        gt("clip_ratio", 0.0),
+        within("clip_ratio_low", 0.0, 1.0, hi_open=True),
+        ge("clip_ratio_high", 0.0),
+        gt("clip_ratio_c", 1.0),
+        one_of("loss_agg_mode", C.LOSS_AGG_MODES),
+        gt("loss_scale_factor", 0.0),
+        ge("kl_loss_coef", 0.0),
+        one_of("kl_loss_type", C.KL_ESTIMATORS),
+        ge("ppo_epochs", 1),
+        ge("logprob_chunk_size", 1),
+    ],
+    S.RefConfig: [*(ge(name, 1) for name in _LOGPROB_MICRO), ge("log_prob_max_token_len_per_gpu", 1)],
+    S.SamplingConfig: [ge("temperature", 0.0), Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
+                       within("top_p", 0.0, 1.0, lo_open=True), ge("n", 1)],
+    S.MultiTurnConfig: [ge("max_assistant_turns", 1)],
+    S.RolloutConfig: [
+        one_of("name", C.ROLLOUT_NAMES),
+        one_of("mode", C.ROLLOUT_MODES),
+        ge("temperature", 0.0),
+        Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
+        within("top_p", 0.0, 1.0, lo_open=True),
+        ge("n", 1),
+        ge("prompt_length", 1),
+        ge("response_length", 1),
+        one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES)),
+        ge("max_num_seqs", 1),
+        within("gpu_memory_utilization", 0.0, 1.0, lo_open=True),
+        ge("tensor_model_parallel_size", 1),
+        ge("max_model_len", 1),
+        *(ge(name, 1) for name in _LOGPROB_MICRO),
+        ge("log_prob_max_token_len_per_gpu", 1),
+    ],
+    S.CriticConfig: [
+        one_of("strategy", C.STRATEGIES | frozenset(C.STRATEGY_ALIASES)),
+        ge("ppo_mini_batch_size", 1),
+        *(ge(name, 1) for name in _MICRO),
+        ge("forward_micro_batch_size_per_gpu", 1),
+        ge("ppo_max_token_len_per_gpu", 1),
+        ge("forward_max_token_len_per_gpu", 1),
+        ge("ppo_epochs", 1),
+        gt("grad_clip", 0.0),
+        gt("cliprange_value", 0.0),
+        one_of("loss_agg_mode", C.LOSS_AGG_MODES),
+    ],
+    S.OverlongBufferConfig: [],  # checked against data.max_response_length, only when enabled (B25)
+    S.RewardModelConfig: [
+        one_of("strategy", C.STRATEGIES | frozenset(C.STRATEGY_ALIASES)),
+        ge("micro_batch_size", 1),
+        ge("micro_batch_size_per_gpu", 1),
+        ge("max_length", 1),
+        ge("forward_max_token_len_per_gpu", 1),
+        gt("timeout_s", 0.0),
+    ],
+    S.KLControlConfig: [one_of("type", C.KL_CTRL_TYPES), ge("kl_coef", 0.0), ge("horizon", 1), gt("target_kl", 0.0)],
+    S.AlgorithmConfig: [
+        within("gamma", 0.0, 1.0),
+        within("lam", 0.0, 1.0),
+        one_of("adv_estimator", C.ADV_ESTIMATORS),
+        one_of("kl_penalty", C.KL_ESTIMATORS),
+    ],
+    S.TrainerConfig: [
+        each_of("logger", C.LOGGERS),
+        ge("log_val_generations", 0),
+        ge("total_epochs", 1),
+        ge("total_training_steps", 1),
+        ge("nnodes", 1),
+        ge("n_gpus_per_node", 1),
+        one_of("device", C.DEVICES),
+        one_of("backend", C.BACKENDS),
+        Rule("test_freq", lambda v: v == -1 or v >= 1, "must be -1 (off) or >= 1"),
+        Rule("save_freq", lambda v: v == -1 or v >= 1, "must be -1 (off) or >= 1"),
+        ge("critic_warmup", 0),
+        one_of("resume_mode", C.RESUME_MODES),
+        ge("max_actor_ckpt_to_keep", 1),
+        ge("max_critic_ckpt_to_keep", 1),
+    ],
+}
+
+
+def _both_set(section: Any, prefix: str, pairs: tuple[tuple[str, str], ...]) -> None:
+    for total, per_gpu in pairs:
+        if getattr(section, total) is not None and getattr(section, per_gpu) is not None:
+            raise ConfigError(
+                f"{prefix}.{total} and {prefix}.{per_gpu} are both set; set only {per_gpu} "
+                f"({total} is the deprecated global size)"
+            )
+
+
+def _check_actor(a: S.ActorConfig, prefix: str) -> None:
+    _both_set(a, prefix, (_MICRO,))
+
+
+def _check_critic(c: S.CriticConfig, prefix: str) -> None:
+    _both_set(c, prefix, (_MICRO,))
+
+
+def _check_logprob(section: S.RefConfig | S.RolloutConfig, prefix: str) -> None:
+    _both_set(section, prefix, (_LOGPROB_MICRO,))
+
+
+def _check_sampling(s: S.RolloutConfig | S.SamplingConfig, prefix: str) -> None:
+    # HF generate and vLLM reject do_sample with temperature 0; greedy means do_sample=false.
+    if s.do_sample and s.temperature == 0:
+        raise ConfigError(f"{prefix}.temperature: must be > 0 when {prefix}.do_sample=true (use do_sample=false for greedy)")
+
+
+def _check_rollout(r: S.RolloutConfig, prefix: str) -> None:
+    _check_logprob(r, prefix)
+    _check_sampling(r, prefix)
+
+
+def _check_policy_loss(p: S.PolicyLossConfig, prefix: str) -> None:
+    if p.clip_cov_lb >= p.clip_cov_ub:
+        raise ConfigError(f"{prefix}.clip_cov_lb: must be < {prefix}.clip_cov_ub={p.clip_cov_ub}, got {p.clip_cov_lb}")
+
+
+def _check_reward_model(rm: S.RewardModelConfig, prefix: str) -> None:
+    _both_set(rm, prefix, (("micro_batch_size", "micro_batch_size_per_gpu"),))
+    if rm.enable and not rm.model.path:
+        raise ConfigError(f"{prefix}.model.path: must be set when {prefix}.enable=true")
+
+
+def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
+    if t.resume_mode == "resume_path" and not t.resume_from_path:
+        raise ConfigError(f"{prefix}.resume_from_path: must be set when {prefix}.resume_mode=resume_path")
+    world = t.nnodes * t.n_gpus_per_node
+    if t.backend == "local" and world > 1:
+        raise ConfigError(
+            f"{prefix}.backend: 'local' runs one process, but {prefix}.nnodes x {prefix}.n_gpus_per_node = {world}; "
+            "use backend=ray or auto"
+        )
+
+
+SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
+    S.ActorConfig: _check_actor,
+    S.CriticConfig: _check_critic,
+    S.RefConfig: _check_logprob,
+    S.RolloutConfig: _check_rollout,
+    S.SamplingConfig: _check_sampling,
+    S.PolicyLossConfig: _check_policy_loss,
+    S.RewardModelConfig: _check_reward_model,
+    S.TrainerConfig: _check_trainer,
+}
+"""Cross-field rules that stay inside one section, keyed by the section's dataclass."""
+
+
+def _apply_rules(section: Any, prefix: str) -> None:
+    for rule in SECTION_RULES.get(type(section), ()):
+        value = getattr(section, rule.field)
+        if value is None or rule.ok(value):
+            continue
+        hint = ""
+        if rule.allowed:
+            bad = value if isinstance(value, str) else next(x for x in value if x not in rule.allowed)
+            hint = did_you_mean(str(bad), rule.allowed)
+        raise ConfigError(f"{prefix}.{rule.field}: {rule.expect}, got {value!r}{hint}")
+
+
+def check_sections(cfg: Any, prefix: str = "") -> None:
+    """Applies every section's rules and cross-field checks, depth first.
+
+    Args:
+        cfg: A schema dataclass instance (normally the ``RootConfig``).
+        prefix: Its dotted path (``""`` for the root).
+
+    Raises:
+        ConfigError: The first violated rule, naming the full dotted key.
+    """
+    if prefix:
+        _apply_rules(cfg, prefix)
+        check = SECTION_CHECKS.get(type(cfg))
+        if check is not None:
+            check(cfg, prefix)
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            check_sections(value, f"{prefix}.{f.name}" if prefix else f.name)

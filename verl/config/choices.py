@@ -1,0 +1,79 @@
+"""Allowed values of the config's enumerated fields, as plain string sets.
+
+The config package checks names against these sets at load time so that a typo fails before
+any model loads. They are kept here as plain strings (not imported from the algorithm or
+rollout registries) because ``verl.config`` must not import the packages it configures
+(DESIGN.md §5). A test in ``tests/config`` compares them with the registries when those exist,
+so the two cannot drift apart unnoticed.
+"""
+
+from __future__ import annotations
+
+ADV_ESTIMATORS: frozenset[str] = frozenset(
+    {
+        "gae",
+        "grpo",
+        "rloo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "opo",
+        "gpg",
+        "grpo_passk",
+    }
+)
+"""``algorithm.adv_estimator`` values (verl's names)."""
+
+CRITIC_ESTIMATORS: frozenset[str] = frozenset({"gae"})
+"""Estimators that need a value model; ``critic.enable`` defaults to True exactly for these."""
+
+GROUP_ESTIMATORS: frozenset[str] = frozenset(
+    {"grpo", "rloo", "grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline"}
+)
+"""Estimators whose baseline is computed from the other samples of the same prompt.
+
+With ``rollout.n == 1`` the group holds only the sample itself, so its baseline is its own
+reward and every advantage is 0 (RLOO's leave-one-out mean is even undefined; known fault B04).
+verl instead special-cases a singleton group to mean 0 / std 1, which silently turns the
+estimator into baseline-free REINFORCE. Both are surprising, so ``rollout.n < 2`` with any of
+these is a configuration error.
+"""
+
+LOSS_AGG_MODES: frozenset[str] = frozenset(
+    {"token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"}
+)
+"""``*.loss_agg_mode`` values (see ``verl.algorithms`` ``agg_loss``)."""
+
+POLICY_LOSS_MODES: frozenset[str] = frozenset({"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov"})
+"""``actor_rollout_ref.actor.policy_loss.loss_mode`` values."""
+
+_KL_BASE: frozenset[str] = frozenset({"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"})
+KL_ESTIMATORS: frozenset[str] = _KL_BASE | frozenset(f"{name}+" for name in _KL_BASE)
+"""``algorithm.kl_penalty`` and ``actor.kl_loss_type`` values; a trailing ``+`` selects the
+straight-through variant (value of the named estimator, gradient of k2)."""
+
+KL_CTRL_TYPES: frozenset[str] = frozenset({"fixed", "adaptive"})
+ROLLOUT_NAMES: frozenset[str] = frozenset({"hf", "vllm", "sglang"})
+GPU_ONLY_ROLLOUTS: frozenset[str] = frozenset({"vllm", "sglang"})
+ROLLOUT_MODES: frozenset[str] = frozenset({"sync", "async"})
+RESUME_MODES: frozenset[str] = frozenset({"auto", "disable", "resume_path"})
+DEVICES: frozenset[str] = frozenset({"cpu", "cuda"})
+BACKENDS: frozenset[str] = frozenset({"local", "ray", "auto"})
+TRUNCATIONS: frozenset[str] = frozenset({"error", "left", "right", "middle"})
+WARMUP_STYLES: frozenset[str] = frozenset({"constant", "cosine"})
+LOGGERS: frozenset[str] = frozenset({"console", "jsonl", "tensorboard", "wandb", "mlflow"})
+STRATEGIES: frozenset[str] = frozenset({"fsdp2"})
+CHECKPOINT_CONTENTS: frozenset[str] = frozenset({"model", "optimizer", "extra", "hf_model"})
+DTYPES: frozenset[str] = frozenset({"float32", "bfloat16", "float16"})
+
+DTYPE_ALIASES: dict[str, str] = {
+    "fp32": "float32",
+    "float": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "half": "float16",
+}
+"""Spellings accepted for dtypes and normalised by ``finalize`` (verl/HF scripts use both)."""
+
+STRATEGY_ALIASES: dict[str, str] = {"fsdp": "fsdp2"}
+"""verl's ``strategy: fsdp`` means the FSDP engine; here that engine is FSDP2."""

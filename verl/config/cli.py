@@ -1,0 +1,61 @@
+"""``verl config``: inspect configs without loading any model.
+
+Usage::
+
+    verl config show [CONFIG] [key=value ...]   # the resolved, finalized config as YAML
+    verl config list                            # the built-in presets
+
+CONFIG is a YAML file or a preset name; it is the first argument when that argument is not an
+override (has no ``=`` and does not start with ``~`` or ``+``). A bad config prints its one-line
+error to stderr and exits with status 2, without a traceback.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from verl.config.errors import ConfigError
+from verl.config.loader import config_to_yaml, list_presets, load_config
+
+__all__ = ["main"]
+
+USAGE = """usage: verl config show [CONFIG] [key=value ...]
+       verl config list
+
+  show   print the resolved config (defaults + CONFIG + overrides, finalized) as YAML
+  list   list the built-in presets (usable as CONFIG)"""
+
+
+def split_config_arg(args: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Splits ``[CONFIG] [overrides...]``: the first argument is CONFIG unless it is an override."""
+    args = list(args)
+    if args and "=" not in args[0] and not args[0].startswith(("~", "+")):
+        return args[0], args[1:]
+    return None, args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs ``verl config ...``; returns the exit status (0 ok, 2 bad usage or bad config)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    command, rest = args[0], args[1:]
+    if command == "list":
+        print("\n".join(list_presets()))
+        return 0
+    if command != "show":
+        print(f"verl config: unknown command '{command}'\n{USAGE}", file=sys.stderr)
+        return 2
+    if any(a in ("-h", "--help") for a in rest):
+        print(USAGE)
+        return 0
+    path, overrides = split_config_arg(rest)
+    try:
+        cfg = load_config(path, overrides)
+    except ConfigError as e:
+        print(f"verl config: error: {e}", file=sys.stderr)
+        return 2
+    sys.stdout.write(config_to_yaml(cfg))
+    return 0

@@ -1,0 +1,164 @@
+"""Cross-section checks on a finalized config: batch sizes, estimator needs, lengths, devices.
+
+Batch-size units (DESIGN.md §4): ``data.train_batch_size`` and ``*.ppo_mini_batch_size`` count
+prompts (global); a step has ``train_batch_size x rollout.n`` trajectories, split evenly over
+``world = trainer.nnodes x trainer.n_gpus_per_node`` ranks; ``*_micro_batch_size_per_gpu``
+counts trajectories per rank per forward/backward (ignored under ``use_dynamic_bsz``, where a
+micro-batch is filled up to a token budget instead). Every rule below is checked at load time
+so that a bad size fails before any model is loaded.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from verl.config import choices as C
+from verl.config.errors import ConfigError
+from verl.config.finalize import world_size
+from verl.config.schema import RootConfig
+
+__all__ = ["check_consistency"]
+
+logger = logging.getLogger("verl.config")
+
+_WORLD = "world size {w} (trainer.nnodes x trainer.n_gpus_per_node)"
+
+
+def _check_mini_batch(prefix: str, mini: int, micro: int | None, dynamic: bool, cfg: RootConfig) -> None:
+    """``mini`` prompts per optimizer step must split into whole per-rank and micro batches."""
+    batch, n, world = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n, world_size(cfg)
+    key = f"{prefix}.ppo_mini_batch_size"
+    if mini > batch:
+        raise ConfigError(f"{key}: {mini} > data.train_batch_size={batch} (both count prompts)")
+    if batch % mini:
+        raise ConfigError(f"{key}: {mini} does not divide data.train_batch_size={batch}")
+    if (mini * n) % world:
+        raise ConfigError(
+            f"{key}: {mini} x actor_rollout_ref.rollout.n={n} = {mini * n} trajectories per optimizer step "
+            f"is not divisible by the {_WORLD.format(w=world)}"
+        )
+    per_rank = mini * n // world
+    if micro is not None and not dynamic and per_rank % micro:
+        raise ConfigError(
+            f"{prefix}.ppo_micro_batch_size_per_gpu: {micro} does not divide the per-device mini-batch "
+            f"{per_rank} (= {key} {mini} x rollout.n {n} / world size {world})"
+        )
+
+
+def _check_batch_sizes(cfg: RootConfig) -> None:
+    batch, n, world = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n, world_size(cfg)
+    if (batch * n) % world:
+        raise ConfigError(
+            f"data.train_batch_size: {batch} x actor_rollout_ref.rollout.n={n} = {batch * n} trajectories "
+            f"per step is not divisible by the {_WORLD.format(w=world)}"
+        )
+    actor = cfg.actor_rollout_ref.actor
+    _check_mini_batch(
+        "actor_rollout_ref.actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
+        actor.use_dynamic_bsz, cfg,
+    )
+    critic = cfg.critic
+    if critic.enable:
+        assert critic.ppo_mini_batch_size is not None  # finalize fills it
+        _check_mini_batch(
+            "critic", critic.ppo_mini_batch_size, critic.ppo_micro_batch_size_per_gpu, critic.use_dynamic_bsz, cfg
+        )
+
+
+def _check_token_budgets(cfg: RootConfig) -> None:
+    """A token budget below one full-length sequence can never hold that sequence (B35 b)."""
+    rollout = cfg.actor_rollout_ref.rollout
+    assert rollout.prompt_length is not None and rollout.response_length is not None
+    longest = rollout.prompt_length + rollout.response_length
+    arr, critic = cfg.actor_rollout_ref, cfg.critic
+    budgets = [
+        (arr.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu),
+        (rollout.log_prob_use_dynamic_bsz, "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+         rollout.log_prob_max_token_len_per_gpu),
+        (arr.ref.log_prob_use_dynamic_bsz, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+         arr.ref.log_prob_max_token_len_per_gpu),
+        (critic.enable and critic.use_dynamic_bsz, "critic.ppo_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu),
+        (critic.enable and critic.use_dynamic_bsz, "critic.forward_max_token_len_per_gpu",
+         critic.forward_max_token_len_per_gpu),
+        (cfg.reward_model.enable and cfg.reward_model.use_dynamic_bsz, "reward_model.forward_max_token_len_per_gpu",
+         cfg.reward_model.forward_max_token_len_per_gpu),
+    ]
+    for enabled, key, budget in budgets:
+        if enabled and budget < longest:
+            raise ConfigError(
+                f"{key}: {budget} < {longest} tokens, the longest sequence (rollout prompt_length "
+                f"{rollout.prompt_length} + response_length {rollout.response_length}); one sequence would not fit"
+            )
+
+
+def _check_lengths(cfg: RootConfig) -> None:
+    """The engine never sees a prompt longer than its budget, nor prompt + response > max_model_len (B26)."""
+    data, rollout = cfg.data, cfg.actor_rollout_ref.rollout
+    assert rollout.prompt_length is not None and rollout.response_length is not None
+    if rollout.prompt_length < data.max_prompt_length:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.prompt_length: {rollout.prompt_length} < data.max_prompt_length="
+            f"{data.max_prompt_length}; the engine would receive prompts longer than its budget"
+        )
+    total = rollout.prompt_length + rollout.response_length
+    if rollout.max_model_len is not None and total > rollout.max_model_len:
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.max_model_len: {rollout.max_model_len} < {total} = prompt_length "
+            f"{rollout.prompt_length} + response_length {rollout.response_length} "
+            "(data.max_prompt_length + data.max_response_length unless set on the rollout)"
+        )
+    overlong = cfg.reward_model.overlong_buffer
+    if overlong.enable:  # disabled: nothing is read or checked (B25)
+        if not 1 <= overlong.len <= data.max_response_length:
+            raise ConfigError(
+                f"reward_model.overlong_buffer.len: must be in [1, data.max_response_length="
+                f"{data.max_response_length}] when enabled, got {overlong.len}"
+            )
+        if overlong.penalty_factor < 0:
+            raise ConfigError(f"reward_model.overlong_buffer.penalty_factor: must be >= 0, got {overlong.penalty_factor}")
+
+
+def _check_algorithm(cfg: RootConfig) -> None:
+    algo, n = cfg.algorithm, cfg.actor_rollout_ref.rollout.n
+    if algo.adv_estimator in C.GROUP_ESTIMATORS and n < 2:
+        raise ConfigError(
+            f"algorithm.adv_estimator: '{algo.adv_estimator}' needs actor_rollout_ref.rollout.n >= 2 samples per "
+            f"prompt (its baseline comes from the other samples of the group), got n={n}"
+        )
+    if algo.adv_estimator in C.CRITIC_ESTIMATORS and not cfg.critic.enable:
+        raise ConfigError(
+            f"critic.enable: false, but algorithm.adv_estimator='{algo.adv_estimator}' needs a critic (value model); "
+            "enable the critic or choose a critic-free estimator such as grpo"
+        )
+    if cfg.critic.enable and algo.adv_estimator not in C.CRITIC_ESTIMATORS:
+        logger.warning("critic.enable=true but algorithm.adv_estimator=%s does not use values; the critic is trained "
+                       "for nothing", algo.adv_estimator)
+    if cfg.actor_rollout_ref.actor.use_kl_loss and algo.use_kl_in_reward:
+        logger.warning("actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are both true: the KL to "
+                       "the reference policy is penalised twice (in the loss and in the reward)")
+
+
+def _check_devices(cfg: RootConfig) -> None:
+    name = cfg.actor_rollout_ref.rollout.name
+    if name in C.GPU_ONLY_ROLLOUTS and cfg.trainer.device != "cuda":
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name: '{name}' runs only on GPUs, but trainer.device={cfg.trainer.device!r}; "
+            "set trainer.device=cuda or use rollout.name=hf"
+        )
+
+
+def check_consistency(cfg: RootConfig) -> None:
+    """Checks the rules that span sections on a finalized config.
+
+    Args:
+        cfg: The output of :func:`verl.config.finalize.finalize`.
+
+    Raises:
+        ConfigError: The first violated rule; logs warnings for legal but suspicious combinations
+            (KL both in the loss and in the reward; a critic nobody uses).
+    """
+    _check_algorithm(cfg)
+    _check_batch_sizes(cfg)
+    _check_lengths(cfg)
+    _check_token_budgets(cfg)
+    _check_devices(cfg)

@@ -1,0 +1,183 @@
+"""Walks the dataclass schema: valid dotted keys, free-form mappings, type names, key checks.
+
+Used by the loader to reject unknown keys with a did-you-mean suggestion and to describe the
+expected type in wrong-type messages. Free-form fields (typed ``Dict[...]`` or ``Any``, e.g.
+``actor_rollout_ref.model.override_config``) accept any keys below them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import functools
+import typing
+from typing import Any, Union
+
+from verl.config.errors import ConfigError
+from verl.config.schema import RootConfig
+from verl.config.seed_layout import SEED_TOP_KEYS, SEED_TRAINER_KEYS, is_seed_key
+
+__all__ = [
+    "all_keys",
+    "check_tree",
+    "field_hints",
+    "free_form_keys",
+    "key_kind",
+    "type_at",
+    "type_name",
+    "unknown_key_message",
+]
+
+
+@functools.lru_cache(maxsize=None)
+def field_hints(cls: type) -> dict[str, Any]:
+    """Resolved type hints of a schema dataclass's fields, in declaration order."""
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def _strip_optional(tp: Any) -> Any:
+    if typing.get_origin(tp) is Union:
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0]
+    return tp
+
+
+def _is_section(tp: Any) -> bool:
+    return dataclasses.is_dataclass(_strip_optional(tp))
+
+
+def _is_free_form(tp: Any) -> bool:
+    inner = _strip_optional(tp)
+    return inner is Any or typing.get_origin(inner) is dict or inner is dict
+
+
+def _is_str_list(tp: Any) -> bool:
+    inner = _strip_optional(tp)
+    return typing.get_origin(inner) is list and typing.get_args(inner) == (str,)
+
+
+def type_name(tp: Any) -> str:
+    """Human-readable name of a schema type: ``float``, ``int or null``, ``list of str``, ..."""
+    inner = _strip_optional(tp)
+    suffix = " or null" if inner is not tp else ""
+    if _is_section(inner):
+        return "a mapping (config section)" + suffix
+    origin = typing.get_origin(inner)
+    if origin is list:
+        return f"list of {type_name(typing.get_args(inner)[0])}" + suffix
+    if origin is dict or inner is dict:
+        return "a mapping" + suffix
+    if inner is Any:
+        return "any value"
+    return getattr(inner, "__name__", str(inner)) + suffix
+
+
+@functools.lru_cache(maxsize=None)
+def _key_table() -> dict[str, Any]:
+    """Every dotted key of the schema (sections and leaves) -> its type."""
+    table: dict[str, Any] = {}
+
+    def walk(cls: type, prefix: str) -> None:
+        for name, tp in field_hints(cls).items():
+            path = f"{prefix}.{name}" if prefix else name
+            table[path] = tp
+            if _is_section(tp):
+                walk(_strip_optional(tp), path)
+
+    walk(RootConfig, "")
+    return table
+
+
+def all_keys() -> list[str]:
+    """Every valid dotted key of the schema (sections and leaves)."""
+    return list(_key_table())
+
+
+def free_form_keys() -> list[str]:
+    """Dotted keys of the free-form mapping fields, where ``+key=value`` may add new keys."""
+    return [k for k, tp in _key_table().items() if _is_free_form(tp) and _strip_optional(tp) is not Any]
+
+
+def type_at(path: str) -> Any:
+    """Schema type of a dotted key (``None`` when the key is not in the schema)."""
+    return _key_table().get(path)
+
+
+def key_kind(path: str) -> str:
+    """Classifies a dotted key: ``"schema"``, ``"free"`` (below a free-form field) or ``"unknown"``."""
+    table = _key_table()
+    if path in table:
+        return "schema"
+    parts = path.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        tp = table.get(".".join(parts[:i]))
+        if tp is not None:
+            return "free" if _is_free_form(tp) else "unknown"
+    return "unknown"
+
+
+def unknown_key_message(path: str) -> str:
+    """``unknown key 'a.b' (did you mean 'a.c'?)``, matching first at the key's own level.
+
+    The suggestion is, in order: a close name among the valid keys of the same section (seed
+    layout keys included); the same leaf name in another section; the closest full dotted key.
+    """
+    table = _key_table()
+    parent, _, leaf = path.rpartition(".")
+    rest = ""
+    while parent and parent not in table:  # a misspelt section: suggest from the deepest valid one
+        rest = f".{leaf}{rest}"
+        parent, _, leaf = parent.rpartition(".")
+    siblings = [k.rpartition(".")[2] for k in table if k.rpartition(".")[0] == parent]
+    siblings += sorted(SEED_TOP_KEYS if not parent else SEED_TRAINER_KEYS if parent == "trainer" else ())
+    close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)
+    suggestion = ""
+    if close:
+        fixed = f"{parent}.{close[0]}" if parent else close[0]
+        suggestion = fixed + rest if fixed + rest in table or is_seed_key(fixed + rest) else fixed
+    if not suggestion or suggestion == path:
+        last = path.rpartition(".")[2]
+        same_leaf = [k for k in table if k.rpartition(".")[2] == last]
+        best = difflib.get_close_matches(path, same_leaf or list(table), n=1, cutoff=0.0 if same_leaf else 0.75)
+        suggestion = best[0] if best else ""
+    hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
+    return f"unknown key '{path}'{hint}"
+
+
+def _is_interpolation(value: Any) -> bool:
+    return isinstance(value, str) and "${" in value
+
+
+def check_tree(tree: dict[str, Any], cls: type = RootConfig, prefix: str = "") -> None:
+    """Rejects unknown keys and misplaced sections in a plain nested dict, in place.
+
+    Also normalises two common spellings: a scalar given for a ``List[str]`` field becomes a
+    one-element list (``data.train_files=x.parquet``, ``trainer.logger=console``, as verl's
+    scripts write them) and ``null`` for such a field becomes the empty list.
+
+    Args:
+        tree: The user's values (from YAML files and overrides); may be modified.
+        cls: The schema dataclass the dict describes.
+        prefix: Dotted path of ``tree`` (for messages).
+
+    Raises:
+        ConfigError: An unknown key, or a scalar where a section is expected.
+    """
+    hints = field_hints(cls)
+    for key in list(tree):
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if not isinstance(key, str) or key not in hints:
+            raise ConfigError(unknown_key_message(path))
+        tp, value = hints[key], tree[key]
+        if _is_section(tp):
+            if isinstance(value, dict):
+                check_tree(value, _strip_optional(tp), path)
+            elif not _is_interpolation(value):
+                raise ConfigError(f"{path}: expected {type_name(tp)}, got {value!r}")
+        elif _is_str_list(tp) and not _is_interpolation(value):
+            if value is None:
+                tree[key] = []
+            elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
+                tree[key] = [str(value)]

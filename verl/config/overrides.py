@@ -1,0 +1,96 @@
+"""Command-line overrides in Hydra's grammar, applied to the plain dict of user values.
+
+Parsing is Hydra's own (``OverridesParser``), so quoting, lists, dicts, ``null`` and
+interpolations behave exactly as in verl's scripts. Semantics here:
+
+- ``a.b=v``: set a key of the schema (or a key inside a free-form mapping such as
+  ``actor_rollout_ref.model.override_config``). Mapping values merge into an existing mapping.
+- ``+a.b=v`` / ``++a.b=v``: the same, and the only way Hydra users expect to *add* a key; a new
+  key is legal only inside a free-form mapping (``model.override_config``,
+  ``custom_reward_function.reward_kwargs``, ``rollout.engine_kwargs``, ...). Elsewhere a key
+  that is not in the schema is an error with a did-you-mean suggestion.
+- ``~a.b``: delete the key from the user values, i.e. back to the schema default (``~a.b=v``
+  deletes only when the current value is ``v``).
+- A seed-layout key (``trainer.rollout_batch_size=64``, see :mod:`verl.config.seed_layout`) is
+  translated the same way as in a YAML file.
+- Sweeps (``a=1,2``) and package overrides (``a@b=c``) are rejected: one run, one config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from verl.config._tree import get_path, merge_trees, nested, set_path
+from verl.config.errors import ConfigError
+from verl.config.introspect import free_form_keys, key_kind, unknown_key_message
+from verl.config.seed_layout import is_seed_key, translate_seed_layout
+
+__all__ = ["apply_overrides"]
+
+
+def _parse(overrides: Sequence[str]) -> list[Any]:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    try:
+        return OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise ConfigError(f"bad override: {e}") from None
+
+
+def _delete(tree: dict[str, Any], key: str, expected: Any) -> None:
+    parent, leaf = get_path(tree, key)
+    if parent is None or leaf not in parent:
+        return  # already at its default
+    if expected is not None and parent[leaf] != expected:
+        raise ConfigError(f"~{key}={expected!r}: the current value is {parent[leaf]!r}, not deleted")
+    del parent[leaf]
+
+
+def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Applies dotted overrides to the user's values.
+
+    Args:
+        tree: Plain nested dict of user values (composed YAML files), not modified.
+        overrides: Strings like ``"actor_rollout_ref.actor.optim.lr=1e-6"``, in Hydra's grammar.
+
+    Returns:
+        The new dict of user values.
+
+    Raises:
+        ConfigError: Unparsable override, unknown key (with did-you-mean), ``+`` outside a
+            free-form mapping, sweep or package override.
+    """
+    if not overrides:
+        return tree
+    tree = merge_trees({}, tree)
+    for override in _parse(overrides):
+        key = override.key_or_group
+        text = override.input_line or key
+        if override.package is not None:
+            raise ConfigError(f"override '{text}': package overrides (@) are not supported")
+        if override.is_sweep_override():
+            raise ConfigError(f"override '{text}': sweeps are not supported (one run, one config)")
+        kind = key_kind(key)
+        if override.is_delete():
+            if kind == "unknown":
+                raise ConfigError(unknown_key_message(key))
+            _delete(tree, key, override.value())
+            continue
+        value = override.value()
+        if kind == "unknown" and is_seed_key(key):
+            tree = merge_trees(tree, translate_seed_layout(nested(key, value)))
+            continue
+        if kind == "unknown":
+            message = unknown_key_message(key)
+            if override.is_add() or override.is_force_add():
+                message += "; '+' adds new keys only inside the free-form mappings " + ", ".join(free_form_keys())
+            raise ConfigError(message)
+        parent, leaf = get_path(tree, key)
+        if isinstance(value, dict) and parent is not None and isinstance(parent.get(leaf), dict):
+            tree = merge_trees(tree, nested(key, value))
+        else:
+            set_path(tree, key, value)
+    return tree
+
