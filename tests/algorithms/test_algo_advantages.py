@@ -103,10 +103,11 @@ def test_every_estimator_has_the_same_signature() -> None:
 
 @pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce_plus_plus",
                                   "reinforce_plus_plus_baseline", "remax", "opo", "gpg", "grpo_passk"])
-def test_every_estimator_zero_on_padding_same_dtype_no_grad(name: str) -> None:
+@pytest.mark.parametrize("mask_dtype", [torch.float32, torch.bool])
+def test_every_estimator_zero_on_padding_same_dtype_no_grad(name: str, mask_dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(0)
     rewards = torch.rand(6, 4, generator=gen, requires_grad=True)
-    mask = torch.tensor([[1, 1, 1, 0]] * 3 + [[1, 1, 0, 0]] * 3, dtype=torch.float32)
+    mask = torch.tensor([[1, 1, 1, 0]] * 3 + [[1, 1, 0, 0]] * 3).to(mask_dtype)
     adv, ret = compute_advantage(
         name,
         token_level_rewards=rewards,

@@ -67,6 +67,16 @@ def _blocks(batch: int, length: int, chunk_size: int) -> Iterator[tuple[slice, s
             yield slice(b0, min(b0 + step, batch)), slice(0, length)
 
 
+def _scaled_block(block: torch.Tensor, temperature: float) -> torch.Tensor:
+    """A block as float32 divided by the temperature, copying at most once."""
+    x = block.float()
+    if temperature == 1.0:
+        return x
+    if x.data_ptr() == block.data_ptr():  # float32 input: .float() is a view, do not modify it
+        return x / temperature
+    return x.div_(temperature)
+
+
 class _ChunkedLogprobEntropy(torch.autograd.Function):
     """Autograd function; see `logprobs_and_entropy_from_logits`."""
 
@@ -85,17 +95,13 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         lse = torch.empty(batch, length, **kw)
         ent = torch.empty(batch, length, **kw) if compute_entropy else torch.empty(0, **kw)
         for rows, cols in _blocks(batch, length, chunk_size):
-            x = logits[rows, cols].float()
-            if temperature != 1.0:
-                x = x / temperature
+            x = _scaled_block(logits[rows, cols], temperature)
             block_lse = torch.logsumexp(x, dim=-1)
             lse[rows, cols] = block_lse
             logp[rows, cols] = x.gather(-1, labels[rows, cols].unsqueeze(-1)).squeeze(-1) - block_lse
             if compute_entropy:
-                p = torch.exp(x - block_lse.unsqueeze(-1))
-                # Σ_v p_v x_v as a batched dot product: no second (rows, V) temporary.
-                px = torch.matmul(p.unsqueeze(-2), x.unsqueeze(-1)).squeeze(-1).squeeze(-1)
-                ent[rows, cols] = block_lse - px
+                # softmax is the block's only (rows, V) temporary; p·x is formed in place.
+                ent[rows, cols] = block_lse - torch.softmax(x, dim=-1).mul_(x).sum(-1)
         ctx.save_for_backward(logits, labels, lse, ent)
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
@@ -111,20 +117,21 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         grad = torch.empty_like(logits)
         batch, length, _ = logits.shape
         for rows, cols in _blocks(batch, length, ctx.chunk_size):
-            x = logits[rows, cols].float()
-            if ctx.temperature != 1.0:
-                x = x / ctx.temperature
+            x = _scaled_block(logits[rows, cols], ctx.temperature)
+            # In-place arithmetic keeps at most two (rows, V) float32 temporaries alive.
             log_p = x - lse[rows, cols].unsqueeze(-1)
             p = torch.exp(log_p)
             g_lp = grad_logp[rows, cols].unsqueeze(-1)
-            g = -p * g_lp
-            g.scatter_add_(-1, labels[rows, cols].unsqueeze(-1), g_lp)
             if ctx.compute_entropy:
                 g_h = grad_ent[rows, cols].unsqueeze(-1)
-                g -= g_h * p * (log_p + ent[rows, cols].unsqueeze(-1))
+                g = log_p.add_(ent[rows, cols].unsqueeze(-1)).mul_(p).mul_(-g_h)  # −g_H p (log p + H)
+                g.sub_(p.mul_(g_lp))
+            else:
+                g = p.mul_(-g_lp)
+            g.scatter_add_(-1, labels[rows, cols].unsqueeze(-1), g_lp)
             if ctx.temperature != 1.0:
-                g = g / ctx.temperature
-            grad[rows, cols] = g.to(grad.dtype)
+                g.div_(ctx.temperature)
+            grad[rows, cols] = g
         return grad, None, None, None, None
 
 
