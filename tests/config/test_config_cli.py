@@ -15,7 +15,8 @@ from verl.config.cli import main, split_config_arg
 def test_show_prints_resolved_config_that_loads_back_equal(
     capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    args = ["gsm8k_grpo", "data.train_batch_size=32", "+actor_rollout_ref.model.override_config.attn_implementation=eager"]
+    args = ["gsm8k_grpo", "data.train_batch_size=32",
+            "+actor_rollout_ref.model.override_config.attn_implementation=eager"]
     assert main(["show", *args]) == 0
     out = capsys.readouterr().out
     shown = yaml.safe_load(out)

@@ -52,7 +52,8 @@ def test_unknown_key_in_yaml_file(tmp_path: Path) -> None:
 
 
 def test_wrong_type() -> None:
-    assert error_of(["actor_rollout_ref.actor.optim.lr=abc"]) == "actor_rollout_ref.actor.optim.lr: expected float, got 'abc'"
+    msg = error_of(["actor_rollout_ref.actor.optim.lr=abc"])
+    assert msg == "actor_rollout_ref.actor.optim.lr: expected float, got 'abc'"
     assert error_of(["data.train_batch_size=8.5"]) == "data.train_batch_size: expected int, got 8.5"
     assert "data.train_batch_size: expected int, got None" == error_of(["data.train_batch_size=null"])
 
@@ -88,7 +89,8 @@ def test_value_out_of_range(override: str, key: str) -> None:
 def test_sampling_temperature_zero_needs_greedy() -> None:
     msg = error_of([*SMALL, "actor_rollout_ref.rollout.temperature=0"])
     assert msg.startswith("actor_rollout_ref.rollout.temperature: must be > 0 when")
-    cfg = load_config(None, [*SMALL, "actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"])
+    greedy = ["actor_rollout_ref.rollout.temperature=0", "actor_rollout_ref.rollout.do_sample=false"]
+    cfg = load_config(None, [*SMALL, *greedy])
     assert cfg.actor_rollout_ref.rollout.temperature == 0.0
 
 
@@ -155,7 +157,8 @@ def test_per_rank_mini_batch_not_divisible_by_micro() -> None:
                           "per-device mini-batch 4")
     # The same micro size is fine under dynamic batching, where it is not used.
     load_config(None, [*SMALL, "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=2",
-                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3", "actor_rollout_ref.actor.use_dynamic_bsz=true"])
+                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+                       "actor_rollout_ref.actor.use_dynamic_bsz=true"])
 
 
 def test_critic_mini_batch_checked_when_enabled() -> None:
@@ -184,7 +187,9 @@ def test_global_and_per_gpu_micro_batch_both_set(section: str, total: str, per_g
 
 def test_deprecated_global_micro_not_divisible_by_world() -> None:
     msg = error_of([*SMALL, "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size=3"])
-    assert msg.startswith("actor_rollout_ref.actor.ppo_micro_batch_size: 3 trajectories is not divisible by the world size 2")
+    assert msg.startswith(
+        "actor_rollout_ref.actor.ppo_micro_batch_size: 3 trajectories is not divisible by the world size 2"
+    )
 
 
 def test_b04_rloo_with_one_sample_per_prompt_is_an_error() -> None:
@@ -192,7 +197,8 @@ def test_b04_rloo_with_one_sample_per_prompt_is_an_error() -> None:
     msg = error_of([*SMALL, "algorithm.adv_estimator=rloo"])
     assert msg.startswith("algorithm.adv_estimator: 'rloo' needs actor_rollout_ref.rollout.n >= 2")
     assert msg.endswith("got n=1")
-    assert load_config(None, [*SMALL, "algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=2"]).critic.enable is False
+    ok = load_config(None, [*SMALL, "algorithm.adv_estimator=rloo", "actor_rollout_ref.rollout.n=2"])
+    assert ok.critic.enable is False
 
 
 @pytest.mark.parametrize("estimator", ["grpo", "grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline"])
@@ -214,7 +220,9 @@ def test_gae_without_critic() -> None:
 def test_max_model_len_too_small() -> None:
     msg = error_of([*SMALL, "data.max_prompt_length=100", "data.max_response_length=200",
                     "actor_rollout_ref.rollout.max_model_len=299"])
-    assert msg.startswith("actor_rollout_ref.rollout.max_model_len: 299 < 300 = prompt_length 100 + response_length 200")
+    assert msg.startswith(
+        "actor_rollout_ref.rollout.max_model_len: 299 < 300 = prompt_length 100 + response_length 200"
+    )
     load_config(None, [*SMALL, "data.max_prompt_length=100", "data.max_response_length=200",
                        "actor_rollout_ref.rollout.max_model_len=300"])
 
@@ -256,7 +264,8 @@ def test_b25_overlong_buffer_checked_only_when_enabled() -> None:
 
 
 def test_reward_model_enabled_without_path() -> None:
-    assert error_of([*SMALL, "reward_model.enable=true"]) == "reward_model.model.path: must be set when reward_model.enable=true"
+    msg = error_of([*SMALL, "reward_model.enable=true"])
+    assert msg == "reward_model.model.path: must be set when reward_model.enable=true"
 
 
 def test_local_backend_with_several_processes() -> None:

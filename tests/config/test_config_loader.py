@@ -187,8 +187,8 @@ def test_defaults_cycle_and_base_key_rejected(tmp_path: Path) -> None:
 
 
 def test_config_from_dict_canonical() -> None:
-    cfg = config_from_dict({"data": {"train_batch_size": 8}, "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4}}},
-                           ["trainer.seed=3"])
+    d = {"data": {"train_batch_size": 8}, "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4}}}
+    cfg = config_from_dict(d, ["trainer.seed=3"])
     assert (cfg.data.train_batch_size, cfg.trainer.seed) == (8, 3)
     with pytest.raises(ConfigError, match="expected a mapping"):
         config_from_dict(["data"])  # type: ignore[arg-type]

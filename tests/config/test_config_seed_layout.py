@@ -162,7 +162,8 @@ def test_fsdp_config_yaml(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> N
 def test_fsdp_sharding_strategies_and_cpu_offload() -> None:
     cfg = config_from_dict({"fsdp_config": {"sharding_strategy": "HYBRID_SHARD", "cpu_offload": True},
                             "trainer": {"n_gpus_per_node": 2, "backend": "ray"},
-                            "data": {"train_batch_size": 8}, "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4}}})
+                            "data": {"train_batch_size": 8},
+                            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4}}})
     fsdp = cfg.actor_rollout_ref.actor.fsdp_config
     assert fsdp.fsdp_size == 2 and fsdp.param_offload is True and fsdp.optimizer_offload is True
     grad_op = translate_seed_layout({"model": {"actor": {"fsdp_config": {"sharding_strategy": "SHARD_GRAD_OP"}}}})
@@ -206,6 +207,8 @@ def test_seed_keys_as_overrides() -> None:
     cfg = load_config(None, ["trainer.rollout_batch_size=64", "trainer.num_rollout_workers=2", "trainer.backend=ray"])
     assert cfg.data.train_batch_size == 64 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 64
     assert cfg.trainer.n_gpus_per_node == 2
+    grpo = load_config(None, ["algorithm=grpo", "actor_rollout_ref.rollout.n=2"])  # create_trainer's spelling
+    assert grpo.algorithm.adv_estimator == "grpo"
 
 
 def test_canonical_keys_in_same_document_win() -> None:
@@ -215,9 +218,11 @@ def test_canonical_keys_in_same_document_win() -> None:
 
 
 def test_unknown_keys_still_rejected() -> None:
-    with pytest.raises(ConfigError, match=r"^unknown key 'trainer.rollout_batchsize' \(did you mean 'trainer.rollout_batch_size'\?\)$"):
+    typo = r"^unknown key 'trainer.rollout_batchsize' \(did you mean 'trainer.rollout_batch_size'\?\)$"
+    with pytest.raises(ConfigError, match=typo):
         config_from_dict({"trainer": {"rollout_batchsize": 64, "algorithm": "ppo"}})
-    with pytest.raises(ConfigError, match=r"^unknown key 'ppo.use_dynamic_bs' \(did you mean 'ppo.use_dynamic_bsz'\?\)$"):
+    typo = r"^unknown key 'ppo.use_dynamic_bs' \(did you mean 'ppo.use_dynamic_bsz'\?\)$"
+    with pytest.raises(ConfigError, match=typo):
         config_from_dict({"ppo": {"use_dynamic_bs": True}})
     with pytest.raises(ConfigError, match=r"^unknown key 'model.actor.model_name'"):
         config_from_dict({"model": {"actor": {"model_name": "x"}}})

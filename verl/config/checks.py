@@ -38,14 +38,18 @@ class Rule:
 
 
 def ge(name: str, lo: float) -> Rule:
+    """``value >= lo``."""
     return Rule(name, lambda v: v >= lo, f"must be >= {lo}")
 
 
 def gt(name: str, lo: float) -> Rule:
+    """``value > lo``."""
     return Rule(name, lambda v: v > lo, f"must be > {lo}")
 
 
 def within(name: str, lo: float, hi: float, lo_open: bool = False, hi_open: bool = False) -> Rule:
+    """``value`` in the interval ``[lo, hi]`` (each end open when asked)."""
+
     def ok(v: float) -> bool:
         return (lo < v if lo_open else lo <= v) and (v < hi if hi_open else v <= hi)
 
@@ -54,14 +58,18 @@ def within(name: str, lo: float, hi: float, lo_open: bool = False, hi_open: bool
 
 
 def one_of(name: str, allowed: frozenset[str]) -> Rule:
+    """``value`` is one of the allowed names (the message suggests the closest)."""
     return Rule(name, lambda v: v in allowed, "must be one of " + ", ".join(sorted(allowed)), allowed)
 
 
 def each_of(name: str, allowed: frozenset[str]) -> Rule:
-    return Rule(name, lambda v: all(x in allowed for x in v), "entries must be in " + ", ".join(sorted(allowed)), allowed)
+    """Every entry of a list value is one of the allowed names."""
+    expect = "entries must be in " + ", ".join(sorted(allowed))
+    return Rule(name, lambda v: all(x in allowed for x in v), expect, allowed)
 
 
 def _finite(name: str) -> Rule:
+    """``value`` is not inf or NaN."""
     return Rule(name, lambda v: math.isfinite(v), "must be finite")
 
 
@@ -214,7 +222,9 @@ def _check_logprob(section: S.RefConfig | S.RolloutConfig, prefix: str) -> None:
 def _check_sampling(s: S.RolloutConfig | S.SamplingConfig, prefix: str) -> None:
     # HF generate and vLLM reject do_sample with temperature 0; greedy means do_sample=false.
     if s.do_sample and s.temperature == 0:
-        raise ConfigError(f"{prefix}.temperature: must be > 0 when {prefix}.do_sample=true (use do_sample=false for greedy)")
+        raise ConfigError(
+            f"{prefix}.temperature: must be > 0 when {prefix}.do_sample=true (use do_sample=false for greedy)"
+        )
 
 
 def _check_rollout(r: S.RolloutConfig, prefix: str) -> None:

@@ -72,12 +72,14 @@ def _check_token_budgets(cfg: RootConfig) -> None:
     longest = rollout.prompt_length + rollout.response_length
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     budgets = [
-        (arr.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu", arr.actor.ppo_max_token_len_per_gpu),
+        (arr.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+         arr.actor.ppo_max_token_len_per_gpu),
         (rollout.log_prob_use_dynamic_bsz, "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
          rollout.log_prob_max_token_len_per_gpu),
         (arr.ref.log_prob_use_dynamic_bsz, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
          arr.ref.log_prob_max_token_len_per_gpu),
-        (critic.enable and critic.use_dynamic_bsz, "critic.ppo_max_token_len_per_gpu", critic.ppo_max_token_len_per_gpu),
+        (critic.enable and critic.use_dynamic_bsz, "critic.ppo_max_token_len_per_gpu",
+         critic.ppo_max_token_len_per_gpu),
         (critic.enable and critic.use_dynamic_bsz, "critic.forward_max_token_len_per_gpu",
          critic.forward_max_token_len_per_gpu),
         (cfg.reward_model.enable and cfg.reward_model.use_dynamic_bsz, "reward_model.forward_max_token_len_per_gpu",
@@ -115,7 +117,9 @@ def _check_lengths(cfg: RootConfig) -> None:
                 f"{data.max_response_length}] when enabled, got {overlong.len}"
             )
         if overlong.penalty_factor < 0:
-            raise ConfigError(f"reward_model.overlong_buffer.penalty_factor: must be >= 0, got {overlong.penalty_factor}")
+            raise ConfigError(
+                f"reward_model.overlong_buffer.penalty_factor: must be >= 0, got {overlong.penalty_factor}"
+            )
 
 
 def _check_algorithm(cfg: RootConfig) -> None:

@@ -12,7 +12,8 @@ interpolations behave exactly as in verl's scripts. Semantics here:
 - ``~a.b``: delete the key from the user values, i.e. back to the schema default (``~a.b=v``
   deletes only when the current value is ``v``).
 - A seed-layout key (``trainer.rollout_batch_size=64``, see :mod:`verl.config.seed_layout`) is
-  translated the same way as in a YAML file.
+  translated the same way as in a YAML file, and so is ``algorithm=<name>`` (a string where the
+  ``algorithm`` section is expected: ``create_trainer``'s spelling).
 - Sweeps (``a=1,2``) and package overrides (``a@b=c``) are rejected: one run, one config.
 """
 
@@ -79,7 +80,7 @@ def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             _delete(tree, key, override.value())
             continue
         value = override.value()
-        if kind == "unknown" and is_seed_key(key):
+        if (kind == "unknown" and is_seed_key(key)) or (key == "algorithm" and isinstance(value, str)):
             tree = merge_trees(tree, translate_seed_layout(nested(key, value)))
             continue
         if kind == "unknown":

@@ -116,8 +116,10 @@ def _fields(cls: type) -> frozenset[str]:
 def is_seed_key(path: str) -> bool:
     """True for a dotted key of the seed layout (``trainer.rollout_batch_size``, ``ppo.x``, ...)."""
     parts = path.split(".")
-    return parts[0] in SEED_TOP_KEYS or parts[0] == "algorithm" and len(parts) == 1 or (
-        parts[0] == "trainer" and len(parts) == 2 and parts[1] in SEED_TRAINER_KEYS
+    return (
+        parts[0] in SEED_TOP_KEYS
+        or (parts[0] == "algorithm" and len(parts) == 1)
+        or (parts[0] == "trainer" and len(parts) == 2 and parts[1] in SEED_TRAINER_KEYS)
     )
 
 
