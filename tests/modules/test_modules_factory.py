@@ -68,7 +68,7 @@ def test_builtin_path_resolves_through_builtin_module(qwen_dir: Path, monkeypatc
 
 def test_gradient_checkpointing_and_dropout_off(gpt2_dir: Path) -> None:
     model = create_model("actor", ModelConfig(path=str(gpt2_dir), enable_gradient_checkpointing=True))
-    assert model.is_gradient_checkpointing
+    assert model.is_activation_checkpointing
     # GPT-2 defaults to dropout 0.1: the factory switches it off, so train mode is deterministic.
     model.train()
     ids = torch.tensor([[5, 6, 7, 8]])
