@@ -95,6 +95,10 @@ def finalize(cfg: RootConfig) -> RootConfig:
         critic.ppo_mini_batch_size = actor.ppo_mini_batch_size
     if actor.loss_scale_factor is None:
         actor.loss_scale_factor = float(data.max_response_length)
+    if critic.model.path is None:
+        critic.model.path = arr.model.path
+    if critic.model.tokenizer_path is None:
+        critic.model.tokenizer_path = arr.model.tokenizer_path
 
     world = world_size(cfg)
     for section, prefix, total, per_gpu in (

@@ -24,6 +24,8 @@ Nothing here imports torch, so loading and ``verl config show`` stay fast.
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -138,7 +140,19 @@ def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     check_sections(cfg)
     cfg = finalize(cfg)
     check_consistency(cfg)
+    attach_root(cfg)
     return cfg
+
+
+def attach_root(cfg: RootConfig) -> None:
+    """Give each top-level section a ``_root`` back-reference (not a config field).
+
+    The seed API passes sections around (``RLTrainer(config=config.trainer, ...)``,
+    ``RLDataLoader(config.data)``); the back-reference lets them reach the rest of the run's
+    config (e.g. the model path a tokenizer comes from) without a second argument.
+    """
+    for f in dataclasses.fields(cfg):
+        object.__setattr__(getattr(cfg, f.name), "_root", cfg)
 
 
 def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[str] = ()) -> RootConfig:

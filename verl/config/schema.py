@@ -108,7 +108,7 @@ class OptimConfig:
     eps: float = 1e-8
     # AdamW epsilon.
     total_training_steps: int = -1
-    # Filled in by the trainer (optimizer steps); -1 until then.
+    # Filled in by the trainer (RL steps: the LR schedule steps once per update call); -1 until then.
 
 
 @dataclass
@@ -498,3 +498,8 @@ class RootConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+
+    @property
+    def model(self) -> ModelConfig:
+        """The actor's model section (``actor_rollout_ref.model``), as the seed API names it."""
+        return self.actor_rollout_ref.model

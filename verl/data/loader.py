@@ -42,6 +42,9 @@ def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
 def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) -> str:
     """Where the loader's tokenizer comes from: data.tokenizer, else the model path.
 
+    The model path is ``model_path`` or, for a section produced by `load_config`, the run's
+    ``actor_rollout_ref.model`` (tokenizer_path, else path).
+
     With neither, and every data file built in, the default built-in model's tokenizer is used
     (the built-in tasks are written for it); a real data file without a tokenizer is an error
     rather than a silent guess.
@@ -53,6 +56,10 @@ def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) ->
         return config.tokenizer
     if model_path:
         return model_path
+    root = getattr(config, "_root", None)  # set by load_config: the run's actor model
+    if root is not None:
+        model = root.actor_rollout_ref.model
+        return model.tokenizer_path or model.path
     files = list(config.train_files) + list(config.val_files)
     if files and all(f.startswith(BUILTIN_PREFIX) for f in files):
         return ModelConfig().path

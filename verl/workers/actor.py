@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from verl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
-from verl.algorithms.logprob import logprobs_and_entropy_from_logits
+from verl.modules.forward import compute_log_probs, compute_log_probs_and_entropy
 from verl.protocol import DataProto
 from verl.workers.engine import clip_grad_and_step, restore_order, split_micro_batches
 
@@ -28,31 +28,17 @@ if TYPE_CHECKING:
 def forward_response_logprobs(
     module: torch.nn.Module, micro: DataProto, temperature: float, calculate_entropy: bool, chunk_size: int = 1024,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log π(response token | prefix) under ``logits / temperature``, and optionally entropy.
+    """Log π(response token | prefix) under ``logits / temperature`` `(B, R)`, and entropy `(B, R)`.
 
-    Args:
-        module: a causal LM returning ``.logits`` `(B, T, V)`.
-        micro: DataProto with ``input_ids``, ``attention_mask``, ``position_ids`` `(B, T)` and
-            ``responses`` `(B, R)`; T = P + R, prompts left-padded, responses right-padded.
-        temperature: the rollout temperature (so ratios are taken against the sampling policy).
-        calculate_entropy: also return the per-token entropy `(B, R)`.
-        chunk_size: rows of logits turned into float32 log-softmax at once.
-
-    Returns:
-        (log_probs `(B, R)`, entropy `(B, R)` or None), float32.
+    ``micro`` holds ``input_ids``, ``attention_mask``, ``position_ids`` `(B, T)` (T = P + R,
+    prompts left-padded) and ``responses`` `(B, R)`; the forward is `verl.modules.forward`'s,
+    the same one the rollout-consistency test checks against the engine's sampling log-probs.
     """
-    batch = micro.batch
-    responses = batch["responses"]
-    resp_len = responses.shape[-1]
-    out = module(
-        input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
-        position_ids=batch["position_ids"], use_cache=False,
-    )
-    # logits at position t predict token t + 1: the response tokens are predicted by T-R-1 .. T-2
-    logits = out.logits[:, -resp_len - 1 : -1, :]
-    return logprobs_and_entropy_from_logits(
-        logits, responses, chunk_size=chunk_size, compute_entropy=calculate_entropy, temperature=temperature
-    )
+    b = micro.batch
+    args = (module, b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[-1])
+    if calculate_entropy:
+        return compute_log_probs_and_entropy(*args, temperature=temperature, chunk_size=chunk_size)
+    return compute_log_probs(*args, temperature=temperature, chunk_size=chunk_size), None
 
 
 def _loss_params(cfg: ActorConfig) -> dict[str, float]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from verl.algorithms import compute_value_loss
+from verl.modules.forward import compute_values
 from verl.protocol import DataProto
 from verl.workers.actor import _all_reduce_sum
 from verl.workers.engine import clip_grad_and_step, restore_order, split_micro_batches
@@ -23,14 +24,9 @@ if TYPE_CHECKING:
 
 
 def forward_values(module: torch.nn.Module, micro: DataProto) -> torch.Tensor:
-    """Values `(B, R)` of the response positions of ``micro`` (see module docstring)."""
+    """Values `(B, R)` float32 of the response positions of ``micro`` (see module docstring)."""
     b = micro.batch
-    resp_len = b["responses"].shape[-1]
-    values = module(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"])
-    values = values.logits if hasattr(values, "logits") else values
-    if values.dim() == 3:
-        values = values.squeeze(-1)
-    return values[:, -resp_len - 1 : -1].float()
+    return compute_values(module, b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[-1]).float()
 
 
 class PPOCritic:
