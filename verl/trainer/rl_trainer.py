@@ -127,7 +127,7 @@ class RLTrainer:
             batch.non_tensor_batch["uid"] = np.array([f"{self.global_step}-{i}" for i in range(len(batch))], dtype=object)
             gen_batch = self._gen_batch(batch, validate=False)
             with timer("gen", timing):
-                gen_out = p.actor_rollout_wg.generate_sequences(gen_batch.repeat(rollout.n, interleave=True))
+                gen_out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen_batch.repeat(rollout.n, interleave=True), "train"))
             metrics.update(reduce_worker_metrics(gen_out.meta_info.pop("metrics", {})))
             if algo.adv_estimator == "remax":
                 with timer("gen_max", timing):
@@ -178,6 +178,17 @@ class RLTrainer:
         gen.meta_info.update({"eos_token_id": eos, "pad_token_id": tok.pad_token_id, "validate": validate,
                               "global_step": self.global_step})
         gen.non_tensor_batch["uid"] = batch.non_tensor_batch["uid"]
+        return gen
+
+    def _with_seeds(self, gen: DataProto, purpose: str) -> DataProto:
+        """Add ``sample_seeds`` `(B,)`: one sampling seed per trajectory from (seed, step, purpose).
+
+        Each row's randomness then depends only on these numbers, never on batching, on the
+        number of workers, or on whether the run was resumed (see `verl.workers.rollout.sampling`).
+        """
+        key = [self.config.trainer.seed, self.global_step, sum(map(ord, purpose)) * 131 + len(purpose)]
+        state = np.random.SeedSequence(key).generate_state(len(gen), dtype=np.uint64)
+        gen.batch["sample_seeds"] = torch.from_numpy((state >> np.uint64(1)).astype(np.int64))
         return gen
 
     def _remax_baselines(self, gen_batch: DataProto, batch: DataProto) -> torch.Tensor:
@@ -245,7 +256,7 @@ class RLTrainer:
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([f"val-{len(uids)}-{i}" for i in range(len(batch))], dtype=object)
             gen = self._gen_batch(batch, validate=True)
-            out = p.actor_rollout_wg.generate_sequences(gen.repeat(vk.n, interleave=True))
+            out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen.repeat(vk.n, interleave=True), f"val{len(uids)}"))
             out.meta_info.pop("metrics", None)
             batch = batch.repeat(vk.n, interleave=True)
             batch.union(out)

@@ -21,7 +21,9 @@ responses that stop without EOS are masked right (known_faults B15, B17). ``roll
 are ``log_softmax(logits / τ)`` at the sampled tokens, before top-k / top-p filtering, 0 on
 padding; the training forward `verl.modules.forward.compute_log_probs` reproduces them.
 
-Reproducibility: ``meta_info["seed"]`` seeds a fresh generator for that call; otherwise the
+Reproducibility: a ``sample_seeds`` `(B,)` int64 tensor in the batch gives every row its own
+generator (the trainer derives it from ``trainer.seed``, the step and the row), so samples do
+not depend on batching, ranks or resumption; else ``meta_info["seed"]`` seeds a fresh generator for that call; otherwise the
 engine's own generator (seeded once from ``rollout.seed``) advances from call to call, and its
 state is saved and restored with `rng_state` / `set_rng_state`.
 """
@@ -39,7 +41,7 @@ from transformers import DynamicCache, StaticCache
 from verl.algorithms.masked import compute_response_mask_from_lengths
 from verl.modules.forward import position_ids_from_attention_mask
 from verl.protocol import DataProto
-from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, sample_tokens
+from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_generators, sample_tokens
 
 __all__ = ["HFRollout", "default_eos_token_ids"]
 
@@ -158,9 +160,10 @@ class HFRollout:
             with torch.no_grad(), self._autocast():
                 for start in range(0, input_ids.shape[0], step):
                     rows = slice(start, start + step)
+                    seeds = batch["sample_seeds"][rows] if "sample_seeds" in batch.keys() else None
                     outputs.append(self._generate_batch(
                         input_ids[rows], attention_mask[rows], position_ids[rows],
-                        int(response_length), params, eos_ids, pad_id, generator,
+                        int(response_length), params, eos_ids, pad_id, generator, seeds,
                     ))
         finally:
             self.module.train(was_training)
@@ -209,6 +212,7 @@ class HFRollout:
         eos_ids: list[int],
         pad_id: int,
         generator: torch.Generator,
+        seeds: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Decode loop for one micro-batch; returns responses, lengths `(B,)` and log-probs `(B, R)`."""
         device = self._device()
@@ -229,8 +233,9 @@ class HFRollout:
         out = self.module(
             input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1
         )
+        per_row = row_generators(seeds) if seeds is not None and not params.greedy else None
         for t in range(response_length):
-            tokens, token_logp = sample_tokens(out.logits[:, -1].float(), params, generator)
+            tokens, token_logp = sample_tokens(out.logits[:, -1].float(), params, generator, per_row)
             responses[:, t] = torch.where(finished, pad_id, tokens)
             log_probs[:, t] = torch.where(finished, 0.0, token_logp)
             lengths += (~finished).long()

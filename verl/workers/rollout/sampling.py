@@ -103,15 +103,28 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0
     return logits
 
 
+def row_generators(seeds: torch.Tensor) -> list[torch.Generator]:
+    """One CPU generator per row, seeded with that row's ``sample_seeds`` entry."""
+    return [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds.tolist()]
+
+
 def sample_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+    per_row: list[torch.Generator] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token of each row and its log-prob.
+
+    With ``per_row`` generators each row draws its own uniform u and takes the token where the
+    cumulative distribution first exceeds u (inverse-CDF sampling), so a row's sample depends on
+    its seed only — not on which other rows share the batch, the micro-batch or the rank. This
+    makes 1-worker and N-worker runs, and resumed and uninterrupted runs, draw the same tokens.
 
     Args:
         logits: `(B, V)` float32 next-token logits.
         params: sampling settings.
-        generator: random source for sampling (device of ``logits``); unused when greedy.
+        generator: random source for sampling (device of ``logits``); unused when greedy or
+            when ``per_row`` is given.
+        per_row: optional `B` generators (see `row_generators`).
 
     Returns:
         (tokens `(B,)` int64, log_probs `(B,)` float32 = log_softmax(logits / τ)[token], with
@@ -124,5 +137,12 @@ def sample_tokens(
     else:
         filtered = top_k_top_p_filter(scaled, params.top_k, params.top_p)
         probs = torch.softmax(filtered, dim=-1)
-        tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
+        if per_row is not None:
+            u = torch.stack([torch.rand((), generator=g) for g in per_row]).to(probs.device)
+            cdf = probs.cumsum(dim=-1)
+            # right=True: the first index whose cdf exceeds u * total never has zero probability
+            tokens = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
+            tokens = tokens.clamp(max=probs.shape[-1] - 1)
+        else:
+            tokens = torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)
     return tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
