@@ -55,17 +55,22 @@ def shard_module(module: torch.nn.Module, cfg: FSDPConfig, world_size: int) -> t
     return module
 
 
-def _options(**kw: Any) -> Any:
+def _options(cpu_offload: bool = True, **kw: Any) -> Any:
     from torch.distributed.checkpoint.state_dict import StateDictOptions
 
-    return StateDictOptions(full_state_dict=True, cpu_offload=True, **kw)
+    return StateDictOptions(full_state_dict=True, cpu_offload=cpu_offload, **kw)
 
 
-def full_model_state(module: torch.nn.Module) -> dict[str, torch.Tensor]:
-    """Unsharded model state on CPU (a collective when sharded: every rank must call it)."""
+def full_model_state(module: torch.nn.Module, all_ranks: bool = True) -> dict[str, torch.Tensor]:
+    """Unsharded model state (a collective when sharded: every rank must call it).
+
+    Args:
+        all_ranks: every rank receives the full tensors (rollout weight sync); False = only
+            rank 0 does, offloaded to CPU (checkpoint writing), the others get an empty dict.
+    """
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    return get_model_state_dict(module, options=_options())
+    return get_model_state_dict(module, options=_options(cpu_offload=not all_ranks))
 
 
 def _rank() -> int:
@@ -82,7 +87,7 @@ def save_worker_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer 
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
-    model_sd = full_model_state(module)
+    model_sd = full_model_state(module, all_ranks=False)
     optim_sd = get_optimizer_state_dict(module, optimizer, options=_options()) if optimizer is not None else None
     if _rank() == 0:
         out = Path(out_dir)
