@@ -109,7 +109,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     from verl.data import RLDataLoader
     from verl.modules import load_tokenizer
     from verl.trainer.tracking import Tracking
-    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
     seed_everything(cfg.trainer.seed)
     tokenizer = load_tokenizer(cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or cfg.actor_rollout_ref.model.path,
@@ -126,6 +126,10 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     if cfg.critic.enable:
         critic_wg = build_worker_group(cfg, pool, "critic", CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, seed=cfg.trainer.seed)
         critic_wg.init_model(total)
+    rm_wg = None
+    if cfg.reward_model.enable:
+        rm_wg = build_worker_group(cfg, pool, "reward_model", RewardModelWorker, cfg.reward_model)
+        rm_wg.init_model()
     kl_ctrl = None
     if cfg.algorithm.use_kl_in_reward:
         from verl.algorithms import get_kl_controller
@@ -139,7 +143,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     keeps = [k for k in (cfg.trainer.max_actor_ckpt_to_keep, cfg.trainer.max_critic_ckpt_to_keep) if k]
     parts = TrainerParts(
         tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
-        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, kl_ctrl=kl_ctrl,
+        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, kl_ctrl=kl_ctrl,
         tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
         total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size_of(cfg),
     )

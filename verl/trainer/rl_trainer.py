@@ -42,6 +42,7 @@ class TrainerParts:
     val_reward_fn: Any
     actor_rollout_wg: Any
     critic_wg: Any = None
+    rm_wg: Any = None
     kl_ctrl: Any = None
     tracker: Any = None
     checkpoints: Any = None
@@ -137,9 +138,7 @@ class RLTrainer:
             if cfg.trainer.balance_batch and p.world_size > 1:
                 self._balance_batch(batch)
             with timer("reward", timing):
-                reward = p.reward_fn(batch, return_dict=True)
-            batch.batch["token_level_scores"] = reward["reward_tensor"]
-            metrics.update(self._reward_extra_metrics(reward))
+                metrics.update(self._compute_reward(batch))
             with timer("old_log_prob", timing):
                 old = p.actor_rollout_wg.compute_log_prob(batch)
             metrics["actor/entropy_rollout"] = float((old.batch["entropys"] * batch.batch["response_mask"]).sum() / batch.batch["response_mask"].sum())
@@ -232,6 +231,17 @@ class RLTrainer:
         lens = batch.batch["attention_mask"].sum(-1).tolist()
         parts = get_seqlen_balanced_partitions(lens, p.world_size, equal_size=True)
         batch.reorder(torch.tensor([i for part in parts for i in sorted(part)]))
+
+    def _compute_reward(self, batch: DataProto) -> dict[str, float]:
+        """``token_level_scores`` `(B, R)`: the reward model's score when enabled (as verl, it
+        replaces the rule scorers), else the reward manager's rule / custom scores."""
+        p = self._parts()
+        if p.rm_wg is not None:
+            batch.batch["token_level_scores"] = p.rm_wg.compute_rm_score(batch).batch["rm_scores"]
+            return {}
+        reward = p.reward_fn(batch, return_dict=True)
+        batch.batch["token_level_scores"] = reward["reward_tensor"]
+        return self._reward_extra_metrics(reward)
 
     @staticmethod
     def _reward_extra_metrics(reward: dict[str, Any]) -> dict[str, float]:

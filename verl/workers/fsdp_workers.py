@@ -198,3 +198,48 @@ class CriticWorker(Worker):
         from verl.workers.sharding import load_worker_state
 
         load_worker_state(self.critic.module, self.critic.optimizer, self.critic.scheduler, in_dir)
+
+
+class RewardModelWorker(Worker):
+    """A sequence-classification reward model scoring (prompt + response).
+
+    The score is placed on the last valid response token of ``rm_scores`` `(B, R)`. It reuses
+    the policy's token ids, so the reward model must share the policy's tokenizer
+    (``reward_model.model.input_tokenizer`` re-templating is not supported and is refused).
+
+    Args:
+        config: the ``reward_model`` section.
+    """
+
+    def __init__(self, config: Any) -> None:
+        super().__init__()
+        self.config = config
+        if config.model.input_tokenizer:
+            raise ValueError("reward_model.model.input_tokenizer (a reward model with another tokenizer) is not supported")
+
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self) -> None:
+        """Load the frozen reward model."""
+        from verl.modules import create_model
+        from verl.workers.sharding import shard_module
+
+        self.module = shard_module(create_model("reward_model", self.config.model), self.config.model.fsdp_config, self.world_size)
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    @torch.no_grad()
+    def compute_rm_score(self, data: DataProto) -> DataProto:
+        """``rm_scores`` `(B, R)`: the sequence score on the last valid response token."""
+        from verl.modules.forward import compute_rm_scores
+
+        b = data.batch
+        micro = self.config.micro_batch_size_per_gpu or len(data)
+        scores = torch.cat([
+            compute_rm_scores(self.module, m.batch["input_ids"], m.batch["attention_mask"], m.batch["position_ids"])
+            for m in data.split(micro)
+        ])
+        mask = b["response_mask"]
+        last = (torch.arange(mask.shape[1]) * mask.long()).argmax(dim=-1)
+        rm_scores = torch.zeros(mask.shape, dtype=torch.float32)
+        has_tokens = mask.sum(-1) > 0
+        rm_scores[torch.arange(len(data))[has_tokens], last[has_tokens]] = scores[has_tokens]
+        return DataProto.from_dict(tensors={"rm_scores": rm_scores})
