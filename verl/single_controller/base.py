@@ -152,3 +152,6 @@ class BaseWorkerGroup:
 
     def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
         raise NotImplementedError
+
+    def shutdown(self) -> None:
+        """Release the group's processes (nothing to do for in-process workers)."""

@@ -143,7 +143,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     keeps = [k for k in (cfg.trainer.max_actor_ckpt_to_keep, cfg.trainer.max_critic_ckpt_to_keep) if k]
     parts = TrainerParts(
         tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
-        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, kl_ctrl=kl_ctrl,
+        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, resource_pool=pool, kl_ctrl=kl_ctrl,
         tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
         total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size_of(cfg),
     )

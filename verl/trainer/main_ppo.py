@@ -87,7 +87,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         print(f"verl train: config error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("verl train: interrupted", file=sys.stderr)
+        return 130
+    finally:
+        _shutdown_ray()
     return 0
+
+
+def _shutdown_ray() -> None:
+    """Stop Ray if this process started it, so no worker process outlives the driver."""
+    if "ray" in sys.modules:
+        import ray
+
+        if ray.is_initialized():
+            ray.shutdown()
 
 
 if __name__ == "__main__":

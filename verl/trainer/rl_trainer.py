@@ -43,6 +43,7 @@ class TrainerParts:
     actor_rollout_wg: Any
     critic_wg: Any = None
     rm_wg: Any = None
+    resource_pool: Any = None
     kl_ctrl: Any = None
     tracker: Any = None
     checkpoints: Any = None
@@ -78,7 +79,30 @@ class RLTrainer:
         return self.fit()
 
     def fit(self) -> list[dict[str, float]]:
-        """Run RL until ``total_training_steps``; returns the per-step metrics."""
+        """Run RL until ``total_training_steps``; returns the per-step metrics.
+
+        Worker processes (Ray backend) are released when it returns or raises.
+        """
+        try:
+            return self._fit()
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Shut down remote worker groups and release their resource pool (idempotent)."""
+        p = self.parts
+        if p is None:
+            return
+        for wg in (p.actor_rollout_wg, p.critic_wg, p.rm_wg):
+            if wg is not None:
+                wg.shutdown()
+        if p.resource_pool is not None:
+            p.resource_pool.release()
+            p.resource_pool = None
+        if p.tracker is not None:
+            p.tracker.close()
+
+    def _fit(self) -> list[dict[str, float]]:
         p = self._parts()
         cfg = self.config
         resumed = self._load_checkpoint()
@@ -113,7 +137,6 @@ class RLTrainer:
                 self.epoch += 1
         if bar is not None:
             bar.close()
-        p.tracker.close()
         return p.history
 
     # ------------------------------------------------------------------------------ one step

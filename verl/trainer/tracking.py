@@ -80,7 +80,10 @@ class Tracking:
             self._jsonl = None
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
         if self._wandb is not None:
             self._wandb.finish()
+            self._wandb = None
         if self._mlflow is not None:
             self._mlflow.end_run()
+            self._mlflow = None
