@@ -1,0 +1,321 @@
+"""The built-in tiny model of the quick start: a character tokenizer and a warm-started Llama.
+
+``builtin://tiny-arithmetic`` (the default ``actor_rollout_ref.model.path``) resolves to
+`get_builtin_model_dir`: a Hugging Face directory (``config.json``, ``model.safetensors``,
+tokenizer files) that loads offline with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
+
+How the shipped weights were made (``verl/modules/assets/tiny-arithmetic/``, 0.14 M parameters,
+about 0.6 MB): ``build_builtin_model(out_dir)`` with the defaults of `BuiltinModelSpec`, i.e.
+a 2-layer, hidden-64 ``LlamaForCausalLM`` initialised with seed 0 and trained by supervised
+next-token prediction on the *train* split of the built-in ``arithmetic`` task
+(`verl.data.builtin_task`), single-threaded for bit-reproducibility. The SFT teacher is
+deliberately sloppy: on a problem whose ones column carries it forgets the carry with
+probability ``teacher_forget_carry`` = 0.7 (47+38 -> "75" instead of "85"). The warm-started
+model therefore answers most carrying problems wrongly when decoding greedily (about 25 % held-out
+greedy accuracy, see ``verl_builtin.json`` in the directory) but still samples the right answer
+about 30 % of the time: RL with the exact-answer reward has a signal to amplify, and held-out
+greedy accuracy rises to about 85-90 % within a few dozen GRPO steps on a CPU. A directory that is
+missing is rebuilt on first use into ``$VERL_CACHE_DIR`` (or ``~/.cache/verl``) ``/builtin/
+<name>-<hash>``, written to a temporary directory and renamed atomically.
+
+Tokenizer: one token per character (printable ASCII and newline) plus ``<pad>`` = 0,
+``<s>`` = 1 (BOS), ``</s>`` = 2 (EOS), ``<unk>`` = 3. Encoding adds no special tokens; the chat
+template starts with BOS, so a rendered-then-encoded prompt holds BOS once (known fault B27). The
+template renders a user turn as ``"Q:<content>\\n"``, an assistant turn as
+``"A:<content></s>"`` and the generation prompt as ``"A:"``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import shutil
+import string
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+__all__ = [
+    "BUILTIN_MODELS",
+    "CHAT_TEMPLATE",
+    "BuiltinModelSpec",
+    "build_builtin_model",
+    "build_tokenizer",
+    "get_builtin_model_dir",
+    "load_builtin_tokenizer",
+    "sloppy_sum",
+]
+
+PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
+CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
+# Printable ASCII (digits, letters, punctuation, space) and newline: ids 4..99.
+CHAT_TEMPLATE = (
+    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}"
+    "A:{{ m['content'] }}{{ eos_token }}{% else %}Q:{{ m['content'] }}\n{% endif %}{% endfor %}"
+    "{% if add_generation_prompt %}A:{% endif %}"
+)
+ASSETS_DIR = Path(__file__).resolve().parent / "assets"
+_BUILD_VERSION = 1
+# Bumped whenever build_builtin_model changes what it produces (part of the cache hash).
+_INFO_FILE = "verl_builtin.json"
+
+
+@dataclass(frozen=True)
+class BuiltinModelSpec:
+    """Architecture and warm-start recipe of one built-in model (see the module docstring)."""
+
+    task: str = "arithmetic"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 256
+    max_position_embeddings: int = 128
+    init_seed: int = 0
+    teacher_forget_carry: float = 0.7
+    # Probability that the SFT teacher drops the ones-column carry on a carrying problem.
+    sft_steps: int = 800
+    sft_batch_size: int = 128
+    # Sequences per SFT step, sampled with replacement from the train split.
+    sft_lr: float = 3e-3
+    # Peak AdamW lr: linear warm-up over sft_warmup_steps, then cosine decay to 0.
+    sft_warmup_steps: int = 20
+    sft_seed: int = 0
+
+
+BUILTIN_MODELS: dict[str, BuiltinModelSpec] = {"tiny-arithmetic": BuiltinModelSpec()}
+# Built-in model name -> its spec.
+
+
+def _check_name(name: str) -> BuiltinModelSpec:
+    if name not in BUILTIN_MODELS:
+        raise ValueError(f"unknown built-in model {name!r}; valid names: {sorted(BUILTIN_MODELS)}")
+    return BUILTIN_MODELS[name]
+
+
+def build_tokenizer() -> Any:
+    """The built-in character tokenizer (a `transformers.PreTrainedTokenizerFast`).
+
+    Returns:
+        Tokenizer with vocabulary size 100, pad/bos/eos/unk ids 0/1/2/3 and `CHAT_TEMPLATE`;
+        e.g. ``"12+3"`` encodes to ``[5, 6, 76, 7]`` and decodes back to ``"12+3"``.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK, *CHARS])}
+    core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
+    # Every character (newline included) is its own pre-token; Fuse joins them back without spaces.
+    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    core.decoder = decoders.Fuse()
+    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK)
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def load_builtin_tokenizer(name: str = "tiny-arithmetic") -> Any:
+    """The tokenizer of built-in model ``name`` (built in memory, no files needed).
+
+    Raises:
+        ValueError: For an unknown name (the message lists the valid names).
+    """
+    _check_name(name)
+    return build_tokenizer()
+
+
+def sloppy_sum(a: int, b: int) -> int:
+    """``a + b`` computed column by column without carrying into the next column.
+
+    The top column is written in full, so only carries between columns are lost:
+    ``sloppy_sum(47, 38) == 75`` (true sum 85), ``sloppy_sum(71, 52) == 123`` (correct).
+
+    Args:
+        a: First non-negative operand.
+        b: Second non-negative operand.
+
+    Returns:
+        The carry-forgetting sum.
+    """
+    width = max(len(str(a)), len(str(b)))
+    total = 0
+    for col in range(width):
+        digit_sum = (a // 10**col) % 10 + (b // 10**col) % 10
+        total += (digit_sum if col == width - 1 else digit_sum % 10) * 10**col
+    return total
+
+
+def _teacher_rows(spec: BuiltinModelSpec) -> list[tuple[str, str]]:
+    """(prompt content, teacher response) for every train row; the teacher forgets carries."""
+    from verl.data.builtin_task import arithmetic_problems
+
+    rng = random.Random(spec.sft_seed)
+    rows = []
+    for a, b in arithmetic_problems("train"):
+        forget = sloppy_sum(a, b) != a + b and rng.random() < spec.teacher_forget_carry
+        rows.append((f"{a}+{b}", str(sloppy_sum(a, b) if forget else a + b)))
+    return rows
+
+
+def _sft_tensors(tok: Any, rows: list[tuple[str, str]]) -> tuple[Any, Any]:
+    """Right-padded ``input_ids`` (N, T) and ``labels`` (N, T) (-100 outside response + EOS)."""
+    import torch
+
+    seqs, labels = [], []
+    for content, answer in rows:
+        prompt = tok.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
+        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        r_ids = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+        seqs.append(p_ids + r_ids)
+        labels.append([-100] * len(p_ids) + r_ids)
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
+    lab = torch.full((len(seqs), width), -100, dtype=torch.long)
+    for i, (s, lb) in enumerate(zip(seqs, labels)):
+        ids[i, : len(s)] = torch.tensor(s)
+        lab[i, : len(lb)] = torch.tensor(lb)
+    return ids, lab
+
+
+def _init_model(spec: BuiltinModelSpec, tok: Any) -> Any:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads, max_position_embeddings=spec.max_position_embeddings,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(spec.init_seed)
+    return LlamaForCausalLM(config)
+
+
+def _sft(model: Any, ids: Any, labels: Any, spec: BuiltinModelSpec) -> float:
+    """Supervised warm start: next-token cross-entropy on response tokens; returns the last loss."""
+    import torch
+    import torch.nn.functional as F
+
+    gen = torch.Generator().manual_seed(spec.sft_seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, betas=(0.9, 0.99), weight_decay=0.0)
+
+    def lr_factor(step: int) -> float:
+        return min(1.0, (step + 1) / spec.sft_warmup_steps) * 0.5 * (1 + math.cos(math.pi * step / spec.sft_steps))
+
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
+    model.train()
+    loss = torch.tensor(float("nan"))
+    for _ in range(spec.sft_steps):
+        idx = torch.randint(0, ids.shape[0], (spec.sft_batch_size,), generator=gen)
+        x, y = ids[idx], labels[idx]
+        # Right padding: pad positions come after every label, so causal attention needs no mask.
+        logits = model(input_ids=x).logits
+        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), y[:, 1:].flatten(), ignore_index=-100)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+    model.eval()
+    return loss.item()
+
+
+def _greedy_accuracy(model: Any, tok: Any, split: str = "test") -> float:
+    """Held-out greedy exact-answer accuracy on the built-in task (recorded in the info file)."""
+    import torch
+
+    from verl.data.builtin_task import arithmetic_problems
+    from verl.reward.scorers.arithmetic import compute_score
+
+    problems = arithmetic_problems(split)
+    prompts = [tok.apply_chat_template([{"role": "user", "content": f"{a}+{b}"}], add_generation_prompt=True, tokenize=False) for a, b in problems]
+    tok.padding_side = "left"
+    batch = tok(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
+    with torch.no_grad():
+        out = model.generate(**batch, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    texts = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
+    return sum(compute_score(t, str(a + b)) for t, (a, b) in zip(texts, problems)) / len(problems)
+
+
+def build_builtin_model(out_dir: str | Path, spec: BuiltinModelSpec | None = None) -> Path:
+    """Build a built-in model directory: init, warm start, save (model, tokenizer, info).
+
+    Deterministic: seeded, and run with one intra-op thread (the thread count changes float
+    reduction order). About 30 s on one CPU core for the default spec.
+
+    Args:
+        out_dir: Directory to write (created; existing files are overwritten).
+        spec: Recipe; defaults to ``BUILTIN_MODELS["tiny-arithmetic"]``.
+
+    Returns:
+        ``out_dir`` as a Path. It holds ``config.json``, ``model.safetensors``, the tokenizer
+        files and ``verl_builtin.json`` (spec, final SFT loss, held-out greedy accuracy).
+    """
+    import torch
+
+    spec = spec or BUILTIN_MODELS["tiny-arithmetic"]
+    out = Path(out_dir)
+    tok = build_tokenizer()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = _init_model(spec, tok)
+        ids, labels = _sft_tensors(tok, _teacher_rows(spec))
+        last_loss = _sft(model, ids, labels, spec)
+        accuracy = _greedy_accuracy(model, tok)
+    finally:
+        torch.set_num_threads(threads)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    info = {"spec": asdict(spec), "build_version": _BUILD_VERSION, "final_sft_loss": round(last_loss, 4),
+            "test_greedy_accuracy": accuracy}
+    (out / _INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    return out
+
+
+def _spec_hash(spec: BuiltinModelSpec) -> str:
+    payload = json.dumps({"spec": asdict(spec), "version": _BUILD_VERSION}, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+def _is_complete(path: Path) -> bool:
+    return (path / "config.json").is_file() and (path / "model.safetensors").is_file() and (path / _INFO_FILE).is_file()
+
+
+def get_builtin_model_dir(name: str = "tiny-arithmetic") -> Path:
+    """Directory of built-in model ``name``, loadable offline by ``from_pretrained``.
+
+    The shipped ``verl/modules/assets/<name>/`` when it is complete; otherwise the cache
+    ``$VERL_CACHE_DIR/builtin/<name>-<hash>`` (default ``~/.cache/verl``), built on first use by
+    `build_builtin_model` into a temporary directory that is then renamed, so concurrent or
+    interrupted builds never leave a half-written model behind.
+
+    Raises:
+        ValueError: For an unknown name (the message lists the valid names).
+    """
+    spec = _check_name(name)
+    shipped = ASSETS_DIR / name
+    # A shipped directory made from another spec is stale: the spec is the source of truth.
+    if _is_complete(shipped) and json.loads((shipped / _INFO_FILE).read_text())["spec"] == asdict(spec):
+        return shipped
+    cache_root = Path(os.environ.get("VERL_CACHE_DIR") or Path.home() / ".cache" / "verl") / "builtin"
+    target = cache_root / f"{name}-{_spec_hash(spec)}"
+    if _is_complete(target):
+        return target
+    cache_root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=cache_root))
+    try:
+        build_builtin_model(tmp, spec)
+        try:
+            tmp.rename(target)
+        except OSError:
+            # Another process finished first: its complete directory wins.
+            if not _is_complete(target):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
