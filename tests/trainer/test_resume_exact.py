@@ -30,9 +30,10 @@ KILL_MID_STEP = textwrap.dedent("""
 """)
 
 KILL_MID_SAVE = textwrap.dedent("""
-    import os, signal, sys
+    import functools, os, signal, sys
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
     original = ActorRolloutRefWorker.save_checkpoint
+    @functools.wraps(original)  # keeps the @register dispatch mode
     def killer(self, out_dir):
         original(self, out_dir)
         if "global_step_3" in out_dir:  # actor written, trainer state and manifest not yet
