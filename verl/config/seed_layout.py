@@ -21,8 +21,9 @@ seed key                               canonical meaning
                                        has no mini-batch: one optimizer step per rollout batch)
 ``trainer.num_rollout_workers``        ``trainer.n_gpus_per_node`` (one worker process per device)
 ``trainer.use_vllm: true``             ``actor_rollout_ref.rollout.name: vllm``, ``trainer.device:
-                                       cuda`` (vLLM runs only on GPUs); false -> no change (hf)
-``trainer.use_flash_attn: true``       ``override_config.attn_implementation: flash_attention_2``
+                                       cuda`` when vllm is installed ("if installed", as the seed
+                                       document says); otherwise hf, with a logged warning
+``trainer.use_flash_attn: true``       ``override_config.attn_implementation: flash_attention_2`` when flash-attn is installed, else the default (warning)
                                        of the actor and critic models; false -> no change
 ``model.actor.model_name_or_path``,    ``actor_rollout_ref.model.path``
 ``model.path``
@@ -168,10 +169,24 @@ def _trainer(trainer: dict[str, Any], out: dict[str, Any]) -> None:
     if "num_rollout_workers" in trainer:
         set_path(out, "trainer.n_gpus_per_node", trainer.pop("num_rollout_workers"))
     if trainer.pop("use_vllm", False):
-        _rollout_name("vllm", out)
+        if _installed("vllm"):
+            _rollout_name("vllm", out)
+        else:
+            logger.warning("trainer.use_vllm: vllm is not installed; using the built-in hf rollout engine "
+                           "(pip install 'verl[vllm]' on a GPU machine to use vLLM)")
     if trainer.pop("use_flash_attn", False):
-        for model in (_MODEL, "critic.model"):
-            set_path(out, f"{model}.override_config.attn_implementation", "flash_attention_2")
+        if _installed("flash_attn"):
+            for model in (_MODEL, "critic.model"):
+                set_path(out, f"{model}.override_config.attn_implementation", "flash_attention_2")
+        else:
+            logger.warning("trainer.use_flash_attn: flash-attn is not installed; keeping the default attention")
+
+
+def _installed(package: str) -> bool:
+    """Whether ``package`` can be imported (checked without importing it)."""
+    import importlib.util
+
+    return importlib.util.find_spec(package) is not None
 
 
 def _rollout_name(name: Any, out: dict[str, Any]) -> None:
