@@ -1,7 +1,11 @@
-"""``verl merge CKPT_DIR OUT_DIR``: a checkpoint's actor (or critic) → a Hugging Face directory.
+"""``verl merge CKPT_DIR OUT_DIR``: a checkpoint's actor → a Hugging Face directory.
 
 ``CKPT_DIR`` is a ``global_step_N`` directory written by the trainer (it holds ``config.yaml``
-and ``actor/model.safetensors``). The output loads offline with
+and ``actor/model.safetensors``). A published checkpoint (one with ``manifest.json``) is
+verified against its manifest first, so a truncated or corrupted checkpoint is refused rather
+than exported as a silently broken model. ``OUT_DIR`` must be new or empty: files left over
+from an earlier export (an ``adapter_config.json`` next to merged weights) would change what
+``from_pretrained`` loads. The output loads offline with
 ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``. With LoRA the
 adapters are merged into the base weights by default (``merge_and_unload``);
 ``--adapter-only`` writes the peft adapter directory instead. Loading a checkpoint never runs
@@ -14,6 +18,8 @@ import argparse
 import sys
 from pathlib import Path
 from typing import Sequence
+
+from verl.trainer.checkpoint import MANIFEST, CheckpointError, check_checkpoint
 
 
 def _load_actor(ckpt_dir: Path) -> tuple[object, object]:
@@ -42,14 +48,24 @@ def export_hf(ckpt_dir: str | Path, out_dir: str | Path, adapter_only: bool = Fa
         out_dir: output directory (created).
         adapter_only: LoRA runs only: write the adapter instead of merged weights.
 
+    Returns:
+        ``out_dir``.
+
     Raises:
         FileNotFoundError: ``ckpt_dir`` lacks ``config.yaml`` or the actor weights.
+        FileExistsError: ``out_dir`` exists and is not empty.
+        CheckpointError: ``ckpt_dir`` has a manifest that its files do not match (truncated,
+            corrupted or missing files).
         ValueError: ``adapter_only`` on a run without LoRA, or mismatched weights.
     """
     ckpt, out = Path(ckpt_dir), Path(out_dir)
     for need in (ckpt / "config.yaml", ckpt / "actor" / "model.safetensors"):
         if not need.is_file():
             raise FileNotFoundError(f"{need} not found: is {ckpt} a global_step_N checkpoint directory?")
+    if (ckpt / MANIFEST).is_file() and (problem := check_checkpoint(ckpt)) is not None:
+        raise CheckpointError(f"refusing to export a damaged checkpoint: {problem}")
+    if out.exists() and any(out.iterdir()):
+        raise FileExistsError(f"{out} is not empty; choose a new output directory")
     module, tokenizer = _load_actor(ckpt)
     is_peft = hasattr(module, "merge_and_unload")
     if adapter_only and not is_peft:
@@ -71,7 +87,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = export_hf(args.ckpt_dir, args.out_dir, adapter_only=args.adapter_only)
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError, CheckpointError) as e:
         print(f"verl merge: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out}")
