@@ -153,8 +153,8 @@ def compute_rm_scores(
 
     Hugging Face's classifier forward finds the last token by value (``input_ids != pad_id``),
     which picks the wrong token when pad == eos and the response ends in EOS (known_faults B17).
-    Here the backbone and the ``score`` head run separately and the score is read at the last
-    position whose attention mask is 1, whatever the token values are.
+    Here the per-position output of the ``score`` head is captured with a forward hook and the
+    score is read at the last position whose attention mask is 1, whatever the token values are.
 
     Args:
         reward_model: a sequence classifier with one label and a ``score`` head.
@@ -164,16 +164,20 @@ def compute_rm_scores(
         `(B,)` float32 scores.
 
     Raises:
-        TypeError: if the model has no base model / ``score`` head to call separately.
+        TypeError: if the model has no ``score`` head.
     """
-    backbone = getattr(reward_model, getattr(reward_model, "base_model_prefix", ""), None)
     head = getattr(reward_model, "score", None)
-    if backbone is None or head is None:
-        raise TypeError(f"{type(reward_model).__name__} has no base model + 'score' head")
-    hidden = backbone(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
-    ).last_hidden_state
+    if head is None:
+        raise TypeError(f"{type(reward_model).__name__} has no 'score' head")
+    captured: dict[str, torch.Tensor] = {}
+    # the whole model runs (so FSDP2 unshards every parameter, head included); the head's
+    # per-position output is captured before Hugging Face pools it by token value
+    handle = head.register_forward_hook(lambda _m, _i, out: captured.__setitem__("scores", out))
+    try:
+        reward_model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    finally:
+        handle.remove()
+    per_position = captured["scores"]  # (B, T, 1)
     positions = torch.arange(input_ids.shape[1], device=input_ids.device)
     last = (positions * attention_mask.long()).argmax(dim=-1)
-    last_hidden = hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
-    return head(last_hidden).squeeze(-1).float()
+    return per_position[torch.arange(per_position.shape[0], device=per_position.device), last].squeeze(-1).float()
