@@ -9,7 +9,7 @@ import os
 import time
 
 import pytest
-from conftest import read_metrics, tiny_run_overrides
+from run_helpers import read_metrics, tiny_run_overrides
 from safetensors.torch import load_file
 
 from verl.config import load_config

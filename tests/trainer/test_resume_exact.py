@@ -13,7 +13,7 @@ import sys
 import textwrap
 
 import pytest
-from conftest import read_metrics, tiny_run_overrides
+from run_helpers import read_metrics, tiny_run_overrides
 from safetensors.torch import load_file
 
 KILL_MID_STEP = textwrap.dedent("""

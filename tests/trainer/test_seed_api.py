@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from conftest import tiny_run_overrides
+from run_helpers import tiny_run_overrides
 
 SEED_SCRIPT = """\
 from verl.trainer import RLTrainer

@@ -10,7 +10,7 @@ import math
 
 import pytest
 import torch
-from conftest import read_metrics, tiny_run_overrides
+from run_helpers import read_metrics, tiny_run_overrides
 from safetensors.torch import load_file
 
 from verl.config import load_config
