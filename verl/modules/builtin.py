@@ -77,7 +77,7 @@ class BuiltinModelSpec:
     init_seed: int = 0
     teacher_forget_carry: float = 0.7
     # Probability that the SFT teacher drops the ones-column carry on a carrying problem.
-    sft_steps: int = 800
+    sft_steps: int = 2000
     sft_batch_size: int = 128
     # Sequences per SFT step, sampled with replacement from the train split.
     sft_lr: float = 3e-3
