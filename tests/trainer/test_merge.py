@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_run_overrides
+from run_helpers import tiny_run_overrides
 from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
