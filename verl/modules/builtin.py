@@ -11,10 +11,11 @@ next-token prediction on the *train* split of the built-in ``arithmetic`` task
 (`verl.data.builtin_task`), single-threaded for bit-reproducibility. The SFT teacher is
 deliberately sloppy: on a problem whose ones column carries it forgets the carry with
 probability ``teacher_forget_carry`` = 0.7 (47+38 -> "75" instead of "85"). The warm-started
-model therefore answers most carrying problems wrongly when decoding greedily (about 25 % held-out
+model therefore answers most carrying problems wrongly when decoding greedily (27 % held-out
 greedy accuracy, see ``verl_builtin.json`` in the directory) but still samples the right answer
 about 30 % of the time: RL with the exact-answer reward has a signal to amplify, and held-out
-greedy accuracy rises to about 85-90 % within a few dozen GRPO steps on a CPU. A directory that is
+greedy accuracy rises to about 90-95 % within a few dozen GRPO steps on a CPU (lr 5e-5,
+32 prompts x 8 samples per step: 0.27 -> 0.90 by step 10). A directory that is
 missing is rebuilt on first use into ``$VERL_CACHE_DIR`` (or ``~/.cache/verl``) ``/builtin/
 <name>-<hash>``, written to a temporary directory and renamed atomically.
 
@@ -244,7 +245,7 @@ def build_builtin_model(out_dir: str | Path, spec: BuiltinModelSpec | None = Non
     """Build a built-in model directory: init, warm start, save (model, tokenizer, info).
 
     Deterministic: seeded, and run with one intra-op thread (the thread count changes float
-    reduction order). About 30 s on one CPU core for the default spec.
+    reduction order). About 65-80 s on one CPU core for the default spec.
 
     Args:
         out_dir: Directory to write (created; existing files are overwritten).
