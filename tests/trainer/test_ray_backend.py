@@ -114,3 +114,34 @@ def _alive(pid: int) -> bool:
             return f.read().split()[2] != "Z"
     except OSError:
         return False
+
+
+def _quickstart(run_dir, *overrides):
+    from verl.trainer.main_ppo import run
+
+    run("quickstart", ["trainer.total_training_steps=3", "trainer.val_before_train=false", "data.val_files=[]",
+                       "trainer.save_freq=3", "trainer.progress_bar=false", "trainer.plot=false",
+                       f"trainer.output_dir={run_dir / 'out'}", f"trainer.default_local_dir={run_dir / 'ckpt'}", *overrides])
+    return read_metrics(run_dir)
+
+
+def test_builtin_grpo_config_two_workers_equal_local(tmp_path):
+    """`verl train trainer.device=cpu trainer.n_gpus_per_node=2` on the built-in GRPO config (issue 5)."""
+    local = _quickstart(tmp_path / "local")
+    ray2 = _quickstart(tmp_path / "ray", "trainer.device=cpu", "trainer.n_gpus_per_node=2")
+    _assert_close(local, ray2)
+    wa, wb = _weights(tmp_path / "local"), _weights(tmp_path / "ray")
+    assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= 1e-5
+    # FSDP2 CPU offload of parameters and optimizer state changes where tensors live, not the numbers
+    off = _quickstart(tmp_path / "offload", "trainer.n_gpus_per_node=2",
+                      "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+    _assert_close(local, off)
+
+
+def test_critic_in_its_own_resource_pool(local_run, tiny_model_dir, tmp_path):
+    metrics = _run(tiny_model_dir, tmp_path, **{
+        "trainer.n_gpus_per_node": 2, "algorithm.adv_estimator": "gae", "actor_rollout_ref.rollout.n": 1,
+        "critic.placement": "separate", "critic.ppo_micro_batch_size_per_gpu": 1,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1, "trainer.save_freq": -1})
+    assert metrics[3]["critic/grad_norm"] > 0

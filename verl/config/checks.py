@@ -211,8 +211,14 @@ def _check_actor(a: S.ActorConfig, prefix: str) -> None:
     _both_set(a, prefix, (_MICRO,))
 
 
+def _check_placement(value: str, prefix: str) -> None:
+    if value not in C.PLACEMENTS:
+        raise ConfigError(f"{prefix}.placement: must be one of {sorted(C.PLACEMENTS)}, got {value!r}")
+
+
 def _check_critic(c: S.CriticConfig, prefix: str) -> None:
     _both_set(c, prefix, (_MICRO,))
+    _check_placement(c.placement, prefix)
 
 
 def _check_logprob(section: S.RefConfig | S.RolloutConfig, prefix: str) -> None:
@@ -239,6 +245,7 @@ def _check_policy_loss(p: S.PolicyLossConfig, prefix: str) -> None:
 
 def _check_reward_model(rm: S.RewardModelConfig, prefix: str) -> None:
     _both_set(rm, prefix, (("micro_batch_size", "micro_batch_size_per_gpu"),))
+    _check_placement(rm.placement, prefix)
     if rm.enable and not rm.model.path:
         raise ConfigError(f"{prefix}.model.path: must be set when {prefix}.enable=true")
 

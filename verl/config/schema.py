@@ -352,6 +352,8 @@ class CriticConfig:
     # Value clipping range around the old values.
     loss_agg_mode: str = "token-mean"
     checkpoint: CheckpointContentConfig = field(default_factory=CheckpointContentConfig)
+    placement: str = "colocated"
+    # Ray backend: colocated (rank r shares the actor's device/process slot) | separate (own pool).
 
 
 # -------------------------------------------------------------------------------------- reward
@@ -394,6 +396,8 @@ class RewardModelConfig:
     timeout_s: float = 30.0
     # Seconds a scorer may take per sample; over it the score is 0 and counted.
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
+    placement: str = "colocated"
+    # Ray backend: colocated with the actor | separate (its own resource pool).
 
 
 @dataclass

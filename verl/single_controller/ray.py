@@ -53,7 +53,8 @@ class RayResourcePool:
         import ray
         from ray.util.placement_group import placement_group
 
-        ensure_ray(num_cpus=max(world_size, os.cpu_count() or 1) if device == "cpu" else None)
+        # on CPU a bundle is a logical worker slot: allow a few pools (separate placements) per core
+        ensure_ray(num_cpus=max(4 * world_size, os.cpu_count() or 1) if device == "cpu" else None)
         self.world_size, self.device = world_size, device
         bundle = {"CPU": 1} if device == "cpu" else {"CPU": 1, "GPU": 1}
         self.placement_group = placement_group([bundle] * world_size, strategy="PACK")

@@ -2,7 +2,9 @@
 
 Placement and backend are decided here and only here (STYLE.md 10): world size =
 ``trainer.nnodes * trainer.n_gpus_per_node``; ``trainer.backend=auto`` means ``local`` (the
-workers live in the driver process) for world size 1 and ``ray`` otherwise.
+workers live in the driver process) for world size 1 and ``ray`` otherwise. On Ray the actor,
+rollout and reference share one resource pool (hybrid engine); the critic and the reward model
+join it (``placement=colocated``, default) or get a pool of their own (``separate``).
 """
 
 from __future__ import annotations
@@ -122,13 +124,17 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     pool = build_resource_pool(cfg)
     actor_wg = build_worker_group(cfg, pool, "actor_rollout_ref", ActorRolloutRefWorker, cfg.actor_rollout_ref, use_reference=use_ref, seed=cfg.trainer.seed)
     actor_wg.init_model(total)
-    critic_wg = None
+    critic_wg, extra_pools = None, []
     if cfg.critic.enable:
-        critic_wg = build_worker_group(cfg, pool, "critic", CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, seed=cfg.trainer.seed)
+        critic_pool = pool if cfg.critic.placement == "colocated" else build_resource_pool(cfg)
+        extra_pools.append(critic_pool)
+        critic_wg = build_worker_group(cfg, critic_pool, "critic", CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, seed=cfg.trainer.seed)
         critic_wg.init_model(total)
     rm_wg = None
     if cfg.reward_model.enable:
-        rm_wg = build_worker_group(cfg, pool, "reward_model", RewardModelWorker, cfg.reward_model)
+        rm_pool = pool if cfg.reward_model.placement == "colocated" else build_resource_pool(cfg)
+        extra_pools.append(rm_pool)
+        rm_wg = build_worker_group(cfg, rm_pool, "reward_model", RewardModelWorker, cfg.reward_model)
         rm_wg.init_model()
     kl_ctrl = None
     if cfg.algorithm.use_kl_in_reward:
@@ -143,7 +149,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     keeps = [k for k in (cfg.trainer.max_actor_ckpt_to_keep, cfg.trainer.max_critic_ckpt_to_keep) if k]
     parts = TrainerParts(
         tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
-        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, resource_pool=pool, kl_ctrl=kl_ctrl,
+        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, resource_pools=[p for p in dict.fromkeys([pool, *extra_pools]) if p is not None], kl_ctrl=kl_ctrl,
         tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
         total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size_of(cfg),
     )

@@ -43,7 +43,7 @@ class TrainerParts:
     actor_rollout_wg: Any
     critic_wg: Any = None
     rm_wg: Any = None
-    resource_pool: Any = None
+    resource_pools: list[Any] = field(default_factory=list)
     kl_ctrl: Any = None
     tracker: Any = None
     checkpoints: Any = None
@@ -96,9 +96,9 @@ class RLTrainer:
         for wg in (p.actor_rollout_wg, p.critic_wg, p.rm_wg):
             if wg is not None:
                 wg.shutdown()
-        if p.resource_pool is not None:
-            p.resource_pool.release()
-            p.resource_pool = None
+        for pool in p.resource_pools:
+            pool.release()
+        p.resource_pools = []
         if p.tracker is not None:
             p.tracker.close()
 
