@@ -311,20 +311,13 @@ class ActorRolloutRefConfig:
 
 # -------------------------------------------------------------------------------------- critic
 @dataclass
-class CriticModelConfig:
+class CriticModelConfig(ModelConfig):
+    """The value model: the actor's `ModelConfig` fields (same meanings) plus its sharding."""
+
     path: Optional[str] = None
     # Critic initialisation; None = the actor's model path (value head freshly initialised).
-    tokenizer_path: Optional[str] = None
-    # None = the actor tokenizer.
-    trust_remote_code: bool = False
-    dtype: str = "float32"
-    enable_gradient_checkpointing: bool = False
-    use_remove_padding: bool = False
-    lora_rank: int = 0
-    lora_alpha: int = 16
-    target_modules: Any = "all-linear"
-    override_config: Dict[str, Any] = field(default_factory=dict)
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    # Critic sharding / offload.
 
 
 @dataclass

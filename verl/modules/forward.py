@@ -79,7 +79,8 @@ def compute_log_probs_and_entropy(
     response_length: int,
     temperature: float = 1.0,
     chunk_size: int = 512,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    compute_entropy: bool = True,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies of the response tokens under softmax(logits / temperature).
 
     ``log π(y_j) = log_softmax(z_{P+j−1} / τ)[y_j]``, the same quantity the rollout engine reports
@@ -92,6 +93,7 @@ def compute_log_probs_and_entropy(
         response_length: R; the responses are ``input_ids[:, -R:]``.
         temperature: τ > 0, the rollout sampling temperature.
         chunk_size: rows per float32 block.
+        compute_entropy: False skips the entropy (then returned as None).
 
     Returns:
         (log_probs, entropy), both `(B, R)` float32. Padding positions hold finite garbage; mask
@@ -99,11 +101,9 @@ def compute_log_probs_and_entropy(
     """
     logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
     labels = input_ids[:, -response_length:]
-    logp, ent = logprobs_and_entropy_from_logits(
-        logits, labels, chunk_size=chunk_size, compute_entropy=True, temperature=temperature
+    return logprobs_and_entropy_from_logits(
+        logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
     )
-    assert ent is not None
-    return logp, ent
 
 
 def compute_log_probs(
@@ -116,9 +116,9 @@ def compute_log_probs(
     chunk_size: int = 512,
 ) -> torch.Tensor:
     """Response log-probs ``log softmax(z / τ)[y]``, `(B, R)` float32 (see `compute_log_probs_and_entropy`)."""
-    logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
-    labels = input_ids[:, -response_length:]
-    logp, _ = logprobs_and_entropy_from_logits(logits, labels, chunk_size=chunk_size, temperature=temperature)
+    logp, _ = compute_log_probs_and_entropy(
+        module, input_ids, attention_mask, position_ids, response_length, temperature, chunk_size, compute_entropy=False
+    )
     return logp
 
 

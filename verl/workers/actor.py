@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 
 from verl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
-from verl.modules.forward import compute_log_probs, compute_log_probs_and_entropy
+from verl.modules.forward import compute_log_probs_and_entropy
 from verl.protocol import DataProto
 from verl.workers.engine import clip_grad_and_step, restore_order, split_micro_batches
 
@@ -35,10 +35,10 @@ def forward_response_logprobs(
     the same one the rollout-consistency test checks against the engine's sampling log-probs.
     """
     b = micro.batch
-    args = (module, b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[-1])
-    if calculate_entropy:
-        return compute_log_probs_and_entropy(*args, temperature=temperature, chunk_size=chunk_size)
-    return compute_log_probs(*args, temperature=temperature, chunk_size=chunk_size), None
+    return compute_log_probs_and_entropy(
+        module, b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[-1],
+        temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy,
+    )
 
 
 def _loss_params(cfg: ActorConfig) -> dict[str, float]:
