@@ -106,6 +106,8 @@ class RLTrainer:
         p = self._parts()
         cfg = self.config
         resumed = self._load_checkpoint()
+        if not resumed:
+            p.tracker.start_fresh()
         if self.global_step >= p.total_training_steps:
             print(f"Training already complete: global_step {self.global_step} >= total_training_steps "
                   f"{p.total_training_steps}; nothing to do.", flush=True)

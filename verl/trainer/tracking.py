@@ -54,6 +54,12 @@ class Tracking:
             mlflow.start_run(run_name=experiment_name)
             self._mlflow = mlflow
 
+    def start_fresh(self) -> None:
+        """A run that did not resume: drop metrics an earlier run left in the JSONL file."""
+        if self._jsonl is not None:
+            self._jsonl.seek(0)
+            self._jsonl.truncate()
+
     def log(self, data: dict[str, Any], step: int) -> None:
         """Record `data` (name -> number) at `step`."""
         clean = {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
