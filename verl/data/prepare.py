@@ -2,8 +2,8 @@
 
 Usage::
 
-    verl prepare gsm8k   --input ../shared/data/gsm8k/train.jsonl  --out data/gsm8k          # -> data/gsm8k/train.parquet
-    verl prepare math500 --input ../shared/data/math500/test.jsonl --out data/math500 [--split test]
+    verl prepare gsm8k   --input raw/gsm8k/train.jsonl  --out data/gsm8k          # -> data/gsm8k/train.parquet
+    verl prepare math500 --input raw/math500/test.jsonl --out data/math500 [--split test]
 
 Rows follow verl's ``examples/data_preprocess/gsm8k.py`` and ``math_dataset.py``: the same
 data_source names, instruction suffixes and ``reward_model = {style: rule, ground_truth}``, so the

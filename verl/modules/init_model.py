@@ -22,7 +22,7 @@ every end-of-text / end-of-turn token the tokenizer knows (e.g. ``<|im_end|>`` a
 ``<|endoftext|>`` for Qwen2.5), so generation stops on any of them.
 
 Example:
-    verl init-model --arch qwen2 --size tiny --tokenizer ../shared/tokenizers/qwen2.5 --out models/tiny
+    verl init-model --arch qwen2 --size tiny --tokenizer path/to/qwen2.5-tokenizer --out models/tiny
 """
 
 from __future__ import annotations
