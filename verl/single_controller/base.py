@@ -65,12 +65,13 @@ class Worker:
     process group is created (local backend).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         self.rank = int(os.environ.get("RANK", "0"))
         self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        self.device = resolve_device(device, self.local_rank)
         if self.world_size > 1:
-            init_distributed(self.rank, self.world_size)
+            init_distributed(self.rank, self.world_size, self.device)
 
     @register(Dispatch.ONE_TO_ALL)
     def ping(self) -> int:
@@ -78,17 +79,33 @@ class Worker:
         return self.rank
 
 
-def init_distributed(rank: int, world_size: int) -> None:
-    """Create the default process group: gloo on CPU, nccl on CUDA (``VERL_DEVICE``)."""
+def resolve_device(device: str, local_rank: int = 0) -> str:
+    """The torch device of this worker: ``cpu``, or ``cuda:<i>`` for ``cuda``.
+
+    Under Ray each worker sees only its own GPU (``CUDA_VISIBLE_DEVICES``), so index 0; a process
+    that sees several GPUs uses its ``LOCAL_RANK``.
+
+    Raises:
+        RuntimeError: ``cuda`` requested but no CUDA device is available.
+    """
+    if device == "cpu":
+        return "cpu"
     import torch
+
+    if device != "cuda" or not torch.cuda.is_available():
+        raise RuntimeError(f"trainer.device={device!r} but no CUDA device is available; use trainer.device=cpu")
+    index = 0 if torch.cuda.device_count() == 1 else local_rank
+    torch.cuda.set_device(index)
+    return f"cuda:{index}"
+
+
+def init_distributed(rank: int, world_size: int, device: str = "cpu") -> None:
+    """Create the default process group: gloo on CPU, nccl on CUDA."""
     import torch.distributed as dist
 
     if dist.is_initialized():
         return
-    device = os.environ.get("VERL_DEVICE", "cpu")
-    backend = "nccl" if device == "cuda" else "gloo"
-    if device == "cuda":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+    backend = "gloo" if device == "cpu" else "nccl"
     dist.init_process_group(backend=backend, rank=rank, world_size=world_size)
 
 

@@ -113,6 +113,10 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     from verl.trainer.tracking import Tracking
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
+    if cfg.trainer.device == "cuda" and not torch.cuda.is_available():
+        from verl.config import ConfigError
+
+        raise ConfigError("trainer.device: 'cuda' but no CUDA device is available here; use trainer.device=cpu")
     seed_everything(cfg.trainer.seed)
     tokenizer = load_tokenizer(cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or cfg.actor_rollout_ref.model.path,
                                trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
@@ -122,19 +126,21 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     reward_fn, val_reward_fn = build_reward_fns(cfg, tokenizer)
     use_ref = cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss
     pool = build_resource_pool(cfg)
-    actor_wg = build_worker_group(cfg, pool, "actor_rollout_ref", ActorRolloutRefWorker, cfg.actor_rollout_ref, use_reference=use_ref, seed=cfg.trainer.seed)
+    actor_wg = build_worker_group(cfg, pool, "actor_rollout_ref", ActorRolloutRefWorker, cfg.actor_rollout_ref, use_reference=use_ref,
+                                  seed=cfg.trainer.seed, device=cfg.trainer.device)
     actor_wg.init_model(total)
     critic_wg, extra_pools = None, []
     if cfg.critic.enable:
         critic_pool = pool if cfg.critic.placement == "colocated" else build_resource_pool(cfg)
         extra_pools.append(critic_pool)
-        critic_wg = build_worker_group(cfg, critic_pool, "critic", CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n, seed=cfg.trainer.seed)
+        critic_wg = build_worker_group(cfg, critic_pool, "critic", CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n,
+                                       seed=cfg.trainer.seed, device=cfg.trainer.device)
         critic_wg.init_model(total)
     rm_wg = None
     if cfg.reward_model.enable:
         rm_pool = pool if cfg.reward_model.placement == "colocated" else build_resource_pool(cfg)
         extra_pools.append(rm_pool)
-        rm_wg = build_worker_group(cfg, rm_pool, "reward_model", RewardModelWorker, cfg.reward_model)
+        rm_wg = build_worker_group(cfg, rm_pool, "reward_model", RewardModelWorker, cfg.reward_model, device=cfg.trainer.device)
         rm_wg.init_model()
     kl_ctrl = None
     if cfg.algorithm.use_kl_in_reward:

@@ -35,8 +35,10 @@ def forward_response_logprobs(
     the same one the rollout-consistency test checks against the engine's sampling log-probs.
     """
     b = micro.batch
+    device = next(module.parameters()).device
+    ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
     return compute_log_probs_and_entropy(
-        module, b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[-1],
+        module, ids, mask, pos, b["responses"].shape[-1],
         temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy,
     )
 
@@ -49,10 +51,19 @@ def _loss_params(cfg: ActorConfig) -> dict[str, float]:
 
 
 def _all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    """Sum over data-parallel ranks (identity in one process); returned on the CPU."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        value = value.clone()
+        comm = "cpu" if dist.get_backend() == "gloo" else f"cuda:{torch.cuda.current_device()}"
+        value = value.detach().to(comm).clone()
         dist.all_reduce(value, op=dist.ReduceOp.SUM)
-    return value
+    return value.cpu()
+
+
+def _reduce_floats(values: dict[str, float]) -> dict[str, float]:
+    """Sum each per-rank float over data-parallel ranks in one collective."""
+    keys = sorted(values)
+    total = _all_reduce_sum(torch.tensor([values[k] for k in keys], dtype=torch.float64))
+    return {k: float(v) for k, v in zip(keys, total.tolist())}
 
 
 class PPOActor:
@@ -81,8 +92,8 @@ class PPOActor:
         logps, ents = [], []
         for m in micros:
             lp, ent = forward_response_logprobs(self.module, m, temperature, calculate_entropy, self.config.logprob_chunk_size)
-            logps.append(lp)
-            ents.append(ent)
+            logps.append(lp.cpu())
+            ents.append(ent.cpu() if ent is not None else None)
         self.module.train(was_training)
         log_probs = restore_order(torch.cat(logps), order)
         entropy = restore_order(torch.cat(ents), order) if calculate_entropy else None
@@ -120,16 +131,17 @@ class PPOActor:
         counts = _all_reduce_sum(torch.tensor([mask_all.sum().item(), float(len(mini))], dtype=torch.float64))
         global_tokens, global_seqs = float(counts[0]), float(counts[1])
         micros, _ = split_micro_batches(mini, micro_batch_size, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
-        sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        sums: dict[str, float] = defaultdict(float)
         loss_fn = POLICY_LOSSES[cfg.policy_loss.loss_mode]
         agg = dict(loss_agg_mode=cfg.loss_agg_mode, global_token_count=global_tokens, global_seq_count=global_seqs,
                    loss_scale_factor=cfg.loss_scale_factor)
+        device = next(self.module.parameters()).device
         for m in micros:
             b = m.batch
-            mask = b["response_mask"].to(torch.float32)
+            mask = b["response_mask"].to(device=device, dtype=torch.float32)
             log_prob, entropy = forward_response_logprobs(self.module, m, temperature, True, cfg.logprob_chunk_size)
             pg_losses, pg_metrics = loss_fn(
-                b["old_log_probs"], log_prob, b["advantages"], mask,
+                b["old_log_probs"].to(device), log_prob, b["advantages"].to(device), mask,
                 clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
                 clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
                 clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
@@ -138,18 +150,18 @@ class PPOActor:
             ent_loss = agg_loss(entropy, mask, **agg)
             loss = pg_loss - cfg.entropy_coeff * ent_loss
             if cfg.use_kl_loss:
-                kld = kl_penalty(log_prob, b["ref_log_prob"], cfg.kl_loss_type)
+                kld = kl_penalty(log_prob, b["ref_log_prob"].to(device), cfg.kl_loss_type)
                 kl_loss = agg_loss(kld, mask, **agg)
                 loss = loss + cfg.kl_loss_coef * kl_loss
-                sums["actor/kl_loss"] += kl_loss.detach().double()
+                sums["actor/kl_loss"] += float(kl_loss)
             (loss * self.world_size).backward()
-            tokens = mask.sum().double()
-            sums["actor/pg_loss"] += pg_loss.detach().double()
-            sums["actor/entropy"] += ent_loss.detach().double()
+            tokens = float(mask.sum())
+            sums["actor/pg_loss"] += float(pg_loss)
+            sums["actor/entropy"] += float(ent_loss)
             for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
                 if name in pg_metrics:
-                    sums[f"actor/{name}"] += torch.as_tensor(pg_metrics[name]).double() * tokens / global_tokens
-        reduced = {k: float(_all_reduce_sum(v)) for k, v in sums.items()}
+                    sums[f"actor/{name}"] += float(pg_metrics[name]) * tokens / global_tokens
+        reduced = _reduce_floats(sums)
         grad_norm, stepped = clip_grad_and_step(self.module, self.optimizer, cfg.grad_clip)
         reduced["actor/grad_norm"] = grad_norm
         reduced["actor/grad_norm_nonfinite"] = 0.0 if stepped else 1.0

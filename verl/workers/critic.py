@@ -16,7 +16,7 @@ import torch
 from verl.algorithms import compute_value_loss
 from verl.modules.forward import compute_values
 from verl.protocol import DataProto
-from verl.workers.actor import _all_reduce_sum
+from verl.workers.actor import _all_reduce_sum, _reduce_floats
 from verl.workers.engine import clip_grad_and_step, restore_order, split_micro_batches
 
 if TYPE_CHECKING:
@@ -26,7 +26,9 @@ if TYPE_CHECKING:
 def forward_values(module: torch.nn.Module, micro: DataProto) -> torch.Tensor:
     """Values `(B, R)` float32 of the response positions of ``micro`` (see module docstring)."""
     b = micro.batch
-    return compute_values(module, b["input_ids"], b["attention_mask"], b["position_ids"], b["responses"].shape[-1]).float()
+    device = next(module.parameters()).device
+    ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
+    return compute_values(module, ids, mask, pos, b["responses"].shape[-1]).float()
 
 
 class PPOCritic:
@@ -42,7 +44,7 @@ class PPOCritic:
         cfg = self.config
         micros, order = split_micro_batches(data, micro_batch_size, cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
         self.module.eval()
-        values = restore_order(torch.cat([forward_values(self.module, m) for m in micros]), order)
+        values = restore_order(torch.cat([forward_values(self.module, m).cpu() for m in micros]), order)
         self.module.train()
         return values * data.batch["response_mask"]
 
@@ -65,20 +67,21 @@ class PPOCritic:
         counts = _all_reduce_sum(torch.tensor([mini.batch["response_mask"].sum().item(), float(len(mini))], dtype=torch.float64))
         global_tokens, global_seqs = float(counts[0]), float(counts[1])
         micros, _ = split_micro_batches(mini, micro_batch_size, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
-        sums: dict[str, torch.Tensor] = defaultdict(lambda: torch.zeros((), dtype=torch.float64))
+        sums: dict[str, float] = defaultdict(float)
+        device = next(self.module.parameters()).device
         for m in micros:
             b = m.batch
-            mask = b["response_mask"].float()
+            mask = b["response_mask"].to(device=device, dtype=torch.float32)
             vpreds = forward_values(self.module, m)
             vf_loss, vf_metrics = compute_value_loss(
-                vpreds, b["returns"], b["values"], mask, cliprange_value=cfg.cliprange_value,
+                vpreds, b["returns"].to(device), b["values"].to(device), mask, cliprange_value=cfg.cliprange_value,
                 loss_agg_mode=cfg.loss_agg_mode, global_token_count=global_tokens, global_seq_count=global_seqs,
             )
             (vf_loss * self.world_size).backward()
-            sums["critic/vf_loss"] += vf_loss.detach().double()
+            sums["critic/vf_loss"] += float(vf_loss)
             if "vf_clipfrac" in vf_metrics:
-                sums["critic/vf_clipfrac"] += torch.as_tensor(vf_metrics["vf_clipfrac"]).double() * mask.sum() / global_tokens
-        reduced = {k: float(_all_reduce_sum(v)) for k, v in sums.items()}
+                sums["critic/vf_clipfrac"] += float(vf_metrics["vf_clipfrac"]) * float(mask.sum()) / global_tokens
+        reduced = _reduce_floats(sums)
         grad_norm, stepped = clip_grad_and_step(self.module, self.optimizer, cfg.grad_clip)
         reduced["critic/grad_norm"] = grad_norm
         reduced["critic/grad_norm_nonfinite"] = 0.0 if stepped else 1.0

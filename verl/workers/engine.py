@@ -101,7 +101,8 @@ def _all_reduce_max(value: int) -> int:
     import torch.distributed as dist
 
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        t = torch.tensor([value], dtype=torch.int64)
+        comm = "cpu" if dist.get_backend() == "gloo" else f"cuda:{torch.cuda.current_device()}"
+        t = torch.tensor([value], dtype=torch.int64, device=comm)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return int(t.item())
     return value

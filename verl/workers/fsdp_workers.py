@@ -40,10 +40,11 @@ class ActorRolloutRefWorker(Worker):
         config: the ``actor_rollout_ref`` section (finalized: rollout lengths resolved).
         use_reference: build the reference policy (needed by ``use_kl_loss`` / ``use_kl_in_reward``).
         seed: seed of weight init and sampling.
+        device: ``cpu`` or ``cuda`` (``trainer.device``).
     """
 
-    def __init__(self, config: ActorRolloutRefConfig, use_reference: bool = False, seed: int = 1) -> None:
-        super().__init__()
+    def __init__(self, config: ActorRolloutRefConfig, use_reference: bool = False, seed: int = 1, device: str = "cpu") -> None:
+        super().__init__(device)
         self.config, self.use_reference, self.seed = config, use_reference, seed
         self.actor: PPOActor | None = None
         self.ref_module: torch.nn.Module | None = None
@@ -60,7 +61,7 @@ class ActorRolloutRefWorker(Worker):
 
         cfg = self.config
         torch.manual_seed(self.seed)
-        module = create_model("actor", cfg.model)
+        module = create_model("actor", cfg.model, device=self.device)
         # sharded actor: the rollout generates with an unsharded copy (see rollout_sync)
         rollout_module = module if self.world_size == 1 else copy.deepcopy(module).requires_grad_(False)
         module = shard_module(module, cfg.actor.fsdp_config, self.world_size)
@@ -68,7 +69,7 @@ class ActorRolloutRefWorker(Worker):
         scheduler = build_lr_scheduler(optimizer, cfg.actor.optim, total_training_steps)
         self.actor = PPOActor(module, optimizer, scheduler, cfg.actor, self.world_size)
         if self.use_reference and cfg.model.lora_rank == 0:
-            ref = create_model("ref", cfg.model)
+            ref = create_model("ref", cfg.model, device=self.device)
             self.ref_module = shard_module(ref.requires_grad_(False), cfg.ref.fsdp_config, self.world_size)
         self.rollout = SyncedRollout(build_rollout_engine(rollout_module, cfg.rollout), shared=self.world_size == 1)
         self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
@@ -156,8 +157,8 @@ class CriticWorker(Worker):
         rollout_n: ``actor_rollout_ref.rollout.n`` (mini-batches count prompts).
     """
 
-    def __init__(self, config: CriticConfig, rollout_n: int = 1, seed: int = 1) -> None:
-        super().__init__()
+    def __init__(self, config: CriticConfig, rollout_n: int = 1, seed: int = 1, device: str = "cpu") -> None:
+        super().__init__(device)
         self.config, self.rollout_n, self.seed = config, rollout_n, seed
 
     @register(Dispatch.ONE_TO_ALL)
@@ -168,7 +169,7 @@ class CriticWorker(Worker):
 
         cfg = self.config
         torch.manual_seed(self.seed)
-        module = shard_module(create_model("critic", cfg.model), cfg.model.fsdp_config, self.world_size)
+        module = shard_module(create_model("critic", cfg.model, device=self.device), cfg.model.fsdp_config, self.world_size)
         optimizer = build_optimizer(module, cfg.optim)
         self.critic = PPOCritic(module, optimizer, build_lr_scheduler(optimizer, cfg.optim, total_training_steps), cfg, self.world_size)
         self.mini_batch_size = _per_rank(cfg.ppo_mini_batch_size * self.rollout_n, self.world_size, "critic.ppo_mini_batch_size * rollout.n")
@@ -211,8 +212,8 @@ class RewardModelWorker(Worker):
         config: the ``reward_model`` section.
     """
 
-    def __init__(self, config: Any) -> None:
-        super().__init__()
+    def __init__(self, config: Any, device: str = "cpu") -> None:
+        super().__init__(device)
         self.config = config
         if config.model.input_tokenizer:
             raise ValueError("reward_model.model.input_tokenizer (a reward model with another tokenizer) is not supported")
@@ -223,7 +224,8 @@ class RewardModelWorker(Worker):
         from verl.modules import create_model
         from verl.workers.sharding import shard_module
 
-        self.module = shard_module(create_model("reward_model", self.config.model), self.config.model.fsdp_config, self.world_size)
+        self.module = shard_module(create_model("reward_model", self.config.model, device=self.device),
+                                   self.config.model.fsdp_config, self.world_size)
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     @torch.no_grad()
@@ -234,7 +236,7 @@ class RewardModelWorker(Worker):
         b = data.batch
         micro = self.config.micro_batch_size_per_gpu or len(data)
         scores = torch.cat([
-            compute_rm_scores(self.module, m.batch["input_ids"], m.batch["attention_mask"], m.batch["position_ids"])
+            compute_rm_scores(self.module, *(m.batch[k].to(self.device) for k in ("input_ids", "attention_mask", "position_ids"))).cpu()
             for m in data.split(micro)
         ])
         mask = b["response_mask"]
