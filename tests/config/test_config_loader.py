@@ -34,7 +34,8 @@ def test_default_config_is_finalized() -> None:
     assert (rollout.prompt_length, rollout.response_length) == (512, 512)
     assert cfg.critic.enable is True  # default estimator gae needs a critic
     assert cfg.critic.ppo_mini_batch_size == 256  # the actor's
-    assert cfg.trainer.default_local_dir == "checkpoints/verl/quickstart"  # interpolation resolved
+    assert cfg.trainer.default_local_dir == "checkpoints/verl/default"  # interpolation resolved
+    assert load_config("quickstart").trainer.default_local_dir == "checkpoints/verl/quickstart"
 
 
 def test_b11_loss_scale_factor_defaults_to_max_response_length() -> None:
@@ -232,3 +233,12 @@ def test_allowed_names_match_the_registries() -> None:
     assert set(POLICY_LOSSES.names()) == choices.POLICY_LOSS_MODES
     assert set(LOSS_AGG_MODES) == choices.LOSS_AGG_MODES
     assert set(KL_PENALTY_TYPES) == choices.KL_ESTIMATORS
+
+
+def test_config_file_names_the_experiment(tmp_path: Path) -> None:
+    # two different config files never share checkpoints (a resume would load the other model)
+    (tmp_path / "my_run.yaml").write_text("algorithm:\n  adv_estimator: grpo\nactor_rollout_ref:\n  rollout:\n    n: 2\n")
+    cfg = load_config(tmp_path / "my_run.yaml")
+    assert cfg.trainer.experiment_name == "my_run"
+    assert cfg.trainer.default_local_dir == "checkpoints/verl/my_run"
+    assert load_config(tmp_path / "my_run.yaml", ["trainer.experiment_name=x"]).trainer.experiment_name == "x"

@@ -288,3 +288,19 @@ def test_reward_manager_b21_prompt_never_scored(gpt2: Any) -> None:
     for name in ("naive", "batch"):
         out = create_reward_manager(name, gpt2)(batch)
         assert out["reward_tensor"].sum().item() == 0.0
+
+
+def test_hung_scorer_does_not_stall_the_whole_batch():
+    """After 3 consecutive timeouts the rest of the batch is counted as timed out at once."""
+    import time as _time
+
+    def hang(**_: Any) -> float:
+        _time.sleep(3)
+        return 1.0
+
+    batch = make_batch([[1]] * 8, [[ord("5")]] * 8, ["5"] * 8)
+    manager = NaiveRewardManager(TOK, compute_score=hang, timeout_s=0.2)
+    start = _time.monotonic()
+    out = manager(batch)
+    assert _time.monotonic() - start < 1.5  # 3 waits of 0.2 s, not 8
+    assert out["reward_metrics"]["reward/num_timeouts"] == 8.0

@@ -51,7 +51,7 @@ def test_minimal_training_script_runs_as_written(tiny_model_dir, tmp_path):
     (tmp_path / "train_verl_minimal.py").write_text(SEED_SCRIPT)
     proc = subprocess.run([sys.executable, "train_verl_minimal.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    run_dir = tmp_path / "outputs" / "verl" / "quickstart"
+    run_dir = tmp_path / "outputs" / "verl" / "llama3_8b_ppo"  # experiment named after the config file
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "config.yaml").is_file()
     assert "critic/vf_loss" in (run_dir / "metrics.jsonl").read_text()  # ppo -> gae with a critic
 

@@ -118,3 +118,21 @@ def test_other_estimators_train(tiny_model_dir, tmp_path, estimator, extra):
         _finite(m)
     assert any(m["actor/grad_norm"] > 0 for m in metrics.values())
     assert trainer.global_step == 2
+
+
+def test_reward_that_always_raises_stops_the_run_after_three_steps(tiny_model_dir, tmp_path):
+    bad = tmp_path / "raise_reward.py"
+    bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    raise KeyError('oops')\n")
+    with pytest.raises(RuntimeError, match="failed .* on every sample for 3 consecutive steps"):
+        _run(tiny_model_dir, tmp_path, **{"custom_reward_function.path": str(bad), "trainer.total_training_steps": 5})
+    assert sorted(read_metrics(tmp_path)) == [1, 2]  # two contained steps were trained and logged
+
+
+def test_reward_that_sometimes_raises_is_contained(tiny_model_dir, tmp_path):
+    flaky = tmp_path / "flaky_reward.py"
+    flaky.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+                     "    if len(solution_str) % 2:\n        raise ValueError('odd')\n    return 1.0\n")
+    _run(tiny_model_dir, tmp_path, **{"custom_reward_function.path": str(flaky)})
+    metrics = read_metrics(tmp_path)
+    assert sorted(metrics) == [1, 2]
+    assert sum(m["reward/num_errors"] for m in metrics.values()) > 0

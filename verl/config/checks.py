@@ -251,6 +251,11 @@ def _check_reward_model(rm: S.RewardModelConfig, prefix: str) -> None:
 
 
 def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
+    import importlib.util
+
+    for name in ("wandb", "mlflow"):  # fail before any model loads, not at the first log call
+        if name in t.logger and importlib.util.find_spec(name) is None:
+            raise ConfigError(f"{prefix}.logger: '{name}' needs the {name} package (pip install 'verl[{name}]')")
     if t.resume_mode == "resume_path" and not t.resume_from_path:
         raise ConfigError(f"{prefix}.resume_from_path: must be set when {prefix}.resume_mode=resume_path")
     world = t.nnodes * t.n_gpus_per_node

@@ -161,7 +161,10 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[
     Args:
         path: A YAML file, the name of a built-in preset (``"quickstart"``, ``"gsm8k_grpo"``,
             see :func:`list_presets`), or None for the schema defaults. Files may be in the
-            canonical or the seed layout.
+            canonical or the seed layout. A file that sets no ``trainer.experiment_name`` gets
+            its file name (stem), so different configs never share output or checkpoint
+            directories (``trainer.output_dir`` / ``default_local_dir`` default to
+            ``.../<project_name>/<experiment_name>``).
         overrides: Hydra-grammar overrides applied on top, e.g.
             ``["actor_rollout_ref.actor.optim.lr=1e-6", "+actor_rollout_ref.model.override_config.x=1"]``.
 
@@ -179,7 +182,12 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[
     if path is None:
         return _build({}, overrides)
     resolved = _resolve(path, None)
-    return _build(_compose(_read_yaml(resolved), resolved.parent, str(resolved), (resolved,)), overrides)
+    tree = _compose(_read_yaml(resolved), resolved.parent, str(resolved), (resolved,))
+    # runs of different config files must not share output / checkpoint directories
+    trainer = tree.setdefault("trainer", {})
+    if isinstance(trainer, dict) and "experiment_name" not in trainer:
+        trainer["experiment_name"] = resolved.stem
+    return _build(tree, overrides)
 
 
 def config_from_dict(d: dict[str, Any], overrides: Sequence[str] = ()) -> RootConfig:

@@ -437,7 +437,8 @@ class AlgorithmConfig:
 @dataclass
 class TrainerConfig:
     project_name: str = "verl"
-    experiment_name: str = "quickstart"
+    experiment_name: str = "default"
+    # Run name; a config file without one is named after the file (see load_config).
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
     # Any of console | jsonl | tensorboard | wandb | mlflow.
     log_val_generations: int = 0

@@ -100,7 +100,8 @@ class NaiveRewardManager(_ManagerSettings):
         compute_score: ``fn(data_source=, solution_str=, ground_truth=, extra_info=) -> float |
             dict``; None routes by data source with :func:`default_compute_score`.
         reward_fn_key: Non-tensor key holding each sample's data source.
-        timeout_s: Deadline per sample in seconds (None or <= 0: no deadline, inline calls).
+        timeout_s: Deadline per sample in seconds (None or <= 0: no deadline, inline calls). After
+            3 consecutive timeouts the rest of the batch counts as timed out without waiting.
         overlong_buffer: DAPO overlong penalty settings (disabled by default).
         max_response_length: Response budget in tokens, required when the penalty is enabled.
     """
@@ -127,17 +128,30 @@ class NaiveRewardManager(_ManagerSettings):
         batch = gather_inputs(data, self.tokenizer, self.reward_fn_key)
         if self.uses_default_scorer:
             check_data_sources(batch.data_sources)
-        outcomes = [
-            self._caller(
+        outcomes: list[CallOutcome] = []
+        for i in range(len(batch.solution_strs)):
+            if _stuck(outcomes):
+                # a scorer that timed out MAX_CONSECUTIVE_TIMEOUTS times in a row is hung: do not
+                # wait timeout_s for every remaining sample of the batch
+                outcomes.append(CallOutcome("timeout", error="skipped: the scorer kept timing out in this batch"))
+                continue
+            outcomes.append(self._caller(
                 self.compute_score,
                 data_source=batch.data_sources[i],
                 solution_str=batch.solution_strs[i],
                 ground_truth=batch.ground_truths[i],
                 extra_info=batch.extra_infos[i],
-            )
-            for i in range(len(batch.solution_strs))
-        ]
+            ))
         return self._finish(batch, outcomes, return_dict)
+
+
+MAX_CONSECUTIVE_TIMEOUTS = 3
+
+
+def _stuck(outcomes: Sequence[CallOutcome]) -> bool:
+    """The last `MAX_CONSECUTIVE_TIMEOUTS` calls all timed out."""
+    tail = outcomes[-MAX_CONSECUTIVE_TIMEOUTS:]
+    return len(tail) == MAX_CONSECUTIVE_TIMEOUTS and all(o.status == "timeout" for o in tail)
 
 
 REWARD_MANAGERS.add("dapo", NaiveRewardManager)

@@ -10,6 +10,17 @@ A bad config exits with status 2 and a one-line error before any model is loaded
 
 from __future__ import annotations
 
+USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
+
+  (no arguments)          the built-in quick start (preset 'quickstart': tiny model, arithmetic task, CPU)
+  CONFIG                  a YAML file (canonical verl keys or the seed layout) or a preset name:
+                          quickstart, gsm8k_grpo, gsm8k_ppo, math_grpo
+  key=value ...           dotted overrides; with no CONFIG they apply to verl's defaults (like
+                          python -m verl.trainer.main_ppo) — tweak the quick start with
+                          'verl train quickstart key=value'
+  verl config show [CONFIG] [overrides]   prints the resolved config
+"""
+
 import sys
 from pathlib import Path
 from typing import Any, Sequence
@@ -52,13 +63,32 @@ def plot_history(history: list[dict[str, float]], out_png: Path) -> Path | None:
     return out_png
 
 
+def full_history(history: list[dict[str, Any]], cfg: Any) -> list[dict[str, Any]]:
+    """The run's metrics from ``metrics.jsonl`` (which spans resumes), else this process's."""
+    path = Path(cfg.trainer.output_dir) / "metrics.jsonl"
+    if "jsonl" in cfg.trainer.logger and path.is_file():
+        import json
+
+        by_step: dict[int, dict[str, Any]] = {}
+        for line in path.read_text().splitlines():
+            if line.strip():
+                row = json.loads(line)
+                by_step.setdefault(int(row["step"]), {}).update(row)
+        return [by_step[k] for k in sorted(by_step)]
+    return history
+
+
 def report(history: list[dict[str, Any]], cfg: Any) -> None:
-    """Print held-out accuracy at the start and the end, and write the plot."""
+    """Print held-out accuracy (mean score when scores are not 0/1) at the start and the end, and plot."""
+    history = full_history(history, cfg)
     accs = [(h["step"], h["val/accuracy"]) for h in history if "val/accuracy" in h]
-    if accs:
+    if len(accs) >= 2:
         (s0, a0), (s1, a1) = accs[0], accs[-1]
-        print(f"held-out accuracy at step {s0}: {a0:.1%}", flush=True)
-        print(f"held-out accuracy at step {s1}: {a1:.1%} ({(a1 - a0) * 100:+.1f} points)", flush=True)
+        binary = all(0.0 <= a <= 1.0 for _, a in accs)
+        name, fmt = ("held-out accuracy", "{:.1%}") if binary else ("held-out mean score", "{:.4g}")
+        delta = f"{(a1 - a0) * 100:+.1f} points" if binary else f"{a1 - a0:+.4g}"
+        print(f"{name} at step {s0}: {fmt.format(a0)}", flush=True)
+        print(f"{name} at step {s1}: {fmt.format(a1)} ({delta})", flush=True)
     if cfg.trainer.plot and history:
         png = plot_history(history, Path(cfg.trainer.output_dir) / "reward_accuracy.png")
         if png is not None:
@@ -79,20 +109,36 @@ def run(config_path: str | None, overrides: Sequence[str]) -> list[dict[str, Any
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``verl train``; returns the exit status."""
+    import os
+
     from verl.config import ConfigError
 
-    config_path, overrides = parse_args(sys.argv[1:] if argv is None else argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    config_path, overrides = parse_args(argv)
     try:
         run(config_path, overrides)
     except ConfigError as e:
         print(f"verl train: config error: {e}", file=sys.stderr)
         return 2
+    except USER_ERRORS as e:
+        if os.environ.get("VERL_TRACEBACK"):
+            raise
+        print(f"verl train: error: {type(e).__name__}: {e}\n(set VERL_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("verl train: interrupted", file=sys.stderr)
         return 130
     finally:
         _shutdown_ray()
     return 0
+
+
+# Errors that describe bad input (files, data rows, reward functions, checkpoints, workers) are
+# printed as one line; anything else is a bug and keeps its traceback.
+USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, ImportError, RuntimeError, OSError)
 
 
 def _shutdown_ray() -> None:

@@ -29,6 +29,7 @@ from verl.trainer.metrics import (
 from verl.trainer.validation import process_validation_metrics
 
 logger = logging.getLogger(__name__)
+REWARD_FAILURE_PATIENCE = 3
 
 
 @dataclass
@@ -72,6 +73,7 @@ class RLTrainer:
         self.parts = parts
         self.global_step = 0
         self.epoch = 0
+        self._failed_reward_steps = 0
 
     # ----------------------------------------------------------------------------- public API
     def train(self) -> list[dict[str, float]]:
@@ -106,8 +108,7 @@ class RLTrainer:
         p = self._parts()
         cfg = self.config
         resumed = self._load_checkpoint()
-        if not resumed:
-            p.tracker.start_fresh()
+        p.tracker.keep_until(self.global_step if resumed else -1)
         if self.global_step >= p.total_training_steps:
             print(f"Training already complete: global_step {self.global_step} >= total_training_steps "
                   f"{p.total_training_steps}; nothing to do.", flush=True)
@@ -266,7 +267,22 @@ class RLTrainer:
             return {}
         reward = p.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = reward["reward_tensor"]
-        return self._reward_extra_metrics(reward)
+        metrics = self._reward_extra_metrics(reward)
+        self._check_reward_failures(metrics, len(batch))
+        return metrics
+
+    def _check_reward_failures(self, metrics: dict[str, float], n: int) -> None:
+        """Stop a run whose reward function fails on every sample for 3 steps in a row.
+
+        Single failures are contained (score 0, counted in ``reward/num_errors`` /
+        ``reward/num_timeouts``); a scorer that never works would only burn compute on zero
+        rewards, so that is an error.
+        """
+        failed = metrics.get("reward/num_errors", 0.0) + metrics.get("reward/num_timeouts", 0.0)
+        self._failed_reward_steps = self._failed_reward_steps + 1 if failed >= n else 0
+        if self._failed_reward_steps >= REWARD_FAILURE_PATIENCE:
+            raise RuntimeError(f"the reward function failed (raised or timed out) on every sample for "
+                               f"{REWARD_FAILURE_PATIENCE} consecutive steps; see the first error logged above")
 
     @staticmethod
     def _reward_extra_metrics(reward: dict[str, Any]) -> dict[str, float]:

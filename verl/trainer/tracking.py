@@ -56,9 +56,26 @@ class Tracking:
 
     def start_fresh(self) -> None:
         """A run that did not resume: drop metrics an earlier run left in the JSONL file."""
+        self.keep_until(-1)
+
+    def keep_until(self, step: int) -> None:
+        """Drop JSONL records after ``step`` (a resumed run re-does the steps after its checkpoint)."""
+        if self._jsonl is None:
+            return
+        path = self.output_dir / "metrics.jsonl"
+        self._jsonl.close()
+        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
+        path.write_text("".join(f"{line}\n" for line in kept))
+        self._jsonl = open(path, "a")
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every JSONL record of this run so far (including steps before a resume)."""
+        path = self.output_dir / "metrics.jsonl"
         if self._jsonl is not None:
-            self._jsonl.seek(0)
-            self._jsonl.truncate()
+            self._jsonl.flush()
+        if not path.is_file():
+            return []
+        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
     def log(self, data: dict[str, Any], step: int) -> None:
         """Record `data` (name -> number) at `step`."""

@@ -111,7 +111,12 @@ def load_worker_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer 
 
     src = Path(in_dir)
     model_sd = load_file(str(src / "model.safetensors"))
-    set_model_state_dict(module, model_sd, options=_options(strict=False))
+    expected = set(module.state_dict().keys())
+    if set(model_sd) != expected:
+        missing, unexpected = sorted(expected - set(model_sd)), sorted(set(model_sd) - expected)
+        raise ValueError(f"checkpoint {src} does not match this model (was it written by another model or "
+                         f"LoRA setting?): missing {missing[:3]}, unexpected {unexpected[:3]}")
+    set_model_state_dict(module, model_sd, options=_options(strict=True))
     if optimizer is not None and (src / "optim.pt").exists():
         optim_sd = torch.load(src / "optim.pt", map_location="cpu", weights_only=True)
         set_optimizer_state_dict(module, optimizer, optim_sd, options=_options())
