@@ -15,6 +15,7 @@ malformed row or an overlong prompt fails before any model is loaded, with the f
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -26,6 +27,7 @@ from verl.config.schema import DataConfig
 
 BUILTIN_PREFIX = "builtin://"
 TRUNCATION_MODES = ("error", "left", "right", "middle")
+logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------ reading
@@ -262,6 +264,7 @@ class RLHFDataset(Dataset):
         validate_rows(rows, labels, path, key)
         all_ids = self.render([row[key] for row in rows]) if rows else []
         max_len = self.config.max_prompt_length
+        filtered_before = self.num_filtered
         for pos, (row, label, ids) in enumerate(zip(rows, labels, all_ids)):
             if len(ids) > max_len:
                 if self.config.filter_overlong_prompts:
@@ -278,6 +281,9 @@ class RLHFDataset(Dataset):
             extra.setdefault("index", pos)
             self.rows.append({**row, "extra_info": extra})
             self.prompt_ids.append(ids)
+        if self.num_filtered > filtered_before:
+            logger.warning("%s: filtered %d of %d prompts longer than data.max_prompt_length=%d",
+                           path, self.num_filtered - filtered_before, len(rows), max_len)
 
     def __len__(self) -> int:
         return len(self.rows)

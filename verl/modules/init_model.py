@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -138,7 +139,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokenizer", required=True, help="tokenizer directory (AutoTokenizer, offline)")
     parser.add_argument("--out", required=True, help="output model directory")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--force", action="store_true", help="overwrite a non-empty --out directory")
     args = parser.parse_args(argv)
+    target = Path(args.out)
+    if target.is_dir() and any(target.iterdir()) and not args.force:
+        print(f"verl init-model: {target} is not empty (use --force to overwrite)", file=sys.stderr)
+        return 2
     out = init_random_model(args.arch, args.size, args.tokenizer, args.out, seed=args.seed)
     n_params = sum(p.numel() for p in AutoModelForCausalLM.from_pretrained(out).parameters())
     print(f"wrote {args.arch}/{args.size} model ({n_params / 1e6:.2f}M parameters) to {out}")
