@@ -153,11 +153,11 @@ class PPOActor:
                 kld = kl_penalty(log_prob, b["ref_log_prob"].to(device), cfg.kl_loss_type)
                 kl_loss = agg_loss(kld, mask, **agg)
                 loss = loss + cfg.kl_loss_coef * kl_loss
-                sums["actor/kl_loss"] += float(kl_loss)
+                sums["actor/kl_loss"] += float(kl_loss.detach())
             (loss * self.world_size).backward()
             tokens = float(mask.sum())
-            sums["actor/pg_loss"] += float(pg_loss)
-            sums["actor/entropy"] += float(ent_loss)
+            sums["actor/pg_loss"] += float(pg_loss.detach())
+            sums["actor/entropy"] += float(ent_loss.detach())
             for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
                 if name in pg_metrics:
                     sums[f"actor/{name}"] += float(pg_metrics[name]) * tokens / global_tokens

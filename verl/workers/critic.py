@@ -78,7 +78,7 @@ class PPOCritic:
                 loss_agg_mode=cfg.loss_agg_mode, global_token_count=global_tokens, global_seq_count=global_seqs,
             )
             (vf_loss * self.world_size).backward()
-            sums["critic/vf_loss"] += float(vf_loss)
+            sums["critic/vf_loss"] += float(vf_loss.detach())
             if "vf_clipfrac" in vf_metrics:
                 sums["critic/vf_clipfrac"] += float(vf_metrics["vf_clipfrac"]) * float(mask.sum()) / global_tokens
         reduced = _reduce_floats(sums)
