@@ -182,11 +182,12 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[
     if path is None:
         return _build({}, overrides)
     resolved = _resolve(path, None)
-    tree = _compose(_read_yaml(resolved), resolved.parent, str(resolved), (resolved,))
-    # runs of different config files must not share output / checkpoint directories
-    trainer = tree.setdefault("trainer", {})
-    if isinstance(trainer, dict) and "experiment_name" not in trainer:
-        trainer["experiment_name"] = resolved.stem
+    raw = _read_yaml(resolved)
+    tree = _compose(raw, resolved.parent, str(resolved), (resolved,))
+    # runs of different config files must not share output / checkpoint directories: a file that
+    # does not name its experiment itself (a preset it builds on may) is named after the file
+    if "experiment_name" not in (raw.get("trainer") or {}):
+        tree.setdefault("trainer", {})["experiment_name"] = resolved.stem
     return _build(tree, overrides)
 
 
