@@ -1,6 +1,7 @@
 """The ``verl`` console script: one sub-command per job, each implemented in its own package.
 
-Every sub-command module exposes ``main(argv: list[str]) -> int``; it is imported only when
+Every sub-command is a function ``(argv: list[str]) -> int`` (``module:function``, default
+``main``) in a module that is imported only when
 called, so ``verl --help`` and ``verl config show`` never import torch models or Ray.
 """
 
@@ -10,7 +11,7 @@ import importlib
 import sys
 
 COMMANDS: dict[str, tuple[str, str]] = {
-    "train": ("verl.trainer.main_ppo", "run RL training (PPO, GRPO, ...): verl train [CONFIG] [key=value ...]"),
+    "train": ("verl.trainer.main_ppo:train_cli", "run RL training (PPO, GRPO, ...): verl train [CONFIG] [key=value ...]"),
     "config": ("verl.config.cli", "inspect configs: verl config show [CONFIG] [key=value ...]"),
     "prepare": ("verl.data.prepare", "raw data -> training parquet: verl prepare gsm8k|math500 --input F --out DIR"),
     "init-model": ("verl.modules.init_model", "write a randomly initialised model: verl init-model --arch qwen2 ..."),
@@ -43,8 +44,9 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         print(f"verl: unknown command '{name}'{hint}\n\n{_usage()}", file=sys.stderr)
         return 2
-    module = importlib.import_module(COMMANDS[name][0])
-    return int(module.main(rest) or 0)
+    module_name, _, func = COMMANDS[name][0].partition(":")
+    entry = getattr(importlib.import_module(module_name), func or "main")
+    return int(entry(rest) or 0)
 
 
 if __name__ == "__main__":

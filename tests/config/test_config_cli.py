@@ -28,9 +28,12 @@ def test_show_prints_resolved_config_that_loads_back_equal(
     assert load_config(saved) == load_config("gsm8k_grpo", args[1:])
 
 
-def test_show_defaults_through_the_verl_command(capsys: pytest.CaptureFixture[str]) -> None:
-    assert verl_main(["config", "show"]) == 0
-    assert yaml.safe_load(capsys.readouterr().out)["algorithm"]["adv_estimator"] == "gae"
+def test_show_without_config_is_what_verl_train_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    assert verl_main(["config", "show"]) == 0  # the quick start, as `verl train` with no CONFIG
+    shown = yaml.safe_load(capsys.readouterr().out)
+    assert shown["algorithm"]["adv_estimator"] == "grpo" and shown["trainer"]["experiment_name"] == "quickstart"
+    assert verl_main(["config", "show", "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=64"]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["trainer"]["experiment_name"] == "quickstart"
 
 
 def test_bad_config_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from verl.trainer.main_ppo import parse_args, run
+from verl.config.cli import DEFAULT_CONFIG, split_config_arg
+from verl.trainer.main_ppo import run
 
 
-def test_no_arguments_selects_the_quickstart_preset():
-    assert parse_args([]) == ("quickstart", [])
-    assert parse_args(["my.yaml", "a.b=1"]) == ("my.yaml", ["a.b=1"])
-    assert parse_args(["a.b=1"]) == (None, ["a.b=1"])
+def test_verl_train_defaults_to_the_quickstart_preset():
+    assert DEFAULT_CONFIG == "quickstart"
+    assert split_config_arg([], DEFAULT_CONFIG) == ("quickstart", [])
+    assert split_config_arg(["a.b=1"], DEFAULT_CONFIG) == ("quickstart", ["a.b=1"])  # verl train a.b=1
+    assert split_config_arg(["a.b=1"]) == (None, ["a.b=1"])  # python -m verl.trainer.main_ppo a.b=1
+    assert split_config_arg(["my.yaml", "a.b=1"], DEFAULT_CONFIG) == ("my.yaml", ["a.b=1"])
 
 
 def test_quickstart_greedy_accuracy_rises_by_20_points(tmp_path, capsys):

@@ -23,16 +23,24 @@ __all__ = ["main"]
 USAGE = """usage: verl config show [CONFIG] [key=value ...]
        verl config list
 
-  show   print the resolved config (defaults + CONFIG + overrides, finalized) as YAML
+  show   print the resolved config (defaults + CONFIG + overrides, finalized) as YAML;
+         without CONFIG: the quick-start preset, as `verl train` runs it
   list   list the built-in presets (usable as CONFIG)"""
 
 
-def split_config_arg(args: Sequence[str]) -> tuple[str | None, list[str]]:
-    """Splits ``[CONFIG] [overrides...]``: the first argument is CONFIG unless it is an override."""
+DEFAULT_CONFIG = "quickstart"
+"""The CLI's config when none is named (``verl train`` and ``verl config show`` agree on it)."""
+
+
+def split_config_arg(args: Sequence[str], default: str | None = None) -> tuple[str | None, list[str]]:
+    """Splits ``[CONFIG] [overrides...]``: the first argument is CONFIG unless it is an override.
+
+    Without a CONFIG argument the result is ``default`` (None = the schema defaults).
+    """
     args = list(args)
     if args and "=" not in args[0] and not args[0].startswith(("~", "+")):
         return args[0], args[1:]
-    return None, args
+    return default, args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -51,7 +59,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in rest):
         print(USAGE)
         return 0
-    path, overrides = split_config_arg(rest)
+    path, overrides = split_config_arg(rest, DEFAULT_CONFIG)
     try:
         cfg = load_config(path, overrides)
     except ConfigError as e:

@@ -4,7 +4,10 @@
 built-in model on the built-in arithmetic task, no download); it prints held-out greedy
 accuracy at the start and at the end of RL and writes ``reward_accuracy.png`` into
 ``trainer.output_dir``. Otherwise the first argument, when it does not contain ``=``, is a YAML
-file or preset name, and the rest are dotted overrides (``a.b=c``, ``+a.b=c``, ``~a.b``).
+file or preset name, and the rest are dotted overrides (``a.b=c``, ``+a.b=c``, ``~a.b``); with
+overrides only, ``verl train`` modifies the quick start (so ``verl train trainer.n_gpus_per_node=2``
+is the quick start on two workers), while ``python -m verl.trainer.main_ppo`` — verl's own entry
+point — applies them to verl's schema defaults, as verl's scripts expect.
 A bad config exits with status 2 and a one-line error before any model is loaded.
 """
 
@@ -15,25 +18,15 @@ USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
   (no arguments)          the built-in quick start (preset 'quickstart': tiny model, arithmetic task, CPU)
   CONFIG                  a YAML file (canonical verl keys or the seed layout) or a preset name:
                           quickstart, gsm8k_grpo, gsm8k_ppo, math_grpo
-  key=value ...           dotted overrides; with no CONFIG they apply to verl's defaults (like
-                          python -m verl.trainer.main_ppo) — tweak the quick start with
-                          'verl train quickstart key=value'
+  key=value ...           dotted overrides (a.b=c, +a.b=c, ~a.b); with no CONFIG they modify the
+                          quick start. `python -m verl.trainer.main_ppo key=value ...` (verl's own
+                          entry point) applies them to verl's defaults instead.
   verl config show [CONFIG] [overrides]   prints the resolved config
 """
 
 import sys
 from pathlib import Path
 from typing import Any, Sequence
-
-
-def parse_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """Split ``[CONFIG] [overrides...]``; no arguments at all selects the ``quickstart`` preset."""
-    argv = list(argv)
-    if not argv:
-        return "quickstart", []
-    if "=" not in argv[0] and not argv[0].startswith(("+", "~")):
-        return argv[0], argv[1:]
-    return None, argv
 
 
 def plot_history(history: list[dict[str, float]], out_png: Path) -> Path | None:
@@ -107,17 +100,19 @@ def run(config_path: str | None, overrides: Sequence[str]) -> list[dict[str, Any
     return history
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``verl train``; returns the exit status."""
+def main(argv: Sequence[str] | None = None, default_config: str | None = None) -> int:
+    """Entry point of ``python -m verl.trainer.main_ppo`` (verl's: overrides apply to verl's
+    defaults) and, through `train_cli`, of ``verl train``; returns the exit status."""
     import os
 
     from verl.config import ConfigError
+    from verl.config.cli import split_config_arg
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    config_path, overrides = parse_args(argv)
+    config_path, overrides = split_config_arg(argv, default_config)
     try:
         run(config_path, overrides)
     except ConfigError as e:
@@ -139,6 +134,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 # Errors that describe bad input (files, data rows, reward functions, checkpoints, workers) are
 # printed as one line; anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, ImportError, RuntimeError, OSError)
+
+
+def train_cli(argv: Sequence[str] | None = None) -> int:
+    """``verl train [CONFIG] [overrides]``: without CONFIG, the built-in quick start + overrides."""
+    from verl.config.cli import DEFAULT_CONFIG
+
+    return main(argv, default_config=DEFAULT_CONFIG)
 
 
 def _shutdown_ray() -> None:
