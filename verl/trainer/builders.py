@@ -153,30 +153,12 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     save_config(cfg, out_dir / "config.yaml")
     tracker = Tracking(cfg.trainer.logger, out_dir, cfg.trainer.project_name, cfg.trainer.experiment_name)
     keeps = [k for k in (cfg.trainer.max_actor_ckpt_to_keep, cfg.trainer.max_critic_ckpt_to_keep) if k]
-    parts = TrainerParts(
+    return TrainerParts(
         tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
         val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, resource_pools=[p for p in dict.fromkeys([pool, *extra_pools]) if p is not None], kl_ctrl=kl_ctrl,
         tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
         total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size_of(cfg),
     )
-    parts.eos_token_ids = eos_token_ids(cfg, tokenizer)
-    return parts
-
-
-def eos_token_ids(cfg: RootConfig, tokenizer: Any) -> list[int]:
-    """Every EOS id: the tokenizer's and the model's generation config's (any of them stops)."""
-    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
-    try:
-        from transformers import GenerationConfig
-
-        from verl.modules import resolve_model_path
-
-        gen = GenerationConfig.from_pretrained(resolve_model_path(cfg.actor_rollout_ref.model.path))
-        eos = gen.eos_token_id
-        ids.update(eos if isinstance(eos, list) else [eos] if eos is not None else [])
-    except (OSError, ValueError):
-        pass
-    return sorted(ids)
 
 
 # ----------------------------------------------------------------------------- checkpoints

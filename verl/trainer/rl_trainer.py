@@ -195,12 +195,13 @@ class RLTrainer:
 
     # ------------------------------------------------------------------------------- stages
     def _gen_batch(self, batch: DataProto, validate: bool) -> DataProto:
-        """Pop the prompt tensors into the generation batch, with the sampling meta-info."""
-        p = self._parts()
+        """Pop the prompt tensors into the generation batch, with the sampling meta-info.
+
+        Stop ids are the engine's own (every EOS id of the model's generation config and its
+        tokenizer); the pad id is the data tokenizer's, as in the prompts.
+        """
         gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-        tok = p.tokenizer
-        eos = getattr(p, "eos_token_ids", None) or [tok.eos_token_id]
-        gen.meta_info.update({"eos_token_id": eos, "pad_token_id": tok.pad_token_id, "validate": validate,
+        gen.meta_info.update({"pad_token_id": self._parts().tokenizer.pad_token_id, "validate": validate,
                               "global_step": self.global_step})
         gen.non_tensor_batch["uid"] = batch.non_tensor_batch["uid"]
         return gen

@@ -68,15 +68,6 @@ class Tracking:
         path.write_text("".join(f"{line}\n" for line in kept))
         self._jsonl = open(path, "a")
 
-    def records(self) -> list[dict[str, Any]]:
-        """Every JSONL record of this run so far (including steps before a resume)."""
-        path = self.output_dir / "metrics.jsonl"
-        if self._jsonl is not None:
-            self._jsonl.flush()
-        if not path.is_file():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
     def log(self, data: dict[str, Any], step: int) -> None:
         """Record `data` (name -> number) at `step`."""
         clean = {k: float(v) for k, v in data.items() if isinstance(v, (int, float))}
