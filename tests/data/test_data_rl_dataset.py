@@ -10,7 +10,8 @@ import torch
 
 from verl.config.schema import DataConfig
 from verl.data import RLHFDataset
-from verl.data.rl_dataset import left_pad, position_ids_from_mask, truncate_prompt
+from verl.data.rl_dataset import left_pad, truncate_prompt
+from verl.utils.torch_functional import position_ids_from_attention_mask
 
 
 
@@ -91,7 +92,7 @@ def test_b12_left_padded_position_ids(toy_tokenizer, rows_file, row) -> None:
     assert sample["attention_mask"].tolist() == [0, 0, 1, 1]
     assert sample["position_ids"].tolist() == [0, 0, 0, 1]
     full_mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
-    assert position_ids_from_mask(full_mask).tolist() == [[0, 0, 0, 1, 2, 3]]
+    assert position_ids_from_attention_mask(full_mask).tolist() == [[0, 0, 0, 1, 2, 3]]
 
 
 def test_b17_pad_equals_eos_keeps_prompt_attention(toy_tokenizer, rows_file, row) -> None:

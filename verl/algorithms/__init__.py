@@ -39,6 +39,7 @@ from verl.algorithms.masked import (
     masked_sum,
     masked_var,
     masked_whiten,
+    zero_masked,
 )
 from verl.algorithms.policy_loss import POLICY_LOSSES, PolicyLossFn
 from verl.algorithms.value import compute_value_loss
@@ -68,4 +69,5 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "zero_masked",
 ]

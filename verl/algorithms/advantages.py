@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 import torch
 
-from verl.algorithms.masked import masked_sum, masked_whiten
+from verl.algorithms.masked import masked_sum, masked_whiten, zero_masked
 from verl.utils.registry import Registry
 
 __all__ = [
@@ -96,11 +96,7 @@ def broadcast_to_tokens(
 ) -> torch.Tensor:
     """`(B,)` per-sequence values → `(B, R)`, exactly 0 on masked positions."""
     full = seq_values.to(dtype).unsqueeze(-1).expand(response_mask.shape)
-    return torch.where(response_mask != 0, full, torch.zeros((), dtype=dtype, device=full.device))
-
-
-def _zero_masked(x: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(response_mask != 0, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return zero_masked(full, response_mask)
 
 
 @ADV_ESTIMATORS.register("gae")
@@ -142,8 +138,8 @@ def compute_gae_advantage_return(
     if values is None or values.shape != token_level_rewards.shape:
         raise ValueError("gae needs `values` with the same (B, R) shape as token_level_rewards")
     valid = response_mask != 0
-    rewards = _zero_masked(token_level_rewards, response_mask)
-    vals = _zero_masked(values.to(rewards.dtype), response_mask)
+    rewards = zero_masked(token_level_rewards, response_mask)
+    vals = zero_masked(values.to(rewards.dtype), response_mask)
     batch, length = rewards.shape
     next_value = rewards.new_zeros(batch)
     last_gae = rewards.new_zeros(batch)
@@ -154,7 +150,7 @@ def compute_gae_advantage_return(
         next_value = torch.where(valid[:, t], vals[:, t], next_value)
         last_gae = torch.where(valid[:, t], gae_t, last_gae)
         adv[:, t] = last_gae
-    returns = _zero_masked(adv + vals, response_mask)
+    returns = zero_masked(adv + vals, response_mask)
     return masked_whiten(adv, response_mask), returns
 
 
@@ -187,13 +183,13 @@ def compute_reinforce_plus_plus_outcome_advantage(
         (advantages `(B, R)`, returns G `(B, R)`), both 0 on masked positions.
     """
     valid = response_mask != 0
-    rewards = _zero_masked(token_level_rewards, response_mask)
+    rewards = zero_masked(token_level_rewards, response_mask)
     running = rewards.new_zeros(rewards.shape[0])
     returns = torch.zeros_like(rewards)
     for t in reversed(range(rewards.shape[1])):
         running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
         returns[:, t] = running
-    returns = _zero_masked(returns, response_mask)
+    returns = zero_masked(returns, response_mask)
     return masked_whiten(returns, response_mask), returns
 
 
@@ -231,7 +227,7 @@ def compute_remax_outcome_advantage(
     """
     if reward_baselines is None or reward_baselines.shape != token_level_rewards.shape[:1]:
         raise ValueError("remax needs `reward_baselines` of shape (B,)")
-    rewards = _zero_masked(token_level_rewards, response_mask)
-    returns = _zero_masked(rewards.flip(-1).cumsum(-1).flip(-1), response_mask)
+    rewards = zero_masked(token_level_rewards, response_mask)
+    returns = zero_masked(rewards.flip(-1).cumsum(-1).flip(-1), response_mask)
     baseline = broadcast_to_tokens(reward_baselines, response_mask, rewards.dtype)
     return returns - baseline, returns
