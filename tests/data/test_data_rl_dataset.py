@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pytest
@@ -221,7 +220,6 @@ def test_unknown_truncation_mode_is_rejected(toy_tokenizer, rows_file, row) -> N
         RLHFDataset(rows_file([row("w3")]), toy_tokenizer(), DataConfig(truncation="both"))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("verl.data.builtin_task") is None, reason="builtin_task not written yet")
 def test_builtin_rows_load(toy_tokenizer) -> None:
     from verl.data.builtin_task import load_builtin_rows
 
