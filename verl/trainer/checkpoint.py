@@ -203,14 +203,17 @@ class CheckpointManager:
         return None
 
 
-def write_checkpoint(parts: TrainerParts, state: TrainerState, config: RootConfig) -> Path:
+def write_checkpoint(
+    parts: TrainerParts, state: TrainerState, config: RootConfig, export_hf: Callable[[Path, Path], object] | None = None,
+) -> Path:
     """Save every role, the trainer state and the config as ``global_step_<N>`` (atomic).
 
     Args:
         parts: the run's built parts (role groups, data loader, KL controller, checkpoints).
         state: step and epoch to record.
-        config: the resolved root config (saved next to the weights; ``trainer.save_hf``
-            also exports a Hugging Face directory).
+        config: the resolved root config (saved next to the weights).
+        export_hf: ``export_hf(checkpoint_dir, out_dir)`` writing a Hugging Face directory into
+            ``<checkpoint>/huggingface`` (``trainer.save_hf``), or None.
     """
     from verl.config import save_config
 
@@ -226,9 +229,7 @@ def write_checkpoint(parts: TrainerParts, state: TrainerState, config: RootConfi
         }
         torch.save(trainer_state, tmp / "trainer_state.pt")
         save_config(config, tmp / "config.yaml")
-        if config.trainer.save_hf:
-            from verl.trainer.merge import export_hf
-
+        if export_hf is not None:
             export_hf(tmp, tmp / "huggingface")
 
     return parts.checkpoints.save(state.global_step, write)

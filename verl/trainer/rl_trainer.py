@@ -334,7 +334,10 @@ class RLTrainer:
     # --------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
         """Write ``global_step_N`` (all roles + trainer state) atomically; see `checkpoint`."""
-        return write_checkpoint(self._parts(), self.state, self.config)
+        export_hf = None
+        if self.config.trainer.save_hf:
+            from verl.trainer.merge import export_hf
+        return write_checkpoint(self._parts(), self.state, self.config, export_hf)
 
     def _load_checkpoint(self) -> bool:
         return restore_checkpoint(self._parts(), self.state, self.config.trainer)
