@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from verl.reward.overlong import OverlongBufferConfig
-from verl.reward.scoring import (
+from verl.reward.manager_steps import (
     ScoredBatch,
     assemble_rewards,
     check_data_sources,
