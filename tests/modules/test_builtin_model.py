@@ -142,6 +142,7 @@ def test_stale_asset_is_rebuilt_once_into_cache(tmp_path: Path, monkeypatch: pyt
 
 @pytest.mark.slow
 @pytest.mark.e2e  # a whole SFT run
+@pytest.mark.timeout(1800)  # ~65 s on a free core, far longer on a loaded machine
 def test_full_build_reproduces_shipped_weights(tmp_path: Path) -> None:
     """The committed recipe regenerates the shipped asset bit for bit (about 65 s on one core)."""
     out = build_builtin_model(tmp_path / "full")
