@@ -5,13 +5,8 @@ from __future__ import annotations
 import pytest
 
 from verl.data.builtin_tool_task import DATA_SOURCE, TOOL_CONFIG_PATH, load_tool_task_rows, multiplication_problems
-from verl.modules.builtin_tool_model import (
-    TOOL_TOKENS,
-    _segments,
-    build_tool_tokenizer,
-    calculator_schema,
-    teacher_conversation,
-)
+from verl.data.builtin_tool_tokenizer import TOOL_TOKENS, build_tool_tokenizer
+from verl.modules.builtin_tool_model import _segments, calculator_schema, teacher_conversation
 from verl.reward.scorers import default_compute_score
 from verl.reward.scorers.tool_answer import compute_score, strip_tool_blocks
 from verl.tools import load_tools, parse_tool_calls
@@ -65,3 +60,25 @@ def test_template_renders_tools_and_equals_incremental_ids():
     assert full.startswith(tok.apply_chat_template(raw, tools=tools, tokenize=False))
     # without tools, no tool line
     assert tok.apply_chat_template([conv[0]], add_generation_prompt=True, tokenize=False) == "<s>Q:47*38\nA:"
+
+
+@pytest.mark.e2e  # generates with the model: tens of seconds on a loaded CPU
+def test_shipped_tiny_calculator_calls_the_tool_on_about_half_and_copies_right():
+    import json
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from verl.modules.builtin_tool_model import ToolModelSpec, get_tool_model_dir, tool_accuracy
+
+    path = get_tool_model_dir()
+    assert path.name == "tiny-calculator"  # the shipped asset matches the default spec (no rebuild)
+    info = json.loads((path / "verl_builtin.json").read_text())
+    assert info["spec"]["teacher_tool_prob_even"] == ToolModelSpec().teacher_tool_prob_even
+    # room for RL: the tool is called on about half of the held-out problems, and copied right there
+    assert 0.4 <= info["test_greedy_tool_call_rate"] <= 0.75
+    assert info["test_greedy_accuracy"] >= 0.9 * info["test_greedy_tool_call_rate"]
+    saved = AutoTokenizer.from_pretrained(str(path))
+    assert saved.chat_template == build_tool_tokenizer().chat_template
+    assert saved("<tool_call>47*38")["input_ids"] == build_tool_tokenizer()("<tool_call>47*38")["input_ids"]
+    result = tool_accuracy(AutoModelForCausalLM.from_pretrained(str(path)), build_tool_tokenizer(), limit=64)
+    assert 0.25 <= result["tool_call_rate"] <= 0.85 and result["accuracy"] >= 0.85 * result["tool_call_rate"]

@@ -1,17 +1,7 @@
 """The built-in tool-calling tiny model: ``tiny-calculator`` for the multi-turn ``calculator`` task.
 
-Tokenizer: the built-in character tokenizer (`verl.modules.builtin.build_tokenizer`) plus four
-plain added tokens — ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>``
-(ids 100-103; plain, not special, so decoding keeps them, as in Qwen2.5). Its chat template
-(:data:`TOOL_CHAT_TEMPLATE`) renders, for ``tools=[calculator]``::
-
-    <s>S:calculator\\nQ:47*38\\nA:<tool_call>{"name": "calculator", "arguments": {"expression":
-    "47*38"}}</tool_call></s><tool_response>1786</tool_response>A:1786</s>
-
-i.e. the tool names after ``S:``, user turns ``Q:<content>\\n``, assistant turns
-``A:<content><tool calls></s>`` (a structured ``tool_calls`` list is written in the Hermes JSON
-that `verl.tools.parser.render_tool_call` writes, without the newlines), tool turns
-``<tool_response><content></tool_response>`` and the generation prompt ``A:``.
+Tokenizer: `verl.data.builtin_tool_tokenizer` (character tokenizer + ``<tool_call>`` /
+``</tool_call>`` / ``<tool_response>`` / ``</tool_response>`` + a tool-aware chat template).
 
 Warm start (`build_tool_model`): a 2-layer, hidden-64 Llama (seed 0) trained by supervised
 next-token prediction on the *train* split of `verl.data.builtin_tool_task`, loss on assistant
@@ -20,8 +10,9 @@ when the first operand is even and ``teacher_tool_prob_odd`` (0.15) when it is o
 from memory otherwise (the true product, which a 0.1 M-parameter model cannot learn to compute).
 Decoding greedily, the student thus calls the tool on about half of the held-out problems and
 guesses (wrongly) on the rest, yet still samples the tool there now and then: RL with the
-exact-answer reward has a signal to amplify — calling the tool on every problem. ``verl_builtin.json`` in the directory records the held-out greedy
-accuracy and tool-call rate (`tool_accuracy`).
+exact-answer reward has a signal to amplify — calling the tool on every problem.
+``verl_builtin.json`` in the directory records the held-out greedy accuracy and tool-call rate
+(`tool_accuracy`).
 """
 
 from __future__ import annotations
@@ -37,7 +28,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from verl.modules.builtin import ASSETS_DIR, build_tokenizer
+from verl.data.builtin_tool_tokenizer import TOOL_CHAT_TEMPLATE, TOOL_TOKENS, build_tool_tokenizer
+from verl.modules.builtin import ASSETS_DIR
 
 __all__ = [
     "TOOL_CHAT_TEMPLATE",
@@ -51,23 +43,6 @@ __all__ = [
 ]
 
 MODEL_NAME = "tiny-calculator"
-TOOL_TOKENS = ["<tool_call>", "</tool_call>", "<tool_response>", "</tool_response>"]
-TOOL_CHAT_TEMPLATE = (
-    "{{ bos_token }}"
-    "{% if tools %}S:{% for t in tools %}{% set f = t.function if t.function is defined else t %}"
-    "{{ f.name }}{% if not loop.last %},{% endif %}{% endfor %}{{ '\\n' }}{% endif %}"
-    "{% for m in messages %}"
-    "{% if m.role == 'assistant' %}A:{{ m.content or '' }}"
-    "{% for c in (m.tool_calls or []) %}{% set f = c.function if c.function is defined else c %}"
-    '<tool_call>{"name": "{{ f.name }}", "arguments": '
-    "{% if f.arguments is string %}{{ f.arguments }}{% else %}{{ f.arguments | tojson }}{% endif %}}</tool_call>"
-    "{% endfor %}{{ eos_token }}"
-    "{% elif m.role == 'tool' %}<tool_response>{{ m.content }}</tool_response>"
-    "{% elif m.role == 'system' %}S:{{ m.content }}\n"
-    "{% else %}Q:{{ m.content }}\n{% endif %}"
-    "{% endfor %}"
-    "{% if add_generation_prompt %}A:{% endif %}"
-)
 _INFO_FILE = "verl_builtin.json"
 _BUILD_VERSION = 1
 
@@ -93,14 +68,6 @@ class ToolModelSpec:
     sft_lr: float = 3e-3
     sft_warmup_steps: int = 20
     sft_seed: int = 0
-
-
-def build_tool_tokenizer() -> Any:
-    """Character tokenizer + the four tool tokens + :data:`TOOL_CHAT_TEMPLATE` (vocabulary 104)."""
-    tok = build_tokenizer()
-    tok.add_tokens(TOOL_TOKENS)  # plain added tokens: matched whole, kept by decode
-    tok.chat_template = TOOL_CHAT_TEMPLATE
-    return tok
 
 
 def calculator_schema() -> dict[str, Any]:
