@@ -1,0 +1,192 @@
+"""`AgentLoopRollout`: a rollout engine whose rows run through agent loops, batched back.
+
+Each row picks its loop by the batch's ``agent_name`` non-tensor (verl's column); rows without
+one use ``tool_agent`` when ``multi_turn.enable`` is true, else ``agent.default_agent_loop``. All
+trajectories of a batch run concurrently in one asyncio event loop over the engine's token-level
+request API (`verl.workers.rollout.hf_server.HFTokenServer` for ``hf``), and are assembled into
+the usual `DataProto` layout:
+
+    prompts            (B, P)   left-padded to rollout.prompt_length (tool schemas included)
+    responses          (B, R)   every token after the prompt, right-padded, R = response_length
+    response_mask      (B, R)   1 on model-generated tokens, 0 on tool / user tokens and padding
+    rollout_log_probs  (B, R)   sampling log-probs of model tokens, 0 elsewhere
+    input_ids / attention_mask / position_ids  (B, P + R)  attention 1 on every real token
+    non-tensors: num_turns (B,), tool_calls, messages, tool_rewards, turn_scores (per row)
+
+A batch whose rows all use ``single_turn_agent`` in ``rollout.mode=sync`` goes straight to the
+engine's batched ``generate_sequences`` (same tokens, no event loop); ``mode=async`` sends it
+through the agent loops as well.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
+from verl.workers.rollout.sampling import resolve_sampling
+
+__all__ = ["AgentLoopRollout", "object_array"]
+
+
+def object_array(values: list[Any]) -> np.ndarray:
+    """A 1-D object array of arbitrary per-row values (lists stay lists, never a 2-D array)."""
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr
+
+
+class AgentLoopRollout:
+    """Rollout engine wrapper (`RolloutEngine`) that runs agent loops.
+
+    Args:
+        engine: the inner engine (``generate_sequences``, ``update_weights``; served as a token
+            engine by `verl.workers.rollout.hf_server.as_token_engine`).
+        config: the rollout section (`RolloutConfig`).
+        tokenizer: the actor's tokenizer.
+        template_kwargs: extra ``apply_chat_template`` keywords (``data.apply_chat_template_kwargs``).
+
+    Raises:
+        ValueError: from loading the tool or interaction config files.
+    """
+
+    def __init__(self, engine: Any, config: Any, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        self.engine, self.config, self.tokenizer = engine, config, tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
+        mt = config.multi_turn
+        self.tools: dict[str, Any] = {}
+        self.interactions: dict[str, Any] = {}
+        if mt.tool_config_path:
+            from verl.tools.registry import load_tools
+
+            self.tools = load_tools(mt.tool_config_path)
+        if mt.interaction_config_path:
+            from verl.tools.registry import load_interactions
+
+            self.interactions = load_interactions(mt.interaction_config_path)
+        self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
+
+    def __getattr__(self, name: str) -> Any:  # rng_state, set_rng_state, ... of the inner engine
+        return getattr(self.engine, name)
+
+    def update_weights(self, state_dict_or_model: Any) -> None:
+        """Forward to the inner engine."""
+        self.engine.update_weights(state_dict_or_model)
+
+    def agent_names(self, prompts: DataProto) -> list[str]:
+        """Each row's agent loop name (validated against the registry)."""
+        names = prompts.non_tensor_batch.get("agent_name")
+        out = [str(n) if n else self.default_agent for n in (names if names is not None else [None] * len(prompts))]
+        for name in set(out):
+            AGENT_LOOPS.get(name)  # an unknown name lists the registered loops
+        return out
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Roll out every row with its agent loop; see the module docstring for the layout."""
+        names = self.agent_names(prompts)
+        if self.config.mode == "sync" and set(names) == {"single_turn_agent"}:
+            out = self.engine.generate_sequences(prompts)
+            n = len(out)
+            out.non_tensor_batch["num_turns"] = np.ones(n, dtype=np.int64)
+            out.non_tensor_batch["tool_calls"] = object_array([[] for _ in range(n)])
+            return out
+        results, meta = asyncio.run(self._run_all(prompts, names))
+        return self._assemble(prompts, results, meta)
+
+    def _context(self, prompts: DataProto) -> tuple[AgentContext, dict[str, Any]]:
+        from verl.workers.rollout.hf_server import as_token_engine
+
+        meta = prompts.meta_info
+        params = resolve_sampling(self.config, meta)
+        response_length = int(meta.get("response_length", self.config.response_length))
+        eos = meta.get("eos_token_id")
+        stop = tuple([eos] if isinstance(eos, int) else eos) if eos is not None else None
+        inner = self.engine
+        ctx = AgentContext(
+            engine=as_token_engine(inner), tokenizer=self.tokenizer, config=self.config, sampling=params,
+            response_length=response_length, stop_token_ids=stop, tools=self.tools, interactions=self.interactions,
+            template_kwargs=self.template_kwargs,
+        )
+        pad = int(meta.get("pad_token_id", getattr(inner, "pad_token_id", 0) or 0))
+        out_meta = {**meta, "temperature": params.logprob_temperature, "pad_token_id": pad,
+                    "eos_token_id": list(stop) if stop is not None else list(getattr(inner, "eos_token_id", []) or [])}
+        return ctx, out_meta
+
+    def _rows(self, prompts: DataProto) -> list[AgentRow]:
+        b, ntb = prompts.batch, prompts.non_tensor_batch
+        seeds = b["sample_seeds"].tolist() if "sample_seeds" in b.keys() else None
+        meta_seed = prompts.meta_info.get("seed")
+        rows = []
+        for i in range(len(prompts)):
+            ids = b["input_ids"][i][b["attention_mask"][i].bool()].tolist()
+            seed = seeds[i] if seeds is not None else (int(meta_seed) * 1_000_003 + i if meta_seed is not None else None)
+            raw = ntb.get("raw_prompt")
+            extra = ntb.get("extra_info")
+            rows.append(AgentRow(prompt_ids=ids, messages=list(raw[i]) if raw is not None else None,
+                                 extra_info=dict(extra[i] or {}) if extra is not None else {}, seed=seed, index=i))
+        return rows
+
+    async def _run_all(self, prompts: DataProto, names: list[str]) -> tuple[list[AgentLoopOutput], dict[str, Any]]:
+        ctx, meta = self._context(prompts)
+        loops = {name: AGENT_LOOPS.get(name)(ctx) for name in set(names)}
+        was_training = getattr(getattr(self.engine, "module", None), "training", None)
+        results = await asyncio.gather(*(loops[n].run(row) for n, row in zip(names, self._rows(prompts), strict=True)))
+        if was_training is not None:
+            self.engine.module.train(was_training)
+        return list(results), meta
+
+    def _assemble(self, prompts: DataProto, results: list[AgentLoopOutput], meta: dict[str, Any]) -> DataProto:
+        pad = int(meta["pad_token_id"])
+        width = int(self.config.prompt_length or max(len(r.prompt_ids) for r in results))
+        longest = max(len(r.prompt_ids) for r in results)
+        if longest > width:
+            raise ValueError(f"a prompt rendered for its agent loop (with tool schemas) has {longest} tokens > "
+                             f"rollout.prompt_length {width}; raise data.max_prompt_length")
+        resp_len = int(meta.get("response_length", self.config.response_length))
+        n = len(results)
+        prompt_ids = torch.full((n, width), pad, dtype=torch.long)
+        prompt_mask = torch.zeros(n, width, dtype=torch.long)
+        responses = torch.full((n, resp_len), pad, dtype=torch.long)
+        response_mask = torch.zeros(n, resp_len, dtype=torch.long)
+        response_attn = torch.zeros(n, resp_len, dtype=torch.long)
+        log_probs = torch.zeros(n, resp_len, dtype=torch.float32)
+        for i, r in enumerate(results):
+            p, k = len(r.prompt_ids), len(r.response_ids)
+            prompt_ids[i, width - p:] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            prompt_mask[i, width - p:] = 1
+            responses[i, :k] = torch.tensor(r.response_ids, dtype=torch.long)
+            response_mask[i, :k] = torch.tensor(r.response_mask, dtype=torch.long)
+            response_attn[i, :k] = 1
+            log_probs[i, :k] = torch.tensor(r.response_logprobs, dtype=torch.float32)
+        attention_mask = torch.cat([prompt_mask, response_attn], dim=1)
+        # positions count real tokens; padding after the response continues the count (as HFRollout)
+        position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
+        last = position_ids[:, width - 1 : width]
+        position_ids[:, width:] = last + torch.arange(1, resp_len + 1)
+        tensors = {
+            "prompts": prompt_ids, "responses": responses, "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, responses], dim=1), "attention_mask": attention_mask,
+            "position_ids": position_ids, "rollout_log_probs": log_probs,
+        }
+        non_tensors = dict(prompts.non_tensor_batch)
+        non_tensors.update({
+            "num_turns": np.array([r.num_turns for r in results], dtype=np.int64),
+            "tool_calls": object_array([r.tool_calls for r in results]),
+            "messages": object_array([r.messages for r in results]),
+            "tool_rewards": object_array([r.tool_rewards for r in results]),
+            "turn_scores": object_array([r.turn_scores for r in results]),
+        })
+        meta = dict(meta)
+        meta["metrics"] = {**meta.get("metrics", {}), **_counts(results)}
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+
+def _counts(results: list[AgentLoopOutput]) -> dict[str, float]:
+    """Trajectories whose incremental ids differ from the chat template's rendering (the tool
+    counters are computed from the ``tool_calls`` non-tensor, see `verl.workers.rollout.trajectories`)."""
+    return {"multiturn/tokenization_mismatch": float(sum(r.metrics.get("tokenization_mismatch", 0.0) for r in results))}
