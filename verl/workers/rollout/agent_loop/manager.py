@@ -66,7 +66,7 @@ class AgentLoopRollout:
 
             self.tools = load_tools(mt.tool_config_path)
         if mt.interaction_config_path:
-            from verl.tools.registry import load_interactions
+            from verl.interactions import load_interactions
 
             self.interactions = load_interactions(mt.interaction_config_path)
         self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop

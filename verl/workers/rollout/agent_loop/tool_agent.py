@@ -59,7 +59,7 @@ class ToolAgentLoop:
 
         Raises:
             ValueError: the row has no messages (``data.return_raw_chat`` must be true), or names
-                an interaction that is not loaded.
+                an interaction that is not configured.
         """
         from verl.tools.calling import ToolSession
 
@@ -94,13 +94,14 @@ class ToolAgentLoop:
         return out
 
     async def _start_interaction(self, row: AgentRow) -> tuple[Any, dict[str, Any], str]:
+        """The row's interaction (``extra_info.interaction_kwargs.name``), started; none when no
+        interaction is configured (tool-only recipes keep the column in their data)."""
+        from verl.interactions import select_interaction
+
         kwargs = dict(row.extra_info.get("interaction_kwargs") or {})
         if not kwargs or not self.ctx.interactions:
             return None, {}, ""
-        name = kwargs.get("name") or next(iter(self.ctx.interactions))
-        if name not in self.ctx.interactions:
-            raise ValueError(f"row {row.index} names interaction {name!r}, loaded: {sorted(self.ctx.interactions)}")
-        interaction = self.ctx.interactions[name]
+        interaction = select_interaction(self.ctx.interactions, kwargs)
         instance = await interaction.start_interaction(f"{row.index}-{uuid.uuid4().hex[:8]}", **kwargs)
         return interaction, kwargs, instance
 
@@ -122,7 +123,7 @@ class ToolAgentLoop:
                 return
             new = await self._tool_turn(messages[-1]["content"], session, out, counts)
             if not new:
-                if interaction is None or (self.mt.max_user_turns and counts["user"] >= self.mt.max_user_turns):
+                if interaction is None or (self.mt.max_user_turns is not None and counts["user"] >= self.mt.max_user_turns):
                     return
                 done, text, score, _ = await interaction.generate_response(instance, messages, **interaction_kwargs)
                 out.turn_scores.append(float(score))
@@ -143,18 +144,18 @@ class ToolAgentLoop:
         if not parsed:
             return []
 
-        async def one(p: Any) -> str:
-            if p.call is None:
+        async def one(p: Any) -> tuple[str, dict[str, Any]]:
+            if p.call is None:  # malformed JSON, unknown tool, bad arguments, over max_parallel_calls
                 counts["malformed"] += 1
-                out.tool_calls.append({"name": None, "arguments": None, "status": "malformed", "error": p.error})
-                return session.record_error(p.error).response.text or ""
+                text = session.record_error(p.error).response.text or ""
+                return text, {"name": None, "arguments": None, "status": "malformed", "error": p.error}
             result = await session.call(p.call)
-            out.tool_calls.append({"name": p.call.name, "arguments": p.call.arguments, "status": result.status,
-                                   "reward": float(result.reward)})
-            return result.response.text or ""
+            return result.response.text or "", {"name": p.call.name, "arguments": p.call.arguments,
+                                                "status": result.status, "reward": float(result.reward)}
 
-        texts = await asyncio.gather(*(one(p) for p in parsed))
-        return [{"role": "tool", "content": t} for t in texts]
+        done = await asyncio.gather(*(one(p) for p in parsed))  # calls run concurrently, kept in text order
+        out.tool_calls += [record for _, record in done]
+        return [{"role": "tool", "content": text} for text, _ in done]
 
     @staticmethod
     def _append(out: AgentLoopOutput, ids: list[int], mask: int, log_probs: list[float] | None) -> None:
