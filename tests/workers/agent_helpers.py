@@ -66,11 +66,11 @@ class RetryOnceInteraction(BaseInteraction):
 
     def __init__(self, config: dict[str, Any] | None = None) -> None:
         super().__init__({"name": "retry", **(config or {})})
-        self.calls = 0
+        self.calls: dict[str, int] = {}
 
     async def generate_response(self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[bool, str, float, dict]:
-        self.calls += 1
-        return (self.calls > 1, "Try again.", float(self.calls - 1), {})
+        self.calls[instance_id] = calls = self.calls.get(instance_id, 0) + 1
+        return (calls > 1, "Try again.", float(calls - 1), {})
 
 
 def context(tokenizer: Any, engine: Any, tools: dict[str, Any] | None = None, interactions: dict[str, Any] | None = None,
