@@ -28,7 +28,7 @@ from omegaconf import OmegaConf
 
 from verl.tools.base import BaseTool
 
-__all__ = ["CLASS_ALIASES", "ToolConfigError", "import_class", "load_tools", "tool_schemas"]
+__all__ = ["BUILTIN_CONFIG_DIR", "CLASS_ALIASES", "ToolConfigError", "import_class", "load_tools", "tool_schemas"]
 
 CLASS_ALIASES: dict[str, str] = {
     # verl <= 0.4 kept its tools under workers/tool
@@ -156,3 +156,8 @@ def load_tools(tool_config_path: str | Path) -> dict[str, BaseTool]:
 def tool_schemas(tools: dict[str, BaseTool]) -> list[dict[str, Any]]:
     """The OpenAI function schemas to pass as ``apply_chat_template(..., tools=...)``, in order."""
     return [tool.tool_schema for tool in tools.values()]
+
+
+BUILTIN_CONFIG_DIR = Path(__file__).with_name("configs")
+# shipped configs: gsm8k_tool_config.yaml, calculator_tool_config.yaml,
+# code_interpreter_tool_config.yaml, gsm8k_interaction_config.yaml

@@ -12,6 +12,7 @@ data_source                                                            scorer
 ``math``, ``math500``, ``lighteval/MATH``, ``HuggingFaceH4/MATH-500``,  :mod:`.math_answer`
 ``DigitalLearningGmbH/MATH-lighteval``
 ``builtin/arithmetic``, ``arithmetic``                                 :mod:`.arithmetic`
+``json_schema``, ``builtin/json_schema``                               :mod:`.json_schema`
 =====================================================================  =====================
 
 Add a rule with ``register_scorer("my/source")(fn)``.
@@ -22,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verl.reward.scorers import arithmetic, gsm8k, math_answer
+from verl.reward.scorers import arithmetic, gsm8k, json_schema, math_answer
 from verl.utils.registry import Registry
 
 Scorer = Callable[..., "float | dict[str, Any]"]
@@ -38,6 +39,7 @@ MATH_SOURCES = (
     "DigitalLearningGmbH/MATH-lighteval",
 )
 ARITHMETIC_SOURCES = ("builtin/arithmetic", "arithmetic")
+JSON_SCHEMA_SOURCES = ("json_schema", "builtin/json_schema")
 
 
 def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
@@ -64,6 +66,7 @@ def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
 register_scorer(*GSM8K_SOURCES)(gsm8k.compute_score)
 register_scorer(*MATH_SOURCES)(math_answer.compute_score)
 register_scorer(*ARITHMETIC_SOURCES)(arithmetic.compute_score)
+register_scorer(*JSON_SCHEMA_SOURCES)(json_schema.compute_score)
 
 
 def get_scorer(data_source: str) -> Scorer:
@@ -109,5 +112,6 @@ __all__ = [
     "register_scorer",
     "arithmetic",
     "gsm8k",
+    "json_schema",
     "math_answer",
 ]
