@@ -85,3 +85,30 @@ def test_single_turn_agent_equals_generate_sequences(quickstart):
     assert torch.allclose(out.batch["rollout_log_probs"], ref.batch["rollout_log_probs"], atol=1e-5)
     assert out.non_tensor_batch["num_turns"].tolist() == [1] * len(batch)
     assert ref.batch["response_mask"].sum() > 0
+
+
+class _SlowEngine:
+    """Answers after ``seed`` hundredths of a second with ``seed`` tokens (finish order = seed order)."""
+
+    pad_token_id, eos_token_id = 0, [2]
+
+    async def generate(self, request: TokenRequest):
+        from verl.workers.rollout.request import TokenOutput
+
+        await asyncio.sleep(request.seed / 100)
+        return TokenOutput(token_ids=[5] * request.seed, log_probs=[-0.5] * request.seed, finish_reason="length")
+
+
+def test_over_sample_rate_aborts_the_slowest():
+    cfg = RolloutConfig(response_length=8, prompt_length=4, over_sample_rate=0.5)
+    batch = DataProto.from_dict(
+        tensors={"input_ids": torch.ones(4, 4, dtype=torch.long), "attention_mask": torch.ones(4, 4, dtype=torch.long),
+                 "position_ids": torch.arange(4).repeat(4, 1), "sample_seeds": torch.tensor([4, 1, 3, 2])},
+        meta_info={"pad_token_id": 0},
+    )
+    out = AgentLoopRollout(_SlowEngine(), cfg, tokenizer=None).generate_sequences(batch)
+    assert out.batch["response_mask"].sum(-1).tolist() == [0, 1, 0, 2]  # seeds 4 and 3 were the slowest
+    assert out.meta_info["metrics"]["multiturn/aborted"] == 2.0
+    batch.meta_info["validate"] = True  # validation never aborts
+    out = AgentLoopRollout(_SlowEngine(), cfg, tokenizer=None).generate_sequences(batch)
+    assert out.batch["response_mask"].sum(-1).tolist() == [4, 1, 3, 2]

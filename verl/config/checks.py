@@ -146,6 +146,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
     S.RolloutConfig: [
         one_of("name", C.ROLLOUT_NAMES),
         one_of("mode", C.ROLLOUT_MODES),
+        within("over_sample_rate", 0.0, 1.0, hi_open=True),
         ge("temperature", 0.0),
         Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
         within("top_p", 0.0, 1.0, lo_open=True),

@@ -324,6 +324,9 @@ class RolloutConfig:
     # Multi-turn tool-calling rollouts.
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     # Agent loops (verl's AgentLoop): which loop a row without agent_name uses.
+    over_sample_rate: float = 0.0
+    # Training rollouts stop once (1 - rate) of the batch's trajectories finished; the rest are
+    # aborted with an empty response (masked out). 0 = off. Runs the batch through agent loops.
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Extra keyword arguments for the engine (vllm / sglang).
 

@@ -71,6 +71,9 @@ class HFTokenServer:
         cap = max(int(self.engine.config.max_num_seqs), 1)
         while self._pending:
             await asyncio.sleep(0)  # let agent loops started in the same tick enqueue their turn
+            self._pending = [p for p in self._pending if not p[1].done()]  # drop aborted requests
+            if not self._pending:
+                break
             groups: dict[tuple[SamplingParams, tuple[int, ...] | None], list[int]] = {}
             for i, (req, _) in enumerate(self._pending):
                 groups.setdefault((req.sampling, req.stop_token_ids), []).append(i)

@@ -31,6 +31,8 @@ class AgentRow:
         extra_info: the row's ``extra_info`` (``tools_kwargs``, ``interaction_kwargs``, ``index``).
         seed: sampling seed of the trajectory (``sample_seeds``); None = the engine's generator.
         index: position of the row in the batch (for request ids).
+        rendered_prompt_ids: the prompt the agent loop actually sent (set by the loop once
+            rendered; used for a trajectory aborted by ``over_sample_rate``).
     """
 
     prompt_ids: list[int]
@@ -38,6 +40,7 @@ class AgentRow:
     extra_info: dict[str, Any] = field(default_factory=dict)
     seed: int | None = None
     index: int = 0
+    rendered_prompt_ids: list[int] | None = None
 
 
 @dataclass

@@ -16,11 +16,16 @@ the usual `DataProto` layout:
 A batch whose rows all use ``single_turn_agent`` in ``rollout.mode=sync`` goes straight to the
 engine's batched ``generate_sequences`` (same tokens, no event loop); ``mode=async`` sends it
 through the agent loops as well.
+
+``rollout.over_sample_rate`` r > 0 (training batches only, as in verl): once ``ceil((1 - r) * B)``
+trajectories have finished, the rest are aborted and come back with an empty response
+(``multiturn/aborted`` counts them).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from typing import Any
 
 import numpy as np
@@ -89,7 +94,9 @@ class AgentLoopRollout:
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Roll out every row with its agent loop; see the module docstring for the layout."""
         names = self.agent_names(prompts)
-        if self.config.mode == "sync" and set(names) == {"single_turn_agent"}:
+        over_sample = self.config.over_sample_rate > 0 and not prompts.meta_info.get("validate", False)
+        batched = self.config.mode == "sync" and not over_sample and hasattr(self.engine, "generate_sequences")
+        if batched and set(names) == {"single_turn_agent"}:
             out = self.engine.generate_sequences(prompts)
             n = len(out)
             out.non_tensor_batch["num_turns"] = np.ones(n, dtype=np.int64)
@@ -134,11 +141,20 @@ class AgentLoopRollout:
     async def _run_all(self, prompts: DataProto, names: list[str]) -> tuple[list[AgentLoopOutput], dict[str, Any]]:
         ctx, meta = self._context(prompts)
         loops = {name: AGENT_LOOPS.get(name)(ctx) for name in set(names)}
+        rows = self._rows(prompts)
         was_training = getattr(getattr(self.engine, "module", None), "training", None)
-        results = await asyncio.gather(*(loops[n].run(row) for n, row in zip(names, self._rows(prompts), strict=True)))
+        tasks = [asyncio.ensure_future(loops[n].run(row)) for n, row in zip(names, rows, strict=True)]
+        rate = float(getattr(self.config, "over_sample_rate", 0.0) or 0.0)
+        aborted = 0
+        if rate > 0 and not meta.get("validate", False):
+            aborted = await _abort_slowest(tasks, rate)
+        else:
+            await asyncio.gather(*tasks)
         if was_training is not None:
             self.engine.module.train(was_training)
-        return list(results), meta
+        results = [t.result() if not t.cancelled() else _aborted_output(row) for t, row in zip(tasks, rows, strict=True)]
+        meta.setdefault("metrics", {})["multiturn/aborted"] = float(aborted)
+        return results, meta
 
     def _assemble(self, prompts: DataProto, results: list[AgentLoopOutput], meta: dict[str, Any]) -> DataProto:
         pad = int(meta["pad_token_id"])
@@ -184,6 +200,32 @@ class AgentLoopRollout:
         meta = dict(meta)
         meta["metrics"] = {**meta.get("metrics", {}), **_counts(results)}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+
+async def _abort_slowest(tasks: list[asyncio.Future[AgentLoopOutput]], rate: float) -> int:
+    """verl's ``rollout.over_sample_rate``: once ``ceil((1 - rate) * n)`` trajectories finished,
+    cancel the rest (their tool sessions are released); returns how many were aborted.
+
+    Raises:
+        Exception: the first error of a trajectory that finished with one.
+    """
+    target = max(1, math.ceil((1.0 - rate) * len(tasks)))
+    pending = set(tasks)
+    while len(tasks) - len(pending) < target:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()  # a failing agent loop is an error, not an abort
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return len(pending)
+
+
+def _aborted_output(row: AgentRow) -> AgentLoopOutput:
+    """An aborted trajectory: its prompt and no response tokens (response_mask all 0, so it adds
+    nothing to the loss; its score is that of an empty response)."""
+    prompt = row.rendered_prompt_ids if row.rendered_prompt_ids is not None else row.prompt_ids
+    return AgentLoopOutput(prompt_ids=list(prompt), response_ids=[], response_mask=[], response_logprobs=[], num_turns=0)
 
 
 def _counts(results: list[AgentLoopOutput]) -> dict[str, float]:

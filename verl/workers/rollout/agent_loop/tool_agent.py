@@ -67,6 +67,7 @@ class ToolAgentLoop:
             raise ValueError("tool_agent needs each row's chat messages: set data.return_raw_chat=true")
         messages = [dict(m) for m in row.messages]
         prompt_ids = self.chat.prompt_ids(messages)
+        row.rendered_prompt_ids = prompt_ids
         session = ToolSession(
             self.ctx.tools, row.extra_info.get("tools_kwargs") or {},
             max_response_length=self.mt.max_tool_response_length, truncate_side=self.mt.tool_response_truncate_side,
