@@ -324,6 +324,9 @@ class RolloutConfig:
     # Multi-turn tool-calling rollouts.
     agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
     # Agent loops (verl's AgentLoop): which loop a row without agent_name uses.
+    multi_stage_wake_up: bool = False
+    # A server engine's two-stage memory wake-up (vllm / sglang); the hf engine shares the actor's
+    # weights in place, so it has nothing to wake up.
     over_sample_rate: float = 0.0
     # Training rollouts stop once (1 - rate) of the batch's trajectories finished; the rest are
     # aborted with an empty response (masked out). 0 = off. Runs the batch through agent loops.
