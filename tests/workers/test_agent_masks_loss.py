@@ -15,7 +15,8 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from verl.algorithms import compute_advantage
-from verl.config.schema import ActorConfig, OverlongBufferConfig
+from verl.config.schema import ActorConfig, FSDPConfig, OverlongBufferConfig
+from verl.engine import build_engine
 from verl.protocol import DataProto
 from verl.reward.scoring import SampleResult, ScoredBatch, assemble_rewards
 from verl.workers.actor import PPOActor
@@ -49,9 +50,11 @@ def _batch() -> DataProto:
 
 def _update(batch: DataProto) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     module = _model()
-    cfg = ActorConfig(ppo_mini_batch_size=2, use_kl_loss=True, kl_loss_coef=0.1, entropy_coeff=0.01, shuffle=False)
-    actor = PPOActor(module, torch.optim.SGD(module.parameters(), lr=0.1), None, cfg)
-    metrics = actor.update_policy(batch, temperature=1.0, mini_batch_size=4, micro_batch_size=2)
+    cfg = ActorConfig(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=2, use_kl_loss=True, kl_loss_coef=0.1,
+                      entropy_coeff=0.01, shuffle=False)
+    cfg.optim.lr = 0.05
+    engine = build_engine(module, FSDPConfig(), world_size=1, optim=cfg.optim, total_steps=1)
+    metrics = PPOActor(engine, cfg).update_policy(batch, temperature=1.0, mini_batch_size=4)
     return metrics, {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
