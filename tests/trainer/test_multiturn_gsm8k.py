@@ -35,7 +35,7 @@ def test_two_grpo_steps_multiturn_gsm8k(shared_dir, tmp_path):
         f"actor_rollout_ref.model.path={model}", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
         f"data.train_files=[{tmp_path / 'data' / 'test.parquet'}]", "data.val_files=[]", "data.train_batch_size=2",
         "data.return_raw_chat=true", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_prompt_length=1024",
-        "data.filter_overlong_prompts=true", "data.max_response_length=48", "trainer.total_training_steps=2",
+        "data.filter_overlong_prompts=true", "data.max_response_length=32", "trainer.total_training_steps=2",
         "actor_rollout_ref.rollout.multi_turn.enable=true",
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIGS / 'gsm8k_tool_config.yaml'}",
         f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={CONFIGS / 'gsm8k_interaction_config.yaml'}",
