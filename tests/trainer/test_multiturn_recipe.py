@@ -44,6 +44,17 @@ def test_recipe_yamls_load_with_verl_defaults(name):
     assert cfg.algorithm.adv_estimator == "gae" and cfg.actor_rollout_ref.actor.clip_ratio == 0.2
 
 
+def test_recipe_tool_and_interaction_configs_load():
+    from verl.interactions import Gsm8kInteraction, load_interactions
+    from verl.tools import load_tools
+    from verl.tools.gsm8k_tool import Gsm8kTool
+
+    tools = load_tools(CONFIG_DIR / "tool_config" / "gsm8k_tool_config.yaml")
+    assert isinstance(tools["calc_gsm8k_reward"], Gsm8kTool)
+    interactions = load_interactions(CONFIG_DIR / "interaction_config" / "gsm8k_interaction_config.yaml")
+    assert isinstance(interactions["gsm8k"], Gsm8kInteraction)
+
+
 def test_other_hydra_settings_are_refused(tmp_path):
     f = tmp_path / "x.yaml"
     f.write_text("hydra:\n  run:\n    dir: out\ndefaults:\n  - ppo_trainer\n")

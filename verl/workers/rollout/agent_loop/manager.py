@@ -77,6 +77,8 @@ class AgentLoopRollout:
         self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
 
     def __getattr__(self, name: str) -> Any:  # rng_state, set_rng_state, ... of the inner engine
+        if name == "engine":  # not set yet (e.g. while unpickling): no recursion
+            raise AttributeError(name)
         return getattr(self.engine, name)
 
     def update_weights(self, state_dict_or_model: Any) -> None:
