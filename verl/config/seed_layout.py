@@ -62,8 +62,10 @@ target_modules``                       ``ModelConfig`` field under ``model``/``m
 ``rollout.name``                       ``actor_rollout_ref.rollout.name``; vllm/sglang also set
                                        ``trainer.device: cuda``
 ``rollout.multi_turn: true``,          ``actor_rollout_ref.rollout.multi_turn.enable: true`` and
-``rollout.tool_integration: true``     ``data.return_raw_chat: true``; tools are chosen by
-                                       ``rollout.multi_turn.tool_config_path``
+``rollout.tool_integration: true``     ``data.return_raw_chat: true``; ``tool_integration`` also
+                                       gives the built-in calculator tool
+                                       (``verl/tools/configs/calculator_tool_config.yaml``) as
+                                       ``multi_turn.tool_config_path``
 ``rollout.max_tokens``                 ``data.max_response_length`` (the rollout's response_length
                                        follows it in ``finalize``)
 ``rollout.<RolloutConfig field>``      ``actor_rollout_ref.rollout.<field>`` (e.g. temperature)
@@ -80,6 +82,7 @@ import dataclasses
 import difflib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from verl.config import choices as C
@@ -99,6 +102,8 @@ SEED_TOP_KEYS = frozenset({"model", "ppo", "rollout", "use_remove_padding", "fsd
 _MODEL = "actor_rollout_ref.model"
 _ACTOR = "actor_rollout_ref.actor"
 _ROLLOUT = "actor_rollout_ref.rollout"
+BUILTIN_TOOL_CONFIG = str(Path(__file__).resolve().parents[1] / "tools" / "configs" / "calculator_tool_config.yaml")
+# The tools ``rollout.tool_integration: true`` turns on: the built-in calculator.
 _ALL_FSDP = (f"{_ACTOR}.fsdp_config", "actor_rollout_ref.ref.fsdp_config", "critic.model.fsdp_config",
              "reward_model.model.fsdp_config")
 _SHARDING: dict[str, dict[str, Any]] = {
@@ -313,6 +318,8 @@ def _rollout(block: Any, out: dict[str, Any]) -> None:
             if value:
                 set_path(out, f"{_ROLLOUT}.multi_turn.enable", True)
                 set_path(out, "data.return_raw_chat", True)
+            if value and name == "tool_integration":
+                set_path(out, f"{_ROLLOUT}.multi_turn.tool_config_path", BUILTIN_TOOL_CONFIG)
         elif name == "max_tokens":
             set_path(out, "data.max_response_length", value)
         elif name in valid:
