@@ -50,7 +50,8 @@ def test_two_grpo_steps_multiturn_gsm8k(shared_dir, tmp_path):
     finite_metrics(history)
     for h in history:
         for key in ("num_turns/min", "num_turns/max", "num_turns/mean", "tool_call_counts/mean",
-                    "multiturn/tool_errors", "multiturn/tool_timeouts", "multiturn/malformed_tool_calls"):
+                    "multiturn/tool_errors", "multiturn/tool_timeouts", "multiturn/malformed_tool_calls",
+                    "multiturn/tokenization_mismatch", "multiturn/aborted"):
             assert key in h, key
     assert max(h["num_turns/max"] for h in history) > 1  # turns ended and tools / the user answered
     rows = [json.loads(line) for f in sorted(dump.glob("*.jsonl")) for line in f.read_text().splitlines()]

@@ -20,6 +20,7 @@ from verl.workers.rollout.agent_loop import AgentLoopRollout
 from verl.workers.rollout.hf_server import HFTokenServer
 from verl.workers.rollout.request import TokenRequest
 from verl.workers.rollout.sampling import SamplingParams
+from verl.workers.rollout.trajectories import agent_loop_metrics
 
 
 @pytest.fixture(scope="module")
@@ -108,7 +109,7 @@ def test_over_sample_rate_aborts_the_slowest():
     )
     out = AgentLoopRollout(_SlowEngine(), cfg, tokenizer=None).generate_sequences(batch)
     assert out.batch["response_mask"].sum(-1).tolist() == [0, 1, 0, 2]  # seeds 4 and 3 were the slowest
-    assert out.meta_info["metrics"]["multiturn/aborted"] == 2.0
+    assert agent_loop_metrics(out)["multiturn/aborted"] == 2.0
     batch.meta_info["validate"] = True  # validation never aborts
     out = AgentLoopRollout(_SlowEngine(), cfg, tokenizer=None).generate_sequences(batch)
     assert out.batch["response_mask"].sum(-1).tolist() == [4, 1, 3, 2]

@@ -11,7 +11,8 @@ the usual `DataProto` layout:
     response_mask      (B, R)   1 on model-generated tokens, 0 on tool / user tokens and padding
     rollout_log_probs  (B, R)   sampling log-probs of model tokens, 0 elsewhere
     input_ids / attention_mask / position_ids  (B, P + R)  attention 1 on every real token
-    non-tensors: num_turns (B,), tool_calls, messages, tool_rewards, turn_scores (per row)
+    non-tensors: num_turns (B,), tool_calls, messages, tool_rewards, turn_scores (per row),
+                 tokenization_mismatch (B,) and aborted (B,) 0/1 flags
 
 A batch whose rows all use ``single_turn_agent`` in ``rollout.mode=sync`` goes straight to the
 engine's batched ``generate_sequences`` (same tokens, no event loop); ``mode=async`` sends it
@@ -19,7 +20,7 @@ through the agent loops as well.
 
 ``rollout.over_sample_rate`` r > 0 (training batches only, as in verl): once ``ceil((1 - r) * B)``
 trajectories have finished, the rest are aborted and come back with an empty response
-(``multiturn/aborted`` counts them).
+(flagged in ``aborted``; `verl.workers.rollout.trajectories.agent_loop_metrics` counts them).
 """
 
 from __future__ import annotations
@@ -147,15 +148,13 @@ class AgentLoopRollout:
         was_training = getattr(getattr(self.engine, "module", None), "training", None)
         tasks = [asyncio.ensure_future(loops[n].run(row)) for n, row in zip(names, rows, strict=True)]
         rate = float(getattr(self.config, "over_sample_rate", 0.0) or 0.0)
-        aborted = 0
         if rate > 0 and not meta.get("validate", False):
-            aborted = await _abort_slowest(tasks, rate)
+            await _abort_slowest(tasks, rate)
         else:
             await asyncio.gather(*tasks)
         if was_training is not None:
             self.engine.module.train(was_training)
         results = [t.result() if not t.cancelled() else _aborted_output(row) for t, row in zip(tasks, rows, strict=True)]
-        meta.setdefault("metrics", {})["multiturn/aborted"] = float(aborted)
         return results, meta
 
     def _assemble(self, prompts: DataProto, results: list[AgentLoopOutput], meta: dict[str, Any]) -> DataProto:
@@ -198,9 +197,9 @@ class AgentLoopRollout:
             "messages": object_array([r.messages for r in results]),
             "tool_rewards": object_array([r.tool_rewards for r in results]),
             "turn_scores": object_array([r.turn_scores for r in results]),
+            "tokenization_mismatch": np.array([int(r.metrics.get("tokenization_mismatch", 0)) for r in results]),
+            "aborted": np.array([int(r.metrics.get("aborted", 0)) for r in results]),
         })
-        meta = dict(meta)
-        meta["metrics"] = {**meta.get("metrics", {}), **_counts(results)}
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
 
@@ -227,10 +226,5 @@ def _aborted_output(row: AgentRow) -> AgentLoopOutput:
     """An aborted trajectory: its prompt and no response tokens (response_mask all 0, so it adds
     nothing to the loss; its score is that of an empty response)."""
     prompt = row.rendered_prompt_ids if row.rendered_prompt_ids is not None else row.prompt_ids
-    return AgentLoopOutput(prompt_ids=list(prompt), response_ids=[], response_mask=[], response_logprobs=[], num_turns=0)
-
-
-def _counts(results: list[AgentLoopOutput]) -> dict[str, float]:
-    """Trajectories whose incremental ids differ from the chat template's rendering (the tool
-    counters are computed from the ``tool_calls`` non-tensor, see `verl.workers.rollout.trajectories`)."""
-    return {"multiturn/tokenization_mismatch": float(sum(r.metrics.get("tokenization_mismatch", 0.0) for r in results))}
+    return AgentLoopOutput(prompt_ids=list(prompt), response_ids=[], response_mask=[], response_logprobs=[], num_turns=0,
+                           metrics={"aborted": 1.0})
