@@ -11,7 +11,9 @@ Independence of batching: every request samples with its own generator (``reques
 `verl.workers.rollout.sampling.sample_tokens` draws one uniform per row by inverse CDF), and a
 request that is shorter than its batch mates is cut to its own ``max_new_tokens`` after the pass,
 so a request's tokens depend only on its prompt, sampling settings and seed. A request without a
-seed gets one drawn from the engine's generator in arrival order.
+seed gets one drawn from the engine's generator in arrival order. Checked on CPU in float32
+(tests/workers/test_agent_loop_single_turn.py); on a GPU, matmul kernels chosen by batch shape
+may round a row's logits differently, which can flip a near-tie sample.
 """
 
 from __future__ import annotations
