@@ -116,4 +116,5 @@ def test_metrics_and_dump(model_and_tok, rollout, tmp_path):
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert path.name == "7.jsonl" and len(rows) == 3
     assert rows[0]["num_turns"] == turns[0] and rows[0]["messages"][0]["role"] == "user"
-    assert "Try again." in rows[0]["response"] and rows[0]["turn_scores"]
+    assert "Try again." in rows[0]["output"] and rows[0]["turn_scores"] and rows[0]["gts"] == "2"
+    assert rows[0]["score"] == 0.0 and rows[0]["step"] == 7 and "Question 0" in rows[0]["input"]

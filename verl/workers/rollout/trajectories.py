@@ -58,10 +58,11 @@ def _jsonable(value: Any) -> Any:
 def dump_trajectories(batch: DataProto, tokenizer: Any, out_dir: str | Path, step: int) -> Path:
     """Write ``<out_dir>/<step>.jsonl``: one line per trajectory of the scored batch.
 
-    Each line: ``step``, ``uid``, ``data_source``, ``prompt`` and ``response`` (decoded, special
-    tokens kept; the response spans every turn), ``ground_truth``, ``score`` (sum of
-    ``token_level_scores``), ``num_turns``, ``tool_calls``, ``messages`` (the conversation of a
-    multi-turn trajectory), ``tool_rewards``, ``turn_scores``.
+    verl's fields: ``input`` (prompt text), ``output`` (every response token after the prompt,
+    tool and user turns included), ``gts`` (ground truth), ``score`` (sum of
+    ``token_level_scores``), ``step``; then ``uid``, ``data_source``, ``num_turns`` and, for
+    agent-loop batches, ``tool_calls`` (name, arguments, status), ``messages`` (the conversation),
+    ``tool_rewards`` and ``turn_scores``.
 
     Returns:
         The file written.
@@ -70,24 +71,25 @@ def dump_trajectories(batch: DataProto, tokenizer: Any, out_dir: str | Path, ste
     path.mkdir(parents=True, exist_ok=True)
     b, ntb = batch.batch, batch.non_tensor_batch
     scores = b["token_level_scores"].sum(-1).tolist() if "token_level_scores" in b.keys() else [None] * len(batch)
+    width = b["prompts"].shape[1]
     file = path / f"{step}.jsonl"
     with file.open("w") as f:
         for i in range(len(batch)):
-            prompt = b["prompts"][i][b["attention_mask"][i, : b["prompts"].shape[1]].bool()].tolist()
-            n_resp = int(b["attention_mask"][i, b["prompts"].shape[1]:].sum())
+            prompt = b["prompts"][i][b["attention_mask"][i, :width].bool()].tolist()
+            response = b["responses"][i][b["attention_mask"][i, width:].bool()].tolist()
             rm = ntb["reward_model"][i] if "reward_model" in ntb else None
             row = {
+                "input": tokenizer.decode(prompt, skip_special_tokens=True),
+                "output": tokenizer.decode(response, skip_special_tokens=True),
+                "gts": _jsonable(rm.get("ground_truth")) if isinstance(rm, dict) else None,
+                "score": scores[i],
                 "step": step,
                 "uid": _jsonable(ntb["uid"][i]) if "uid" in ntb else i,
                 "data_source": _jsonable(ntb["data_source"][i]) if "data_source" in ntb else None,
-                "prompt": tokenizer.decode(prompt, skip_special_tokens=False),
-                "response": tokenizer.decode(b["responses"][i, :n_resp].tolist(), skip_special_tokens=False),
-                "ground_truth": _jsonable(rm.get("ground_truth")) if isinstance(rm, dict) else None,
-                "score": scores[i],
                 "num_turns": int(ntb["num_turns"][i]) if "num_turns" in ntb else 1,
             }
             for key in ("tool_calls", "messages", "tool_rewards", "turn_scores"):
                 if key in ntb:
                     row[key] = _jsonable(ntb[key][i])
-            f.write(json.dumps(row, default=str) + "\n")
+            f.write(json.dumps(row, default=str, ensure_ascii=False) + "\n")
     return file
