@@ -211,6 +211,8 @@ class RLTrainer:
         for key in ("uid", *AGENT_INPUT_KEYS):  # agent loops read the messages, tools_kwargs, agent_name
             if key in batch.non_tensor_batch:
                 gen.non_tensor_batch[key] = batch.non_tensor_batch[key]
+        if self.config.data.apply_chat_template_kwargs:  # agent loops render prompts as the dataset did
+            gen.meta_info["apply_chat_template_kwargs"] = dict(self.config.data.apply_chat_template_kwargs)
         return gen
 
     def _with_seeds(self, gen: DataProto, purpose: str) -> DataProto:

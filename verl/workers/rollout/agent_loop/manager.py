@@ -55,7 +55,8 @@ class AgentLoopRollout:
             engine by `verl.workers.rollout.hf_server.as_token_engine`).
         config: the rollout section (`RolloutConfig`).
         tokenizer: the actor's tokenizer.
-        template_kwargs: extra ``apply_chat_template`` keywords (``data.apply_chat_template_kwargs``).
+        template_kwargs: extra ``apply_chat_template`` keywords; a batch's
+            ``meta_info["apply_chat_template_kwargs"]`` (the trainer passes ``data.apply_chat_template_kwargs``) wins.
 
     Raises:
         ValueError: from loading the tool or interaction config files.
@@ -120,7 +121,7 @@ class AgentLoopRollout:
         ctx = AgentContext(
             engine=as_token_engine(inner), tokenizer=self.tokenizer, config=self.config, sampling=params,
             response_length=response_length, stop_token_ids=stop, tools=self.tools, interactions=self.interactions,
-            template_kwargs=self.template_kwargs,
+            template_kwargs=dict(meta.get("apply_chat_template_kwargs") or self.template_kwargs),
         )
         pad = int(meta.get("pad_token_id", getattr(inner, "pad_token_id", 0) or 0))
         out_meta = {**meta, "temperature": params.logprob_temperature, "pad_token_id": pad,
