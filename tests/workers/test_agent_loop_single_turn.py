@@ -89,14 +89,19 @@ def test_single_turn_agent_equals_generate_sequences(quickstart):
 
 
 class _SlowEngine:
-    """Answers after ``seed`` hundredths of a second with ``seed`` tokens (finish order = seed order)."""
+    """Answers with ``seed`` tokens; requests with a seed above ``hang_above`` never finish on
+    their own (only cancellation ends them), so which ones are the slowest does not depend on load."""
 
     pad_token_id, eos_token_id = 0, [2]
+
+    def __init__(self, hang_above: int | None = None) -> None:
+        self.hang_above = hang_above
 
     async def generate(self, request: TokenRequest):
         from verl.workers.rollout.request import TokenOutput
 
-        await asyncio.sleep(request.seed / 100)
+        if self.hang_above is not None and request.seed > self.hang_above:
+            await asyncio.Event().wait()
         return TokenOutput(token_ids=[5] * request.seed, log_probs=[-0.5] * request.seed, finish_reason="length")
 
 
@@ -107,7 +112,7 @@ def test_over_sample_rate_aborts_the_slowest():
                  "position_ids": torch.arange(4).repeat(4, 1), "sample_seeds": torch.tensor([4, 1, 3, 2])},
         meta_info={"pad_token_id": 0},
     )
-    out = AgentLoopRollout(_SlowEngine(), cfg, tokenizer=None).generate_sequences(batch)
+    out = AgentLoopRollout(_SlowEngine(hang_above=2), cfg, tokenizer=None).generate_sequences(batch)
     assert out.batch["response_mask"].sum(-1).tolist() == [0, 1, 0, 2]  # seeds 4 and 3 were the slowest
     assert agent_loop_metrics(out)["multiturn/aborted"] == 2.0
     batch.meta_info["validate"] = True  # validation never aborts
