@@ -132,16 +132,20 @@ class HFTokenServer:
 
 
 def as_token_engine(engine: Any) -> Any:
-    """The `AsyncTokenEngine` of a rollout engine: itself when it serves the request API, an
-    `HFTokenServer` for `HFRollout`.
+    """The `AsyncTokenEngine` of a rollout engine: itself when it serves the request API, what
+    its ``token_engine()`` method returns when it has one (an engine whose request API lives in
+    a separate object, e.g. a server), an `HFTokenServer` for `HFRollout`.
 
     Raises:
-        TypeError: an engine that neither serves the request API nor is an `HFRollout`.
+        TypeError: an engine that offers none of these (agent loops need the request API).
     """
     from verl.workers.rollout.request import AsyncTokenEngine
 
     if isinstance(engine, AsyncTokenEngine):
         return engine
+    if callable(getattr(engine, "token_engine", None)):
+        return engine.token_engine()
     if isinstance(engine, HFRollout):
         return HFTokenServer(engine)
-    raise TypeError(f"{type(engine).__name__} does not serve the token-level request API (needed by agent loops)")
+    raise TypeError(f"{type(engine).__name__} does not serve the token-level request API (needed by agent "
+                    "loops): give it an async generate(TokenRequest) or a token_engine() method")
