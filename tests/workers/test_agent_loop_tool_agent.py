@@ -77,6 +77,8 @@ def test_user_turns_from_interaction_and_max_user_turns(tok):
     assert [m for m, _ in segs] == [1, 0, 1]
     assert tok.decode(segs[1][1]) == "\n<|im_start|>user\nTry again.<|im_end|>\n<|im_start|>assistant\n"
     assert out.turn_scores == [0.0, 1.0] and out.metrics["user_turns"] == 1
+    chat = ChatTemplate(tok)  # the user turn keeps incremental ids == the template's rendering
+    assert chat.encode(chat.render(out.messages, False)) == out.prompt_ids + out.response_ids + tok("\n")["input_ids"]
     engine2 = ScriptedEngine(tok, ["It is 4.", "It is 5."])
     out2 = _run(context(tok, engine2, interactions={"retry": RetryOnceInteraction()}, max_user_turns=0),
                 row(interaction_kwargs={"name": "retry"}))
