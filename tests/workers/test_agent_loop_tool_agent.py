@@ -5,12 +5,14 @@ errors, truncation, and template rendering == incremental ids for 2- and 3-turn 
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import pytest
 
 from tests.workers.agent_helpers import IM_END, EchoTool, RetryOnceInteraction, ScriptedEngine, context, qwen_tokenizer, row
 from verl.workers.rollout.agent_loop import AGENT_LOOPS, ChatTemplate
 
+CALCULATOR = Path(__file__).resolve().parents[2] / "verl" / "tools" / "configs" / "calculator_tool_config.yaml"
 CALL = '<tool_call>\n{"name": "echo", "arguments": {"text": "%s"}}\n</tool_call>'
 
 
@@ -125,6 +127,13 @@ def test_template_that_ignores_tools_is_a_clear_error():
     tok = load_tokenizer("builtin://tiny-arithmetic")
     with pytest.raises(ValueError, match="ignores `tools`"):
         ChatTemplate(tok, [EchoTool().tool_schema])
+    # and the rollout refuses it when it is built, before any training step
+    from verl.config.schema import MultiTurnConfig, RolloutConfig
+    from verl.workers.rollout.agent_loop import AgentLoopRollout
+
+    cfg = RolloutConfig(multi_turn=MultiTurnConfig(enable=True, tool_config_path=str(CALCULATOR)))
+    with pytest.raises(ValueError, match="ignores `tools`"):
+        AgentLoopRollout(object(), cfg, tok)
 
 
 def test_sanity_check_reports_first_differing_position(tok):

@@ -34,6 +34,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
+from verl.workers.rollout.agent_loop.chat import ChatTemplate
 from verl.workers.rollout.sampling import resolve_sampling
 
 __all__ = ["AgentLoopRollout", "object_array"]
@@ -59,7 +60,8 @@ class AgentLoopRollout:
             ``meta_info["apply_chat_template_kwargs"]`` (the trainer passes ``data.apply_chat_template_kwargs``) wins.
 
     Raises:
-        ValueError: from loading the tool or interaction config files.
+        ValueError: from loading the tool or interaction config files, or tools with a tokenizer
+            whose chat template ignores them.
     """
 
     def __init__(self, engine: Any, config: Any, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
@@ -77,6 +79,8 @@ class AgentLoopRollout:
 
             self.interactions = load_interactions(mt.interaction_config_path)
         self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
+        if self.tools and tokenizer is not None:  # a template that ignores tools fails here, before training
+            ChatTemplate(tokenizer, [t.tool_schema for t in self.tools.values()], self.template_kwargs)
 
     def __getattr__(self, name: str) -> Any:  # rng_state, set_rng_state, ... of the inner engine
         if name == "engine":  # not set yet (e.g. while unpickling): no recursion
