@@ -13,6 +13,7 @@ data_source                                                            scorer
 ``DigitalLearningGmbH/MATH-lighteval``
 ``builtin/arithmetic``, ``arithmetic``                                 :mod:`.arithmetic`
 ``json_schema``, ``builtin/json_schema``                               :mod:`.json_schema`
+``builtin/calculator``                                                 :mod:`.tool_answer`
 =====================================================================  =====================
 
 Add a rule with ``register_scorer("my/source")(fn)``.
@@ -23,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verl.reward.scorers import arithmetic, gsm8k, json_schema, math_answer
+from verl.reward.scorers import arithmetic, gsm8k, json_schema, math_answer, tool_answer
 from verl.utils.registry import Registry
 
 Scorer = Callable[..., "float | dict[str, Any]"]
@@ -40,6 +41,7 @@ MATH_SOURCES = (
 )
 ARITHMETIC_SOURCES = ("builtin/arithmetic", "arithmetic")
 JSON_SCHEMA_SOURCES = ("json_schema", "builtin/json_schema")
+TOOL_ANSWER_SOURCES = ("builtin/calculator",)
 
 
 def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
@@ -67,6 +69,7 @@ register_scorer(*GSM8K_SOURCES)(gsm8k.compute_score)
 register_scorer(*MATH_SOURCES)(math_answer.compute_score)
 register_scorer(*ARITHMETIC_SOURCES)(arithmetic.compute_score)
 register_scorer(*JSON_SCHEMA_SOURCES)(json_schema.compute_score)
+register_scorer(*TOOL_ANSWER_SOURCES)(tool_answer.compute_score)
 
 
 def get_scorer(data_source: str) -> Scorer:
@@ -114,4 +117,5 @@ __all__ = [
     "gsm8k",
     "json_schema",
     "math_answer",
+    "tool_answer",
 ]
