@@ -239,7 +239,8 @@ class MultiTurnConfig:
     max_assistant_turns: Optional[int] = None
     # Assistant turns per trajectory; None = until the budget (response_length) is spent.
     tool_config_path: Optional[str] = None
-    # YAML listing tools (class_name, config, tool_schema in OpenAI function format).
+    # YAML listing tools (class_name, config, tool_schema in OpenAI function format), or
+    # builtin://NAME for a shipped one (calculator, code_interpreter, gsm8k).
     format: str = "hermes"
     # Tool-call format of the model's text: hermes (``<tool_call>{json}</tool_call>``).
     max_user_turns: Optional[int] = None
@@ -251,7 +252,8 @@ class MultiTurnConfig:
     tool_response_truncate_side: str = "middle"
     # Which part of a long tool response is cut: left (keep the start) | right (keep the end) | middle.
     interaction_config_path: Optional[str] = None
-    # YAML listing interactions (user simulators); rows pick one by extra_info.interaction_kwargs.name.
+    # YAML listing interactions (user simulators), or builtin://gsm8k; rows pick one by
+    # extra_info.interaction_kwargs.name.
     use_inference_chat_template: bool = False
     # True is not supported: trajectories always keep the sampled ids of every turn.
     tokenization_sanity_check_mode: str = "strict"

@@ -37,7 +37,26 @@ from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, Agen
 from verl.workers.rollout.agent_loop.chat import ChatTemplate
 from verl.workers.rollout.sampling import resolve_sampling
 
-__all__ = ["AgentLoopRollout", "object_array"]
+__all__ = ["AgentLoopRollout", "builtin_config_file", "object_array"]
+
+
+def builtin_config_file(path: str, kind: str) -> str:
+    """``builtin://NAME`` -> the shipped ``verl/tools/configs/NAME_<kind>_config.yaml`` (kind ``tool``
+    or ``interaction``); any other path as given.
+
+    Raises:
+        ValueError: an unknown built-in name (lists the shipped ones).
+    """
+    from verl.tools.registry import BUILTIN_CONFIG_DIR
+
+    if not str(path).startswith("builtin://"):
+        return str(path)
+    name = str(path)[len("builtin://"):]
+    file = BUILTIN_CONFIG_DIR / f"{name}_{kind}_config.yaml"
+    if not file.is_file():
+        known = sorted(p.name[: -len(f"_{kind}_config.yaml")] for p in BUILTIN_CONFIG_DIR.glob(f"*_{kind}_config.yaml"))
+        raise ValueError(f"no built-in {kind} config {name!r}; built-in: {', '.join(known)}")
+    return str(file)
 
 
 def object_array(values: list[Any]) -> np.ndarray:
@@ -73,11 +92,11 @@ class AgentLoopRollout:
         if mt.tool_config_path:
             from verl.tools.registry import load_tools
 
-            self.tools = load_tools(mt.tool_config_path)
+            self.tools = load_tools(builtin_config_file(mt.tool_config_path, "tool"))
         if mt.interaction_config_path:
             from verl.interactions import load_interactions
 
-            self.interactions = load_interactions(mt.interaction_config_path)
+            self.interactions = load_interactions(builtin_config_file(mt.interaction_config_path, "interaction"))
         self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
         if self.tools and tokenizer is not None:  # a template that ignores tools fails here, before training
             ChatTemplate(tokenizer, [t.tool_schema for t in self.tools.values()], self.template_kwargs)
