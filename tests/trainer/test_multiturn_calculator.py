@@ -37,3 +37,22 @@ def test_calculator_preset_one_step(tmp_path):
     (h,) = history
     assert h["tool_call_counts/max"] >= 1.0  # the warm-started model calls the calculator
     assert h["num_turns/max"] >= 3.0 and h["multiturn/tokenization_mismatch"] == 0.0
+
+
+@pytest.mark.e2e
+@pytest.mark.slow
+def test_verl_train_calculator_learns_to_call_the_tool(tmp_path, capsys):
+    """The issue's must-show: held-out accuracy with tools rises by >= 15 points (measured: 54.7% ->
+    92.2% in 281 s on the shared 2-core machine) and tool calls per trajectory are logged."""
+    import json
+
+    from verl.trainer.main_ppo import train_cli
+
+    assert train_cli(["calculator", f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                      "trainer.progress_bar=false"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
+    accs = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
+    assert accs[0] == pytest.approx(140 / 256) and accs[-1] - accs[0] >= 0.15
+    calls = [r["tool_call_counts/mean"] for r in rows if "tool_call_counts/mean" in r]
+    assert len(calls) == 12 and calls[-1] > calls[0]
+    assert "held-out accuracy at step 0: 54.7%" in capsys.readouterr().out
