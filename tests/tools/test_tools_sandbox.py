@@ -14,6 +14,8 @@ from verl.tools import FunctionCall, ToolSession
 from verl.tools.code_interpreter import PythonCodeTool
 from verl.tools.sandbox import SandboxLimits, run_python
 
+pytestmark = pytest.mark.e2e  # every test starts sandbox subprocesses
+
 LIMITS = SandboxLimits(timeout_s=2.0, cpu_time_s=1, memory_mb=256, max_output_bytes=4096)
 
 
