@@ -18,7 +18,7 @@ USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
 
   (no arguments)          the built-in quick start (preset 'quickstart': tiny model, arithmetic task, CPU)
   CONFIG                  a YAML file (canonical verl keys or the seed layout) or a preset name:
-                          quickstart, gsm8k_grpo, gsm8k_ppo, math_grpo
+                          quickstart, calculator (multi-turn tool calling), gsm8k_grpo, gsm8k_ppo, math_grpo
   key=value ...           dotted overrides (a.b=c, +a.b=c, ~a.b); with no CONFIG they modify the
                           quick start. `python -m verl.trainer.main_ppo key=value ...` (verl's own
                           entry point) applies them to verl's defaults instead.
