@@ -133,10 +133,20 @@ SECTION_RULES: dict[type, list[Rule]] = {
     S.RefConfig: [*(ge(name, 1) for name in _LOGPROB_MICRO), ge("log_prob_max_token_len_per_gpu", 1)],
     S.SamplingConfig: [ge("temperature", 0.0), Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
                        within("top_p", 0.0, 1.0, lo_open=True), ge("n", 1)],
-    S.MultiTurnConfig: [ge("max_assistant_turns", 1)],
+    S.MultiTurnConfig: [
+        ge("max_assistant_turns", 1),
+        ge("max_user_turns", 0),
+        ge("max_parallel_calls", 1),
+        ge("max_tool_response_length", 1),
+        one_of("format", C.TOOL_CALL_FORMATS),
+        one_of("tool_response_truncate_side", C.TRUNCATE_SIDES),
+        one_of("tokenization_sanity_check_mode", C.SANITY_CHECK_MODES),
+    ],
+    S.AgentLoopConfig: [one_of("default_agent_loop", C.AGENT_LOOPS)],
     S.RolloutConfig: [
         one_of("name", C.ROLLOUT_NAMES),
         one_of("mode", C.ROLLOUT_MODES),
+        within("over_sample_rate", 0.0, 1.0, hi_open=True),
         ge("temperature", 0.0),
         Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
         within("top_p", 0.0, 1.0, lo_open=True),
@@ -238,6 +248,22 @@ def _check_rollout(r: S.RolloutConfig, prefix: str) -> None:
     _check_sampling(r, prefix)
 
 
+def _check_multi_turn(m: S.MultiTurnConfig, prefix: str) -> None:
+    if m.enable and not (m.tool_config_path or m.interaction_config_path):
+        raise ConfigError(f"{prefix}.enable=true needs {prefix}.tool_config_path or {prefix}.interaction_config_path")
+    if m.use_inference_chat_template:
+        raise ConfigError(f"`{prefix}.use_inference_chat_template` is not supported yet: leave it false "
+                          "(trajectories keep the sampled ids of every turn)")
+    if m.num_repeat_rollouts is not None:
+        raise ConfigError(f"`{prefix}.num_repeat_rollouts` is not supported yet: use actor_rollout_ref.rollout.n")
+
+
+def _check_agent(a: S.AgentLoopConfig, prefix: str) -> None:
+    if a.agent_loop_config_path is not None:
+        raise ConfigError(f"`{prefix}.agent_loop_config_path` is not supported yet: use the built-in agent loops "
+                          f"({', '.join(sorted(C.AGENT_LOOPS))})")
+
+
 def _check_policy_loss(p: S.PolicyLossConfig, prefix: str) -> None:
     if p.clip_cov_lb >= p.clip_cov_ub:
         raise ConfigError(f"{prefix}.clip_cov_lb: must be < {prefix}.clip_cov_ub={p.clip_cov_ub}, got {p.clip_cov_lb}")
@@ -272,6 +298,8 @@ SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
     S.RefConfig: _check_logprob,
     S.RolloutConfig: _check_rollout,
     S.SamplingConfig: _check_sampling,
+    S.MultiTurnConfig: _check_multi_turn,
+    S.AgentLoopConfig: _check_agent,
     S.PolicyLossConfig: _check_policy_loss,
     S.RewardModelConfig: _check_reward_model,
     S.TrainerConfig: _check_trainer,

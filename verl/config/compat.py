@@ -70,8 +70,10 @@ target_modules``                       ``ModelConfig`` field under ``model``/``m
 ``rollout.name``                       ``actor_rollout_ref.rollout.name``; vllm/sglang also set
                                        ``trainer.device: cuda``
 ``rollout.multi_turn: true``,          ``actor_rollout_ref.rollout.multi_turn.enable: true`` and
-``rollout.tool_integration: true``     ``data.return_raw_chat: true``; tools are chosen by
-                                       ``rollout.multi_turn.tool_config_path``
+``rollout.tool_integration: true``     ``data.return_raw_chat: true``; ``tool_integration`` also
+                                       gives the built-in calculator tool
+                                       (``verl/tools/configs/calculator_tool_config.yaml``) as
+                                       ``multi_turn.tool_config_path``
 ``rollout.max_tokens``                 ``data.max_response_length`` (the rollout's response_length
                                        follows it in ``finalize``)
 ``rollout.<RolloutConfig field>``      ``actor_rollout_ref.rollout.<field>`` (e.g. temperature)
@@ -88,6 +90,7 @@ import dataclasses
 import difflib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from verl.config import choices as C
@@ -100,6 +103,8 @@ __all__ = ["is_seed_key", "is_seed_layout", "translate_override", "translate_see
 logger = logging.getLogger("verl.config")
 
 _MODEL, _ACTOR, _ROLLOUT, _REF = "actor_rollout_ref.model", "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+BUILTIN_TOOL_CONFIG = str(Path(__file__).resolve().parents[1] / "tools" / "configs" / "calculator_tool_config.yaml")
+# The tools ``rollout.tool_integration: true`` turns on: the built-in calculator.
 ALGORITHMS: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "reinforce": "reinforce_plus_plus", "hybrid": "gae"}
 SEED_TRAINER_KEYS = frozenset({"algorithm", "rollout_batch_size", "num_rollout_workers", "use_vllm",
                                "use_flash_attn", "task_weights"})
@@ -255,6 +260,8 @@ def _multi_turn(value: Any, key: str, out: dict[str, Any]) -> None:
     elif value:
         set_path(out, f"{_ROLLOUT}.multi_turn.enable", True)
         set_path(out, "data.return_raw_chat", True)
+        if key == "rollout.tool_integration":  # tools on, none named: the built-in calculator
+            set_path(out, f"{_ROLLOUT}.multi_turn.tool_config_path", BUILTIN_TOOL_CONFIG)
 
 
 def _reward_model_path(value: Any, key: str, out: dict[str, Any]) -> None:

@@ -6,7 +6,9 @@
    file may build on others with a Hydra-style ``defaults`` list (``defaults: [gsm8k_grpo]`` or
    ``defaults: [../base.yaml, _self_]``): each entry is a preset name or a YAML path relative to
    the including file, merged in order, and the file's own keys are merged last (``_self_`` is
-   accepted and has no other effect; group entries like ``- actor: dp_actor`` are not supported).
+   accepted and has no other effect; ``ppo_trainer``, verl's base config, means the schema
+   defaults, and a ``hydra: {searchpath: ...}`` section is dropped, as in verl's recipes; group
+   entries like ``- actor: dp_actor`` are not supported).
    Each document in the seed layout is translated first (:mod:`verl.config.compat`).
 2. **overrides** — Hydra-grammar ``a.b=c``, ``+a.b=c``, ``~a.b`` (:mod:`verl.config.overrides`).
 3. **keys** — unknown keys are rejected with a did-you-mean; a scalar for a list-of-strings field
@@ -104,11 +106,32 @@ def _default_refs(defaults: Any, where: str) -> list[str]:
     return [e for e in entries if e != "_self_"]
 
 
+VERL_BASE_CONFIGS = frozenset({"ppo_trainer"})
+"""``defaults`` entries naming verl's own base config: the schema defaults (verl's values) are it."""
+
+
+def _drop_hydra_section(raw: dict[str, Any], where: str) -> None:
+    """A verl recipe's ``hydra: {searchpath: [...]}`` only tells Hydra where ``ppo_trainer`` lives,
+    which is built in here; any other Hydra setting is refused rather than ignored."""
+    section = raw.pop("hydra", None)
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: 'hydra' must be a mapping, got {section!r}")
+    for key in section:
+        if key != "searchpath":
+            raise ConfigError(f"`hydra.{key}` is not supported yet: only hydra.searchpath (for verl's "
+                              "ppo_trainer defaults, which are built in) is accepted; remove it")
+
+
 def _compose(raw: dict[str, Any], base_dir: Path | None, where: str, seen: tuple[Path, ...]) -> dict[str, Any]:
     """Merges a document's ``defaults`` (recursively) under its own translated keys."""
     raw = dict(raw)
+    _drop_hydra_section(raw, where)
     tree: dict[str, Any] = {}
     for ref in _default_refs(raw.pop("defaults", None), where):
+        if ref in VERL_BASE_CONFIGS:
+            continue
         path = _resolve(ref, base_dir)
         if path in seen:
             raise ConfigError(f"{where}: 'defaults' includes {path} again (a cycle)")

@@ -234,13 +234,41 @@ class SamplingConfig:
 @dataclass
 class MultiTurnConfig:
     enable: bool = False
-    # Multi-turn tool-calling rollouts (needs a multi-turn capable engine).
+    # Multi-turn rollouts: rows without an ``agent_name`` use the ``tool_agent`` loop (tool calls,
+    # user-simulator turns); needs tool_config_path or interaction_config_path.
     max_assistant_turns: Optional[int] = None
-    # Turn limit per trajectory.
+    # Assistant turns per trajectory; None = until the budget (response_length) is spent.
     tool_config_path: Optional[str] = None
-    # YAML listing tools and their schemas.
+    # YAML listing tools (class_name, config, tool_schema in OpenAI function format), or
+    # builtin://NAME for a shipped one (calculator, code_interpreter, gsm8k).
     format: str = "hermes"
-    # Tool-call format parser.
+    # Tool-call format of the model's text: hermes (``<tool_call>{json}</tool_call>``).
+    max_user_turns: Optional[int] = None
+    # User-simulator (interaction) turns per trajectory; None = no limit.
+    max_parallel_calls: int = 1
+    # Tool calls executed per assistant turn; extra calls get an error response.
+    max_tool_response_length: int = 256
+    # Characters of a tool response the model sees; longer ones are truncated.
+    tool_response_truncate_side: str = "middle"
+    # Which part of a long tool response is cut: left (keep the start) | right (keep the end) | middle.
+    interaction_config_path: Optional[str] = None
+    # YAML listing interactions (user simulators), or builtin://gsm8k; rows pick one by
+    # extra_info.interaction_kwargs.name.
+    use_inference_chat_template: bool = False
+    # True is not supported: trajectories always keep the sampled ids of every turn.
+    tokenization_sanity_check_mode: str = "strict"
+    # Compare incremental ids with the chat template's rendering: strict | ignore_strippable | disable.
+    num_repeat_rollouts: Optional[int] = None
+    # Not supported (null only): repeat rollouts with rollout.n.
+
+
+@dataclass
+class AgentLoopConfig:
+    default_agent_loop: str = "single_turn_agent"
+    # Agent loop of rows without an ``agent_name`` when multi_turn.enable=false:
+    # single_turn_agent | tool_agent.
+    agent_loop_config_path: Optional[str] = None
+    # Custom agent loops: not supported (null only).
 
 
 @dataclass
@@ -248,7 +276,8 @@ class RolloutConfig:
     name: str = "hf"
     # Rollout engine: hf (CPU/GPU, default) | vllm | sglang (optional extras).
     mode: str = "sync"
-    # sync | async (async needs a server engine).
+    # sync (batched generate_sequences for single-turn batches) | async (every row goes through
+    # its agent loop on the engine's token-level request API; same tokens for single turn).
     temperature: float = 1.0
     # Sampling temperature for training rollouts; log-probs are computed under the same temperature.
     top_k: int = -1
@@ -295,6 +324,14 @@ class RolloutConfig:
     # Validation sampling.
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     # Multi-turn tool-calling rollouts.
+    agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    # Agent loops (verl's AgentLoop): which loop a row without agent_name uses.
+    multi_stage_wake_up: bool = False
+    # A server engine's two-stage memory wake-up (vllm / sglang); the hf engine shares the actor's
+    # weights in place, so it has nothing to wake up.
+    over_sample_rate: float = 0.0
+    # Training rollouts stop once (1 - rate) of the batch's trajectories finished; the rest are
+    # aborted with an empty response (masked out). 0 = off. Runs the batch through agent loops.
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Extra keyword arguments for the engine (vllm / sglang).
 
@@ -485,6 +522,9 @@ class TrainerConfig:
     # Show a progress bar with the step's key numbers.
     plot: bool = True
     # Write a PNG plot of reward and accuracy over steps at the end.
+    rollout_data_dir: Optional[str] = None
+    # Directory for each step's trajectories as <step>.jsonl (prompt, response, turns, tool calls,
+    # score); None = not written.
 
 
 @dataclass

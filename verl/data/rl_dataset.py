@@ -225,6 +225,7 @@ class RLHFDataset(Dataset):
         self.num_filtered = 0
         for path in self.files:
             self._add_file(path)
+        self.has_agent_name = any(row.get("agent_name") for row in self.rows)
         if not self.rows:
             raise ValueError(f"no prompts left in {self.files} (filtered as overlong: {self.num_filtered})")
 
@@ -282,7 +283,8 @@ class RLHFDataset(Dataset):
             ``input_ids``, ``attention_mask``, ``position_ids``: ``(P,)`` long, P =
             data.max_prompt_length, left-padded; ``raw_prompt_ids``: unpadded list of ids (what the
             rollout engine receives); ``data_source``, ``reward_model``, ``extra_info``, ``index``,
-            ``ability``; and ``raw_prompt`` (the messages) when data.return_raw_chat.
+            ``ability``; ``raw_prompt`` (the messages) when data.return_raw_chat; ``agent_name`` when
+            any row of the dataset has one.
         """
         row = self.rows[item]
         ids = self.prompt_ids[item]
@@ -300,4 +302,6 @@ class RLHFDataset(Dataset):
         }
         if self.config.return_raw_chat:
             sample["raw_prompt"] = [dict(m) for m in row[self.config.prompt_key]]
+        if self.has_agent_name:  # verl's column choosing the row's agent loop (None = the default)
+            sample["agent_name"] = row.get("agent_name")
         return sample

@@ -7,7 +7,8 @@ accuracy at the start and at the end of RL and writes ``reward_accuracy.png`` in
 file or preset name, and the rest are dotted overrides (``a.b=c``, ``+a.b=c``, ``~a.b``); with
 overrides only, ``verl train`` modifies the quick start (so ``verl train trainer.n_gpus_per_node=2``
 is the quick start on two workers), while ``python -m verl.trainer.main_ppo`` — verl's own entry
-point — applies them to verl's schema defaults, as verl's scripts expect.
+point — applies them to verl's schema defaults, as verl's scripts expect; it also takes Hydra's
+``--config-path DIR --config-name NAME`` as verl's multi-turn recipes use it.
 A bad config exits with status 2 and a one-line error before any model is loaded.
 """
 
@@ -17,10 +18,12 @@ USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
 
   (no arguments)          the built-in quick start (preset 'quickstart': tiny model, arithmetic task, CPU)
   CONFIG                  a YAML file (canonical verl keys or the seed layout) or a preset name:
-                          quickstart, gsm8k_grpo, gsm8k_ppo, math_grpo
+                          quickstart, calculator (multi-turn tool calling), gsm8k_grpo, gsm8k_ppo, math_grpo
   key=value ...           dotted overrides (a.b=c, +a.b=c, ~a.b); with no CONFIG they modify the
                           quick start. `python -m verl.trainer.main_ppo key=value ...` (verl's own
                           entry point) applies them to verl's defaults instead.
+  --config-path DIR --config-name NAME    Hydra-style, as verl's recipes call main_ppo: the YAML
+                          DIR/NAME.yaml (its `defaults: [ppo_trainer, _self_]` = verl's defaults)
   verl config show [CONFIG] [overrides]   prints the resolved config
 """
 
@@ -112,7 +115,12 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    config_path, overrides = split_config_arg(argv, default_config)
+    try:
+        hydra_path, argv = hydra_config_args(argv)
+        config_path, overrides = (hydra_path, argv) if hydra_path else split_config_arg(argv, default_config)
+    except ValueError as e:
+        print(f"verl train: {e}", file=sys.stderr)
+        return 2
     try:
         run(config_path, overrides)
     except ConfigError as e:
@@ -129,6 +137,40 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     finally:
         _shutdown_ray()
     return 0
+
+
+def hydra_config_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Hydra's ``--config-path DIR --config-name NAME`` (also ``=`` forms, ``-cp`` / ``-cn``), as
+    verl's recipes call ``python -m verl.trainer.main_ppo``.
+
+    Returns:
+        (``DIR/NAME.yaml`` or None when neither flag is given, the remaining arguments).
+
+    Raises:
+        ValueError: a flag without its value, or ``--config-path`` without ``--config-name``.
+    """
+    names = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag in names:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise ValueError(f"{flag} needs a value")
+                value, i = args[i + 1], i + 1
+            found[names[flag]] = value
+        else:
+            rest.append(args[i])
+        i += 1
+    if not found:
+        return None, rest
+    if "name" not in found:
+        raise ValueError("--config-path needs --config-name (the YAML file name without .yaml)")
+    name = found["name"] if found["name"].endswith((".yaml", ".yml")) else found["name"] + ".yaml"
+    return str(Path(found.get("path", ".")) / name), rest
 
 
 # Errors that describe bad input (files, data rows, reward functions, checkpoints, workers) are

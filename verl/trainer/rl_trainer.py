@@ -29,9 +29,11 @@ from verl.trainer.metrics import (
 )
 from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.validation import process_validation_metrics
+from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
 
 logger = logging.getLogger(__name__)
 REWARD_FAILURE_PATIENCE = 3
+AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name")
 
 
 class RLTrainer:
@@ -153,6 +155,7 @@ class RLTrainer:
             with timer("gen", timing):
                 gen_out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen_batch.repeat(rollout.n, interleave=True), "train"))
             metrics.update(reduce_worker_metrics(gen_out.meta_info.pop("metrics", {})))
+            metrics.update(agent_loop_metrics(gen_out))
             if self._greedy_baseline:
                 with timer("gen_max", timing):
                     baselines = self._greedy_baselines(gen_batch, batch)
@@ -164,6 +167,8 @@ class RLTrainer:
                 self._balance_batch(batch)
             with timer("reward", timing):
                 metrics.update(self._compute_reward(batch))
+            if cfg.trainer.rollout_data_dir:
+                dump_trajectories(batch, p.tokenizer, cfg.trainer.rollout_data_dir, self.global_step + 1)
             with timer("old_log_prob", timing):
                 old = p.actor_rollout_wg.compute_log_prob(batch)
             metrics.update(compute_rollout_entropy_metrics(old.batch["entropys"], batch.batch["response_mask"]))
@@ -202,7 +207,11 @@ class RLTrainer:
         gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
         gen.meta_info.update({"pad_token_id": self._parts().tokenizer.pad_token_id, "validate": validate,
                               "global_step": self.global_step})
-        gen.non_tensor_batch["uid"] = batch.non_tensor_batch["uid"]
+        for key in ("uid", *AGENT_INPUT_KEYS):  # agent loops read the messages, tools_kwargs, agent_name
+            if key in batch.non_tensor_batch:
+                gen.non_tensor_batch[key] = batch.non_tensor_batch[key]
+        if self.config.data.apply_chat_template_kwargs:  # agent loops render prompts as the dataset did
+            gen.meta_info["apply_chat_template_kwargs"] = dict(self.config.data.apply_chat_template_kwargs)
         return gen
 
     def _with_seeds(self, gen: DataProto, purpose: str) -> DataProto:
