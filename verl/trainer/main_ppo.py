@@ -102,26 +102,36 @@ def run(config_path: str | None, overrides: Sequence[str]) -> list[dict[str, Any
 
 def main(argv: Sequence[str] | None = None, default_config: str | None = None) -> int:
     """Entry point of ``python -m verl.trainer.main_ppo`` (verl's: overrides apply to verl's
-    defaults) and, through `train_cli`, of ``verl train``; returns the exit status."""
+    defaults) and, through `train_cli`, of ``verl train``; returns the exit status.
+
+    Bad user input (`verl.utils.errors.UserError`, config errors included) is printed as one
+    line; ``--debug`` or ``VERL_DEBUG=1`` shows the traceback.
+    """
     import os
 
-    from verl.config import ConfigError
     from verl.config.cli import split_config_arg
+    from verl.utils.errors import UserError, debug_enabled, one_line
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:
+        argv.remove("--debug")
+        os.environ["VERL_DEBUG"] = "1"
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    config_path, overrides = split_config_arg(argv, default_config)
     try:
+        config_path, overrides = split_config_arg(argv, default_config)
         run(config_path, overrides)
-    except ConfigError as e:
-        print(f"verl train: config error: {e}", file=sys.stderr)
-        return 2
-    except USER_ERRORS as e:
-        if os.environ.get("VERL_TRACEBACK"):
+    except UserError as e:
+        if debug_enabled():
             raise
-        print(f"verl train: error: {type(e).__name__}: {e}\n(set VERL_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        print(f"verl train: {e.kind}: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except USER_ERRORS as e:
+        if debug_enabled():
+            raise
+        print(f"verl train: error: {type(e).__name__}: {one_line(e)} (run with --debug for the traceback)",
+              file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
         print("verl train: interrupted", file=sys.stderr)
@@ -131,8 +141,8 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     return 0
 
 
-# Errors that describe bad input (files, data rows, reward functions, checkpoints, workers) are
-# printed as one line; anything else is a bug and keeps its traceback.
+# Errors of the standard library that bad input can still cause where no `UserError` is raised
+# at the source (files, workers); printed as one line. Anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, ImportError, RuntimeError, OSError)
 
 

@@ -26,6 +26,7 @@ from verl.trainer.metrics import (
     reduce_worker_metrics,
     timer,
 )
+from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.validation import process_validation_metrics
 
 logger = logging.getLogger(__name__)
@@ -269,6 +270,7 @@ class RLTrainer:
         reward = p.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = reward["reward_tensor"]
         metrics = self._reward_extra_metrics(reward)
+        metrics.update(mask_unscored_samples(batch, reward.get("reward_extra_info")))
         self._check_reward_failures(metrics, len(batch))
         return metrics
 
