@@ -110,6 +110,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     from verl.config import save_config
     from verl.data import RLDataLoader
     from verl.modules import load_tokenizer
+    from verl.trainer.preflight import prepare_run
     from verl.trainer.tracking import Tracking
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
@@ -120,6 +121,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     seed_everything(cfg.trainer.seed)
     tokenizer = load_tokenizer(cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or cfg.actor_rollout_ref.model.path,
                                trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
+    prepare_run(cfg, tokenizer)  # pre-flight checks (verl.trainer.preflight), before any model loads
     train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
     val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val") if cfg.data.val_files else None
     total = cfg.trainer.total_training_steps or len(train_dl) * cfg.trainer.total_epochs
