@@ -121,6 +121,7 @@ class RLTrainer:
             if cfg.trainer.val_only:
                 return p.history
         bar = self._progress_bar()
+        save_timing: dict[str, float] = {}
         while self.global_step < p.total_training_steps:
             for batch_dict in p.train_dataloader:
                 metrics = self.train_step(batch_dict)
@@ -128,12 +129,16 @@ class RLTrainer:
                 last = self.global_step >= p.total_training_steps
                 if p.val_dataloader is not None and (last or (cfg.trainer.test_freq > 0 and self.global_step % cfg.trainer.test_freq == 0)):
                     metrics.update(self._validate())
+                # the metrics row is durable before its checkpoint is published: a kill in between
+                # redoes the step on resume instead of losing its row (timing_s/save_checkpoint is
+                # therefore the previous save's duration)
+                metrics.update(save_timing)
+                p.tracker.log(metrics, step=self.global_step)
+                p.history.append({"step": self.global_step, **metrics})
                 if cfg.trainer.save_freq > 0 and (last or self.global_step % cfg.trainer.save_freq == 0):
                     with timer("save_checkpoint", t := {}):
                         self.save_checkpoint()
-                    metrics["timing_s/save_checkpoint"] = t["save_checkpoint"]
-                p.tracker.log(metrics, step=self.global_step)
-                p.history.append({"step": self.global_step, **metrics})
+                    save_timing = {"timing_s/save_checkpoint": t["save_checkpoint"]}
                 self._update_bar(bar, metrics)
                 if last:
                     break
