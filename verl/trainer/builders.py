@@ -167,11 +167,13 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
 def write_checkpoint(trainer: RLTrainer) -> Path:
     """Save every role, the trainer state and the config as ``global_step_<N>`` (atomic)."""
     from verl.config import save_config
+    from verl.trainer.merge import save_export_files
 
     p, cfg = trainer.parts, trainer.config
 
     def write(tmp: Path) -> None:
         p.actor_rollout_wg.save_checkpoint(str(tmp / "actor"))
+        save_export_files(cfg.actor_rollout_ref.model, p.tokenizer, tmp / "actor")  # for `verl merge`
         if p.critic_wg is not None:
             p.critic_wg.save_checkpoint(str(tmp / "critic"))
         state = {
@@ -185,7 +187,7 @@ def write_checkpoint(trainer: RLTrainer) -> Path:
         if cfg.trainer.save_hf:
             from verl.trainer.merge import export_hf
 
-            export_hf(tmp, tmp / "huggingface")
+            export_hf(tmp, tmp / "huggingface", verify=False)  # the manifest is written after this
 
     return p.checkpoints.save(trainer.global_step, write)
 
