@@ -129,3 +129,40 @@ def test_nothing_masked_when_every_sample_is_unscored() -> None:
     before = batch.batch["response_mask"].clone()
     assert mask_unscored_samples(batch, out["reward_extra_info"]) == {"reward/num_masked": 0.0}
     assert torch.equal(batch.batch["response_mask"], before)
+
+
+NAN_REWARD = '''
+import math
+_calls = [0]
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    i = _calls[0] % 16
+    _calls[0] += 1
+    if i == 5:
+        return math.nan
+    if i == 9:
+        return math.inf
+    return sum(c.isdigit() for c in solution_str) / max(1, len(solution_str))
+'''
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("estimator", ["grpo", "rloo", "gae"])
+def test_whole_loop_contains_and_counts_one_nan_and_one_inf_in_16(estimator, tiny_model_dir, tmp_path):
+    from run_helpers import read_metrics, tiny_run_overrides
+
+    from verl.config import load_config
+    from verl.trainer import RLTrainer
+
+    reward = tmp_path / "nan_reward.py"
+    reward.write_text(NAN_REWARD)
+    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
+        "algorithm.adv_estimator": estimator, "actor_rollout_ref.rollout.n": 4, "trainer.total_training_steps": 2,
+        "custom_reward_function.path": str(reward), "critic.optim.lr": 1e-3}))
+    RLTrainer(config=cfg).fit()
+    rows = read_metrics(tmp_path)
+    assert sorted(rows) == [1, 2]
+    for row in rows.values():
+        assert row["reward/num_nonfinite"] == 2.0 and row["reward/num_errors"] == 2.0 and row["reward/num_masked"] == 2.0
+        bad = {k: v for k, v in row.items() if not isinstance(v, (int, float)) or not math.isfinite(v)}
+        assert not bad, bad  # the jsonl logger writes non-finite values as strings
+        assert row["actor/grad_norm_nonfinite"] == 0.0 and row["actor/grad_norm"] > 0

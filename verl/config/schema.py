@@ -485,6 +485,11 @@ class TrainerConfig:
     # Show a progress bar with the step's key numbers.
     plot: bool = True
     # Write a PNG plot of reward and accuracy over steps at the end.
+    hang_timeout_s: Optional[float] = None
+    # Hang watchdog floor F in seconds: a worker-group call is hung after max(F, 10 x the median
+    # of that method's earlier calls), a method's first call after 10 x F; then every worker's
+    # stack is dumped and the run exits (status 3). None = 300 on Ray and off on the local
+    # backend (breakpoints); 0 = off.
 
 
 @dataclass

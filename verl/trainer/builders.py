@@ -80,8 +80,13 @@ def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, 
     """A worker group of ``worker_cls`` on the configured backend (``pool``: see `build_resource_pool`)."""
     if pool is None:
         from verl.single_controller.local import LocalWorkerGroup
+        from verl.single_controller.watchdog import CallDeadlines
 
-        return LocalWorkerGroup(worker_cls, *args, **kwargs)
+        group = LocalWorkerGroup(worker_cls, *args, **kwargs)
+        group.role = role
+        if cfg.trainer.hang_timeout_s is not None:  # off by default in-process (see the key's comment)
+            group.deadlines = CallDeadlines(cfg.trainer.hang_timeout_s)
+        return group
     from verl.single_controller.ray import RayWorkerGroup
 
     return RayWorkerGroup(worker_cls, world_size_of(cfg), cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)

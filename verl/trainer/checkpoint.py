@@ -24,6 +24,8 @@ import shutil
 from pathlib import Path
 from typing import Callable
 
+from verl.utils.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -31,8 +33,10 @@ MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that was asked for explicitly is missing, partial or corrupted."""
+
+    kind = "checkpoint error"
 
 
 def _sha256(path: Path) -> str:

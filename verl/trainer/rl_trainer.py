@@ -338,13 +338,17 @@ class RLTrainer:
     def save_checkpoint(self) -> Path:
         """Write ``global_step_N`` (all roles + trainer state) atomically; see `checkpoint`."""
         from verl.trainer.builders import write_checkpoint
+        from verl.trainer.io_errors import disk_errors
 
-        return write_checkpoint(self)
+        with disk_errors(self.config.trainer.default_local_dir):
+            return write_checkpoint(self)
 
     def _load_checkpoint(self) -> bool:
         from verl.trainer.builders import restore_checkpoint
+        from verl.trainer.io_errors import load_errors
 
-        return restore_checkpoint(self)
+        with load_errors(self.config.trainer.resume_from_path or self.config.trainer.default_local_dir):
+            return restore_checkpoint(self)
 
     # ------------------------------------------------------------------------------- helpers
     def _parts(self) -> TrainerParts:
