@@ -83,3 +83,43 @@ def test_debug_shows_the_traceback(tiny_model_dir, tmp_path):
     assert proc.returncode != 0 and "Traceback" in proc.stderr and "RewardFunctionNotFound" in proc.stderr
     proc = _run(ov, env={"VERL_DEBUG": "1"})
     assert "Traceback" in proc.stderr
+
+
+DISK_FULL = """
+import sys
+import safetensors.torch
+from safetensors import SafetensorError
+def full(*args, **kwargs):
+    raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')
+safetensors.torch.save_file = full
+from verl.trainer.main_ppo import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_full_disk_during_save_is_one_line_and_keeps_the_row(tiny_model_dir, tmp_path):
+    ov = tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.save_freq": 1})
+    proc = subprocess.run([sys.executable, "-c", DISK_FULL, *ov], capture_output=True, text=True, timeout=600)
+    _one_line(proc, "verl train: disk error: saving a checkpoint under", "No space left on device", "previous checkpoint is intact")
+    assert [json.loads(x)["step"] for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()] == [1]
+    assert not list((tmp_path / "ckpt").glob("global_step_*"))
+    assert not (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").exists()
+
+
+def test_checkpoint_file_that_is_not_weights_is_one_error(tiny_model_dir, tmp_path):
+    import hashlib
+
+    from verl.config import load_config
+    from verl.trainer import RLTrainer
+    from verl.utils.errors import CheckpointLoadError
+
+    RLTrainer(config=load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.save_freq": 2}))).fit()
+    ckpt = tmp_path / "ckpt" / "global_step_2"
+    (ckpt / "trainer_state.pt").write_bytes(b"\x80\x04 this is not a torch file")
+    files = {str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+             for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    (ckpt / "manifest.json").write_text(json.dumps({"step": 2, "files": files}))
+    more = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.total_training_steps": 3}))
+    with pytest.raises(CheckpointLoadError, match="cannot load checkpoint .*not a loadable weights/state file") as info:
+        RLTrainer(config=more).fit()
+    assert "\n" not in str(info.value)

@@ -379,7 +379,7 @@ def check_pad_token(cfg: Any, tokenizer: Any = None) -> str:
         line = f"pad token {pad!r} (id {tokenizer.pad_token_id})"
     if _tok_path(cfg) not in _PAD_LOGGED:
         _PAD_LOGGED.add(_tok_path(cfg))
-        logger.info("%s", line)
+        logger.log(logging.WARNING if pad == eos else logging.INFO, "%s", line)
     return line
 
 
