@@ -29,8 +29,8 @@ def _run(overrides: list[str], *extra: str, env: dict | None = None) -> subproce
 
 def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
     assert proc.returncode != 0, proc.stdout[-2000:]
-    # progress bars (model loading) are not messages
-    lines = [x for x in proc.stderr.splitlines() if x.strip() and "%|" not in x]
+    # the error is one line; progress bars and logged warnings (e.g. the pad-token choice) are not errors
+    lines = [x for x in proc.stderr.splitlines() if x.startswith("verl ")]
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
     assert len(lines) == 1, proc.stderr[-3000:]
     for needle in needles:

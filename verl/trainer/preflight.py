@@ -369,7 +369,8 @@ _PAD_LOGGED: set[str] = set()
 
 
 def check_pad_token(cfg: Any, tokenizer: Any = None) -> str:
-    """Say which token pads prompts; logged once per tokenizer path and process."""
+    """Say which token pads prompts (`verl.data.tokenizer` warns when it substitutes eos);
+    logged at INFO once per tokenizer path and process, and shown by ``verl doctor``."""
     tokenizer = tokenizer or _load_tokenizer(cfg)
     pad, eos = tokenizer.pad_token, tokenizer.eos_token
     if pad is not None and pad == eos:
@@ -379,7 +380,7 @@ def check_pad_token(cfg: Any, tokenizer: Any = None) -> str:
         line = f"pad token {pad!r} (id {tokenizer.pad_token_id})"
     if _tok_path(cfg) not in _PAD_LOGGED:
         _PAD_LOGGED.add(_tok_path(cfg))
-        logger.log(logging.WARNING if pad == eos else logging.INFO, "%s", line)
+        logger.info("%s", line)  # the tokenizer loader already warns when it had to choose
     return line
 
 
