@@ -114,6 +114,7 @@ def test_sigstopped_ray_worker_is_reported_within_120_s(tiny_model_dir, tmp_path
     finally:
         if proc.poll() is None:
             proc.kill()
+    print(f"hang reported and process exited {took:.1f} s after SIGSTOP")
     assert took < 120, took
     assert proc.returncode == 3, stderr[-3000:]
     (tmp_path / "stderr.txt").write_text(stderr)
