@@ -51,6 +51,7 @@ LOCAL_HANG = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e
 def test_local_group_hang_dumps_stack_and_exits_3():
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-c", LOCAL_HANG], capture_output=True, text=True, timeout=120)

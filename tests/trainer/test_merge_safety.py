@@ -27,6 +27,8 @@ from verl.trainer.checkpoint import CheckpointError
 from verl.trainer.merge import export_hf
 from verl.utils.errors import CheckpointLoadError
 
+pytestmark = pytest.mark.e2e  # the fixture trains a tiny run
+
 EVIL = '''
 from pathlib import Path
 Path({marker!r}).write_text("remote code ran")
@@ -70,7 +72,6 @@ def _doctor(checkpoint: Path, tmp_path: Path, model_type: str = "llama") -> tupl
     return ckpt, marker
 
 
-@pytest.mark.e2e
 def test_merge_ignores_remote_code_named_by_the_checkpoint(checkpoint, tmp_path):
     ckpt, marker = _doctor(checkpoint, tmp_path)
     script = Path(sys.executable).parent / "verl"

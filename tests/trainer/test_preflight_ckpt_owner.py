@@ -37,6 +37,7 @@ def test_owner_rule_on_configs(tiny_model_dir, tmp_path):
     assert json.loads((tmp_path / "shared" / OWNER_FILE).read_text()) == owner  # not taken over
 
 
+@pytest.mark.e2e
 def test_other_run_refused_before_its_first_step_and_checkpoints_untouched(tiny_model_dir, tmp_path):
     shared = tmp_path / "shared"
     RLTrainer(config=_cfg(tiny_model_dir, tmp_path / "a", **{"trainer.default_local_dir": str(shared),
