@@ -525,6 +525,11 @@ class TrainerConfig:
     rollout_data_dir: Optional[str] = None
     # Directory for each step's trajectories as <step>.jsonl (prompt, response, turns, tool calls,
     # score); None = not written.
+    hang_timeout_s: Optional[float] = None
+    # Hang watchdog floor F in seconds: a worker-group call is hung after max(F, 10 x the median
+    # of that method's earlier calls), a method's first call after 10 x F; then every worker's
+    # stack is dumped and the run exits (status 3). None = 300 on Ray and off on the local
+    # backend (breakpoints); 0 = off.
 
 
 @dataclass

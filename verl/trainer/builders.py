@@ -63,8 +63,13 @@ def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, 
     """A worker group of ``worker_cls`` on the configured backend (``pool``: see `build_resource_pool`)."""
     if pool is None:
         from verl.single_controller.local import LocalWorkerGroup
+        from verl.single_controller.watchdog import CallDeadlines
 
-        return LocalWorkerGroup(worker_cls, *args, **kwargs)
+        group = LocalWorkerGroup(worker_cls, *args, **kwargs)
+        group.role = role
+        if cfg.trainer.hang_timeout_s is not None:  # off by default in-process (see the key's comment)
+            group.deadlines = CallDeadlines(cfg.trainer.hang_timeout_s)
+        return group
     from verl.single_controller.ray import RayWorkerGroup
 
     return RayWorkerGroup(worker_cls, world_size(cfg), cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
@@ -93,6 +98,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     from verl.config import save_config
     from verl.data import RLDataLoader
     from verl.modules import load_tokenizer
+    from verl.trainer.preflight import prepare_run
     from verl.trainer.tracking import Tracking
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
@@ -103,6 +109,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     seed_everything(cfg.trainer.seed)
     tokenizer = load_tokenizer(cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or cfg.actor_rollout_ref.model.path,
                                trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
+    prepare_run(cfg, tokenizer)  # pre-flight checks (verl.trainer.preflight), before any model loads
     train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
     val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val") if cfg.data.val_files else None
     total = cfg.trainer.total_training_steps or len(train_dl) * cfg.trainer.total_epochs

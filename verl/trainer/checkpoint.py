@@ -36,6 +36,8 @@ from verl.trainer.state import TrainerParts, TrainerState, capture_rng_state, re
 if TYPE_CHECKING:
     from verl.config.schema import RootConfig, TrainerConfig
 
+from verl.utils.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -43,8 +45,10 @@ MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that was asked for explicitly is missing, partial or corrupted."""
+
+    kind = "checkpoint error"
 
 
 def _sha256(path: Path) -> str:
@@ -203,6 +207,29 @@ class CheckpointManager:
         return None
 
 
+HF_CONFIG = "config.json"
+TOKENIZER_DIR = "tokenizer"
+
+
+def save_export_files(model_cfg: Any, tokenizer: Any, actor_dir: str | Path) -> None:
+    """Write what `export_hf` needs beside the actor weights: the HF ``config.json`` of the
+    actor's architecture and the tokenizer files (called by the trainer for every checkpoint).
+
+    Args:
+        model_cfg: ``actor_rollout_ref.model`` (path, trust_remote_code as used for training).
+        tokenizer: the run's tokenizer.
+        actor_dir: the checkpoint's ``actor`` directory.
+    """
+    from transformers import AutoConfig
+
+    from verl.modules.factory import resolve_model_path
+
+    out = Path(actor_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    AutoConfig.from_pretrained(resolve_model_path(model_cfg.path), trust_remote_code=model_cfg.trust_remote_code).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out / TOKENIZER_DIR))
+
+
 def write_checkpoint(
     parts: TrainerParts, state: TrainerState, config: RootConfig, export_hf: Callable[[Path, Path], object] | None = None,
 ) -> Path:
@@ -219,6 +246,7 @@ def write_checkpoint(
 
     def write(tmp: Path) -> None:
         parts.actor_rollout_wg.save_checkpoint(str(tmp / "actor"))
+        save_export_files(config.actor_rollout_ref.model, parts.tokenizer, tmp / "actor")  # for `verl merge`
         if parts.critic_wg is not None:
             parts.critic_wg.save_checkpoint(str(tmp / "critic"))
         trainer_state = {

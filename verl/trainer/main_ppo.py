@@ -105,31 +105,37 @@ def run(config_path: str | None, overrides: Sequence[str]) -> list[dict[str, Any
 
 def main(argv: Sequence[str] | None = None, default_config: str | None = None) -> int:
     """Entry point of ``python -m verl.trainer.main_ppo`` (verl's: overrides apply to verl's
-    defaults) and, through `train_cli`, of ``verl train``; returns the exit status."""
+    defaults) and, through `train_cli`, of ``verl train``; returns the exit status.
+
+    Bad user input (`verl.utils.errors.UserError`, config errors included) is printed as one
+    line; ``--debug`` or ``VERL_DEBUG=1`` shows the traceback.
+    """
     import os
 
-    from verl.config import ConfigError
     from verl.config.cli import split_config_arg
+    from verl.utils.errors import UserError, debug_enabled, one_line
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:
+        argv.remove("--debug")
+        os.environ["VERL_DEBUG"] = "1"
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
     try:
         hydra_path, argv = hydra_config_args(argv)
         config_path, overrides = (hydra_path, argv) if hydra_path else split_config_arg(argv, default_config)
-    except ValueError as e:
-        print(f"verl train: {e}", file=sys.stderr)
-        return 2
-    try:
         run(config_path, overrides)
-    except ConfigError as e:
-        print(f"verl train: config error: {e}", file=sys.stderr)
-        return 2
-    except USER_ERRORS as e:
-        if os.environ.get("VERL_TRACEBACK"):
+    except UserError as e:
+        if debug_enabled():
             raise
-        print(f"verl train: error: {type(e).__name__}: {e}\n(set VERL_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        print(f"verl train: {e.kind}: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except USER_ERRORS as e:
+        if debug_enabled():
+            raise
+        print(f"verl train: error: {type(e).__name__}: {one_line(e)} (run with --debug for the traceback)",
+              file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
         print("verl train: interrupted", file=sys.stderr)
@@ -147,8 +153,10 @@ def hydra_config_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
         (``DIR/NAME.yaml`` or None when neither flag is given, the remaining arguments).
 
     Raises:
-        ValueError: a flag without its value, or ``--config-path`` without ``--config-name``.
+        ConfigError: a flag without its value, or ``--config-path`` without ``--config-name``.
     """
+    from verl.config import ConfigError
+
     names = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
     found: dict[str, str] = {}
     rest: list[str] = []
@@ -159,7 +167,7 @@ def hydra_config_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
         if flag in names:
             if not eq:
                 if i + 1 >= len(args):
-                    raise ValueError(f"{flag} needs a value")
+                    raise ConfigError(f"{flag} needs a value")
                 value, i = args[i + 1], i + 1
             found[names[flag]] = value
         else:
@@ -168,13 +176,13 @@ def hydra_config_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
     if not found:
         return None, rest
     if "name" not in found:
-        raise ValueError("--config-path needs --config-name (the YAML file name without .yaml)")
+        raise ConfigError("--config-path needs --config-name (the YAML file name without .yaml)")
     name = found["name"] if found["name"].endswith((".yaml", ".yml")) else found["name"] + ".yaml"
     return str(Path(found.get("path", ".")) / name), rest
 
 
-# Errors that describe bad input (files, data rows, reward functions, checkpoints, workers) are
-# printed as one line; anything else is a bug and keeps its traceback.
+# Errors of the standard library that bad input can still cause where no `UserError` is raised
+# at the source (files, workers); printed as one line. Anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, ImportError, RuntimeError, OSError)
 
 

@@ -27,6 +27,7 @@ from verl.trainer.metrics import (
     reduce_worker_metrics,
     timer,
 )
+from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.validation import process_validation_metrics
 from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
@@ -119,6 +120,7 @@ class RLTrainer:
             if cfg.trainer.val_only:
                 return p.history
         bar = self._progress_bar()
+        save_timing: dict[str, float] = {}
         while self.global_step < p.total_training_steps:
             for batch_dict in p.train_dataloader:
                 metrics = self.train_step(batch_dict)
@@ -126,12 +128,16 @@ class RLTrainer:
                 last = self.global_step >= p.total_training_steps
                 if p.val_dataloader is not None and (last or (cfg.trainer.test_freq > 0 and self.global_step % cfg.trainer.test_freq == 0)):
                     metrics.update(self._validate())
+                # the metrics row is durable before its checkpoint is published: a kill in between
+                # redoes the step on resume instead of losing its row (timing_s/save_checkpoint is
+                # therefore the previous save's duration)
+                metrics.update(save_timing)
+                p.tracker.log(metrics, step=self.global_step)
+                p.history.append({"step": self.global_step, **metrics})
                 if cfg.trainer.save_freq > 0 and (last or self.global_step % cfg.trainer.save_freq == 0):
                     with timer("save_checkpoint", t := {}):
                         self.save_checkpoint()
-                    metrics["timing_s/save_checkpoint"] = t["save_checkpoint"]
-                p.tracker.log(metrics, step=self.global_step)
-                p.history.append({"step": self.global_step, **metrics})
+                    save_timing = {"timing_s/save_checkpoint": t["save_checkpoint"]}
                 self._update_bar(bar, metrics)
                 if last:
                     break
@@ -282,6 +288,7 @@ class RLTrainer:
         reward = p.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = reward["reward_tensor"]
         metrics = self._reward_extra_metrics(reward)
+        metrics.update(mask_unscored_samples(batch, reward.get("reward_extra_info")))
         self._check_reward_failures(metrics, len(batch))
         return metrics
 
@@ -343,13 +350,23 @@ class RLTrainer:
     # --------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
         """Write ``global_step_N`` (all roles + trainer state) atomically; see `checkpoint`."""
+        from verl.trainer.io_errors import disk_errors
+
         export_hf = None
         if self.config.trainer.save_hf:
-            from verl.trainer.merge import export_hf
-        return write_checkpoint(self._parts(), self.state, self.config, export_hf)
+            import functools
+
+            from verl.trainer.merge import export_hf as _export
+
+            export_hf = functools.partial(_export, verify=False)  # the manifest is written after this
+        with disk_errors(self.config.trainer.default_local_dir):
+            return write_checkpoint(self._parts(), self.state, self.config, export_hf)
 
     def _load_checkpoint(self) -> bool:
-        return restore_checkpoint(self._parts(), self.state, self.config.trainer)
+        from verl.trainer.io_errors import load_errors
+
+        with load_errors(self.config.trainer.resume_from_path or self.config.trainer.default_local_dir):
+            return restore_checkpoint(self._parts(), self.state, self.config.trainer)
 
     # ------------------------------------------------------------------------------- helpers
     def _parts(self) -> TrainerParts:
