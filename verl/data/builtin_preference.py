@@ -9,6 +9,8 @@
 * ``builtin://arithmetic_sft/train`` — the built-in model's warm-start data: ``prompt`` /
   ``response`` rows where the sloppy teacher forgets the carry with probability
   ``teacher_forget_carry`` (see `verl.modules.builtin`), in the task's train order.
+* ``builtin://arithmetic_answers/<split>`` — ``prompt`` / ``response`` rows with the correct sum
+  (SFT stream of the hybrid example).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 __all__ = ["is_builtin_supervised", "load_builtin_supervised", "preference_rows", "teacher_sft_rows"]
 
 _PREFIX = "builtin://"
-_SETS = ("arithmetic_preference", "arithmetic_sft")
+_SETS = ("arithmetic_preference", "arithmetic_sft", "arithmetic_answers")
 
 
 def preference_rows(split: str) -> list[dict[str, Any]]:
@@ -66,5 +68,7 @@ def load_builtin_supervised(path: str) -> list[dict[str, Any]]:
         return preference_rows(split)
     if name == "arithmetic_sft" and split == "train":
         return teacher_sft_rows()
+    if name == "arithmetic_answers" and split in ("train", "test"):
+        return [{"prompt": r["prompt"][0]["content"], "response": r["chosen"]} for r in preference_rows(split)]
     raise ValueError(f"unknown built-in supervised data {path!r}; valid: builtin://arithmetic_preference/train|test, "
-                     "builtin://arithmetic_sft/train")
+                     "builtin://arithmetic_sft/train, builtin://arithmetic_answers/train|test")

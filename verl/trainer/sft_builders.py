@@ -211,7 +211,7 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
     for s in box.get("dpo_streams", []):
         s.reference = _reference_fn(cfg, engine, s.policy_forward, s.micro, device)
     for s in box.get("rl_streams", []):
-        s.attach(engine)
+        s.attach(engine, lambda: create_model("actor", model_config_of(cfg), device=device))
     weights = normalised_weights(t.task_weights, len(streams))
     return SupervisedTrainer(cfg, engine, streams, weights, tok, total, _validator(cfg, tok, engine, streams),
                              _hf_exporter(cfg, tok, engine))
