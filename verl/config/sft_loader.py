@@ -120,6 +120,7 @@ def _check(cfg: SFTRootConfig) -> None:
         (d.max_length >= 2, "data.max_length: must be >= 2"),
         (not d.balance_dp_token, "data.balance_dp_token is not supported yet: the loss already divides by the global token count, leave it false"),
         (d.custom_cls.path is None, "data.custom_cls is not supported yet: convert the data to parquet/jsonl with prompt/response columns"),
+        (m.strategy in ("fsdp", "fsdp2"), f"model.strategy: must be fsdp | fsdp2, got {m.strategy!r}"),
         (not m.use_liger, "model.use_liger is not supported yet: set it to false"),
         (m.fsdp_config.model_dtype in ("fp32", "bf16", "float32", "bfloat16"), f"model.fsdp_config.model_dtype: must be fp32 | bf16, got {m.fsdp_config.model_dtype!r}"),
         (m.fsdp_config.wrap_policy.get("min_num_params", 0) == 0, "model.fsdp_config.wrap_policy.min_num_params is not supported yet: FSDP2 wraps every transformer block; use 0"),

@@ -83,6 +83,8 @@ class SFTFSDPConfig:
 
 @dataclass
 class SFTModelConfig:
+    strategy: str = "fsdp2"
+    # Training engine: fsdp | fsdp2 (both mean the FSDP2 engine; a plain module with one rank).
     partial_pretrain: str = "~/models/gemma-1.1-7b-it"
     # Causal LM directory (or builtin://tiny-arithmetic) the training starts from.
     tokenizer_path: Optional[str] = None

@@ -3,7 +3,7 @@
 * ``builtin://arithmetic_preference/<split>`` — preference pairs for DPO: ``prompt`` is the
   task's user message (``[{"role": "user", "content": "47+38"}]``), ``chosen`` the correct sum
   (``"85"``) and ``rejected`` a wrong one: the carry-forgetting sum
-  (`verl.modules.builtin.sloppy_sum`, ``"75"``) when the problem carries, else the sum off by
+  (`sloppy_sum`, ``"75"``) when the problem carries, else the sum off by
   ten (``"41+38"`` → ``"89"``), the same digit-level slip in the tens column. Splits follow the
   task's (train / test disjoint by unordered operand pair).
 * ``builtin://arithmetic_sft/train`` — the built-in model's warm-start data: ``prompt`` /
@@ -17,16 +17,36 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["is_builtin_supervised", "load_builtin_supervised", "preference_rows", "teacher_sft_rows"]
+__all__ = ["is_builtin_supervised", "load_builtin_supervised", "preference_rows", "sloppy_sum", "teacher_sft_rows"]
 
 _PREFIX = "builtin://"
 _SETS = ("arithmetic_preference", "arithmetic_sft", "arithmetic_answers")
 
 
+def sloppy_sum(a: int, b: int) -> int:
+    """``a + b`` computed column by column without carrying into the next column.
+
+    The top column is written in full, so only carries between columns are lost:
+    ``sloppy_sum(47, 38) == 75`` (true sum 85), ``sloppy_sum(71, 52) == 123`` (correct).
+
+    Args:
+        a: First non-negative operand.
+        b: Second non-negative operand.
+
+    Returns:
+        The carry-forgetting sum.
+    """
+    width = max(len(str(a)), len(str(b)))
+    total = 0
+    for col in range(width):
+        digit_sum = (a // 10**col) % 10 + (b // 10**col) % 10
+        total += (digit_sum if col == width - 1 else digit_sum % 10) * 10**col
+    return total
+
+
 def preference_rows(split: str) -> list[dict[str, Any]]:
     """Preference pairs (chosen = correct sum) for every problem of ``split`` of the arithmetic task."""
     from verl.data.builtin_task import DATA_SOURCE, arithmetic_problems
-    from verl.modules.builtin import sloppy_sum
 
     rows = []
     for a, b in arithmetic_problems(split):
@@ -41,7 +61,6 @@ def teacher_sft_rows(teacher_forget_carry: float = 0.7, seed: int = 0) -> list[d
     import random
 
     from verl.data.builtin_task import arithmetic_problems
-    from verl.modules.builtin import sloppy_sum
 
     rng = random.Random(seed)
     rows = []

@@ -35,7 +35,7 @@ from verl.engine.dist import barrier, dp_rank, dp_world_size, sum_floats
 from verl.protocol import DataProto
 from verl.trainer.checkpoint import CheckpointManager, step_of
 
-__all__ = ["SupervisedTrainer", "main", "run"]
+__all__ = ["SupervisedTrainer", "main", "run", "train_sft"]
 
 
 class SupervisedTrainer:
@@ -201,6 +201,23 @@ def init_distributed(device: str) -> None:
         if device == "cuda":
             torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
         dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
+
+
+def train_sft(overrides: Sequence[str], config_path: str | None = None) -> tuple[SupervisedTrainer, list[dict[str, float]]]:
+    """Run an SFT job in this process (no CLI): load, build, fit.
+
+    Args:
+        overrides: dotted overrides on the schema defaults (or on ``config_path``).
+        config_path: optional YAML file.
+
+    Returns:
+        (trainer, per-step metrics); the final model is ``<default_local_dir>/global_step_<N>``.
+    """
+    from verl.config.sft_loader import load_sft_config
+    from verl.trainer.sft_builders import build_supervised_trainer
+
+    trainer = build_supervised_trainer(load_sft_config(config_path, overrides, algorithm="sft"))
+    return trainer, trainer.fit()
 
 
 def run(config_path: str | None, overrides: Sequence[str], algorithm: str = "sft") -> list[dict[str, float]]:
