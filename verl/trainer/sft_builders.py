@@ -65,7 +65,7 @@ def _check_divisible(batch_size: int, what: str) -> None:
 
 
 def _tokenizer(cfg: SFTRootConfig) -> Any:
-    from verl.modules import load_tokenizer
+    from verl.data.tokenizer import load_tokenizer
 
     tok = load_tokenizer(cfg.model.tokenizer_path or cfg.model.partial_pretrain, trust_remote_code=cfg.model.trust_remote_code)
     if cfg.data.chat_template:
