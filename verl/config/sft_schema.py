@@ -198,7 +198,7 @@ class SFTTrainerConfig:
     # Validation loss every N steps (and at the end); -1 = only at the end when val_files are set.
     nnodes: int = 1
     n_gpus_per_node: int = 1
-    # Informational: the world size comes from torchrun (WORLD_SIZE).
+    # The world size comes from torchrun (WORLD_SIZE), as in verl's SFT trainer; a mismatch is logged.
     max_ckpt_to_keep: Optional[int] = None
     # Keep at most this many checkpoints; None = all.
     device: str = "cpu"

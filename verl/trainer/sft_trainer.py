@@ -21,9 +21,11 @@ continues at the next step with the same data (the samplers are functions of the
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -36,6 +38,8 @@ from verl.protocol import DataProto
 from verl.trainer.checkpoint import CheckpointManager, step_of
 
 __all__ = ["SupervisedTrainer", "main", "run", "train_sft"]
+
+logger = logging.getLogger(__name__)
 
 
 class SupervisedTrainer:
@@ -92,9 +96,7 @@ class SupervisedTrainer:
             batch, extra = stream.prepare(stream.batch(step, self.rank, self.world_size), step)
             prepared.append(batch)
             metrics.update(self._named(stream, extra))
-        on_device = getattr(self.engine, "on_device", None)
-        from contextlib import nullcontext
-
+        on_device = getattr(self.engine, "on_device", None)  # offload-aware engines bring weights in once per step
         with on_device() if on_device is not None else nullcontext():
             self.engine.module.train()
             for stream, weight, batch in zip(self.streams, self.weights, prepared):
@@ -227,6 +229,11 @@ def run(config_path: str | None, overrides: Sequence[str], algorithm: str = "sft
 
     cfg = load_sft_config(config_path, overrides, algorithm=algorithm)
     init_distributed(cfg.trainer.device)
+    declared = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    if declared not in (1, dp_world_size()):
+        # as in verl's SFT trainer the process group (torchrun) decides the world size
+        logger.warning("trainer.nnodes x n_gpus_per_node = %d but torchrun started %d ranks; using %d",
+                       declared, dp_world_size(), dp_world_size())
     trainer = build_supervised_trainer(cfg)
     history = trainer.fit()
     if dp_rank() == 0 and history:
