@@ -53,3 +53,18 @@ def test_run_qwen_05_peft_script_two_ranks(tmp_path: Path) -> None:
 
     merged = AutoModelForCausalLM.from_pretrained(out)
     assert not any("lora" in n for n, _ in merged.named_parameters())
+
+
+def test_cli_config_errors_are_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl.cli import main
+
+    assert main(["sft", "data.promt_key=question"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "verl sft: config error: unknown key 'data.promt_key' (did you mean 'prompt_key'?)"
+    assert main(["dpo", "dpo.loss_type=kto"]) == 2
+    assert "dpo.loss_type: must be sigmoid | ipo" in capsys.readouterr().err
+    assert main(["sft", "trainer.default_hdfs_dir=hdfs://x"]) == 2
+    assert "is not supported yet" in capsys.readouterr().err
+    assert main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "sft " in out and "dpo " in out
