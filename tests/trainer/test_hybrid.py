@@ -96,3 +96,25 @@ def test_hybrid_resume_is_exact(tmp_path: Path) -> None:
     for got, ref in zip(resumed, full[2:]):
         for key in ("hybrid/sft/loss", "hybrid/dpo/loss", "hybrid/rl/loss", "hybrid/rl/score_mean", "train/grad_norm"):
             assert got[key] == pytest.approx(ref[key], abs=1e-6), key
+
+
+@pytest.mark.e2e
+def test_hybrid_one_vs_two_ranks_equal(tmp_path: Path) -> None:
+    """RL samples are seeded per global trajectory, so 1 and 2 gloo ranks give the same step metrics."""
+    import os
+    import subprocess
+    import sys
+
+    repo = EXAMPLE.parents[2]
+    env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
+    for name, nproc in (("one", 1), ("two", 2)):
+        launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
+        r = subprocess.run([sys.executable, *launcher, "-m", "verl.trainer.fsdp_sft_trainer", str(EXAMPLE),
+                            "trainer.total_training_steps=2", "trainer.logger=[jsonl]",
+                            f"trainer.default_local_dir={tmp_path}/{name}/ckpt", f"trainer.output_dir={tmp_path}/{name}/out"],
+                           env=env, capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    rows = {n: [json.loads(x) for x in (tmp_path / n / "out" / "metrics.jsonl").read_text().splitlines()] for n in ("one", "two")}
+    for a, b in zip(rows["one"], rows["two"], strict=True):
+        for key in ("train/loss", "train/grad_norm", "hybrid/sft/loss", "hybrid/dpo/loss", "hybrid/rl/loss", "hybrid/rl/score_mean"):
+            assert b[key] == pytest.approx(a[key], abs=1e-5), key

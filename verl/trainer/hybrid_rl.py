@@ -7,7 +7,8 @@ Per optimizer step the stream takes ``batch_size`` prompts (verl RL rows, e.g.
    (`verl.workers.rollout.build_rollout_engine`, the ``hf`` engine generating with the actor's
    module; under data parallelism an unsharded copy refreshed from
    ``engine.state_for_rollout()`` through `verl.workers.rollout_sync.SyncedRollout`, as the RL
-   worker does), with per-row seeds from (``trainer.seed``, step, rank);
+   worker does), with one seed per (``trainer.seed``, step, global trajectory index), so the
+   samples do not depend on the number of ranks;
 2. scores them with the rule reward manager (`verl.reward.create_reward_manager`, routed by
    ``data_source``);
 3. computes GRPO advantages (`verl.algorithms.compute_advantage`, Shao et al. 2024) per prompt group;
@@ -97,11 +98,13 @@ class RLStream:
 
     def prepare(self, batch: DataProto, step: int) -> tuple[DataProto, dict[str, float]]:
         """Rollout, reward, GRPO advantages and old log-probs (steps 1-4 of the module docstring)."""
-        n, rank = self.task.rollout_n, dp_rank()
-        batch.non_tensor_batch["uid"] = np.array([f"{step}-{rank}-{i}" for i in range(len(batch))], dtype=object)
+        n, first = self.task.rollout_n, dp_rank() * len(batch)  # global index of this rank's first prompt
+        batch.non_tensor_batch["uid"] = np.array([f"{step}-{first + i}" for i in range(len(batch))], dtype=object)
         gen = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=["uid"])
         gen = gen.repeat(n, interleave=True)
-        state = np.random.SeedSequence([self.seed, step, rank, 7]).generate_state(len(gen), dtype=np.uint64)
+        # one seed per (step, global trajectory index): samples do not depend on the number of ranks
+        state = np.random.SeedSequence([self.seed, step, 7]).generate_state(len(gen) * dp_world_size(), dtype=np.uint64)
+        state = state[first * n : first * n + len(gen)]
         gen.batch["sample_seeds"] = torch.from_numpy((state >> np.uint64(1)).astype(np.int64))
         gen.meta_info.update({"pad_token_id": self.tokenizer.pad_token_id, "validate": False, "global_step": step})
         self.rollout.sync_weights(self.engine, force=True)

@@ -95,6 +95,8 @@ class SupervisedTrainer:
         for stream in self.streams:
             batch, extra = stream.prepare(stream.batch(step, self.rank, self.world_size), step)
             prepared.append(batch)
+            if extra:  # per-rank means (equal row counts per rank) -> global means
+                extra = {k: v / self.world_size for k, v in sum_floats(extra).items()}
             metrics.update(self._named(stream, extra))
         on_device = getattr(self.engine, "on_device", None)  # offload-aware engines bring weights in once per step
         with on_device() if on_device is not None else nullcontext():
