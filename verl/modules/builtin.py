@@ -21,8 +21,9 @@ the teacher's rows (``builtin://arithmetic_sft/train``), with the recipe of `Bui
 (steps, batch, AdamW lr / betas, warm-up then cosine, clip 1.0). The shipped asset predates that
 path: it was written by an earlier hand-written loop with the same recipe but batches sampled
 with replacement, a warm-up factor multiplied into the cosine, and no attention mask, so a
-rebuild is an equal-quality model (same recipe, about the same greedy accuracy, recorded in its
-``verl_builtin.json``), not the same bytes. The shipped asset is kept because the quick start's
+rebuild is an equal-quality model, not the same bytes: the default spec rebuilt through the SFT
+path reaches a final SFT loss of 0.113 (shipped 0.130) and 28.9 % held-out greedy accuracy
+(shipped 27.3 %), and the quick start on it climbs 28.9 % -> 90.6 % by RL step 20 (measured). The shipped asset is kept because the quick start's
 numbers (140 / 512 held-out at step 0) are pinned to it. A directory that is missing is rebuilt
 on first use into ``$VERL_CACHE_DIR`` (or ``~/.cache/verl``) ``/builtin/<name>-<hash>``,
 written to a temporary directory and renamed atomically.
