@@ -32,7 +32,6 @@ from typing import Any, Sequence
 import torch
 
 from verl.config.sft_schema import SFTRootConfig
-from verl.engine.base import MicroBatchSpec
 from verl.engine.dist import barrier, dp_rank, dp_world_size, sum_floats
 from verl.protocol import DataProto
 from verl.trainer.checkpoint import CheckpointManager, step_of
