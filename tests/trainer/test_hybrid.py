@@ -118,3 +118,9 @@ def test_hybrid_one_vs_two_ranks_equal(tmp_path: Path) -> None:
     for a, b in zip(rows["one"], rows["two"], strict=True):
         for key in ("train/loss", "train/grad_norm", "hybrid/sft/loss", "hybrid/dpo/loss", "hybrid/rl/loss", "hybrid/rl/score_mean"):
             assert b[key] == pytest.approx(a[key], abs=1e-5), key
+
+
+def test_hybrid_refuses_single_stream_data_keys(tmp_path: Path) -> None:
+    for key in ("data.train_files=[x.jsonl]", "data.val_files=[x.jsonl]", "data.train_batch_size=4"):
+        with pytest.raises(ConfigError, match="is not used with trainer.algorithm=hybrid"):
+            _cfg(tmp_path, key)

@@ -211,6 +211,11 @@ def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (
         key = str(getattr(e, "full_key", "") or "")
         raise ConfigError(f"{key or 'config'}: {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
     assert isinstance(cfg, SFTRootConfig)
+    if cfg.trainer.algorithm == "hybrid":
+        ignored = [f"data.{k}" for k in ("train_files", "val_files", "train_batch_size") if k in (tree.get("data") or {})]
+        if ignored:
+            raise ConfigError(f"{ignored[0]} is not used with trainer.algorithm=hybrid: each hybrid.tasks entry has its own "
+                              "train_files and batch_size (validation is not supported yet in hybrid mode)")
     if cfg.trainer.resume_path and cfg.trainer.resume_mode == "auto":
         cfg.trainer.resume_mode, cfg.trainer.resume_from_path = "resume_path", cfg.trainer.resume_path
     _check(cfg)
