@@ -23,7 +23,7 @@ seed key                               canonical meaning
                                        hybrid -> gae (the documents' SFT+PPO+DPO mix is not a
                                        training mode here: a note is logged), any canonical
                                        estimator name -> itself
-``trainer.task_weights``               error: multi-objective SFT/PPO/DPO mixing is not supported
+``trainer.task_weights``               error: multi-objective mixing is `verl sft` with trainer.algorithm=hybrid
 ``trainer.rollout_batch_size``         ``data.train_batch_size`` and
                                        ``actor_rollout_ref.actor.ppo_mini_batch_size`` (the layout
                                        has no mini-batch: one optimizer step per rollout batch)
@@ -217,8 +217,9 @@ def _algorithm(value: Any, key: str, out: dict[str, Any]) -> None:
 
 
 def _task_weights(value: Any, key: str, out: dict[str, Any]) -> None:
-    raise ConfigError(f"{key}: multi-objective SFT/PPO/DPO mixing is not supported; run "
-                      "`verl sft`, `verl dpo` and `verl train` as separate stages")
+    raise ConfigError(f"{key}: multi-objective SFT/PPO/DPO mixing is run by `verl sft CONFIG` with "
+                      "trainer.algorithm: hybrid, trainer.task_weights and hybrid.tasks (see "
+                      "examples/sft/hybrid_builtin.yaml), not by `verl train`")
 
 
 def _installed(package: str) -> bool:
