@@ -95,6 +95,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         within("lr_warmup_steps_ratio", 0.0, 1.0),
         within("min_lr_ratio", 0.0, 1.0),
         one_of("warmup_style", C.WARMUP_STYLES),
+        one_of("lr_scheduler_type", C.WARMUP_STYLES),
         ge("weight_decay", 0.0),
         Rule("betas", lambda v: len(v) == 2 and all(0.0 <= b < 1.0 for b in v), "must be two numbers in [0, 1)"),
         gt("eps", 0.0),

@@ -39,7 +39,8 @@ from verl.config.checks import check_sections
 from verl.config.consistency import check_consistency
 from verl.config.errors import ConfigError, did_you_mean
 from verl.config.finalize import finalize
-from verl.config.introspect import check_tree, type_at, type_name
+from verl.config.compat import check_compat, check_unknown_owned
+from verl.config.introspect import check_tree, key_kind, type_at, type_name
 from verl.config.overrides import apply_overrides
 from verl.config.schema import RootConfig
 from verl.config.seed_layout import translate_seed_layout
@@ -130,6 +131,7 @@ def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
 
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     tree = apply_overrides(tree, overrides)
+    check_unknown_owned(tree, key_kind)
     check_tree(tree)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RootConfig), tree)
@@ -140,6 +142,7 @@ def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     check_sections(cfg)
     cfg = finalize(cfg)
     check_consistency(cfg)
+    check_compat(cfg)
     attach_root(cfg)
     return cfg
 
@@ -227,6 +230,7 @@ def validate(cfg: RootConfig) -> None:
     """
     check_sections(cfg)
     check_consistency(cfg)
+    check_compat(cfg)
 
 
 def config_to_yaml(cfg: RootConfig) -> str:
