@@ -12,6 +12,7 @@ field is in exactly one of these states (a test walks the schema and checks it):
 - :data:`OWNED` — owned by another part of the product (the vLLM/SGLang engines, the
   multi-turn agent loop): the owner reads it; with the ``hf`` engine the table says what
   happens (:data:`HF_ENGINE`);
+- :data:`INDIRECT` — takes effect, read without an attribute access (e.g. as keyword arguments);
 - :data:`CONDITIONAL` — takes effect in some settings and is refused in others; the check
   functions in :mod:`verl.config.compat_checks` say which.
 
@@ -33,6 +34,7 @@ from verl.config.errors import ConfigError
 __all__ = [
     "CONDITIONAL",
     "HF_ENGINE",
+    "INDIRECT",
     "NOOP",
     "OWNED",
     "UNSUPPORTED",
@@ -57,8 +59,8 @@ NOOP: dict[str, str] = {
     "*.entropy_from_logits_with_chunking": "memory optimisation; log-probs and entropy are always chunked here (actor.logprob_chunk_size)",
     "*.entropy_checkpointing": "memory optimisation (" + _SAME_VALUES + ")",
     "*.use_fused_kernels": "fused log-prob kernels (" + _SAME_VALUES + ")",
-    "actor_rollout_ref.model.fused_kernel_options.impl_backend": "read only when use_fused_kernels (a no-op here)",
-    "actor_rollout_ref.model.use_liger": "Liger kernels (" + _SAME_VALUES + ")",
+    "*.model.fused_kernel_options.impl_backend": "read only when use_fused_kernels (a no-op here)",
+    "*.model.use_liger": "Liger kernels (" + _SAME_VALUES + ")",
     "*.use_shm": "copies files to /dev/shm for faster loading; the same files are read",
     "actor_rollout_ref.model.tiled_mlp.*": "tiled MLP is a memory optimisation (" + _SAME_VALUES + ")",
     "critic.model.tiled_mlp.*": "tiled MLP is a memory optimisation (" + _SAME_VALUES + ")",
@@ -66,6 +68,7 @@ NOOP: dict[str, str] = {
     "actor_rollout_ref.actor.tau_neg": "read only by loss_mode=sapo, which is not registered here (choosing it is an error)",
     "actor_rollout_ref.actor.calculate_entropy": "the update always computes the entropy (logged as actor/entropy)",
     "*.checkpoint.async_save": "checkpoints are written synchronously; the same files result",
+    "data.return_raw_input_ids": "the batch always holds raw_prompt_ids (the unpadded prompt ids)",
     "data.filter_overlong_prompts_workers": "parallelism of the prompt-length filter; the same prompts are kept",
     "reward_model.launch_reward_fn_async": "overlaps reward computation with log-prob stages in verl; the same rewards result",
     "reward_model.model.fsdp_config.*": "the reward model is forward-only; its sharding follows the actor's world size",
@@ -74,6 +77,7 @@ NOOP: dict[str, str] = {
     "trainer.ray_wait_register_center_timeout": "Ray workers register synchronously when the group is created here",
     "algorithm.pf_ppo.*": "read only when algorithm.use_pf_ppo=true (not supported yet: that key errors)",
     "actor_rollout_ref.rollout.mtp": "verl mirrors model.mtp here (model.mtp.* keys are refused when set)",
+    "actor_rollout_ref.rollout.calculate_log_probs": "the hf engine always returns rollout_log_probs (sampled anyway, no extra cost)",
     "reward_model.model.use_remove_padding": "padding-free forward (" + _SAME_VALUES + ")",
 }
 """Documented no-ops: pattern -> why it has no effect (verl's meaning too)."""
@@ -91,12 +95,12 @@ UNSUPPORTED: dict[str, str] = {
     "actor_rollout_ref.actor.calculate_sum_pi_squared": "no estimator here needs sum(pi^2); leave it false",
     "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "no estimator here needs sum(pi^2); leave it false",
     "actor_rollout_ref.nccl_timeout": "the collective timeout is torch's default; remove the key",
-    "actor_rollout_ref.model.hf_config_path": "put the config.json in actor_rollout_ref.model.path",
-    "actor_rollout_ref.model.custom_chat_template": "put the template in the tokenizer's chat_template (tokenizer_config.json)",
+    "*.model.hf_config_path": "put the config.json in actor_rollout_ref.model.path",
+    "*.model.custom_chat_template": "put the template in the tokenizer's chat_template (tokenizer_config.json)",
     "*.model.enable_activation_offload": "activation offload is not implemented; use enable_gradient_checkpointing=true",
-    "actor_rollout_ref.model.exclude_modules": "list the LoRA modules to adapt in target_modules instead",
-    "actor_rollout_ref.model.lora_adapter_path": "merge the adapter into the base model first, then train from the merged model",
-    "actor_rollout_ref.model.mtp.*": "multi-token prediction is not implemented; leave model.mtp at its defaults",
+    "*.model.exclude_modules": "list the LoRA modules to adapt in target_modules instead",
+    "*.model.lora_adapter_path": "merge the adapter into the base model first, then train from the merged model",
+    "*.model.mtp.*": "multi-token prediction is not implemented; leave model.mtp at its defaults",
     "actor_rollout_ref.rollout.over_sample_rate": "over-sampling needs the async agent loop; leave it 0",
     "actor_rollout_ref.rollout.trace.*": "rollout tracing is not wired; use trainer.rollout_data_dir to dump rollouts",
     "actor_rollout_ref.rollout.skip_rollout": "rollout replay is not implemented; leave it false",
@@ -106,7 +110,6 @@ UNSUPPORTED: dict[str, str] = {
     "data.image_key": "multi-modal data is not supported; use text prompts",
     "data.video_key": "multi-modal data is not supported; use text prompts",
     "data.return_multi_modal_inputs": "multi-modal data is not supported; use text prompts",
-    "data.return_raw_input_ids": "read the prompt ids from input_ids with attention_mask",
     "data.sampler.*": "custom samplers are not wired; data.shuffle / data.seed control the order",
     "data.datagen.*": "dynamic data generation is not wired; prepare the data as files",
     "reward_model.enable_resource_pool": "use reward_model.placement=separate for a reward model with its own pool",
@@ -119,6 +122,7 @@ UNSUPPORTED: dict[str, str] = {
     "reward_model.num_workers": "the reward loop is not implemented; remove the key",
     "reward_model.sandbox_fusion.*": "the code sandbox is not wired; score code in custom_reward_function",
     "reward_model.rollout.*": "generative reward models are not supported; use a sequence-classification reward model",
+    "reward_model.max_length": "responses are scored at full length (prompt_length + response_length); remove the key",
     "reward_model.model.external_lib": "import the module in custom_reward_function's file instead",
     "reward_model.model.override_config": "edit the reward model's config.json",
     "algorithm.use_pf_ppo": "policy-filtration PPO is not implemented; leave it false",
@@ -211,6 +215,13 @@ CONDITIONAL: dict[str, str] = {
 }
 """Keys whose effect depends on other settings: pattern -> the rule (checked in compat_checks)."""
 
+INDIRECT: dict[str, str] = {
+    "actor_rollout_ref.actor.policy_loss.*": "passed to the policy loss as keyword arguments (dataclasses.asdict of the section)",
+    "*.ppo_micro_batch_size": "deprecated global size, turned into ppo_micro_batch_size_per_gpu by finalize",
+    "*.log_prob_micro_batch_size": "deprecated global size, turned into log_prob_micro_batch_size_per_gpu by finalize",
+}
+"""Keys that take effect but are read without an attribute access: pattern -> how."""
+
 
 @functools.lru_cache(maxsize=None)
 def _match(path: str, table_id: int) -> str | None:
@@ -221,16 +232,16 @@ def _match(path: str, table_id: int) -> str | None:
     return None
 
 
-_TABLES = (NOOP, UNSUPPORTED, OWNED, CONDITIONAL, HF_ENGINE)
+_TABLES = (NOOP, UNSUPPORTED, OWNED, CONDITIONAL, HF_ENGINE, INDIRECT)
 
 
 def key_status(path: str) -> tuple[str, str] | None:
     """The table's entry for a dotted key: ``(status, note)`` or None (= takes effect).
 
-    Status is ``noop``, ``unsupported``, ``owned`` or ``conditional``; the most specific
-    meaning wins in that order of lookup: conditional, owned, unsupported, noop.
+    Status is ``indirect``, ``conditional``, ``owned``, ``unsupported`` or ``noop`` (looked up
+    in that order; the first table with a matching pattern wins).
     """
-    for status, table_id in (("conditional", 3), ("owned", 2), ("unsupported", 1), ("noop", 0)):
+    for status, table_id in (("indirect", 5), ("conditional", 3), ("owned", 2), ("unsupported", 1), ("noop", 0)):
         pattern = _match(path, table_id)
         if pattern is not None:
             return status, _TABLES[table_id][pattern]

@@ -295,7 +295,8 @@ class RLHFDataset(Dataset):
             ``input_ids``, ``attention_mask``, ``position_ids``: ``(P,)`` long, P =
             data.max_prompt_length, left-padded; ``raw_prompt_ids``: unpadded list of ids (what the
             rollout engine receives); ``data_source``, ``reward_model``, ``extra_info``, ``index``,
-            ``ability``; and ``raw_prompt`` (the messages) when data.return_raw_chat.
+            ``ability``; ``raw_prompt`` (the messages) when data.return_raw_chat; ``full_prompts``
+            (the chat-templated prompt text) when data.return_full_prompt.
         """
         row = self.rows[item]
         ids = self.prompt_ids[item]
@@ -313,4 +314,6 @@ class RLHFDataset(Dataset):
         }
         if self.config.return_raw_chat:
             sample["raw_prompt"] = [dict(m) for m in row[self.config.prompt_key]]
+        if getattr(self.config, "return_full_prompt", False):  # the templated prompt text
+            sample["full_prompts"] = self.tokenizer.decode(ids, skip_special_tokens=False)
         return sample
