@@ -241,3 +241,29 @@ def test_bad_inputs_raise_clear_errors(model: nn.Module) -> None:
         _engine(model, max_model_len=8).generate_sequences(_prompts([[1, 2, 3], [4]]))
     with pytest.raises(ValueError, match="static\\|dynamic"):
         _engine(model, engine_kwargs={"cache_implementation": "paged"})
+
+
+def test_cache_keyword_follows_the_models_forward_signature():
+    """transformers renamed ``past_key_values`` to ``cache``; a wrong name is swallowed by
+    ``**kwargs`` and decoding loses its context, so the engine asks the forward which it takes."""
+    import pytest
+    import torch
+
+    from verl.workers.rollout.hf_rollout import cache_keyword
+
+    class New(torch.nn.Module):
+        def forward(self, input_ids, cache=None, **kwargs):  # noqa: D401
+            return input_ids
+
+    class Old(torch.nn.Module):
+        def forward(self, input_ids, past_key_values=None, **kwargs):
+            return input_ids
+
+    class Neither(torch.nn.Module):
+        def forward(self, input_ids, attention_mask=None):
+            return input_ids
+
+    assert cache_keyword(New()) == "cache"
+    assert cache_keyword(Old()) == "past_key_values"
+    with pytest.raises(TypeError, match="KV cache"):
+        cache_keyword(Neither())

@@ -31,6 +31,7 @@ state is saved and restored with `rng_state` / `set_rng_state`.
 from __future__ import annotations
 
 import contextlib
+import inspect
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -43,7 +44,7 @@ from verl.modules.forward import position_ids_from_attention_mask
 from verl.protocol import DataProto
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_generators, sample_tokens
 
-__all__ = ["HFRollout", "default_eos_token_ids"]
+__all__ = ["HFRollout", "cache_keyword", "default_eos_token_ids"]
 
 
 def _as_id_list(ids: int | Sequence[int] | None) -> list[int]:
@@ -52,6 +53,28 @@ def _as_id_list(ids: int | Sequence[int] | None) -> list[int]:
     if isinstance(ids, int):
         return [ids]
     return [int(i) for i in ids]
+
+
+def cache_keyword(module: nn.Module) -> str:
+    """Name of the KV-cache argument of ``module.forward``: ``cache`` (transformers >= 5.20) or
+    ``past_key_values`` (earlier releases).
+
+    Passing the cache under a name the model does not take is silently swallowed by its
+    ``**kwargs``: every decode step would then see one token without context (measured on
+    transformers 5.17: responses of 2 tokens, 0% accuracy). A forward naming neither but taking
+    ``**kwargs`` (a wrapper) gets ``cache``; one taking neither is refused.
+
+    Raises:
+        TypeError: the forward takes neither argument.
+    """
+    params = inspect.signature(module.forward).parameters
+    for name in ("cache", "past_key_values"):
+        if name in params:
+            return name
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return "cache"
+    raise TypeError(f"{type(module).__name__}.forward takes no KV cache argument (cache / past_key_values); "
+                    "the hf rollout engine needs a transformers causal LM")
 
 
 def default_eos_token_ids(module: nn.Module, tokenizer: Any = None) -> list[int]:
@@ -230,8 +253,9 @@ class HFRollout:
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
         eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         next_pos = pos[:, -1:] + 1
+        cache_arg = {cache_keyword(self.module): cache}
         out = self.module(
-            input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache, use_cache=True, logits_to_keep=1
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **cache_arg
         )
         per_row = row_generators(seeds) if seeds is not None and not params.greedy else None
         for t in range(response_length):
@@ -245,7 +269,7 @@ class HFRollout:
                 break
             out = self.module(
                 input_ids=responses[:, t : t + 1], attention_mask=full_mask[:, : prompt_len + t + 1],
-                position_ids=next_pos + t, cache=cache, use_cache=True,
+                position_ids=next_pos + t, use_cache=True, **cache_arg,
             )
         return responses.cpu(), lengths.cpu(), log_probs.cpu()
 
