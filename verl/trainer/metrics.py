@@ -104,8 +104,18 @@ def compute_throughput_metrics(batch: DataProto, timing: dict[str, float], world
     return out
 
 
-def reduce_worker_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """Mean of each per-worker list (workers already all-reduce global quantities)."""
+def reduce_worker_metrics(metrics: dict[str, Any] | list[dict[str, Any]]) -> dict[str, float]:
+    """Mean of each per-worker list (workers already all-reduce global quantities).
+
+    ``metrics`` is ``{name: value or list}``, or a list of such dicts (verl's workers report
+    one dict per micro-batch); every value of a name is averaged.
+    """
+    if isinstance(metrics, list):
+        merged: dict[str, list[Any]] = {}
+        for part in metrics:
+            for k, v in part.items():
+                merged.setdefault(k, []).extend(v if isinstance(v, (list, tuple)) else [v])
+        metrics = merged
     out = {}
     for k, v in metrics.items():
         vals = v if isinstance(v, (list, tuple)) else [v]
