@@ -107,6 +107,23 @@ def _as_list(keys: str | Sequence[str] | None) -> list[str]:
     return [keys] if isinstance(keys, str) else list(keys)
 
 
+@dataclass
+class DataProtoItem:
+    """One row of a `DataProto` (verl's ``DataProtoItem``): what ``data[i]`` returns.
+
+    Attributes:
+        batch: ``TensorDict`` with ``batch_size=[]``: each tensor is the row's slice, e.g.
+            ``item.batch["responses"]`` is `(R,)`.
+        non_tensor_batch: ``{key: value}`` of the row (``item.non_tensor_batch["reward_model"]
+            ["ground_truth"]``).
+        meta_info: the batch's meta_info (shared, not copied).
+    """
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, Any] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
+
+
 @dataclass(eq=False)
 class DataProto:
     """A batch of N samples: tensors, per-sample non-tensors and batch-level meta info.
