@@ -40,6 +40,7 @@ __all__ = [
     "UNSUPPORTED",
     "check_compat",
     "check_unknown_owned",
+    "import_external_lib",
     "key_status",
     "not_supported",
 ]
@@ -315,3 +316,24 @@ def check_unknown_owned(tree: dict[str, Any], known: Any, prefix: str = "") -> N
             continue
         if isinstance(value, dict):
             check_unknown_owned(value, known, path)
+
+
+def import_external_lib(tree: dict[str, Any]) -> None:
+    """Imports ``actor_rollout_ref.model.external_lib`` (a module name or ``.py`` path) of a raw tree.
+
+    verl users register custom advantage estimators, policy losses and reward managers in such
+    a module; importing it before the names are checked makes those names valid config values.
+    Workers import it again when they build the model (`verl.modules.factory`).
+
+    Raises:
+        ConfigError: The module cannot be imported (one line, naming the key).
+    """
+    lib = ((tree.get("actor_rollout_ref") or {}).get("model") or {}).get("external_lib")
+    if not lib or not isinstance(lib, str) or "${" in lib:
+        return
+    from verl.utils.import_utils import load_extern_module
+
+    try:
+        load_extern_module(lib)
+    except Exception as exc:  # noqa: BLE001 - any import failure is a config error here
+        raise ConfigError(f"actor_rollout_ref.model.external_lib: cannot import {lib!r}: {exc}") from exc

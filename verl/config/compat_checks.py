@@ -129,6 +129,13 @@ def check_conditional(cfg: Any) -> None:
         raise _refuse("actor_rollout_ref.hybrid_engine", "actor, rollout and reference always share one process (verl too); set it true")
     if arr.rollout.name == "hf" and arr.rollout.logprobs_mode != "processed_logprobs":
         raise _refuse("actor_rollout_ref.rollout.logprobs_mode", "the hf engine returns log-probs after temperature (processed_logprobs)")
+    new, old = cfg.reward_manager.name, cfg.reward_model.reward_manager
+    if new != "naive" and old != "naive" and new != old:
+        raise ConfigError(f"reward_manager.name={new!r} and reward_model.reward_manager={old!r} disagree; set only one")
+    if cfg.reward_manager.source not in ("register", "importlib"):
+        raise ConfigError(f"reward_manager.source: must be register or importlib, got {cfg.reward_manager.source!r}")
+    if cfg.reward_manager.source == "importlib" and not cfg.reward_manager.module.path:
+        raise ConfigError("reward_manager.module.path: must be set when reward_manager.source=importlib")
     _check_fsdp(cfg)
     _check_mirrors(cfg)
     _check_checkpoint(cfg)

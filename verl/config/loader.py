@@ -39,7 +39,7 @@ from verl.config.checks import check_sections
 from verl.config.consistency import check_consistency
 from verl.config.errors import ConfigError, did_you_mean
 from verl.config.finalize import finalize
-from verl.config.compat import check_compat, check_unknown_owned
+from verl.config.compat import check_compat, check_unknown_owned, import_external_lib
 from verl.config.introspect import check_tree, key_kind, type_at, type_name
 from verl.config.overrides import apply_overrides
 from verl.config.schema import RootConfig
@@ -133,6 +133,7 @@ def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     tree = apply_overrides(tree, overrides)
     check_unknown_owned(tree, key_kind)
     check_tree(tree)
+    import_external_lib(tree)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RootConfig), tree)
         cfg = OmegaConf.to_object(merged)

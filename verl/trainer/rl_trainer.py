@@ -245,7 +245,7 @@ class RLTrainer:
             algo.adv_estimator, token_level_rewards=b["token_level_rewards"], response_mask=b["response_mask"],
             index=batch.non_tensor_batch["uid"], values=b["values"] if "values" in b.keys() else None,
             gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-            reward_baselines=reward_baselines,
+            reward_baselines=reward_baselines, config=algo,
         )
         b["advantages"], b["returns"] = advantages, returns
         return metrics

@@ -145,6 +145,7 @@ class PPOActor:
                 clip_ratio_low=cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio,
                 clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
                 clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
+                loss_agg_mode=cfg.loss_agg_mode, config=cfg,  # for losses written to verl's signature
             )
             pg_loss = agg_loss(pg_losses, mask, **agg)
             ent_loss = agg_loss(entropy, mask, **agg)
