@@ -118,6 +118,22 @@ def _check_checkpoint(cfg: Any) -> None:
                               f"add {sorted(missing)}")
 
 
+def _check_dynamic_sampling(cfg: Any) -> None:
+    fg, data, algo = cfg.algorithm.filter_groups, cfg.data, cfg.algorithm
+    if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size and not fg.enable:
+        raise _refuse("data.gen_batch_size", "a generation batch other than data.train_batch_size is used only by "
+                      "DAPO dynamic sampling; set algorithm.filter_groups.enable=true or remove the key")
+    if not fg.enable:
+        return
+    if algo.adv_estimator == "remax":
+        raise _refuse("algorithm.filter_groups.enable", "with adv_estimator=remax (its greedy baselines are per generation batch)")
+    if (fg.metric or "seq_final_reward") == "seq_final_reward" and algo.use_kl_in_reward:
+        raise _refuse("algorithm.filter_groups.metric", "seq_final_reward with use_kl_in_reward (groups are filtered "
+                      "before the KL penalty); use seq_reward or acc")
+    if fg.max_num_gen_batches < 0:
+        raise ConfigError(f"algorithm.filter_groups.max_num_gen_batches: must be >= 0 (0 = no limit), got {fg.max_num_gen_batches}")
+
+
 def check_conditional(cfg: Any) -> None:
     """Refuses the :data:`~verl.config.compat.CONDITIONAL` settings that cannot take effect.
 
@@ -137,5 +153,6 @@ def check_conditional(cfg: Any) -> None:
     if cfg.reward_manager.source == "importlib" and not cfg.reward_manager.module.path:
         raise ConfigError("reward_manager.module.path: must be set when reward_manager.source=importlib")
     _check_fsdp(cfg)
+    _check_dynamic_sampling(cfg)
     _check_mirrors(cfg)
     _check_checkpoint(cfg)

@@ -158,7 +158,9 @@ class RLDataLoader:
         self.tokenizer = tokenizer
         self.dataset = dataset
         is_train = split == "train"
-        self.batch_size = int(config.train_batch_size if is_train else (config.val_batch_size or len(dataset)))
+        # DAPO dynamic sampling generates data.gen_batch_size prompts per batch (config-checked)
+        train_size = getattr(config, "gen_batch_size", None) or config.train_batch_size
+        self.batch_size = int(train_size if is_train else (config.val_batch_size or len(dataset)))
         drop_last = bool(config.drop_last) if is_train else False
         if self.batch_size <= 0:
             raise ValueError(f"batch size must be positive, got {self.batch_size}")
