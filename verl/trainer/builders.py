@@ -73,6 +73,11 @@ def build_resource_pool(cfg: RootConfig) -> Any:
         return None
     from verl.single_controller.ray import RayResourcePool
 
+    init = {k: v for k, v in cfg.ray_kwargs.ray_init.items() if v is not None}
+    if init:  # verl's ray_kwargs.ray_init: the user's ray.init arguments win (Ray starts once)
+        from verl.single_controller.ray import ensure_ray
+
+        ensure_ray(**init)
     return RayResourcePool(world_size_of(cfg), cfg.trainer.device)
 
 
@@ -194,4 +199,8 @@ def restore_checkpoint(trainer: RLTrainer) -> bool:
         p.kl_ctrl.load_state_dict(state["kl_ctrl"])
     restore_rng_state(state["rng"])
     print(f"Resumed from {path} (global_step {trainer.global_step}, epoch {trainer.epoch})", flush=True)
+    if tc.del_local_ckpt_after_load:  # verl's flag: the loaded checkpoint directory is removed
+        import shutil
+
+        shutil.rmtree(path)
     return True
