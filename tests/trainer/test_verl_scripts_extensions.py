@@ -8,6 +8,7 @@ A custom advantage estimator (``@register_adv_est``), a custom policy loss
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import textwrap
@@ -197,3 +198,36 @@ def test_verl_policy_loss_adapter_keeps_gradient_accumulation_exact():
         out, _ = loss(zeros[rows].detach(), zeros[rows], per_token[rows], mask[rows], loss_agg_mode="seq-mean-token-sum")
         total += float(agg_loss(out, mask[rows], "seq-mean-token-sum", global_seq_count=2.0))
     assert total == pytest.approx((2.0 + 3.0) / 2, abs=1e-6)
+
+
+@pytest.mark.e2e
+def test_dapo_dynamic_sampling_dumps_and_val_generations(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    metrics, _ = _train_one_step(tiny_model_dir, run, **{
+        "algorithm.filter_groups.enable": "true", "algorithm.filter_groups.metric": "seq_reward",
+        "data.gen_batch_size": 4, "actor_rollout_ref.rollout.n": 4,
+        "trainer.rollout_data_dir": str(run / "rollouts"), "trainer.validation_data_dir": str(run / "val"),
+        "trainer.log_val_generations": 2, "data.val_files": "builtin://arithmetic/test", "data.val_max_samples": 3,
+        "actor_rollout_ref.rollout.val_kwargs.n": 2, "actor_rollout_ref.rollout.val_kwargs.do_sample": "true",
+        "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0})
+    # the dense digit reward varies within a group almost always: one generation batch fills the step
+    assert metrics["dynamic_sampling/kept_groups"] >= 4 and metrics["dynamic_sampling/num_gen_batches"] >= 1
+    assert metrics["dynamic_sampling/kept_ratio"] == pytest.approx(
+        metrics["dynamic_sampling/kept_groups"] / metrics["dynamic_sampling/generated_groups"])
+    rows = (run / "rollouts" / "1.jsonl").read_text().splitlines()
+    assert len(rows) == 4 * 4 and {"input", "output", "score", "step", "gts"} <= set(json.loads(rows[0]))
+    assert (run / "val" / "1.jsonl").is_file() and len((run / "val" / "1.jsonl").read_text().splitlines()) == 3 * 2
+    assert len((run / "out" / "val_generations.jsonl").read_text().splitlines()) == 2
+    assert "val-core/builtin/arithmetic/reward/mean@2" in metrics and "timing_s/testing" in metrics
+    assert "timing_s/update_weights" in metrics and "critic/score/mean" in metrics
+
+
+@pytest.mark.e2e
+def test_del_local_ckpt_after_load_removes_the_loaded_checkpoint(tiny_model_dir, tmp_path):
+    run = tmp_path / "run"
+    _train_one_step(tiny_model_dir, run, **{"trainer.save_freq": 1})
+    assert (run / "ckpt" / "global_step_1").is_dir()
+    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, run, **{
+        "trainer.total_training_steps": 2, "trainer.save_freq": 1, "trainer.del_local_ckpt_after_load": "true"}))
+    RLTrainer(config=cfg).fit()
+    assert not (run / "ckpt" / "global_step_1").exists() and (run / "ckpt" / "global_step_2").is_dir()
