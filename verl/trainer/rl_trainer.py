@@ -340,6 +340,8 @@ class RLTrainer:
     def _reward_extra_metrics(reward: dict[str, Any]) -> dict[str, float]:
         out = {k: float(v) for k, v in (reward.get("reward_metrics") or {}).items()}
         for k, v in (reward.get("reward_extra_info") or {}).items():
+            if k == "pred":  # extracted answers, not a quantity (numeric strings would average)
+                continue
             try:
                 out[f"reward/{k}" if not k.startswith("reward/") else k] = float(np.mean(np.asarray(v, dtype=float)))
             except (TypeError, ValueError):
