@@ -10,7 +10,9 @@ package's (per-sample deadline, DAPO overlong buffer).
 What the scorer receives: the custom function (``custom_reward_function.{path,name}``) or the
 built-in routing by ``data_source``, with ``custom_reward_function.reward_kwargs`` and
 ``reward_model.reward_kwargs`` bound as keyword arguments (a user manager gets the latter as
-constructor keywords instead, as in verl).
+constructor keywords instead, as in verl). For ``reward_manager=dapo``, verl's constructor
+arguments ``reward_kwargs.overlong_buffer_cfg.{enable,len,penalty_factor}`` and
+``reward_kwargs.max_resp_len`` set the DAPO overlong penalty of the training manager.
 """
 
 from __future__ import annotations
@@ -28,13 +30,32 @@ def _manager_name(cfg: RootConfig) -> str:
     return new if new != "naive" else old
 
 
+# verl's DAPO manager takes these two constructor arguments through reward_kwargs
+_DAPO_MANAGER_KWARGS = ("overlong_buffer_cfg", "max_resp_len")
+
+
+def _dapo_options(cfg: RootConfig) -> dict[str, Any]:
+    """``+reward_model.reward_kwargs.{overlong_buffer_cfg,max_resp_len}`` as this package's options."""
+    from verl.reward import OverlongBufferConfig
+
+    kw = cfg.reward_model.reward_kwargs
+    out: dict[str, Any] = {}
+    ob = kw.get("overlong_buffer_cfg")
+    if ob is not None and ob.get("enable", False):
+        out["overlong_buffer"] = OverlongBufferConfig(enable=True, len=int(ob.get("len", 0)),
+                                                      penalty_factor=float(ob.get("penalty_factor", 1.0)))
+    if kw.get("max_resp_len") is not None:
+        out["max_response_length"] = int(kw["max_resp_len"])
+    return out
+
+
 def _compute_score(cfg: RootConfig, bind_rm_kwargs: bool) -> Any:
     from verl.reward import default_compute_score, load_custom_reward_fn
 
     fn = load_custom_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
     kwargs = dict(cfg.custom_reward_function.reward_kwargs)
     if bind_rm_kwargs:
-        kwargs.update(cfg.reward_model.reward_kwargs)
+        kwargs.update({k: v for k, v in cfg.reward_model.reward_kwargs.items() if k not in _DAPO_MANAGER_KWARGS})
     if kwargs:
         fn = functools.partial(fn or default_compute_score, **kwargs)
     return fn
@@ -69,6 +90,8 @@ def load_reward_manager(cfg: RootConfig, tokenizer: Any, num_examine: int = 0, *
     if is_verl_manager(name):
         return create_reward_manager(name, tokenizer, compute_score=_compute_score(cfg, False), reward_fn_key=key,
                                      num_examine=num_examine, reward_kwargs=dict(cfg.reward_model.reward_kwargs))
+    if name == "dapo":  # verl's DAPO manager arguments, given as reward_kwargs, win for training
+        options = {**options, **(_dapo_options(cfg) if options else {})}
     return create_reward_manager(name, tokenizer, compute_score=_compute_score(cfg, True), reward_fn_key=key,
                                  timeout_s=cfg.reward_model.timeout_s, **options)
 
