@@ -127,3 +127,20 @@ def test_ray_init_kwargs_reach_ray(monkeypatch):
                              "+ray_kwargs.ray_init.namespace=verl_test"])
     assert builders.build_resource_pool(cfg) == ("pool", 1, "cpu")
     assert seen == {"num_cpus": 3, "namespace": "verl_test"}
+
+
+def test_file_logger_writes_verls_layout(tmp_path, monkeypatch):
+    from verl.trainer.tracking import Tracking
+
+    monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
+    monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", str(tmp_path / "logs"))
+    tracker = Tracking(["file"], tmp_path / "out", project_name="proj", experiment_name="exp")
+    tracker.log({"a": 1.5, "b": float("nan"), "c": "text"}, step=3)
+    tracker.close()
+    rows = [json.loads(x) for x in (tmp_path / "logs" / "proj" / "exp.jsonl").read_text().splitlines()]
+    assert rows == [{"step": 3, "data": {"a": 1.5, "b": "nan"}}]
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(tmp_path / "one.jsonl"))
+    tracker = Tracking(["file", "console"], tmp_path / "out", project_name="proj", experiment_name="exp")
+    tracker.log({"a": 2}, step=4)
+    tracker.close()
+    assert json.loads((tmp_path / "one.jsonl").read_text()) == {"step": 4, "data": {"a": 2.0}}
