@@ -49,8 +49,9 @@ def adapt_adv_estimator(
     Args:
         fn: ``fn(token_level_rewards, response_mask, ..., config=None, **kw)`` returning
             ``(advantages, returns)``, both `(B, R)`.
-        config_view: Turns the algorithm section the trainer passes as ``config`` into what
-            ``fn`` expects (verl passes its AlgoConfig, with attribute access and ``.get``).
+        config_view: Turns the algorithm section (passed by the trainer as ``algorithm=``, else
+            the expanded estimator settings) into what ``fn`` expects as ``config`` (verl
+            passes its AlgoConfig, with attribute access and ``.get``).
 
     Returns:
         An estimator for `ADV_ESTIMATORS`: it passes ``fn`` only the arguments it declares
@@ -59,9 +60,15 @@ def adapt_adv_estimator(
     names, var_kw = _accepted(fn)
 
     def estimator(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, **kwargs: Any):
+        algorithm = kwargs.pop("algorithm", None)  # the trainer's whole algorithm section, when given
         offered = {"token_level_rewards": token_level_rewards, "response_mask": response_mask, **kwargs}
-        if offered.get("config") is not None:
+        if algorithm is not None:
+            offered["config"] = config_view(algorithm)
+        elif offered.get("config") is not None:
             offered["config"] = config_view(offered["config"])
+        else:  # the settings the registry call expanded (gamma, lam, norm_adv_by_std_in_grpo, epsilon)
+            settings = {k: offered[k] for k in ("gamma", "lam", "norm_adv_by_std_in_grpo", "epsilon") if k in offered}
+            offered["config"] = config_view(settings)
         args = offered if var_kw else {k: v for k, v in offered.items() if k in names}
         advantages, returns = fn(**args)
         zero = torch.zeros((), dtype=advantages.dtype, device=advantages.device)

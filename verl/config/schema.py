@@ -83,7 +83,7 @@ class DataConfig:
     # Worker processes of the training DataLoader.
     apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Extra keyword arguments for tokenizer.apply_chat_template.
-    # --- verl keys below: what each does is in verl.config.compat's table
+    # --- verl keys below: what each does is in verl.config.verl_keys's table
     max_samples: int = -1
     # Use at most this many training AND validation samples each (first N); -1 = all.
     train_max_samples: int = -1

@@ -73,6 +73,8 @@ def _config_view(cfg: Any) -> Any:
 
     from omegaconf import OmegaConf
 
+    if isinstance(cfg, dict):
+        return OmegaConf.create(cfg)
     return OmegaConf.structured(cfg) if dataclasses.is_dataclass(cfg) else cfg
 
 

@@ -1,4 +1,4 @@
-"""The rules of the :data:`verl.config.compat.CONDITIONAL` keys, and verl's key aliases.
+"""The rules of the :data:`verl.config.verl_keys.CONDITIONAL` keys, and verl's key aliases.
 
 ``translate_aliases`` runs in ``finalize`` (it rewrites verl's alternative spellings onto the
 keys the product reads); ``check_conditional`` runs after it and refuses the settings that
@@ -78,7 +78,7 @@ def translate_aliases(cfg: Any) -> None:
 
 
 def _refuse(path: str, what: str) -> ConfigError:
-    from verl.config.compat import not_supported
+    from verl.config.verl_keys import not_supported
 
     return not_supported(path, what)
 
@@ -135,7 +135,7 @@ def _check_dynamic_sampling(cfg: Any) -> None:
 
 
 def check_conditional(cfg: Any) -> None:
-    """Refuses the :data:`~verl.config.compat.CONDITIONAL` settings that cannot take effect.
+    """Refuses the :data:`~verl.config.verl_keys.CONDITIONAL` settings that cannot take effect.
 
     Raises:
         ConfigError: "`<key>` is not supported yet: <what to do>".
