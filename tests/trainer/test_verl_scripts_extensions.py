@@ -79,7 +79,7 @@ def compute_policy_loss_plain_pg(
     pg_losses = -advantages * ratio
     pg_loss = agg_loss(loss_mat=pg_losses, loss_mask=response_mask, loss_agg_mode=loss_agg_mode)
     ppo_kl = ((old_log_prob - log_prob) * response_mask).sum() / response_mask.sum()
-    CALLS.append({{"loss": float(pg_loss), "mode": loss_agg_mode, "clip_ratio": config.clip_ratio,
+    CALLS.append({{"loss": float(pg_loss.detach()), "mode": loss_agg_mode, "clip_ratio": config.clip_ratio,
                   "is_weights": rollout_is_weights}})
     return pg_loss, {{"actor/pg_clipfrac": 0.0, "actor/ppo_kl": ppo_kl.detach().item()}}
 '''
