@@ -76,10 +76,11 @@ DTYPE_ALIASES: dict[str, str] = {
 }
 """Spellings accepted for dtypes and normalised by ``finalize`` (verl/HF scripts use both)."""
 
-EXTENSIONS: dict[str, set[str]] = {"adv_estimator": set(), "policy_loss": set(), "reward_manager": set()}
-"""Names registered by user code at run time (``verl.trainer.ppo.core_algos.register_adv_est``,
-``register_policy_loss``, ``verl.workers.reward_manager.register``); the checks accept them
-besides the built-in sets above. Filled by those decorators, never by the config package."""
+EXTENSIONS: dict[str, set[str]] = {"adv_estimator": set(), "policy_loss": set()}
+"""Names registered by user code at run time (``verl.trainer.ppo.core_algos.register_adv_est`` /
+``register_policy_loss``, imported from ``actor_rollout_ref.model.external_lib``); the checks
+accept them besides the built-in sets above. Filled by those decorators, never by the config
+package. (Reward-manager names are checked when the manager is built.)"""
 
 STRATEGY_ALIASES: dict[str, str] = {"fsdp": "fsdp2"}
 """verl's ``strategy: fsdp`` means the FSDP engine; here that engine is FSDP2."""

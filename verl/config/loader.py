@@ -17,6 +17,11 @@
 6. **finalize** — derived values (:mod:`verl.config.finalize`).
 7. **consistency** — cross-section rules: batch sizes, estimator vs critic, lengths, devices
    (:mod:`verl.config.consistency`).
+8. **verl keys** — every key of verl's reference config that cannot take effect here is refused
+   with "`<key>` is not supported yet: ..." (:mod:`verl.config.verl_keys`); a key another part
+   of the product is adding gives the same error instead of "unknown key"; the module named
+   in ``actor_rollout_ref.model.external_lib`` is imported before names are checked (it may
+   register advantage estimators / policy losses).
 
 Every failure is a :class:`ConfigError` with a one-line message naming the full dotted key.
 Nothing here imports torch, so loading and ``verl config show`` stay fast.
