@@ -62,6 +62,13 @@ def one_of(name: str, allowed: frozenset[str]) -> Rule:
     return Rule(name, lambda v: v in allowed, "must be one of " + ", ".join(sorted(allowed)), allowed)
 
 
+def one_of_or_registered(name: str, allowed: frozenset[str], kind: str) -> Rule:
+    """``value`` is a built-in name or one registered by user code (``C.EXTENSIONS[kind]``)."""
+    return Rule(name, lambda v: v in allowed or v in C.EXTENSIONS[kind],
+                "must be one of " + ", ".join(sorted(allowed)) + " or a name registered by "
+                "actor_rollout_ref.model.external_lib", allowed)
+
+
 def each_of(name: str, allowed: frozenset[str]) -> Rule:
     """Every entry of a list value is one of the allowed names."""
     expect = "entries must be in " + ", ".join(sorted(allowed))
@@ -95,6 +102,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         within("lr_warmup_steps_ratio", 0.0, 1.0),
         within("min_lr_ratio", 0.0, 1.0),
         one_of("warmup_style", C.WARMUP_STYLES),
+        one_of("lr_scheduler_type", C.WARMUP_STYLES),
         ge("weight_decay", 0.0),
         Rule("betas", lambda v: len(v) == 2 and all(0.0 <= b < 1.0 for b in v), "must be two numbers in [0, 1)"),
         gt("eps", 0.0),
@@ -108,7 +116,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         each_of("load_contents", C.CHECKPOINT_CONTENTS),
     ],
     S.PolicyLossConfig: [
-        one_of("loss_mode", C.POLICY_LOSS_MODES),
+        one_of_or_registered("loss_mode", C.POLICY_LOSS_MODES, "policy_loss"),
         within("clip_cov_ratio", 0.0, 1.0, lo_open=True),
         within("kl_cov_ratio", 0.0, 1.0, lo_open=True),
         ge("ppo_kl_coef", 0.0),
@@ -186,7 +194,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
     S.AlgorithmConfig: [
         within("gamma", 0.0, 1.0),
         within("lam", 0.0, 1.0),
-        one_of("adv_estimator", C.ADV_ESTIMATORS),
+        one_of_or_registered("adv_estimator", C.ADV_ESTIMATORS, "adv_estimator"),
         one_of("kl_penalty", C.KL_ESTIMATORS),
     ],
     S.TrainerConfig: [
@@ -262,6 +270,9 @@ def _check_agent(a: S.AgentLoopConfig, prefix: str) -> None:
     if a.agent_loop_config_path is not None:
         raise ConfigError(f"`{prefix}.agent_loop_config_path` is not supported yet: use the built-in agent loops "
                           f"({', '.join(sorted(C.AGENT_LOOPS))})")
+    if any(v is not None for v in (a.custom_async_server or {}).values()):
+        raise ConfigError(f"`{prefix}.custom_async_server` is not supported yet: the rollout engine serves the "
+                          "token-level request API itself (rollout.name=hf | vllm)")
 
 
 def _check_policy_loss(p: S.PolicyLossConfig, prefix: str) -> None:

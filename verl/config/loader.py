@@ -19,6 +19,11 @@
 6. **finalize** — derived values (:mod:`verl.config.finalize`).
 7. **consistency** — cross-section rules: batch sizes, estimator vs critic, lengths, devices
    (:mod:`verl.config.consistency`).
+8. **verl keys** — every key of verl's reference config that cannot take effect here is refused
+   with "`<key>` is not supported yet: ..." (:mod:`verl.config.verl_keys`); a key another part
+   of the product is adding gives the same error instead of "unknown key"; the module named
+   in ``actor_rollout_ref.model.external_lib`` is imported before names are checked (it may
+   register advantage estimators / policy losses).
 
 Every failure is a :class:`ConfigError` with a one-line message naming the full dotted key.
 Nothing here imports torch, so loading and ``verl config show`` stay fast.
@@ -41,7 +46,8 @@ from verl.config.checks import check_sections
 from verl.config.consistency import check_consistency
 from verl.config.errors import ConfigError, did_you_mean
 from verl.config.finalize import finalize
-from verl.config.introspect import check_tree, type_at, type_name
+from verl.config.verl_keys import check_compat, check_unknown_owned, import_external_lib
+from verl.config.introspect import check_tree, key_kind, type_at, type_name
 from verl.config.overrides import apply_overrides
 from verl.config.schema import RootConfig
 from verl.config.compat import translate_override, translate_seed_layout
@@ -153,7 +159,9 @@ def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
 
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     tree = apply_overrides(tree, overrides, translate=translate_override)
+    check_unknown_owned(tree, key_kind)
     check_tree(tree)
+    import_external_lib(tree)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RootConfig), tree)
         cfg = OmegaConf.to_object(merged)
@@ -163,6 +171,7 @@ def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     check_sections(cfg)
     cfg = finalize(cfg)
     check_consistency(cfg)
+    check_compat(cfg)
     attach_root(cfg)
     return cfg
 
@@ -250,6 +259,7 @@ def validate(cfg: RootConfig) -> None:
     """
     check_sections(cfg)
     check_consistency(cfg)
+    check_compat(cfg)
 
 
 def config_to_yaml(cfg: RootConfig) -> str:

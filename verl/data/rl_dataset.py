@@ -291,7 +291,8 @@ class RLHFDataset(Dataset):
             data.max_prompt_length, left-padded; ``raw_prompt_ids``: unpadded list of ids (what the
             rollout engine receives); ``data_source``, ``reward_model``, ``extra_info``, ``index``,
             ``ability``; ``raw_prompt`` (the messages) when data.return_raw_chat; ``agent_name`` when
-            any row of the dataset has one.
+            any row of the dataset has one; ``full_prompts`` (the chat-templated prompt text) when
+            data.return_full_prompt.
         """
         row = self.rows[item]
         ids = self.prompt_ids[item]
@@ -311,4 +312,6 @@ class RLHFDataset(Dataset):
             sample["raw_prompt"] = [dict(m) for m in row[self.config.prompt_key]]
         if self.has_agent_name:  # verl's column choosing the row's agent loop (None = the default)
             sample["agent_name"] = row.get("agent_name")
+        if getattr(self.config, "return_full_prompt", False):  # the templated prompt text
+            sample["full_prompts"] = self.tokenizer.decode(ids, skip_special_tokens=False)
         return sample

@@ -100,7 +100,8 @@ def gather_inputs(data: Any, tokenizer: Any, reward_fn_key: str = "data_source")
         data_sources=[str(s) for s in ntb[reward_fn_key]],
         solution_strs=list(tokenizer.batch_decode(ids, skip_special_tokens=True)),
         ground_truths=ground_truths,
-        extra_infos=list(extra) if extra is not None else [None] * n,
+        # verl's scorers always get a dict (custom compute_score(..., extra_info) may index it)
+        extra_infos=[dict(x) if isinstance(x, dict) else {} for x in (extra if extra is not None else [None] * n)],
         response_mask=mask,
     )
 

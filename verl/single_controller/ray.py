@@ -40,14 +40,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def ensure_ray(num_cpus: int | None = None) -> None:
-    """Start (or join) Ray once per process: no dashboard, auth disabled for local clusters."""
+def ensure_ray(num_cpus: int | None = None, **ray_init: Any) -> None:
+    """Start (or join) Ray once per process: no dashboard, auth disabled for local clusters.
+
+    Args:
+        num_cpus: CPUs Ray may schedule on (None = Ray's default).
+        **ray_init: Further ``ray.init`` keyword arguments (``ray_kwargs.ray_init.*``); they
+            override the defaults above.
+    """
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, ignore_reinit_error=True)
+    kwargs: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": True,
+                              "ignore_reinit_error": True, **ray_init}
+    ray.init(**kwargs)
 
 
 class RayResourcePool:

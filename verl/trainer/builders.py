@@ -56,6 +56,11 @@ def build_resource_pool(cfg: RootConfig) -> Any:
         return None
     from verl.single_controller.ray import RayResourcePool
 
+    init = {k: v for k, v in cfg.ray_kwargs.ray_init.items() if v is not None}
+    if init:  # verl's ray_kwargs.ray_init: the user's ray.init arguments win (Ray starts once)
+        from verl.single_controller.ray import ensure_ray
+
+        ensure_ray(**init)
     return RayResourcePool(world_size(cfg), cfg.trainer.device)
 
 
@@ -76,21 +81,10 @@ def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, 
 
 
 def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
-    """Training and validation reward managers (rule scorers or the custom function)."""
-    from verl.reward import OverlongBufferConfig, create_reward_manager, load_custom_reward_fn
+    """Training and validation reward managers (see `verl.trainer.ppo.reward`)."""
+    from verl.trainer.ppo.reward import build_reward_fns as build
 
-    fn = load_custom_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
-    if fn is not None and cfg.custom_reward_function.reward_kwargs:
-        import functools
-
-        fn = functools.partial(fn, **cfg.custom_reward_function.reward_kwargs)
-    ob = cfg.reward_model.overlong_buffer
-    common = dict(compute_score=fn, reward_fn_key=cfg.data.reward_fn_key, timeout_s=cfg.reward_model.timeout_s)
-    overlong = OverlongBufferConfig(enable=ob.enable, len=ob.len, penalty_factor=ob.penalty_factor) if ob.enable else None
-    train = create_reward_manager(cfg.reward_model.reward_manager, tokenizer, overlong_buffer=overlong,
-                                  max_response_length=cfg.data.max_response_length, **common)
-    val = create_reward_manager(cfg.reward_model.reward_manager, tokenizer, **common)
-    return train, val
+    return build(cfg, tokenizer)
 
 
 def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:

@@ -285,4 +285,8 @@ def restore_checkpoint(parts: TrainerParts, state: TrainerState, trainer_cfg: Tr
         parts.kl_ctrl.load_state_dict(saved["kl_ctrl"])
     restore_rng_state(saved["rng"])
     print(f"Resumed from {path} (global_step {state.global_step}, epoch {state.epoch})", flush=True)
+    if trainer_cfg.del_local_ckpt_after_load:  # verl's flag: the loaded checkpoint directory is removed
+        import shutil
+
+        shutil.rmtree(path)
     return True

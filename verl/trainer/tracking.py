@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-_KNOWN = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+_KNOWN = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "file")
 
 
 class Tracking:
@@ -43,6 +43,11 @@ class Tracking:
 
             self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
         self._wandb = self._mlflow = None
+        self._file = None
+        if "file" in loggers:  # verl's FileLogger (see verl.trainer.file_logger)
+            from verl.trainer.file_logger import FileLogger
+
+            self._file = FileLogger(project_name, experiment_name)
         if "wandb" in loggers:
             import wandb
 
@@ -100,6 +105,8 @@ class Tracking:
         if "console" in self.loggers:
             shown = " - ".join(f"{k}:{v:.4g}" for k, v in sorted(clean.items()))
             print(f"step:{step} - {shown}", flush=True)
+        if self._file is not None:
+            self._file.log(clean, step)
         if self._wandb is not None:
             self._wandb.log(clean, step=step)
         if self._mlflow is not None:
@@ -107,6 +114,9 @@ class Tracking:
 
     def close(self) -> None:
         """Flush and close every backend."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
