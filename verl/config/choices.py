@@ -54,7 +54,13 @@ straight-through variant (value of the named estimator, gradient of k2)."""
 
 KL_CTRL_TYPES: frozenset[str] = frozenset({"fixed", "adaptive"})
 ROLLOUT_NAMES: frozenset[str] = frozenset({"hf", "vllm", "sglang"})
-GPU_ONLY_ROLLOUTS: frozenset[str] = frozenset({"vllm", "sglang"})
+GPU_ONLY_ROLLOUTS: frozenset[str] = frozenset({"sglang"})
+ROLLOUT_IS_LEVELS: frozenset[str] = frozenset({"token", "sequence"})
+ROLLOUT_RS_MODES: frozenset[str] = frozenset({"token_k1", "seq_sum_k1", "seq_mean_k1"})
+VLLM_ONLY_ROLLOUT_KEYS: tuple[str, ...] = (
+    "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "kv_cache_dtype", "load_format",
+)
+"""Rollout keys only the vllm engine reads; set with rollout.name=hf they are refused."""
 ROLLOUT_MODES: frozenset[str] = frozenset({"sync", "async"})
 RESUME_MODES: frozenset[str] = frozenset({"auto", "disable", "resume_path"})
 DEVICES: frozenset[str] = frozenset({"cpu", "cuda"})

@@ -296,7 +296,17 @@ class RolloutConfig:
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     # Multi-turn tool-calling rollouts.
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)
-    # Extra keyword arguments for the engine (vllm / sglang).
+    # Extra keyword arguments for the engine (vllm: engine_kwargs.vllm.<EngineArgs name>).
+    max_num_batched_tokens: Optional[int] = None
+    # vllm: token budget of one scheduler step; None = vLLM's default. Refused by hf.
+    enable_chunked_prefill: Optional[bool] = None
+    # vllm: split long prefills across steps; None = vLLM's default. Refused by hf.
+    enable_prefix_caching: Optional[bool] = None
+    # vllm: reuse the KV of shared prompt prefixes (the rollout.n samples); None = vLLM's default. Refused by hf.
+    kv_cache_dtype: Optional[str] = None
+    # vllm: auto | fp8 | fp8_e4m3 | fp8_e5m2 | bfloat16; None = auto. Refused by hf.
+    load_format: Optional[str] = None
+    # vllm: dummy (random init, weights synced before the first rollout) | auto | safetensors; None = dummy. Refused by hf.
 
 
 @dataclass
@@ -417,6 +427,26 @@ class KLControlConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """verl's ``algorithm.rollout_correction``: correct for π_rollout ≠ π_train (needs rollout_log_probs)."""
+
+    rollout_is: Optional[str] = None
+    # Truncated importance-sampling weights min(pi_train/pi_rollout, C) on the policy loss: null (off) | token | sequence.
+    rollout_is_threshold: Any = 2.0
+    # C, the upper bound of the weights (> 0).
+    rollout_rs: Optional[str] = None
+    # Rejection of units whose ratio leaves [low, high]: null (off) | token_k1 | seq_sum_k1 | seq_mean_k1.
+    rollout_rs_threshold: Any = None
+    # "low_high" (e.g. "0.5_2.0") or a single high (low = 1/high); required with rollout_rs.
+    rollout_is_batch_normalize: bool = False
+    # Rescale the IS weights to mean 1 over the batch (tokens, or sequences at sequence level).
+    bypass_mode: bool = False
+    # true (use rollout_log_probs as old_log_probs, skipping the recomputation) is not supported yet.
+    loss_type: str = "ppo_clip"
+    # Bypass-mode loss; only ppo_clip.
+
+
+@dataclass
 class AlgorithmConfig:
     gamma: float = 1.0
     # Discount factor.
@@ -431,6 +461,8 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"
     # Estimator of the in-reward KL: kl|k1 | abs | mse|k2 | low_var_kl|k3.
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=lambda: RolloutCorrectionConfig())
+    # Rollout/training mismatch correction (truncated importance sampling, rejection).
 
 
 # ------------------------------------------------------------------------------------- trainer

@@ -26,6 +26,7 @@ from verl.trainer.metrics import (
     reduce_worker_metrics,
     timer,
 )
+from verl.trainer.rollout_corr import rollout_correction_stage
 from verl.trainer.validation import process_validation_metrics
 
 logger = logging.getLogger(__name__)
@@ -181,6 +182,7 @@ class RLTrainer:
                 with timer("update_critic", timing):
                     out = p.critic_wg.update_critic(batch)
                 metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+            metrics.update(rollout_correction_stage(batch, algo.rollout_correction))
             if self.global_step >= cfg.trainer.critic_warmup:
                 with timer("update_actor", timing):
                     out = p.actor_rollout_wg.update_actor(batch)

@@ -146,6 +146,8 @@ class PPOActor:
                 clip_ratio_high=cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio,
                 clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
             )
+            if "rollout_is_weights" in b.keys():  # algorithm.rollout_correction: truncated IS weights
+                pg_losses = pg_losses * b["rollout_is_weights"].to(device)
             pg_loss = agg_loss(pg_losses, mask, **agg)
             ent_loss = agg_loss(entropy, mask, **agg)
             loss = pg_loss - cfg.entropy_coeff * ent_loss

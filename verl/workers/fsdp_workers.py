@@ -62,8 +62,10 @@ class ActorRolloutRefWorker(Worker):
         cfg = self.config
         torch.manual_seed(self.seed)
         module = create_model("actor", cfg.model, device=self.device)
-        # sharded actor: the rollout generates with an unsharded copy (see rollout_sync)
-        rollout_module = module if self.world_size == 1 else copy.deepcopy(module).requires_grad_(False)
+        # sharded actor: the hf rollout generates with an unsharded copy (see rollout_sync); other
+        # engines hold their own weights and only read the actor's config here
+        in_place = cfg.rollout.name == "hf"
+        rollout_module = module if self.world_size == 1 or not in_place else copy.deepcopy(module).requires_grad_(False)
         module = shard_module(module, cfg.actor.fsdp_config, self.world_size)
         optimizer = build_optimizer(module, cfg.actor.optim)
         scheduler = build_lr_scheduler(optimizer, cfg.actor.optim, total_training_steps)
@@ -72,7 +74,9 @@ class ActorRolloutRefWorker(Worker):
             ref = create_model("ref", cfg.model, device=self.device)
             self.ref_module = shard_module(ref.requires_grad_(False), cfg.ref.fsdp_config, self.world_size)
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
-        self.rollout = SyncedRollout(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), shared=self.world_size == 1)
+        self.rollout = SyncedRollout(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), shared=self.world_size == 1 and in_place)
+        if not in_place:  # the engine starts from the actor's config only: give it the weights
+            self.rollout.sync_weights(self.actor.module, force=True)
         self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -84,6 +88,7 @@ class ActorRolloutRefWorker(Worker):
         metrics = out.meta_info.setdefault("metrics", {})
         metrics["timing_s/generate_sequences"] = time.perf_counter() - start
         metrics["timing_s/weight_sync"] = self.rollout.last_sync_s
+        metrics["timing_s/update_weights"] = self.rollout.last_sync_s  # verl's name for the same stage
         return out
 
     @register(Dispatch.DP_COMPUTE_PROTO)

@@ -44,7 +44,9 @@ class SyncedRollout:
         from verl.workers.sharding import full_model_state
 
         start = time.perf_counter()
-        self.engine.update_weights(full_model_state(actor_module))
+        # an engine that streams (vLLM) gathers one bucket at a time itself: no whole unsharded copy
+        streams = getattr(self.engine, "streams_weights", False)
+        self.engine.update_weights(actor_module if streams else full_model_state(actor_module))
         self.last_sync_s = time.perf_counter() - start
         self._stale = False
 
