@@ -24,7 +24,7 @@ from typing import Any
 
 from torch import nn
 
-__all__ = ["LOAD_FORMATS", "engine_args", "engine_device"]
+__all__ = ["LOAD_FORMATS", "engine_args", "engine_device", "prepare_engine", "vllm_sampling_params"]
 
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -120,3 +120,66 @@ def engine_args(config: Any, module: nn.Module, lora_rank: int = 0) -> dict[str,
     args.update(_engine_kwargs(config))
     return args
 
+
+
+def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[dict[str, Any], str]:
+    """Everything a `vllm.LLM` / `AsyncEngineArgs` needs: keyword arguments and its model directory.
+
+    The directory (in RAM when ``/dev/shm`` exists) holds the actor's config, plus its current
+    weights for ``load_format`` auto / safetensors. Tokenization stays with verl
+    (``skip_tokenizer_init``: requests carry ids), sampling defaults come only from verl
+    (``generation_config="vllm"``), log-probs follow verl's definition (``processed_logprobs``:
+    after temperature), and the worker extension provides the in-place weight reload.
+
+    Returns:
+        (keyword arguments, model directory to delete when the engine closes).
+
+    Raises:
+        ValueError: see `engine_args`.
+    """
+    import os
+    import tempfile
+
+    from verl.workers.rollout.vllm_weights import hf_config_of, iter_weight_buckets
+
+    args = engine_args(config, module, lora_rank)
+    root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
+    model_dir = tempfile.mkdtemp(prefix="verl-vllm-model-", dir=root)
+    hf_config = hf_config_of(module)
+    hf_config.save_pretrained(model_dir)
+    if args["load_format"] != "dummy":
+        from safetensors.torch import save_file
+
+        state = {k: v.contiguous() for bucket in iter_weight_buckets(module) for k, v in bucket}
+        if getattr(hf_config, "tie_word_embeddings", False):
+            state.pop("lm_head.weight", None)  # safetensors refuses shared storage; vLLM ties it again
+        save_file(state, os.path.join(model_dir, "model.safetensors"))
+    args.update(
+        model=model_dir, skip_tokenizer_init=True, generation_config="vllm", logprobs_mode="processed_logprobs",
+        worker_extension_cls="verl.workers.rollout.vllm_worker_ext.VerlWorkerExtension",
+    )
+    return args, model_dir
+
+
+def vllm_sampling_params(
+    params: Any, max_tokens: int, stop_token_ids: list[int], seed: int | None, ignore_eos: bool, logprobs: bool,
+) -> Any:
+    """vLLM ``SamplingParams`` of one request from verl's `SamplingParams` (greedy → temperature 0).
+
+    Args:
+        params: resolved `verl.workers.rollout.sampling.SamplingParams`.
+        max_tokens: response length limit.
+        stop_token_ids: ids that end the response (included in it).
+        seed: per-request seed, or None for the engine's generator.
+        ignore_eos: never stop on EOS (``rollout.ignore_eos``).
+        logprobs: return the sampled token's log-prob (``rollout.calculate_log_probs``).
+    """
+    from vllm import SamplingParams as VSamplingParams
+
+    return VSamplingParams(
+        n=1, max_tokens=int(max_tokens), seed=seed, detokenize=False,
+        temperature=0.0 if params.greedy else float(params.temperature),
+        top_k=int(params.top_k) if params.top_k > 0 else 0, top_p=float(params.top_p),
+        stop_token_ids=[] if ignore_eos else list(stop_token_ids), ignore_eos=bool(ignore_eos),
+        logprobs=0 if logprobs else None,
+    )

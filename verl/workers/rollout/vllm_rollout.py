@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -50,30 +49,33 @@ from torch import nn
 
 from verl.protocol import DataProto
 from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list, default_eos_token_ids
-from verl.workers.rollout.sampling import SamplingParams, resolve_sampling
-from verl.workers.rollout.vllm_config import engine_args, engine_device
-from verl.workers.rollout.vllm_weights import (
-    DEFAULT_BUCKET_BYTES,
-    hf_config_of,
-    is_lora_model,
-    iter_weight_buckets,
-    lora_adapter_state,
-)
+from verl.workers.rollout.sampling import resolve_sampling
+from verl.workers.rollout.vllm_config import engine_device, prepare_engine, vllm_sampling_params
+from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
 
-__all__ = ["VLLMRollout", "build"]
+__all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of"]
 
 
-def _scratch_dir(prefix: str) -> str:
-    """A private directory in RAM when the machine has one (engine config, LoRA adapters)."""
-    root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
-    return tempfile.mkdtemp(prefix=prefix, dir=root)
+def lora_rank_of(module: nn.Module) -> int:
+    """The adapter rank of a peft actor (vLLM sizes its LoRA slots by it), 0 without LoRA."""
+    if not is_lora_model(module):
+        return 0
+    return max(int(cfg.r) for cfg in module.peft_config.values())
+
+
+def eos_and_pad(module: nn.Module, tokenizer: Any) -> tuple[list[int], int]:
+    """Stop ids (as the hf engine's: generation config, then tokenizer) and the pad id."""
+    base = module.get_base_model() if is_lora_model(module) else module
+    eos = default_eos_token_ids(base, tokenizer)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return eos, int(pad if pad is not None else eos[0])
 
 
 class VLLMRollout:
-    """`RolloutEngine` on vLLM; see the module docstring.
+    """`RolloutEngine` on `vllm.LLM`; see the module docstring.
 
     Args:
-        module: the actor (plain, peft or FSDP2-sharded); only its config, dtype and (for
+        module: the actor (plain, peft or FSDP2-sharded); its config, dtype and (for
             ``load_format != dummy``) its weights are read here.
         config: the rollout section (`RolloutConfig`).
         tokenizer: the actor's tokenizer (eos / pad ids), or None.
@@ -84,26 +86,8 @@ class VLLMRollout:
 
     def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, in_process: bool = True) -> None:
         self.config = config
-        self.lora = is_lora_model(module)
-        self.eos_token_id = default_eos_token_ids(_gen_holder(module), tokenizer)
-        pad = getattr(tokenizer, "pad_token_id", None)
-        self.pad_token_id = int(pad if pad is not None else self.eos_token_id[0])
-        self.bucket_bytes = DEFAULT_BUCKET_BYTES
-        self._lora_id = 0
-        self._lora_dir: str | None = None
-        self._model_dir = _scratch_dir("verl-vllm-model-")
-        self.llm = self._start(module, in_process)
-        self.sleeping = False
-        self.last_update_s = 0.0
-        self._base_synced = False
-
-    # ------------------------------------------------------------------------------ engine
-    def _start(self, module: nn.Module, in_process: bool) -> Any:
-        args = engine_args(self.config, module, lora_rank=_lora_rank(module))
-        load_format = args.pop("load_format")
-        hf_config_of(module).save_pretrained(self._model_dir)
-        if load_format != "dummy":
-            _save_weights(module, self._model_dir)
+        self.eos_token_id, self.pad_token_id = eos_and_pad(module, tokenizer)
+        args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         # vLLM pins OpenMP threads to cores by default; in-process that would pin the trainer too
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -111,25 +95,26 @@ class VLLMRollout:
         from vllm import LLM
 
         try:
-            llm = LLM(
-                model=self._model_dir, load_format=load_format, skip_tokenizer_init=True, generation_config="vllm",
-                logprobs_mode="processed_logprobs",
-                worker_extension_cls="verl.workers.rollout.vllm_worker_ext.VerlWorkerExtension", **args,
-            )
+            self.llm = LLM(**args)
         finally:
             torch.set_num_threads(threads)  # vLLM lowers the process's torch threads for serving
-        self.sleep_supported = bool(self.config.free_cache_engine) and engine_device() != "cpu"
-        return llm
+        self.weights = EngineWeightSync(
+            lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
+            self.llm.llm_engine.remove_lora, lora=is_lora_model(module),
+        )
+        self.sleep_supported = bool(config.free_cache_engine) and engine_device() != "cpu"
+        self.sleeping = False
+        self.last_update_s = 0.0
 
     def close(self) -> None:
         """Shut the engine down and remove its scratch directories."""
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.llm_engine.engine_core.shutdown()
-        for path in (self._model_dir, self._lora_dir):
-            if path:
-                shutil.rmtree(path, ignore_errors=True)
+        self.weights.close()
+        shutil.rmtree(self._model_dir, ignore_errors=True)
 
+    # free_cache_engine: level-1 sleep offloads weights and frees the KV cache (CUDA only)
     def _wake(self) -> None:
         if self.sleeping:
             self.llm.wake_up()
@@ -140,65 +125,22 @@ class VLLMRollout:
             self.llm.sleep(level=1)
             self.sleeping = True
 
-    # ------------------------------------------------------------------------------ weights
     def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:
-        """Load new weights into the engine (in place), then drop its prefix cache.
+        """Load new weights into the engine in place, then drop its prefix cache (stale KV).
 
         Args:
-            state_dict_or_model: the actor module (streamed in buckets; for LoRA only the
-                adapter after the first call) or a full state dict with checkpoint names.
+            state_dict_or_model: the actor module (streamed in buckets; LoRA: only the adapter
+                after the first call) or a full state dict with checkpoint names.
 
         Raises:
             RuntimeError: the engine has parameters the update did not cover.
         """
         start = time.perf_counter()
         self._wake()
-        if isinstance(state_dict_or_model, nn.Module) and self.lora:
-            if not self._base_synced:
-                self._load_buckets(iter_weight_buckets(state_dict_or_model, self.bucket_bytes))
-            self._load_adapter(state_dict_or_model)
-        elif isinstance(state_dict_or_model, nn.Module):
-            self._load_buckets(iter_weight_buckets(state_dict_or_model, self.bucket_bytes))
-        else:
-            self._load_buckets(iter([list(state_dict_or_model.items())]))
-        self._base_synced = True
+        self.weights.update(state_dict_or_model)
         self.llm.reset_prefix_cache()
         self.last_update_s = time.perf_counter() - start
 
-    def _load_buckets(self, buckets: Any) -> None:
-        self.llm.collective_rpc("verl_begin_weight_update")
-        for bucket in buckets:
-            self.llm.collective_rpc("verl_load_bucket", args=(bucket,))
-        missing = self.llm.collective_rpc("verl_finish_weight_update")[0]
-        if missing:
-            raise RuntimeError(f"vLLM weight update left {len(missing)} engine parameters unset, e.g. {missing[:3]}")
-
-    def _load_adapter(self, module: nn.Module) -> None:
-        """Write the adapter to a fresh RAM directory and make it the active ``LoRARequest``."""
-        import json
-
-        from safetensors.torch import save_file
-
-        state, adapter_config = lora_adapter_state(module)
-        new_dir = _scratch_dir("verl-vllm-lora-")
-        save_file(state, os.path.join(new_dir, "adapter_model.safetensors"))
-        with open(os.path.join(new_dir, "adapter_config.json"), "w") as f:
-            json.dump(adapter_config, f)
-        if self._lora_id:
-            self.llm.llm_engine.remove_lora(self._lora_id)
-        if self._lora_dir:
-            shutil.rmtree(self._lora_dir, ignore_errors=True)
-        self._lora_id += 1
-        self._lora_dir = new_dir
-
-    def _lora_request(self) -> Any:
-        if not self.lora or not self._lora_id:
-            return None
-        from vllm.lora.request import LoRARequest
-
-        return LoRARequest(f"verl-actor-{self._lora_id}", self._lora_id, self._lora_dir)
-
-    # ------------------------------------------------------------------------------ generation
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt; same inputs and outputs as `HFRollout.generate_sequences`.
 
@@ -206,7 +148,7 @@ class VLLMRollout:
             ValueError: no response length, right-padded or overlong prompts (as the hf engine).
             RuntimeError: generation before the first `update_weights`.
         """
-        if not self._base_synced:
+        if not self.weights.synced:
             raise RuntimeError("VLLMRollout.generate_sequences before update_weights: the engine has no actor weights yet")
         meta = prompts.meta_info
         params = resolve_sampling(self.config, meta)
@@ -217,12 +159,14 @@ class VLLMRollout:
         pad_id = int(meta.get("pad_token_id", self.pad_token_id))
         batch = prompts.batch
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-        HFRollout._check_lengths(self, attention_mask, response_length)  # the same input contract as hf
-        seeds = _row_seeds(batch, meta, len(prompts))
+        HFRollout._check_lengths(self, attention_mask, response_length)  # the hf engine's input contract
         requests = [{"prompt_token_ids": ids[m.bool()].tolist()} for ids, m in zip(input_ids, attention_mask)]
-        sampling = [self._sampling_params(params, response_length, eos_ids, s) for s in seeds]
+        sampling = [
+            vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos, self.config.calculate_log_probs)
+            for seed in _row_seeds(batch, meta, len(prompts))
+        ]
         self._wake()
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self._lora_request())
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.weights.lora_request())
         self._sleep()
         responses, lengths, log_probs = _collect(outputs, response_length, pad_id)
         from verl.modules.forward import position_ids_from_attention_mask
@@ -234,40 +178,18 @@ class VLLMRollout:
             out.batch.pop("rollout_log_probs")
         return out
 
-    def _sampling_params(self, params: SamplingParams, max_tokens: int, eos_ids: list[int], seed: int | None) -> Any:
+    def score(self, token_ids: list[int]) -> torch.Tensor:
+        """Engine log-probs `(len - 1,)` of ``token_ids[1:]`` given their prefixes (temperature 1).
+
+        A teacher-forced check of the engine's weights, independent of sampling: vLLM's prompt
+        log-probs of a fixed sequence, to compare with the actor's forward.
+        """
         from vllm import SamplingParams as VSamplingParams
 
-        return VSamplingParams(
-            n=1, max_tokens=max_tokens, seed=seed, detokenize=False,
-            temperature=0.0 if params.greedy else float(params.temperature),
-            top_k=int(params.top_k) if params.top_k > 0 else 0, top_p=float(params.top_p),
-            stop_token_ids=[] if self.config.ignore_eos else list(eos_ids), ignore_eos=bool(self.config.ignore_eos),
-            logprobs=0 if self.config.calculate_log_probs else None,
-        )
-
-
-def _gen_holder(module: nn.Module) -> nn.Module:
-    """The module whose ``generation_config`` lists the model's EOS ids (the base model under peft)."""
-    return module.get_base_model() if is_lora_model(module) else module
-
-
-def _lora_rank(module: nn.Module) -> int:
-    if not is_lora_model(module):
-        return 0
-    return max(int(cfg.r) for cfg in module.peft_config.values())
-
-
-def _save_weights(module: nn.Module, path: str) -> None:
-    """``load_format`` auto/safetensors: the engine starts from the actor's current weights."""
-    from safetensors.torch import save_file
-
-    state: dict[str, torch.Tensor] = {}
-    for bucket in iter_weight_buckets(module):
-        state.update({k: v.contiguous() for k, v in bucket})
-    hf_config = hf_config_of(module)
-    if getattr(hf_config, "tie_word_embeddings", False):
-        state.pop("lm_head.weight", None)  # safetensors refuses shared storage; vLLM ties it again
-    save_file(state, os.path.join(path, "model.safetensors"))
+        self._wake()
+        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
+                                use_tqdm=False, lora_request=self.weights.lora_request())[0]
+        return torch.tensor([lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])])
 
 
 def _row_seeds(batch: Any, meta: Mapping[str, Any], n: int) -> list[int | None]:

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["DEFAULT_BUCKET_BYTES", "hf_config_of", "is_lora_model", "iter_weight_buckets", "lora_adapter_state"]
+__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "hf_config_of", "is_lora_model", "iter_weight_buckets", "lora_adapter_state"]
 
 DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
 _PEFT_PREFIX = "base_model.model."
@@ -105,3 +105,91 @@ def lora_adapter_state(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict
     config = module.peft_config[name].to_dict()
     config["target_modules"] = sorted(config["target_modules"]) if isinstance(config.get("target_modules"), set) else config.get("target_modules")
     return state, config
+
+
+class EngineWeightSync:
+    """Pushes the actor's weights (or only its LoRA adapter) into one vLLM engine.
+
+    The engine is reached through two callables, so the same code serves the in-process `LLM`
+    and the `AsyncLLM` in its own process:
+
+    Args:
+        rpc: ``rpc(method, args) -> list`` = the engine's ``collective_rpc``.
+        remove_lora: ``remove_lora(lora_id)`` of the engine.
+        lora: the actor is a peft model: base weights once, then only the adapter.
+        bucket_bytes: bucket size of full-state streaming.
+
+    Attributes:
+        synced: the engine holds actor weights (after the first `update`).
+        last_bytes / last_tensors: what the last `update` moved into the engine.
+    """
+
+    def __init__(self, rpc: Any, remove_lora: Any, lora: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+        self.rpc, self.remove_lora, self.lora, self.bucket_bytes = rpc, remove_lora, lora, bucket_bytes
+        self.synced = False
+        self.last_bytes = self.last_tensors = 0
+        self.lora_id = 0
+        self.lora_dir: str | None = None
+
+    def update(self, state_dict_or_model: Any) -> None:
+        """Stream a module (buckets; LoRA: adapter only after the first call) or a full state dict.
+
+        Raises:
+            RuntimeError: the engine has parameters the update did not cover.
+        """
+        self.last_bytes = self.last_tensors = 0
+        if not isinstance(state_dict_or_model, nn.Module):
+            self._load_buckets(iter([list(state_dict_or_model.items())]))
+        elif not self.lora or not self.synced:
+            self._load_buckets(iter_weight_buckets(state_dict_or_model, self.bucket_bytes))
+        if self.lora and isinstance(state_dict_or_model, nn.Module):
+            self._load_adapter(state_dict_or_model)
+        self.synced = True
+
+    def _load_buckets(self, buckets: Iterator[list[tuple[str, torch.Tensor]]]) -> None:
+        self.rpc("verl_begin_weight_update", ())
+        for bucket in buckets:
+            self.rpc("verl_load_bucket", (bucket,))
+            self.last_tensors += len(bucket)
+            self.last_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        missing = self.rpc("verl_finish_weight_update", ())[0]
+        if missing:
+            raise RuntimeError(f"vLLM weight update left {len(missing)} engine parameters unset, e.g. {missing[:3]}")
+
+    def _load_adapter(self, module: nn.Module) -> None:
+        """Write the adapter to a fresh in-memory directory; it becomes the active ``LoRARequest``."""
+        import json
+        import os
+        import shutil
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        state, adapter_config = lora_adapter_state(module)
+        new_dir = tempfile.mkdtemp(prefix="verl-vllm-lora-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        save_file(state, os.path.join(new_dir, "adapter_model.safetensors"))
+        with open(os.path.join(new_dir, "adapter_config.json"), "w") as f:
+            json.dump(adapter_config, f)
+        if self.lora_id:
+            self.remove_lora(self.lora_id)
+        if self.lora_dir:
+            shutil.rmtree(self.lora_dir, ignore_errors=True)
+        self.lora_id += 1
+        self.lora_dir = new_dir
+        self.last_tensors += len(state)
+        self.last_bytes += sum(t.numel() * t.element_size() for t in state.values())
+
+    def lora_request(self) -> Any:
+        """The ``LoRARequest`` of the current adapter, or None without LoRA."""
+        if not self.lora or not self.lora_id:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(f"verl-actor-{self.lora_id}", self.lora_id, self.lora_dir)
+
+    def close(self) -> None:
+        """Remove the adapter directory."""
+        import shutil
+
+        if self.lora_dir:
+            shutil.rmtree(self.lora_dir, ignore_errors=True)
