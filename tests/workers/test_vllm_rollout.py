@@ -215,3 +215,35 @@ def test_async_engine_serves_concurrent_requests_like_the_sync_engine(engine, lm
         assert out.token_ids == sync_out["responses"][i, :n].tolist()
         torch.testing.assert_close(torch.tensor(out.log_probs), sync_out["rollout_log_probs"][i, :n], atol=TOL, rtol=0)
         assert out.finish_reason == ("length" if n == R else "stop")
+
+
+def test_lora_syncs_only_the_adapter(engine) -> None:
+    from peft import LoraConfig, get_peft_model
+
+    from verl.workers.rollout.vllm_rollout import VLLMRollout, lora_rank_of
+
+    lm = get_peft_model(_tiny_lm(seed=1), LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "gate_proj"]))
+    assert lora_rank_of(lm) == 8  # vLLM's slot sizes: 1, 8, 16, ...
+    adapter = {n: p for n, p in lm.named_parameters() if "lora_" in n}
+    adapter_bytes = sum(p.numel() * p.element_size() for p in adapter.values())
+    eng = VLLMRollout(lm, _config(), None, in_process=False)  # the module's engine holds this process
+    try:
+        eng.update_weights(lm)  # first sync: base weights + adapter
+        assert eng.weights.last_tensors == len(lm.state_dict())
+        fixed = list(range(4, 4 + P + R - 1))
+        ids, ones, pos = torch.tensor([fixed]), torch.ones(1, len(fixed), dtype=torch.long), torch.arange(len(fixed))[None]
+        for step in range(2):  # an update trains only the adapter
+            with torch.no_grad():
+                for name, p in adapter.items():
+                    p.add_(torch.randn(p.shape) * 0.3)
+            eng.update_weights(lm)
+            assert eng.weights.last_tensors == len(adapter) and eng.weights.last_bytes == adapter_bytes
+            actor = compute_log_probs(lm, ids, ones, pos, len(fixed) - 1, temperature=1.0)[0]
+            with lm.disable_adapter():
+                base = compute_log_probs(lm, ids, ones, pos, len(fixed) - 1, temperature=1.0)[0]
+            scored = eng.score(fixed)
+            assert (scored - actor).abs().max() <= TOL
+            assert (scored - base).abs().max() > 0.1  # the adapter really is applied
+            assert _max_diff(lm, eng.generate_sequences(_prompts())) <= TOL
+    finally:
+        eng.close()

@@ -57,11 +57,22 @@ from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
 __all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of"]
 
 
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
+
+
 def lora_rank_of(module: nn.Module) -> int:
-    """The adapter rank of a peft actor (vLLM sizes its LoRA slots by it), 0 without LoRA."""
+    """vLLM's ``max_lora_rank`` for a peft actor: the smallest allowed value >= its rank; 0 without LoRA.
+
+    Raises:
+        ValueError: a rank above vLLM's largest slot (512).
+    """
     if not is_lora_model(module):
         return 0
-    return max(int(cfg.r) for cfg in module.peft_config.values())
+    rank = max(int(cfg.r) for cfg in module.peft_config.values())
+    for slot in _VLLM_LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"actor_rollout_ref.model.lora_rank={rank} is not supported yet with rollout.name=vllm: at most 512")
 
 
 def eos_and_pad(module: nn.Module, tokenizer: Any) -> tuple[list[int], int]:

@@ -52,8 +52,10 @@ class VerlWorkerExtension:
 
         model = self.model_runner.get_model()
         finalize_layerwise_reload(model, self.model_runner.model_config)
-        expected = {name for name, _ in model.named_parameters()}
-        return sorted(expected - self._verl_loaded)
+        # with LoRA enabled vLLM wraps layers (``.base_layer.``); checkpoint names do not have it
+        expected = {name.replace(".base_layer.", ".") for name, _ in model.named_parameters()}
+        loaded = {name.replace(".base_layer.", ".") for name in self._verl_loaded}
+        return sorted(expected - loaded)
 
     def verl_model_info(self) -> dict[str, Any]:
         """Names and dtypes of the engine's parameters (diagnostics and tests)."""
