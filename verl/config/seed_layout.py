@@ -191,8 +191,19 @@ def _installed(package: str) -> bool:
 
 def _rollout_name(name: Any, out: dict[str, Any]) -> None:
     set_path(out, f"{_ROLLOUT}.name", name)
-    if name in C.GPU_ONLY_ROLLOUTS:
+    if name in C.GPU_ONLY_ROLLOUTS or (name == "vllm" and not _vllm_cpu_build()):
         set_path(out, "trainer.device", "cuda")
+
+
+def _vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (``vllm-cpu``), which runs with trainer.device=cpu."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 def _fsdp(block: Any, key: str) -> dict[str, Any]:
