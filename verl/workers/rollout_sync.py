@@ -15,8 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch
-
+from verl.engine import TrainingEngine
 from verl.protocol import DataProto
 
 
@@ -37,16 +36,17 @@ class SyncedRollout:
         """The actor changed (an update or a checkpoint load): sync before the next generation."""
         self._stale = True
 
-    def sync_weights(self, actor_module: torch.nn.Module, force: bool = False) -> None:
-        """Refresh the engine's weights when stale (every rank must call it: it is a collective)."""
+    def sync_weights(self, actor: TrainingEngine, force: bool = False) -> None:
+        """Refresh the engine's weights from ``actor`` when stale (a collective: every rank calls it)."""
         if self.shared or not (self._stale or force):
             return
-        from verl.workers.sharding import full_model_state
-
         start = time.perf_counter()
-        # an engine that streams (vLLM) gathers one bucket at a time itself: no whole unsharded copy
-        streams = getattr(self.engine, "streams_weights", False)
-        self.engine.update_weights(actor_module if streams else full_model_state(actor_module))
+        if getattr(self.engine, "streams_weights", False):
+            # the engine (vLLM) gathers one bucket at a time itself: no whole unsharded copy
+            with actor.on_device():
+                self.engine.update_weights(actor.module)
+        else:
+            self.engine.update_weights(actor.state_for_rollout())
         self.last_sync_s = time.perf_counter() - start
         self._stale = False
 
