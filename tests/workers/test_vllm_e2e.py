@@ -46,24 +46,32 @@ def engine_checks(monkeypatch):
     diffs: list[float] = []
     original = SyncedRollout.sync_weights
 
-    def checked(self, actor_module, force=False):
+    def checked(self, actor, force=False):
         stale = self._stale or force
-        original(self, actor_module, force)
+        original(self, actor, force)
         if stale:
             fixed = list(range(5, 5 + 15))
             ids = torch.tensor([fixed])
-            actor = compute_log_probs(actor_module, ids, torch.ones_like(ids), torch.arange(len(fixed))[None], len(fixed) - 1)[0]
-            diffs.append(float((self.engine.score(fixed) - actor.detach()).abs().max()))
+            with torch.no_grad():
+                lp = compute_log_probs(actor.module, ids, torch.ones_like(ids), torch.arange(len(fixed))[None], len(fixed) - 1)[0]
+            diffs.append(float((self.engine.score(fixed) - lp).abs().max()))
 
     monkeypatch.setattr(SyncedRollout, "sync_weights", checked)
     return diffs
 
 
-def _finish(trainer, diffs):
-    worker = trainer.parts.actor_rollout_wg.workers[0]
-    worker.rollout.sync_weights(worker.actor.module, force=True)  # the last update is never generated with
-    worker.rollout.engine.close()
+def _fit_and_check(trainer, diffs):
+    """Train, check the weights after the last update too, and always close the in-process engine."""
+    try:
+        history = trainer.fit()
+        worker = trainer.parts.actor_rollout_wg.workers[0]
+        worker.rollout.sync_weights(worker.actor_engine, force=True)  # the last update is never generated with
+    finally:
+        for worker in getattr(getattr(trainer.parts, "actor_rollout_wg", None), "workers", []):
+            if hasattr(getattr(worker, "rollout", None), "engine"):
+                worker.rollout.engine.close()
     assert len(diffs) == 4 and max(diffs) <= 1e-3, diffs  # initial weights + after each of the 3 updates
+    return history
 
 
 def test_three_grpo_steps_builtin_task(tmp_path, engine_checks):
@@ -73,9 +81,7 @@ def test_three_grpo_steps_builtin_task(tmp_path, engine_checks):
     model = _random_model("llama", tmp_path / "tok", tmp_path / "model")
     overrides = tiny_run_overrides(model, tmp_path, **{"actor_rollout_ref.rollout.name": "vllm",
                                                         "trainer.total_training_steps": 3})
-    trainer = RLTrainer(config=load_config(None, overrides))
-    trainer.fit()
-    _finish(trainer, engine_checks)
+    _fit_and_check(RLTrainer(config=load_config(None, overrides)), engine_checks)
     metrics = read_metrics(tmp_path)
     assert sorted(metrics) == [1, 2, 3]
     for m in metrics.values():
@@ -98,8 +104,7 @@ def test_three_grpo_steps_gsm8k_qwen(shared_dir, tmp_path, engine_checks):
         "algorithm.rollout_correction.rollout_is=token", f"trainer.output_dir={tmp_path / 'out'}",
         f"trainer.default_local_dir={tmp_path / 'ckpt'}",
     ]))
-    history = trainer.fit()
-    _finish(trainer, engine_checks)
+    history = _fit_and_check(trainer, engine_checks)
     assert [h["step"] for h in history] == [1, 2, 3]
     for h in history:
         assert h["reward/num_errors"] == 0 and h["training/rollout_probs_diff_max"] <= 1e-3

@@ -108,7 +108,7 @@ class VLLMRollout:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         # vLLM pins OpenMP threads to cores by default; in-process that would pin the trainer too
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        threads = torch.get_num_threads()
+        threads, rng = torch.get_num_threads(), _rng_state()
         from vllm import LLM
 
         try:
@@ -116,6 +116,7 @@ class VLLMRollout:
             VLLMRollout._in_process_alive |= in_process
         finally:
             torch.set_num_threads(threads)  # vLLM lowers the process's torch threads for serving
+            _set_rng_state(rng)  # an in-process vLLM re-seeds the global RNGs with its seed
         self.weights = EngineWeightSync(
             lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
             self.llm.llm_engine.remove_lora, lora=is_lora_model(module), via_files=not in_process,
@@ -214,6 +215,24 @@ class VLLMRollout:
         out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
                                 use_tqdm=False, lora_request=self.weights.lora_request())[0]
         return torch.tensor([lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])])
+
+
+def _rng_state() -> tuple[Any, Any, torch.Tensor]:
+    import random
+
+    import numpy as np
+
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _set_rng_state(state: tuple[Any, Any, torch.Tensor]) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
 
 
 def _row_seeds(batch: Any, meta: Mapping[str, Any], n: int) -> list[int | None]:
