@@ -13,6 +13,8 @@ setting is accepted and ignored). What this module decides:
   the actor's current weights from disk at start).
 * ``tensor_model_parallel_size``: 1 on the CPU backend (the engine lives in the worker); on
   GPU any size vLLM accepts.
+* ``free_cache_engine``: on GPU, vLLM's sleep mode is enabled (the engine sleeps between
+  rollouts); vLLM's CPU worker has no sleep mode, so there it is a documented no-op.
 * ``engine_kwargs``: only ``engine_kwargs.vllm.*`` (verl's layout); each entry is passed to
   `vllm.LLM` and a name vLLM does not know is refused with the list of close names.
 """
@@ -115,6 +117,8 @@ def engine_args(config: Any, module: nn.Module, lora_rank: int = 0) -> dict[str,
             args[key] = value
     if device == "cpu" and tp == 1:
         args["distributed_executor_backend"] = "uni"
+    if device != "cpu" and config.free_cache_engine:
+        args["enable_sleep_mode"] = True  # free_cache_engine: sleep between rollouts (no sleep mode on CPU)
     if lora_rank > 0:
         args.update(enable_lora=True, max_lora_rank=int(lora_rank), max_loras=1)
     args.update(_engine_kwargs(config))

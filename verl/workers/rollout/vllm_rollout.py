@@ -11,6 +11,9 @@ Built by ``build(module, config, tokenizer)`` (the ``vllm`` entry of ``ROLLOUT_E
 * **Weights.** `update_weights` streams the actor's state in buckets (`vllm_weights`) into
   the worker extension (`vllm_worker_ext`), which reloads them in place — the path that works
   on the CPU backend — then resets the prefix cache (cached KV of the old weights is stale).
+  An in-process engine receives the tensors themselves; an engine in a child process receives
+  each bucket as a safetensors file in ``/dev/shm``. vLLM's parallel state is per process, so
+  one in-process engine may live in a process at a time (a second one is refused).
   LoRA: the base weights are sent once; after that only the adapter moves (a new
   ``LoRARequest`` from an in-memory-filesystem directory per update).
 * **Sampling.** `resolve_sampling` (``temperature / top_k / top_p / do_sample``, ``val_kwargs``
