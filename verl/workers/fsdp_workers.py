@@ -54,6 +54,7 @@ class ActorRolloutRefWorker(Worker):
 
         from verl.modules import create_model, load_tokenizer
         from verl.workers.rollout import build_rollout_engine
+        from verl.workers.rollout.agent_loop import wrap_rollout_engine
         from verl.workers.rollout_sync import SyncedRollout
 
         cfg = self.config
@@ -70,7 +71,8 @@ class ActorRolloutRefWorker(Worker):
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
             self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
-        self.rollout = SyncedRollout(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), shared=self.world_size == 1 and in_place)
+        engine = wrap_rollout_engine(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), cfg.rollout, tokenizer)
+        self.rollout = SyncedRollout(engine, shared=self.world_size == 1 and in_place)
         if not in_place:  # the engine starts from the actor's config only: give it the weights
             self.rollout.sync_weights(self.actor_engine, force=True)
         self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
@@ -84,8 +86,7 @@ class ActorRolloutRefWorker(Worker):
             out = self.rollout.generate_sequences(prompts)
         metrics = out.meta_info.setdefault("metrics", {})
         metrics["timing_s/generate_sequences"] = time.perf_counter() - start
-        metrics["timing_s/weight_sync"] = self.rollout.last_sync_s
-        metrics["timing_s/update_weights"] = self.rollout.last_sync_s  # verl's name for the same stage
+        metrics["timing_s/update_weights"] = self.rollout.last_sync_s
         return out
 
     @register(Dispatch.DP_COMPUTE_PROTO)

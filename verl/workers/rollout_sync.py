@@ -6,9 +6,9 @@ would issue one all-gather per layer per decoded token, with a different token c
 rank (ranks stop at different lengths), so the engine holds an unsharded copy that is refreshed
 after every update from the gathered full state (``get_model_state_dict(full_state_dict=True)``),
 a collective all ranks enter together. The cost is one full gather per RL step
-(reported as ``timing_s/weight_sync``) and one extra copy of the weights. An engine that
-holds its own weights and declares ``streams_weights`` (vLLM) receives the actor module
-instead and gathers it one bucket at a time, so no rank holds a second whole unsharded copy.
+(reported as ``timing_s/update_weights``, verl's name) and one extra copy of the weights. An
+engine that holds its own weights and declares ``streams_weights`` (vLLM) receives the actor
+module instead and gathers it one bucket at a time, so no rank holds a second whole unsharded copy.
 """
 
 from __future__ import annotations

@@ -7,7 +7,12 @@ setting is accepted and ignored). What this module decides:
 * ``max_model_len``: None = ``prompt_length + response_length``.
 * ``seed``: None = vLLM's default seed 0 (the trainer passes ``trainer.seed`` per request anyway).
 * ``max_num_batched_tokens``, ``enable_chunked_prefill``, ``enable_prefix_caching``,
-  ``kv_cache_dtype``: None = vLLM's default; any value is passed through.
+  ``scheduling_policy``, ``disable_log_stats``, ``quantization``, ``cudagraph_capture_sizes``:
+  passed through (None = vLLM's default); ``kv_cache_dtype`` (not a verl rollout key) goes in
+  ``engine_kwargs.vllm.kv_cache_dtype``.
+* ``data_parallel_size``, ``expert_parallel_size``, ``pipeline_model_parallel_size``,
+  ``logprobs_mode``, ``skip_tokenizer_init``, ``quantization_config_file``,
+  ``multi_stage_wake_up``, ``layered_summon``: only their defaults (refused otherwise).
 * ``load_format``: ``dummy`` (default: random init, the actor's weights arrive by
   `update_weights` before the first generation) | ``auto`` | ``safetensors`` (the engine loads
   the actor's current weights from disk at start).
@@ -31,7 +36,12 @@ __all__ = ["LOAD_FORMATS", "engine_args", "engine_device", "prepare_engine", "vl
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
            "float32": "float32", "fp32": "float32"}
-_PASS_THROUGH = ("max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "kv_cache_dtype")
+_PASS_THROUGH = ("max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "scheduling_policy",
+                 "disable_log_stats", "quantization", "cudagraph_capture_sizes")
+# rollout keys this adapter does not implement yet: any value but the default is refused
+_ONLY_DEFAULT = {"data_parallel_size": 1, "expert_parallel_size": 1, "pipeline_model_parallel_size": 1,
+                 "logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True, "quantization_config_file": None,
+                 "multi_stage_wake_up": False, "layered_summon": False}
 
 
 def engine_device() -> str:
@@ -111,6 +121,9 @@ def engine_args(config: Any, module: nn.Module, lora_rank: int = 0) -> dict[str,
         "seed": int(config.seed) if config.seed is not None else 0,
         "load_format": load_format,
     }
+    for key, default in _ONLY_DEFAULT.items():
+        if getattr(config, key, default) != default:
+            raise _err(key, f"this adapter supports only {default!r} (got {getattr(config, key)!r})")
     for key in _PASS_THROUGH:
         value = getattr(config, key, None)
         if value is not None:

@@ -34,7 +34,7 @@ Built by ``build(module, config, tokenizer)`` (the ``vllm`` entry of ``ROLLOUT_E
 Rollout keys → vLLM: ``tensor_model_parallel_size`` (1 on CPU), ``gpu_memory_utilization``
 (on CPU: the share of RAM, unless ``VLLM_CPU_KVCACHE_SPACE`` sets the KV cache in GiB),
 ``enforce_eager``, ``max_num_batched_tokens``, ``max_num_seqs``, ``enable_chunked_prefill``,
-``enable_prefix_caching``, ``kv_cache_dtype``, ``load_format``, ``dtype``, ``seed``,
+``enable_prefix_caching``, ``load_format``, ``dtype``, ``seed``, (``kv_cache_dtype`` via engine_kwargs.vllm),
 ``max_model_len``, and ``engine_kwargs.vllm.*`` verbatim. ``rollout.n`` is applied by the
 trainer (prompts arrive repeated); requests of one prompt share its KV through prefix caching.
 """
