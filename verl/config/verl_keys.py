@@ -48,6 +48,7 @@ __all__ = [
 _SAME_VALUES = "a speed/memory optimisation in verl that computes the same values; this engine computes them directly"
 
 NOOP: dict[str, str] = {
+    "actor_rollout_ref.rollout.agent.num_workers": "verl runs agent loops in worker processes; here they are asyncio tasks inside the rollout worker (same trajectories)",
     "*.use_remove_padding": "verl's padding-free forward gives the same log-probs as the padded one " + "(" + _SAME_VALUES + ")",
     "*.use_torch_compile": "verl compiles its log-prob/entropy helpers for speed only (" + _SAME_VALUES + ")",
     "*.fsdp_config.forward_prefetch": "overlaps all-gathers with compute (" + _SAME_VALUES + ")",
@@ -102,7 +103,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.model.exclude_modules": "list the LoRA modules to adapt in target_modules instead",
     "*.model.lora_adapter_path": "merge the adapter into the base model first, then train from the merged model",
     "*.model.mtp.*": "multi-token prediction is not implemented; leave model.mtp at its defaults",
-    "actor_rollout_ref.rollout.over_sample_rate": "over-sampling needs the async agent loop; leave it 0",
     "actor_rollout_ref.rollout.trace.*": "rollout tracing is not wired; use trainer.rollout_data_dir to dump rollouts",
     "actor_rollout_ref.rollout.skip_rollout": "rollout replay is not implemented; leave it false",
     "actor_rollout_ref.rollout.skip_dump_dir": "rollout replay is not implemented; remove the key",
@@ -138,10 +138,11 @@ UNSUPPORTED: dict[str, str] = {
 """Refused unless at the default: pattern -> what to do instead."""
 
 OWNED: dict[str, str] = {
-    "actor_rollout_ref.rollout.multi_turn.*": "multi-turn tool rollouts (issue 9)",
-    "actor_rollout_ref.rollout.agent.*": "the agent loop (issue 9)",
+    "actor_rollout_ref.rollout.multi_turn.*": "multi-turn tool rollouts (verl/workers/rollout/agent_loop, checks in config/checks.py)",
+    "actor_rollout_ref.rollout.agent.default_agent_loop": "the agent loops (verl/workers/rollout/agent_loop)",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "the agent loops (refused unless null, config/checks.py)",
+    "actor_rollout_ref.rollout.agent.custom_async_server": "the agent loops (refused unless null, config/checks.py)",
     "data.tool_config_path": "multi-turn tool rollouts (issue 9)",
-    "actor_rollout_ref.rollout.mode": "the async agent loop (issue 9)",
     "algorithm.rollout_correction.*": "rollout-correction importance sampling (issue 13)",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.enforce_eager": "the vLLM/SGLang engines (issue 13)",
@@ -191,7 +192,6 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1"),
     "actor_rollout_ref.rollout.quantization": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
     "actor_rollout_ref.rollout.quantization_config_file": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
-    "actor_rollout_ref.rollout.mode": ("noop", "the hf engine generates the batch at once; its trajectories equal the single-turn agent loop's"),
 }
 """What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported, why / what to do)."""
 
