@@ -29,7 +29,7 @@ import fnmatch
 import functools
 from typing import Any
 
-from verl.config.errors import ConfigError
+from verl.config.errors import ConfigError, not_supported
 
 __all__ = [
     "CONDITIONAL",
@@ -247,11 +247,6 @@ def key_status(path: str) -> tuple[str, str] | None:
         if pattern is not None:
             return status, _TABLES[table_id][pattern]
     return None
-
-
-def not_supported(path: str, what_to_do: str) -> ConfigError:
-    """The one-line error for a refused setting: "`<key>` is not supported yet: <what to do>"."""
-    return ConfigError(f"`{path}` is not supported yet: {what_to_do}")
 
 
 def _leaves(obj: Any, prefix: str = ""):

@@ -78,7 +78,7 @@ def translate_aliases(cfg: Any) -> None:
 
 
 def _refuse(path: str, what: str) -> ConfigError:
-    from verl.config.verl_keys import not_supported
+    from verl.config.errors import not_supported
 
     return not_supported(path, what)
 
