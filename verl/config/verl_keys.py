@@ -90,7 +90,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.fsdp_config.ulysses_sequence_parallel_size": "sequence parallelism is not implemented; leave it 1",
     "*.ulysses_sequence_parallel_size": "sequence parallelism is not implemented; leave it 1",
     "*.profiler.*": "per-role profilers are not wired; profile with py-spy (installed) or torch.profiler around `verl train`",
-    "global_profiler.*": "the global profiler is not wired; profile with py-spy (installed) or torch.profiler around `verl train`",
     "*.router_replay.*": "MoE router replay is not implemented; leave mode=disabled",
     "actor_rollout_ref.actor.freeze_vision_tower": "vision-language models are not supported; use a text-only causal LM",
     "actor_rollout_ref.actor.use_prefix_grouper": "prefix sharing across a group is not implemented; leave it false",
@@ -196,6 +195,8 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
 """What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported, why / what to do)."""
 
 CONDITIONAL: dict[str, str] = {
+    "global_profiler.*": ("tool=torch_memory without profiled steps only arms verl's CUDA OOM snapshot: on trainer.device=cpu "
+                          "there is no CUDA allocator, a no-op (logged); any profiled step, another tool, or a GPU is refused"),
     "*.fsdp_config.param_offload": "FSDP2 CPU offload with >1 worker; on CPU with one worker parameters already live in host memory (no-op); refused on one GPU",
     "*.fsdp_config.optimizer_offload": "as param_offload",
     "*.fsdp_config.offload_policy": "as param_offload (FSDP2's CPUOffloadPolicy)",

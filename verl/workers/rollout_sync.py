@@ -6,8 +6,9 @@ would issue one all-gather per layer per decoded token, with a different token c
 rank (ranks stop at different lengths), so the engine holds an unsharded copy that is refreshed
 after every update from the gathered full state (``get_model_state_dict(full_state_dict=True)``),
 a collective all ranks enter together. The cost is one full gather per RL step
-(reported as ``timing_s/update_weights``, verl's name) and one extra copy of the weights; the same seam serves
-external engines (vLLM, SGLang), whose ``update_weights`` receives the same state dict.
+(reported as ``timing_s/update_weights``, verl's name) and one extra copy of the weights. An
+engine that holds its own weights and declares ``streams_weights`` (vLLM) receives the actor
+module instead and gathers it one bucket at a time, so no rank holds a second whole unsharded copy.
 """
 
 from __future__ import annotations
@@ -41,7 +42,12 @@ class SyncedRollout:
         if self.shared or not (self._stale or force):
             return
         start = time.perf_counter()
-        self.engine.update_weights(actor.state_for_rollout())
+        if getattr(self.engine, "streams_weights", False):
+            # the engine (vLLM) gathers one bucket at a time itself: no whole unsharded copy
+            with actor.on_device():
+                self.engine.update_weights(actor.module)
+        else:
+            self.engine.update_weights(actor.state_for_rollout())
         self.last_sync_s = time.perf_counter() - start
         self._stale = False
 
