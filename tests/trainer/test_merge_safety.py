@@ -1,9 +1,10 @@
 """``verl merge`` never runs code named by a checkpoint (issue 12.6).
 
 A checkpoint is doctored the way an attacker (or a careless copy) would: its ``config.yaml``
-asks for ``trust_remote_code`` from a directory holding modelling code, its ``actor/config.json``
-(``actor/huggingface/config.json``) has an ``auto_map`` to code saved beside it, and its manifest is rewritten to match. That code
-writes a marker file when imported; after the merge the marker must not exist.
+asks for ``trust_remote_code`` from a directory holding modelling code, its
+``actor/huggingface/config.json`` has an ``auto_map`` to code saved beside it, and its manifest
+is rewritten to match. That code writes a marker file when imported; after the merge the
+marker must not exist.
 """
 
 from __future__ import annotations
