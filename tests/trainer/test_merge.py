@@ -36,7 +36,7 @@ def _train(model_dir: Path, run_dir: Path, **extra: object) -> RLTrainer:
 
 
 def _actor(trainer: RLTrainer) -> torch.nn.Module:
-    return trainer.parts.actor_rollout_wg.workers[0].actor.module
+    return trainer.parts.actor_rollout_wg.workers[0].actor_engine.module
 
 
 @torch.no_grad()
@@ -172,7 +172,7 @@ def test_lora_kl_loss_reference_is_the_base_model(tiny_model_dir, tmp_path):
     assert abs(kl[1]) < 1e-9 and kl[2] > 0
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     base, _ = _load_hf(tiny_model_dir)
-    with ref_policy_context(worker.actor.module) as ref:
+    with ref_policy_context(worker.actor_engine.module) as ref:
         assert _max_diff(_logits(ref, tok), _logits(base, tok)) == 0.0
     hf, hf_tok = _load_hf(tmp_path / "ckpt" / "global_step_2" / "huggingface")
-    assert _max_diff(_logits(hf, hf_tok), _logits(worker.actor.module, tok)) <= 1e-6
+    assert _max_diff(_logits(hf, hf_tok), _logits(worker.actor_engine.module, tok)) <= 1e-6

@@ -25,7 +25,7 @@ def _run(model_dir, run_dir, **extra):
 
 
 def _actor_weights(trainer) -> dict[str, torch.Tensor]:
-    module = trainer.parts.actor_rollout_wg.workers[0].actor.module
+    module = trainer.parts.actor_rollout_wg.workers[0].actor_engine.module
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
 
@@ -60,7 +60,7 @@ def test_ppo_with_critic_updates_both(tiny_model_dir, tmp_path):
     for m in metrics.values():
         _finite(m)
     assert metrics[1]["critic/grad_norm"] > 0 and "critic/vf_loss" in metrics[2]
-    critic = trainer.parts.critic_wg.workers[0].critic.module
+    critic = trainer.parts.critic_wg.workers[0].engine.module
     head = critic.value_head.weight.detach()
     assert head.abs().sum() > 0, "critic value head (zero-initialised) did not change"
 

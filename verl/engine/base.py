@@ -5,6 +5,7 @@ loss function given the mini-batch's global token / sequence counts (so micro-ba
 number of data-parallel ranks never change the gradient, known_faults B07/B08), the optimizer
 step with gradient clipping and the non-finite skip, the LR schedule, FSDP2 wrapping, CPU
 offload, and state save / load. Packed (padding-free) micro-batches plug in here once.
+The implementation is `verl.engine.fsdp_engine.FSDPTrainingEngine` (built by `build_engine`).
 
 Losses are written per micro-batch and already normalised by the *global* counts, e.g. a
 token-mean loss is ``sum(token losses in micro) / counts.tokens``; the engine only sums the
@@ -21,7 +22,7 @@ import torch
 
 from verl.protocol import DataProto
 
-__all__ = ["GlobalCounts", "LossFn", "TrainingEngine"]
+__all__ = ["ForwardFn", "GlobalCounts", "LossFn", "MicroBatchSpec", "StepResult", "TrainingEngine"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,40 @@ class GlobalCounts:
 
 # loss_fn(module, micro_batch, counts) -> (scalar loss of this micro-batch, metrics of it)
 LossFn = Callable[[torch.nn.Module, DataProto, GlobalCounts], "tuple[torch.Tensor, dict[str, float]]"]
+
+
+# forward_fn(module, micro_batch) -> named per-row outputs, each (b, ...) for the b rows of the micro-batch
+ForwardFn = Callable[[torch.nn.Module, DataProto], "dict[str, torch.Tensor]"]
+
+
+@dataclass(frozen=True)
+class MicroBatchSpec:
+    """How a per-rank batch is cut into micro-batches.
+
+    Attributes:
+        size: trajectories per micro-batch in fixed mode (None = the whole batch at once).
+        dynamic: pack micro-batches by effective token count (``use_dynamic_bsz``).
+        max_token_len: token budget per micro-batch in dynamic mode (``*_max_token_len_per_gpu``).
+    """
+
+    size: int | None = None
+    dynamic: bool = False
+    max_token_len: int = 0
+
+
+@dataclass(frozen=True)
+class StepResult:
+    """What one optimizer step reports.
+
+    Attributes:
+        metrics: the loss function's metrics, summed over micro-batches and ranks.
+        grad_norm: global gradient norm before clipping (NaN/inf when the step was skipped).
+        stepped: False when the non-finite norm skipped the update.
+    """
+
+    metrics: dict[str, float]
+    grad_norm: float
+    stepped: bool
 
 
 @runtime_checkable
@@ -65,6 +100,15 @@ class TrainingEngine(Protocol):
         """Clip, step and zero the gradients; returns (grad_norm, stepped). A non-finite norm skips."""
         ...
 
+    def train_batch(self, mini_batch: DataProto, loss_fn: LossFn, micro: MicroBatchSpec, mask_key: str = "response_mask") -> StepResult:
+        """One optimizer step: `global_counts`, `forward_backward` per micro-batch, metrics summed
+        over micro-batches and ranks, then `optimizer_step`. What trainers normally call."""
+        ...
+
+    def infer_batch(self, data: DataProto, forward_fn: ForwardFn, micro: MicroBatchSpec) -> dict[str, torch.Tensor]:
+        """No-grad per-row outputs of ``forward_fn(module, micro_batch)`` in input row order (CPU)."""
+        ...
+
     def lr_scheduler_step(self) -> float:
         """Advance the LR schedule by one step; returns the learning rate used before the step."""
         ...
@@ -79,4 +123,8 @@ class TrainingEngine(Protocol):
 
     def state_for_rollout(self) -> dict[str, Any]:
         """The full (unsharded) state dict, for weight sync to a rollout engine (collective)."""
+        ...
+
+    def num_parameters(self) -> int:
+        """Total parameter count (the full size also when sharded)."""
         ...

@@ -40,16 +40,12 @@ from transformers import (
 )
 
 from verl.modules.value_model import ValueModel
+from verl.utils.dtypes import torch_dtype
 
 __all__ = ["ROLES", "BUILTIN_SCHEME", "create_model", "disable_dropout", "enable_activation_checkpointing", "load_tokenizer", "ref_policy_context", "resolve_model_path"]
 
 ROLES: tuple[str, ...] = ("actor", "ref", "critic", "reward_model")
 BUILTIN_SCHEME = "builtin://"
-_DTYPES: dict[str, torch.dtype] = {
-    "float32": torch.float32, "fp32": torch.float32,
-    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
-    "float16": torch.float16, "fp16": torch.float16,
-}
 
 
 def resolve_model_path(path: str | Path) -> str:
@@ -60,15 +56,6 @@ def resolve_model_path(path: str | Path) -> str:
 
         return str(get_builtin_model_dir(path[len(BUILTIN_SCHEME):]))
     return path
-
-
-def _torch_dtype(dtype: str | torch.dtype | None, default: str) -> torch.dtype:
-    if isinstance(dtype, torch.dtype):
-        return dtype
-    name = default if dtype is None else dtype
-    if name not in _DTYPES:
-        raise ValueError(f"unknown dtype {name!r}; valid: {', '.join(_DTYPES)}")
-    return _DTYPES[name]
 
 
 def _target_modules(value: Any) -> str | list[str]:
@@ -149,7 +136,7 @@ def create_model(
     if getattr(cfg, "external_lib", None):
         importlib.import_module(cfg.external_lib)
     kwargs: dict[str, Any] = {
-        "dtype": _torch_dtype(dtype, getattr(cfg, "dtype", "float32")),
+        "dtype": torch_dtype(dtype if dtype is not None else getattr(cfg, "dtype", "float32")),
         "trust_remote_code": bool(getattr(cfg, "trust_remote_code", False)),
         **dict(getattr(cfg, "override_config", None) or {}),
     }

@@ -15,8 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch
-
+from verl.engine import TrainingEngine
 from verl.protocol import DataProto
 
 
@@ -37,14 +36,12 @@ class SyncedRollout:
         """The actor changed (an update or a checkpoint load): sync before the next generation."""
         self._stale = True
 
-    def sync_weights(self, actor_module: torch.nn.Module, force: bool = False) -> None:
-        """Refresh the engine's weights when stale (every rank must call it: it is a collective)."""
+    def sync_weights(self, actor: TrainingEngine, force: bool = False) -> None:
+        """Refresh the engine's weights from ``actor`` when stale (a collective: every rank calls it)."""
         if self.shared or not (self._stale or force):
             return
-        from verl.workers.sharding import full_model_state
-
         start = time.perf_counter()
-        self.engine.update_weights(full_model_state(actor_module))
+        self.engine.update_weights(actor.state_for_rollout())
         self.last_sync_s = time.perf_counter() - start
         self._stale = False
 

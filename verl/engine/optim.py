@@ -1,4 +1,4 @@
-"""Optimizer, LR schedule, gradient clipping and micro-batch planning shared by actor and critic."""
+"""Optimizer, LR schedule and the clipped, non-finite-safe optimizer step of the training engine."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ import math
 from typing import TYPE_CHECKING
 
 import torch
-
-from verl.protocol import DataProto
 
 if TYPE_CHECKING:
     from verl.config.schema import OptimConfig
@@ -67,51 +65,3 @@ def clip_grad_and_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     return norm_f, True
-
-
-def split_micro_batches(
-    data: DataProto, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int,
-    min_num_micro_batch: int | None = None,
-) -> tuple[list[DataProto], list[int] | None]:
-    """Split a per-rank batch into micro-batches.
-
-    Fixed mode: consecutive chunks of `micro_batch_size` trajectories (None = one micro-batch).
-    Dynamic mode: Karmarkar–Karp balanced groups whose *effective* token count (attention mask
-    sum, never the padded width) stays within `max_token_len` (see known_faults B35).
-
-    Returns:
-        (micro_batches, order): ``order`` is the permutation of rows used (dynamic mode) so that
-        per-row outputs can be restored with `restore_order`, or None in fixed mode.
-    """
-    if not use_dynamic_bsz:
-        size = micro_batch_size or len(data)
-        return data.split(size), None
-    from verl.utils.seqlen_balancing import get_num_micro_batches, rearrange_micro_batches
-
-    seq_lens = data.batch["attention_mask"].sum(-1)
-    # every data-parallel rank must run the same number of micro-batches (collectives in FSDP)
-    count = max(get_num_micro_batches(seq_lens, max_token_len), min_num_micro_batch or 1)
-    count = _all_reduce_max(count)
-    groups = rearrange_micro_batches(seq_lens, max_token_len, min_num_micro_batches=count)
-    order = [i for g in groups for i in g]
-    return [data[list(g)] for g in groups], order
-
-
-def _all_reduce_max(value: int) -> int:
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
-        comm = "cpu" if dist.get_backend() == "gloo" else f"cuda:{torch.cuda.current_device()}"
-        t = torch.tensor([value], dtype=torch.int64, device=comm)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return int(t.item())
-    return value
-
-
-def restore_order(stacked: torch.Tensor, order: list[int] | None) -> torch.Tensor:
-    """Undo the row permutation of `split_micro_batches` (identity when order is None)."""
-    if order is None:
-        return stacked
-    inverse = torch.empty(len(order), dtype=torch.long)
-    inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
-    return stacked[inverse]

@@ -1,0 +1,60 @@
+"""Data-parallel helpers of the training engine: rank, world size, sums and maxima over ranks.
+
+Every function is the identity in one process (local backend, no process group), so the same
+engine code runs unchanged on a laptop and under Ray/torchrun.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+
+def is_distributed() -> bool:
+    """True when a ``torch.distributed`` process group is initialised."""
+    return dist.is_available() and dist.is_initialized()
+
+
+def dp_world_size() -> int:
+    """Number of data-parallel ranks (1 without a process group)."""
+    return dist.get_world_size() if is_distributed() else 1
+
+
+def dp_rank() -> int:
+    """This process's data-parallel rank (0 without a process group)."""
+    return dist.get_rank() if is_distributed() else 0
+
+
+def barrier() -> None:
+    """Wait for every rank (no-op in one process)."""
+    if is_distributed():
+        dist.barrier()
+
+
+def _comm_device() -> str:
+    # gloo reduces CPU tensors; nccl needs them on this rank's GPU
+    return "cpu" if dist.get_backend() == "gloo" else f"cuda:{torch.cuda.current_device()}"
+
+
+def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
+    """Element-wise sum of ``value`` over ranks, returned on the CPU (a copy in one process)."""
+    if is_distributed() and dist.get_world_size() > 1:
+        value = value.detach().to(_comm_device()).clone()
+        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+    return value.detach().cpu()
+
+
+def all_reduce_max(value: int) -> int:
+    """Maximum of an integer over ranks."""
+    if is_distributed() and dist.get_world_size() > 1:
+        t = torch.tensor([value], dtype=torch.int64, device=_comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return int(t.item())
+    return value
+
+
+def sum_floats(values: dict[str, float]) -> dict[str, float]:
+    """Sum each float of a per-rank dict over ranks in one collective (keys equal on all ranks)."""
+    keys = sorted(values)
+    total = all_reduce_sum(torch.tensor([float(values[k]) for k in keys], dtype=torch.float64))
+    return {k: float(v) for k, v in zip(keys, total.tolist())}
