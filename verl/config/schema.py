@@ -201,6 +201,13 @@ class ActorConfig:
     # Checkpoint contents.
     logprob_chunk_size: int = 1024
     # Rows of logits turned into log-probs at once (bounds the fp32 (N, V) log-softmax memory).
+    calculate_entropy: bool = False
+    # Compute the policy entropy in the update (metric actor/entropy) although entropy_coeff is 0;
+    # entropy_coeff != 0 always computes it. Off: the update's log-prob forward skips the entropy pass.
+    reuse_old_log_probs: bool = True
+    # When the update is exactly on-policy (ppo_epochs 1, one mini-batch per step, no in-reward KL),
+    # skip the old-log-prob forward: old_log_probs = the update forward's own log-probs, detached
+    # (first PPO ratio exactly 1). False = always recompute. See verl.workers.actor.reuses_old_log_probs.
 
 
 @dataclass
