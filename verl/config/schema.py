@@ -75,8 +75,10 @@ class ModelConfig:
     # Parameter dtype of the trained model: float32 | bfloat16 (never float16 on CPU).
     enable_gradient_checkpointing: bool = False
     # Recompute activations in backward to save memory.
-    use_remove_padding: bool = False
-    # Packed (padding-free) forward where the model supports it.
+    use_remove_padding: bool = True
+    # Padding-free training forwards (verl's default): the real tokens of a micro-batch packed into
+    # one row with per-sequence position ids (verl.modules.packing); actor, reference, critic and
+    # old-log-prob recompute. False = padded (B, T) forwards.
     lora_rank: int = 0
     # LoRA rank; 0 disables LoRA (full fine-tuning).
     lora_alpha: int = 16

@@ -24,32 +24,34 @@ if TYPE_CHECKING:
 
 def forward_response_logprobs(
     module: torch.nn.Module, micro: DataProto, temperature: float, calculate_entropy: bool, chunk_size: int = 1024,
+    remove_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log π(response token | prefix) under ``logits / temperature`` `(B, R)`, and entropy `(B, R)`.
 
     ``micro`` holds ``input_ids``, ``attention_mask``, ``position_ids`` `(B, T)` (T = P + R,
     prompts left-padded) and ``responses`` `(B, R)`; the forward is `verl.modules.forward`'s,
-    the same one the rollout-consistency test checks against the engine's sampling log-probs.
+    the same one the rollout-consistency test checks against the engine's sampling log-probs;
+    ``remove_padding`` packs the real tokens into one row (``model.use_remove_padding``).
     """
     b = micro.batch
     device = next(module.parameters()).device
     ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
     return compute_log_probs_and_entropy(
         module, ids, mask, pos, b["responses"].shape[-1],
-        temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy,
+        temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy, remove_padding=remove_padding,
     )
 
 
 def compute_log_prob(
     engine: TrainingEngine, data: DataProto, temperature: float, micro: MicroBatchSpec,
-    calculate_entropy: bool = False, chunk_size: int = 1024,
+    calculate_entropy: bool = False, chunk_size: int = 1024, remove_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(B, R)` (and entropy `(B, R)`) of ``data``'s responses under ``engine``'s model.
 
     Serves the actor (``old_log_probs``) and the frozen reference policy (``ref_log_prob``) alike.
     """
     def forward(module: torch.nn.Module, m: DataProto) -> dict[str, torch.Tensor]:
-        lp, ent = forward_response_logprobs(module, m, temperature, calculate_entropy, chunk_size)
+        lp, ent = forward_response_logprobs(module, m, temperature, calculate_entropy, chunk_size, remove_padding)
         return {"log_probs": lp} if ent is None else {"log_probs": lp, "entropys": ent}
 
     out = engine.infer_batch(data, forward, micro)
@@ -85,7 +87,7 @@ def _loss_params(cfg: ActorConfig) -> dict[str, float]:
     return params
 
 
-def policy_loss_fn(cfg: ActorConfig, temperature: float) -> LossFn:
+def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = False) -> LossFn:
     """The PPO-family loss of one micro-batch: ``pg_loss − entropy_coeff·entropy (+ kl_loss_coef·kl)``.
 
     The entropy is computed only when ``entropy_coeff != 0`` (it is in the loss) or
@@ -108,7 +110,7 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float) -> LossFn:
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
         agg = dict(loss_agg_mode=cfg.loss_agg_mode, global_token_count=counts.tokens, global_seq_count=counts.sequences,
                    loss_scale_factor=cfg.loss_scale_factor)
-        log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size)
+        log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size, remove_padding)
         # on-policy reuse (reuses_old_log_probs): the behaviour policy is this very forward
         old = b["old_log_probs"].to(device) if "old_log_probs" in b.keys() else log_prob.detach()
         pg_losses, pg_metrics = policy_loss(
@@ -143,10 +145,11 @@ class PPOActor:
     Args:
         engine: the policy's `TrainingEngine` (model, optimizer, LR schedule).
         config: the actor section (loss settings, micro-batching, epochs).
+        remove_padding: packed (padding-free) forwards (``model.use_remove_padding``).
     """
 
-    def __init__(self, engine: TrainingEngine, config: ActorConfig) -> None:
-        self.engine, self.config = engine, config
+    def __init__(self, engine: TrainingEngine, config: ActorConfig, remove_padding: bool = False) -> None:
+        self.engine, self.config, self.remove_padding = engine, config, remove_padding
 
     def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int) -> dict[str, float]:
         """PPO epochs over mini-batches of ``data``; returns metrics (global, identical on all ranks).
@@ -162,7 +165,7 @@ class PPOActor:
             raise ValueError("update without old_log_probs needs one on-policy pass (ppo_epochs 1, one mini-batch); "
                              f"got ppo_epochs {cfg.ppo_epochs}, {len(data)} rows for mini-batches of {mini_batch_size}")
         micro = MicroBatchSpec(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
-        loss_fn = policy_loss_fn(cfg, temperature)
+        loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding)
         metrics: dict[str, list[float]] = defaultdict(list)
         generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
         for _ in range(cfg.ppo_epochs):
