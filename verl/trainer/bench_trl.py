@@ -9,7 +9,7 @@ from there. The peer gets, from the verl config:
 - ``train_batch_size`` prompts x ``rollout.n`` generations per step, one optimizer step per batch
   (``per_device_train_batch_size = generation_batch_size = prompts x n``, no gradient accumulation,
   ``num_iterations = 1``), no KL (``beta = 0``: no reference model), the same learning rate,
-  clip ratio and sampling temperature;
+  clip ratio and sampling temperature, and the same activation checkpointing setting;
 - responses of exactly ``max_response_length`` tokens when the verl rollout ignores EOS
   (``min_new_tokens = max_new_tokens``), else up to that length;
 - the same rule reward (`verl.reward.scorers.default_compute_score` on the row's data source).
@@ -71,6 +71,8 @@ def _grpo_config(cfg: Any, out_dir: str, steps: int) -> Any:
         max_grad_norm=actor.grad_clip, use_cpu=True, bf16=False, fp16=False, report_to="none",
         save_strategy="no", logging_steps=10**6, seed=cfg.trainer.seed, dataloader_num_workers=0,
         disable_tqdm=True, log_completions=False,
+        # TRL turns activation checkpointing on by default; verl's runs recompute only when asked
+        gradient_checkpointing=cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
     )
 
 
