@@ -25,10 +25,21 @@ def test_pack_example_by_hand():
     mask = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     packed = pack_responses(ids, mask, pos, 2)
-    assert packed.input_ids.tolist() == [[11, 12, 13, 14, 15, 16, 17, 18]]
-    assert packed.position_ids.tolist() == [[0, 1, 2, 3, 0, 1, 2, 3]]
-    assert packed.score_index.tolist() == [1, 2, 6] and packed.labels.tolist() == [13, 14, 18]
+    assert packed.input_ids.tolist() == [[11, 12, 13, 14], [15, 16, 17, 18]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert packed.score_mask.nonzero().tolist() == [[0, 1], [0, 2], [1, 2]] and packed.labels.tolist() == [13, 14, 18]
     assert unpack_responses(torch.tensor([1.0, 2.0, 3.0]), packed).tolist() == [[1.0, 2.0], [3.0, 0.0]]
+
+
+def test_short_sequences_share_a_row_first_fit_decreasing():
+    # lengths 2, 4, 2, 3 with rows of 4 tokens (first fit, longest first): [seq1], [seq3 | tail], [seq0 | seq2]
+    ids = torch.tensor([[0, 0, 21, 22], [31, 32, 33, 34], [0, 0, 41, 42], [0, 51, 52, 53]])
+    mask = (ids > 0).long()
+    packed = pack_responses(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), 1)
+    assert packed.input_ids.tolist() == [[31, 32, 33, 34], [51, 52, 53, 0], [21, 22, 41, 42]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 0], [0, 1, 0, 1]]
+    assert packed.score_mask.nonzero().tolist() == [[0, 2], [1, 1], [2, 0], [2, 2]]
+    assert packed.labels.tolist() == [34, 53, 22, 42] and packed.rows.tolist() == [1, 3, 0, 2]
 
 
 def test_pack_refuses_a_response_without_context():

@@ -105,10 +105,11 @@ def compute_log_probs_and_entropy(
     """
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
-        out = module(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids,
-                     use_cache=False, logits_to_keep=packed.score_index)
+        device = input_ids.device
+        out = module(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device),
+                     use_cache=False, logits_to_keep=packed.score_mask.to(device))
         logp, ent = logprobs_and_entropy_from_logits(
-            out.logits[0], packed.labels, chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
+            out.logits.reshape(-1, out.logits.shape[-1]), packed.labels.to(device), chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
         )
         return unpack_responses(logp, packed), (unpack_responses(ent, packed) if ent is not None else None)
     logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
@@ -156,8 +157,9 @@ def compute_values(
     """
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
-        values = critic(input_ids=packed.input_ids, attention_mask=None, position_ids=packed.position_ids)
-        return unpack_responses(values[0, packed.score_index], packed)
+        device = input_ids.device
+        values = critic(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device))
+        return unpack_responses(values[packed.score_mask.to(device)], packed)
     values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
     return values[:, -response_length - 1 : -1]
 
