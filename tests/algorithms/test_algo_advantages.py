@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from verl.algorithms import ADV_ESTIMATORS, compute_advantage
+from verl.algorithms import ADV_ESTIMATORS, AdvantageConfig, compute_advantage, estimator_inputs
 
 
 def _whiten(x: list[float]) -> torch.Tensor:
@@ -85,6 +85,22 @@ def test_remax_score_minus_baseline() -> None:
     torch.testing.assert_close(adv, torch.tensor([[0.6, 0.6, 0.6], [0.0, 0.0, 0.0]]))
     with pytest.raises(ValueError, match="reward_baselines"):
         compute_advantage("remax", token_level_rewards=rewards, response_mask=mask)
+
+
+def test_estimator_inputs_come_from_the_registry_and_the_batch() -> None:
+    """The loop passes one config and the batch; only remax declares (and receives) baselines."""
+    assert estimator_inputs("remax") == ("reward_baselines",)
+    assert all(estimator_inputs(n) == () for n in ADV_ESTIMATORS.names() if n != "remax")
+    rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.5, 4.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float32)
+    batch = {"reward_baselines": torch.tensor([0.4, 0.5]), "unrelated": torch.zeros(2)}
+    adv, _ = compute_advantage("remax", token_level_rewards=rewards, response_mask=mask, config=AdvantageConfig(), inputs=batch)
+    torch.testing.assert_close(adv, torch.tensor([[0.6, 0.6, 0.6], [0.0, 0.0, 0.0]]))
+    # config fields reach the estimator: gamma 0.5 discounts the gae return of a 2-token reward
+    r = torch.tensor([[0.0, 1.0]])
+    _, ret = compute_advantage("gae", token_level_rewards=r, response_mask=torch.ones(1, 2), values=torch.zeros(1, 2),
+                               config=AdvantageConfig(gamma=0.5, lam=1.0), inputs=batch)
+    torch.testing.assert_close(ret, torch.tensor([[0.5, 1.0]]))
 
 
 def test_every_estimator_has_the_same_signature() -> None:

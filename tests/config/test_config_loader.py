@@ -214,6 +214,7 @@ def test_utils_reexport() -> None:
     assert verl.utils.config.load_config is load_config
 
 
+@pytest.mark.e2e  # a fresh interpreter (subprocess)
 def test_importing_config_does_not_import_torch() -> None:
     code = ("import sys, verl.config, verl.utils.config; verl.config.load_config('gsm8k_grpo', ['data.seed=2']); "
             "assert 'torch' not in sys.modules, 'torch imported'; assert 'ray' not in sys.modules")

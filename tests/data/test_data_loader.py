@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import numpy as np
@@ -150,10 +149,6 @@ def test_ready_dataset_is_used_as_is(ten) -> None:
     assert loader.dataset is dataset and len(loader) == 3
 
 
-@pytest.mark.skipif(
-    importlib.util.find_spec("verl.data.builtin_task") is None or importlib.util.find_spec("verl.modules.builtin") is None,
-    reason="built-in task / tokenizer not written yet",
-)
 def test_default_config_uses_builtin_task_and_tokenizer() -> None:
     config = DataConfig(train_batch_size=4)
     loader = RLDataLoader(config)

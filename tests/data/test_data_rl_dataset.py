@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
 import pytest
@@ -10,7 +9,8 @@ import torch
 
 from verl.config.schema import DataConfig
 from verl.data import RLHFDataset
-from verl.data.rl_dataset import left_pad, position_ids_from_mask, truncate_prompt
+from verl.data.rl_dataset import left_pad, truncate_prompt
+from verl.utils.torch_functional import position_ids_from_attention_mask
 
 
 
@@ -91,7 +91,7 @@ def test_b12_left_padded_position_ids(toy_tokenizer, rows_file, row) -> None:
     assert sample["attention_mask"].tolist() == [0, 0, 1, 1]
     assert sample["position_ids"].tolist() == [0, 0, 0, 1]
     full_mask = torch.tensor([[0, 0, 1, 1, 1, 1]])
-    assert position_ids_from_mask(full_mask).tolist() == [[0, 0, 0, 1, 2, 3]]
+    assert position_ids_from_attention_mask(full_mask).tolist() == [[0, 0, 0, 1, 2, 3]]
 
 
 def test_b17_pad_equals_eos_keeps_prompt_attention(toy_tokenizer, rows_file, row) -> None:
@@ -220,7 +220,6 @@ def test_unknown_truncation_mode_is_rejected(toy_tokenizer, rows_file, row) -> N
         RLHFDataset(rows_file([row("w3")]), toy_tokenizer(), DataConfig(truncation="both"))
 
 
-@pytest.mark.skipif(importlib.util.find_spec("verl.data.builtin_task") is None, reason="builtin_task not written yet")
 def test_builtin_rows_load(toy_tokenizer) -> None:
     from verl.data.builtin_task import load_builtin_rows
 

@@ -12,7 +12,7 @@ import psutil
 import pytest
 from run_helpers import tiny_run_overrides
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 
 
 def _session_members(sid: int) -> list[psutil.Process]:

@@ -24,6 +24,8 @@ from verl.trainer import RLTrainer
 from verl.trainer.checkpoint import CheckpointError
 from verl.trainer.merge import export_hf, main
 
+pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
+
 TEXTS = ("12+34", "99+1", "7+58")
 LORA = {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8}
 

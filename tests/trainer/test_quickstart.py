@@ -16,6 +16,7 @@ def test_verl_train_defaults_to_the_quickstart_preset():
     assert split_config_arg(["my.yaml", "a.b=1"], DEFAULT_CONFIG) == ("my.yaml", ["a.b=1"])
 
 
+@pytest.mark.e2e
 def test_quickstart_greedy_accuracy_rises_by_20_points(tmp_path, capsys):
     history = run("quickstart", [f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
                                  "trainer.progress_bar=false"])

@@ -15,7 +15,7 @@ from safetensors.torch import load_file
 from verl.config import load_config
 from verl.trainer import RLTrainer
 
-pytestmark = pytest.mark.ray
+pytestmark = [pytest.mark.e2e, pytest.mark.ray]
 KEYS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "critic/advantages/mean", "actor/entropy")
 
 

@@ -12,6 +12,8 @@ from verl.data.prepare import main as prepare_main
 from verl.modules.init_model import main as init_model_main
 from verl.trainer import RLTrainer
 
+pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
+
 
 @pytest.fixture(scope="module")
 def qwen_tiny(shared_dir, tmp_path_factory):

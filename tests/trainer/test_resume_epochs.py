@@ -22,6 +22,8 @@ from verl.data.builtin_task import load_builtin_rows
 from verl.trainer import RLTrainer
 from verl.trainer.checkpoint import CheckpointError
 
+pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
+
 VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
 
 

@@ -16,6 +16,8 @@ import pytest
 from run_helpers import read_metrics, tiny_run_overrides
 from safetensors.torch import load_file
 
+pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
+
 KILL_MID_STEP = textwrap.dedent("""
     import os, signal, sys
     from verl.trainer.rl_trainer import RLTrainer

@@ -16,6 +16,8 @@ from safetensors.torch import load_file
 from verl.config import load_config
 from verl.trainer import RLTrainer
 
+pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
+
 
 def _run(model_dir, run_dir, **extra):
     cfg = load_config(None, tiny_run_overrides(model_dir, run_dir, **extra))

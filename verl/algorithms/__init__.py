@@ -17,7 +17,13 @@ from __future__ import annotations
 # group_advantages and policy_loss_cov register their entries on import.
 from verl.algorithms import group_advantages as _group_advantages  # noqa: F401
 from verl.algorithms import policy_loss_cov as _policy_loss_cov  # noqa: F401
-from verl.algorithms.advantages import ADV_ESTIMATORS, AdvantageEstimatorFn, compute_advantage
+from verl.algorithms.advantages import (
+    ADV_ESTIMATORS,
+    AdvantageConfig,
+    AdvantageEstimatorFn,
+    compute_advantage,
+    estimator_inputs,
+)
 from verl.algorithms.aggregation import LOSS_AGG_MODES, agg_loss, loss_normalizers
 from verl.algorithms.kl import (
     KL_PENALTY_TYPES,
@@ -39,6 +45,7 @@ from verl.algorithms.masked import (
     masked_sum,
     masked_var,
     masked_whiten,
+    zero_masked,
 )
 from verl.algorithms.policy_loss import POLICY_LOSSES, PolicyLossFn
 from verl.algorithms.value import compute_value_loss
@@ -49,6 +56,7 @@ __all__ = [
     "LOSS_AGG_MODES",
     "POLICY_LOSSES",
     "AdaptiveKLController",
+    "AdvantageConfig",
     "AdvantageEstimatorFn",
     "FixedKLController",
     "KLController",
@@ -59,6 +67,7 @@ __all__ = [
     "compute_response_mask_from_lengths",
     "compute_value_loss",
     "entropy_from_logits",
+    "estimator_inputs",
     "get_kl_controller",
     "kl_penalty",
     "logprobs_and_entropy_from_logits",
@@ -68,4 +77,5 @@ __all__ = [
     "masked_sum",
     "masked_var",
     "masked_whiten",
+    "zero_masked",
 ]

@@ -17,6 +17,12 @@ Every estimator is called as::
         **kwargs,                 # estimator-specific extras (e.g. gpg's f_norm), ignored by others
     )
 
+A trainer calls them through `compute_advantage` with the common inputs, the settings as one
+`AdvantageConfig` (as verl passes ``config``) and a mapping of per-sample tensors from which each
+estimator receives the extra inputs it declares with `requires_inputs` (ReMax:
+``reward_baselines``); `estimator_inputs` tells the trainer which optional stages to run, so the
+loop never branches on an estimator's name.
+
 and returns two `(B, R)` tensors in the dtype of ``token_level_rewards``, both exactly 0 on
 masked positions. Outcome estimators return ``returns = advantages`` (verl's convention).
 The sequence score of an outcome estimator is the masked sum of its token rewards.
@@ -28,15 +34,21 @@ Everything runs under `torch.no_grad()`.
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import dataclasses
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import torch
 
-from verl.algorithms.masked import masked_sum, masked_whiten
+from verl.algorithms.masked import masked_sum, masked_whiten, zero_masked
 from verl.utils.registry import Registry
 
 __all__ = [
     "ADV_ESTIMATORS",
+    "AdvantageConfig",
+    "estimator_inputs",
+    "requires_inputs",
     "AdvantageEstimatorFn",
     "compute_advantage",
     "compute_gae_advantage_return",
@@ -65,13 +77,55 @@ class AdvantageEstimatorFn(Protocol):
 
 
 ADV_ESTIMATORS: Registry[AdvantageEstimatorFn] = Registry("advantage estimator")
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def compute_advantage(name: str, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """Settings of the advantage estimators (the ``algorithm`` section's share).
+
+    Attributes:
+        gamma: discount (gae, reinforce_plus_plus).
+        lam: GAE λ.
+        norm_adv_by_std_in_grpo: GRPO-family: divide by the group std (False = Dr.GRPO).
+        epsilon: added to standard deviations.
+    """
+
+    gamma: float = 1.0
+    lam: float = 1.0
+    norm_adv_by_std_in_grpo: bool = True
+    epsilon: float = 1e-6
+
+
+def requires_inputs(*keys: str) -> Callable[[F], F]:
+    """Declare the per-sample inputs beyond rewards / mask / index / values an estimator needs."""
+
+    def mark(fn: F) -> F:
+        fn.extra_inputs = tuple(keys)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def estimator_inputs(name: str) -> tuple[str, ...]:
+    """The extra per-sample inputs of estimator ``name`` (e.g. ``("reward_baselines",)`` for remax).
+
+    Raises:
+        RegistryError: unknown ``name``.
+    """
+    return tuple(getattr(ADV_ESTIMATORS.get(name), "extra_inputs", ()))
+
+
+def compute_advantage(
+    name: str, *, config: AdvantageConfig | None = None, inputs: Mapping[str, Any] | None = None, **kwargs: Any,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Dispatch to the estimator registered as ``name``.
 
     Args:
         name: registered estimator name (``algorithm.adv_estimator``).
+        config: the estimator settings; its fields are passed as keyword arguments.
+        inputs: per-sample tensors (e.g. the batch); the estimator receives those it declares
+            with `requires_inputs`, `(B,)` or `(B, R)` each.
         **kwargs: the common estimator arguments (see module docstring), by keyword.
 
     Returns:
@@ -81,6 +135,11 @@ def compute_advantage(name: str, **kwargs: Any) -> tuple[torch.Tensor, torch.Ten
         RegistryError: unknown ``name`` (lists valid names and the closest match).
     """
     fn = ADV_ESTIMATORS.get(name)
+    if config is not None:
+        kwargs = {**dataclasses.asdict(config), **kwargs}
+    for key in estimator_inputs(name):
+        if inputs is not None and key in inputs:
+            kwargs[key] = inputs[key]
     rewards = kwargs.pop("token_level_rewards")
     mask = kwargs.pop("response_mask")
     return fn(rewards, mask, **kwargs)
@@ -96,11 +155,7 @@ def broadcast_to_tokens(
 ) -> torch.Tensor:
     """`(B,)` per-sequence values → `(B, R)`, exactly 0 on masked positions."""
     full = seq_values.to(dtype).unsqueeze(-1).expand(response_mask.shape)
-    return torch.where(response_mask != 0, full, torch.zeros((), dtype=dtype, device=full.device))
-
-
-def _zero_masked(x: torch.Tensor, response_mask: torch.Tensor) -> torch.Tensor:
-    return torch.where(response_mask != 0, x, torch.zeros((), dtype=x.dtype, device=x.device))
+    return zero_masked(full, response_mask)
 
 
 @ADV_ESTIMATORS.register("gae")
@@ -142,8 +197,8 @@ def compute_gae_advantage_return(
     if values is None or values.shape != token_level_rewards.shape:
         raise ValueError("gae needs `values` with the same (B, R) shape as token_level_rewards")
     valid = response_mask != 0
-    rewards = _zero_masked(token_level_rewards, response_mask)
-    vals = _zero_masked(values.to(rewards.dtype), response_mask)
+    rewards = zero_masked(token_level_rewards, response_mask)
+    vals = zero_masked(values.to(rewards.dtype), response_mask)
     batch, length = rewards.shape
     next_value = rewards.new_zeros(batch)
     last_gae = rewards.new_zeros(batch)
@@ -154,7 +209,7 @@ def compute_gae_advantage_return(
         next_value = torch.where(valid[:, t], vals[:, t], next_value)
         last_gae = torch.where(valid[:, t], gae_t, last_gae)
         adv[:, t] = last_gae
-    returns = _zero_masked(adv + vals, response_mask)
+    returns = zero_masked(adv + vals, response_mask)
     return masked_whiten(adv, response_mask), returns
 
 
@@ -187,17 +242,18 @@ def compute_reinforce_plus_plus_outcome_advantage(
         (advantages `(B, R)`, returns G `(B, R)`), both 0 on masked positions.
     """
     valid = response_mask != 0
-    rewards = _zero_masked(token_level_rewards, response_mask)
+    rewards = zero_masked(token_level_rewards, response_mask)
     running = rewards.new_zeros(rewards.shape[0])
     returns = torch.zeros_like(rewards)
     for t in reversed(range(rewards.shape[1])):
         running = torch.where(valid[:, t], rewards[:, t] + gamma * running, running)
         returns[:, t] = running
-    returns = _zero_masked(returns, response_mask)
+    returns = zero_masked(returns, response_mask)
     return masked_whiten(returns, response_mask), returns
 
 
 @ADV_ESTIMATORS.register("remax")
+@requires_inputs("reward_baselines")
 @torch.no_grad()
 def compute_remax_outcome_advantage(
     token_level_rewards: torch.Tensor,
@@ -231,7 +287,7 @@ def compute_remax_outcome_advantage(
     """
     if reward_baselines is None or reward_baselines.shape != token_level_rewards.shape[:1]:
         raise ValueError("remax needs `reward_baselines` of shape (B,)")
-    rewards = _zero_masked(token_level_rewards, response_mask)
-    returns = _zero_masked(rewards.flip(-1).cumsum(-1).flip(-1), response_mask)
+    rewards = zero_masked(token_level_rewards, response_mask)
+    returns = zero_masked(rewards.flip(-1).cumsum(-1).flip(-1), response_mask)
     baseline = broadcast_to_tokens(reward_baselines, response_mask, rewards.dtype)
     return returns - baseline, returns

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.algorithms.masked import masked_mean
+from verl.algorithms.masked import masked_mean, zero_masked
 
 __all__ = [
     "KL_PENALTY_TYPES",
@@ -190,7 +190,7 @@ def apply_kl_penalty(
         (token_level_rewards `(B, R)`, metrics).
     """
     kld = kl_penalty(old_log_prob, ref_log_prob, kl_penalty_type)
-    kld = torch.where(response_mask != 0, kld, torch.zeros((), dtype=kld.dtype, device=kld.device))
+    kld = zero_masked(kld, response_mask)
     beta = kl_ctrl.value
     rewards = token_level_scores - beta * kld
     has_tokens = (response_mask != 0).any(-1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 __all__ = [
+    "zero_masked",
     "compute_response_mask_from_lengths",
     "masked_mean",
     "masked_sum",
@@ -24,6 +25,16 @@ Dim = int | tuple[int, ...] | None
 def _weights(values: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """The mask as a weight tensor in ``values``' dtype (bool → 0/1)."""
     return mask.to(values.dtype)
+
+
+def zero_masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """``x`` with masked positions set to exactly 0 (and gradient 0 there), even where ``x`` is NaN/inf.
+
+    Args:
+        x: any shape, e.g. `(B, R)`.
+        mask: same shape, bool or float; nonzero where a value counts.
+    """
+    return torch.where(mask != 0, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def masked_sum(
@@ -113,7 +124,7 @@ def masked_whiten(
     whitened = (values - mean) * torch.rsqrt(var + eps)
     if not shift_mean:
         whitened = whitened + mean
-    return torch.where(mask != 0, whitened, torch.zeros((), dtype=whitened.dtype, device=values.device))
+    return zero_masked(whitened, mask)
 
 
 def compute_response_mask_from_lengths(

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import torch
 
-from verl.algorithms.masked import masked_mean
+from verl.algorithms.masked import masked_mean, zero_masked
 from verl.utils.registry import Registry
 
 __all__ = [
@@ -56,11 +56,6 @@ class PolicyLossFn(Protocol):
 
 
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
-
-
-def zero_masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """`x` with masked positions set to exactly 0 (gradient 0 there too)."""
-    return torch.where(mask != 0, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def frac(condition: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

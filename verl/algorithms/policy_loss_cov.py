@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from verl.algorithms.masked import masked_mean
-from verl.algorithms.policy_loss import POLICY_LOSSES, frac, log_ratio, metrics, zero_masked
+from verl.algorithms.masked import masked_mean, zero_masked
+from verl.algorithms.policy_loss import POLICY_LOSSES, frac, log_ratio, metrics
 
 __all__ = ["compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov", "token_covariance"]
 

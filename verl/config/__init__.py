@@ -4,7 +4,7 @@
 >>> cfg = load_config("quickstart", ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
 
 See :mod:`verl.config.loader` for the loading steps, :mod:`verl.config.schema` for every key,
-:mod:`verl.config.seed_layout` for the short layout of the product's documents. This package
+:mod:`verl.config.compat` for the short layout of the product's documents. This package
 imports neither torch nor any other verl package, so it is cheap to import.
 """
 
@@ -38,7 +38,7 @@ from verl.config.schema import (
     RootConfig,
     TrainerConfig,
 )
-from verl.config.seed_layout import translate_seed_layout
+from verl.config.compat import translate_seed_layout
 
 __all__ = [
     "PRESET_DIR",

@@ -15,7 +15,6 @@ from typing import Any, Union
 
 from verl.config.errors import ConfigError
 from verl.config.schema import RootConfig
-from verl.config.seed_layout import SEED_TOP_KEYS, SEED_TRAINER_KEYS, is_seed_key
 
 __all__ = [
     "all_keys",
@@ -121,8 +120,8 @@ def key_kind(path: str) -> str:
 def unknown_key_message(path: str) -> str:
     """``unknown key 'a.b' (did you mean 'a.c'?)``, matching first at the key's own level.
 
-    The suggestion is, in order: a close name among the valid keys of the same section (seed
-    layout keys included); the same leaf name in another section; the closest full dotted key.
+    The suggestion is, in order: a close name among the valid keys of the same section; the same
+    leaf name in another section; the closest full dotted key. Only canonical keys are suggested.
     """
     table = _key_table()
     parent, _, leaf = path.rpartition(".")
@@ -131,12 +130,11 @@ def unknown_key_message(path: str) -> str:
         rest = f".{leaf}{rest}"
         parent, _, leaf = parent.rpartition(".")
     siblings = [k.rpartition(".")[2] for k in table if k.rpartition(".")[0] == parent]
-    siblings += sorted(SEED_TOP_KEYS if not parent else SEED_TRAINER_KEYS if parent == "trainer" else ())
     close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)
     suggestion = ""
     if close:
         fixed = f"{parent}.{close[0]}" if parent else close[0]
-        suggestion = fixed + rest if fixed + rest in table or is_seed_key(fixed + rest) else fixed
+        suggestion = fixed + rest if fixed + rest in table else fixed
     if not suggestion or suggestion == path:
         last = path.rpartition(".")[2]
         same_leaf = [k for k in table if k.rpartition(".")[2] == last]

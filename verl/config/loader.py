@@ -7,7 +7,7 @@
    ``defaults: [../base.yaml, _self_]``): each entry is a preset name or a YAML path relative to
    the including file, merged in order, and the file's own keys are merged last (``_self_`` is
    accepted and has no other effect; group entries like ``- actor: dp_actor`` are not supported).
-   Each document in the seed layout is translated first (:mod:`verl.config.seed_layout`).
+   Each document in the seed layout is translated first (:mod:`verl.config.compat`).
 2. **overrides** — Hydra-grammar ``a.b=c``, ``+a.b=c``, ``~a.b`` (:mod:`verl.config.overrides`).
 3. **keys** — unknown keys are rejected with a did-you-mean; a scalar for a list-of-strings field
    becomes a one-element list (:func:`verl.config.introspect.check_tree`).
@@ -42,7 +42,7 @@ from verl.config.finalize import finalize
 from verl.config.introspect import check_tree, type_at, type_name
 from verl.config.overrides import apply_overrides
 from verl.config.schema import RootConfig
-from verl.config.seed_layout import translate_seed_layout
+from verl.config.compat import translate_override, translate_seed_layout
 
 __all__ = [
     "PRESET_DIR",
@@ -129,7 +129,7 @@ def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
 
 
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
-    tree = apply_overrides(tree, overrides)
+    tree = apply_overrides(tree, overrides, translate=translate_override)
     check_tree(tree)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RootConfig), tree)

@@ -11,21 +11,20 @@ interpolations behave exactly as in verl's scripts. Semantics here:
   that is not in the schema is an error with a did-you-mean suggestion.
 - ``~a.b``: delete the key from the user values, i.e. back to the schema default (``~a.b=v``
   deletes only when the current value is ``v``).
-- A seed-layout key (``trainer.rollout_batch_size=64``, see :mod:`verl.config.seed_layout`) is
-  translated the same way as in a YAML file, and so is ``algorithm=<name>`` (a string where the
-  ``algorithm`` section is expected: ``create_trainer``'s spelling).
+- An override the caller's ``translate`` recognises (the loader passes the seed-layout
+  translation of :mod:`verl.config.compat`: ``trainer.rollout_batch_size=64``,
+  ``algorithm=<name>``) is merged as the canonical values it returns.
 - Sweeps (``a=1,2``) and package overrides (``a@b=c``) are rejected: one run, one config.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from verl.config._tree import get_path, merge_trees, nested, set_path
 from verl.config.errors import ConfigError
 from verl.config.introspect import free_form_keys, key_kind, unknown_key_message
-from verl.config.seed_layout import is_seed_key, translate_seed_layout
 
 __all__ = ["apply_overrides"]
 
@@ -49,12 +48,17 @@ def _delete(tree: dict[str, Any], key: str, expected: Any) -> None:
     del parent[leaf]
 
 
-def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+def apply_overrides(
+    tree: dict[str, Any], overrides: Sequence[str],
+    translate: Callable[[str, Any], dict[str, Any] | None] | None = None,
+) -> dict[str, Any]:
     """Applies dotted overrides to the user's values.
 
     Args:
         tree: Plain nested dict of user values (composed YAML files), not modified.
         overrides: Strings like ``"actor_rollout_ref.actor.optim.lr=1e-6"``, in Hydra's grammar.
+        translate: ``translate(key, value)`` -> canonical values of an override written in
+            another layout, or None when the override is canonical.
 
     Returns:
         The new dict of user values.
@@ -80,8 +84,9 @@ def apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str,
             _delete(tree, key, override.value())
             continue
         value = override.value()
-        if (kind == "unknown" and is_seed_key(key)) or (key == "algorithm" and isinstance(value, str)):
-            tree = merge_trees(tree, translate_seed_layout(nested(key, value)))
+        translated = translate(key, value) if translate is not None else None
+        if translated is not None:
+            tree = merge_trees(tree, translated)
             continue
         if kind == "unknown":
             message = unknown_key_message(key)

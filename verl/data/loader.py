@@ -16,27 +16,11 @@ from torchdata.stateful_dataloader import StatefulDataLoader
 from torchdata.stateful_dataloader.sampler import RandomSampler
 
 from verl.config.schema import DataConfig, ModelConfig
-from verl.data.rl_dataset import BUILTIN_PREFIX, RLHFDataset
+from verl.data.rl_dataset import RLHFDataset
+from verl.data.tokenizer import BUILTIN_SCHEME, load_tokenizer
 from verl.protocol import collate_fn
 
 SPLITS = ("train", "val")
-
-
-def load_tokenizer(path: str, trust_remote_code: bool = False) -> Any:
-    """Load a tokenizer from a local directory / hub id, or a built-in one (``builtin://<name>``).
-
-    Raises:
-        ValueError: a ``builtin://`` name when `verl.modules.builtin` is not available.
-    """
-    if path.startswith(BUILTIN_PREFIX):
-        try:
-            from verl.modules.builtin import load_builtin_tokenizer
-        except ImportError as e:
-            raise ValueError(f"built-in tokenizer {path!r} needs verl.modules.builtin, which failed to import: {e}") from e
-        return load_builtin_tokenizer(path[len(BUILTIN_PREFIX) :])
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code)
 
 
 def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) -> str:
@@ -61,7 +45,7 @@ def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) ->
         model = root.actor_rollout_ref.model
         return model.tokenizer_path or model.path
     files = list(config.train_files) + list(config.val_files)
-    if files and all(f.startswith(BUILTIN_PREFIX) for f in files):
+    if files and all(f.startswith(BUILTIN_SCHEME) for f in files):
         return ModelConfig().path
     raise ValueError(
         "RLDataLoader needs a tokenizer: set data.tokenizer, or pass tokenizer=... or model_path=... "

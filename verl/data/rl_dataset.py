@@ -24,15 +24,17 @@ import torch
 from torch.utils.data import Dataset
 
 from verl.config.schema import DataConfig
+from verl.data.tokenizer import BUILTIN_SCHEME
+from verl.utils.torch_functional import position_ids_from_attention_mask
 
-BUILTIN_PREFIX = "builtin://"
+
 TRUNCATION_MODES = ("error", "left", "right", "middle")
 logger = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------------------------------ reading
 def _read_builtin(path: str) -> tuple[list[dict[str, Any]], list[str]]:
-    spec = path[len(BUILTIN_PREFIX) :]
+    spec = path[len(BUILTIN_SCHEME) :]
     task, _, split = spec.partition("/")
     if not task or not split:
         raise ValueError(f"built-in data path must be 'builtin://<task>/<split>', got {path!r}")
@@ -73,7 +75,7 @@ def read_rows(path: str) -> tuple[list[dict[str, Any]], list[str]]:
         FileNotFoundError: the file does not exist.
         ValueError: unknown extension, or a jsonl line that is not valid JSON.
     """
-    if path.startswith(BUILTIN_PREFIX):
+    if path.startswith(BUILTIN_SCHEME):
         return _read_builtin(path)
     p = Path(path).expanduser()
     if not p.is_file():
@@ -163,21 +165,6 @@ def truncate_prompt(ids: list[int], max_length: int, mode: str) -> list[int]:
     raise ValueError(f"unknown data.truncation {mode!r}; expected one of {TRUNCATION_MODES}")
 
 
-def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Positions that count only attended tokens: ``clip(cumsum(mask) - 1, min=0)``.
-
-    A left-padded row [PAD, PAD, a, b] gets [0, 0, 0, 1], so the first real token is at position 0
-    as in the unpadded sequence (known fault B12: arange positions shift left-padded rows).
-
-    Args:
-        attention_mask: ``(..., T)`` 0/1 mask.
-
-    Returns:
-        ``(..., T)`` long tensor.
-    """
-    return (torch.cumsum(attention_mask.long(), dim=-1) - 1).clamp(min=0)
-
-
 def left_pad(ids: list[int], max_length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Left-pad one prompt to ``max_length``.
 
@@ -192,7 +179,7 @@ def left_pad(ids: list[int], max_length: int, pad_id: int) -> tuple[torch.Tensor
         raise ValueError(f"prompt has {len(ids)} tokens > max_length {max_length}")
     input_ids = torch.tensor([pad_id] * n_pad + list(ids), dtype=torch.long)
     attention_mask = torch.cat([torch.zeros(n_pad, dtype=torch.long), torch.ones(len(ids), dtype=torch.long)])
-    return input_ids, attention_mask, position_ids_from_mask(attention_mask)
+    return input_ids, attention_mask, position_ids_from_attention_mask(attention_mask)
 
 
 def pad_token_id(tokenizer: Any) -> int:

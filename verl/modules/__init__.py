@@ -15,7 +15,7 @@ __all__ = ["ValueModel", "create_model", "load_tokenizer", "ref_policy_context",
 _LAZY = {
     "ValueModel": "verl.modules.value_model",
     "create_model": "verl.modules.factory",
-    "load_tokenizer": "verl.modules.factory",
+    "load_tokenizer": "verl.data.tokenizer",
     "ref_policy_context": "verl.modules.factory",
     "resolve_model_path": "verl.modules.factory",
 }

@@ -19,11 +19,8 @@ greedy accuracy rises to about 90-95 % within a few dozen GRPO steps on a CPU (l
 missing is rebuilt on first use into ``$VERL_CACHE_DIR`` (or ``~/.cache/verl``) ``/builtin/
 <name>-<hash>``, written to a temporary directory and renamed atomically.
 
-Tokenizer: one token per character (printable ASCII and newline) plus ``<pad>`` = 0,
-``<s>`` = 1 (BOS), ``</s>`` = 2 (EOS), ``<unk>`` = 3. Encoding adds no special tokens; the chat
-template starts with BOS, so a rendered-then-encoded prompt holds BOS once (known fault B27). The
-template renders a user turn as ``"Q:<content>\\n"``, an assistant turn as
-``"A:<content></s>"`` and the generation prompt as ``"A:"``.
+Tokenizer: the built-in character tokenizer of `verl.data.builtin_tokenizer`, saved next to
+the weights.
 """
 
 from __future__ import annotations
@@ -34,11 +31,12 @@ import math
 import os
 import random
 import shutil
-import string
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from verl.data.builtin_tokenizer import CHAT_TEMPLATE, build_tokenizer, load_builtin_tokenizer
 
 __all__ = [
     "BUILTIN_MODELS",
@@ -51,14 +49,6 @@ __all__ = [
     "sloppy_sum",
 ]
 
-PAD, BOS, EOS, UNK = "<pad>", "<s>", "</s>", "<unk>"
-CHARS = [c for c in string.printable if c not in "\t\r\x0b\x0c"]
-# Printable ASCII (digits, letters, punctuation, space) and newline: ids 4..99.
-CHAT_TEMPLATE = (
-    "{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}"
-    "A:{{ m['content'] }}{{ eos_token }}{% else %}Q:{{ m['content'] }}\n{% endif %}{% endfor %}"
-    "{% if add_generation_prompt %}A:{% endif %}"
-)
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
 _BUILD_VERSION = 1
 # Bumped whenever build_builtin_model changes what it produces (part of the cache hash).
@@ -95,36 +85,6 @@ def _check_name(name: str) -> BuiltinModelSpec:
     if name not in BUILTIN_MODELS:
         raise ValueError(f"unknown built-in model {name!r}; valid names: {sorted(BUILTIN_MODELS)}")
     return BUILTIN_MODELS[name]
-
-
-def build_tokenizer() -> Any:
-    """The built-in character tokenizer (a `transformers.PreTrainedTokenizerFast`).
-
-    Returns:
-        Tokenizer with vocabulary size 100, pad/bos/eos/unk ids 0/1/2/3 and `CHAT_TEMPLATE`;
-        e.g. ``"12+3"`` encodes to ``[5, 6, 76, 7]`` and decodes back to ``"12+3"``.
-    """
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    vocab = {tok: i for i, tok in enumerate([PAD, BOS, EOS, UNK, *CHARS])}
-    core = Tokenizer(models.WordLevel(vocab, unk_token=UNK))
-    # Every character (newline included) is its own pre-token; Fuse joins them back without spaces.
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tok = PreTrainedTokenizerFast(tokenizer_object=core, bos_token=BOS, eos_token=EOS, pad_token=PAD, unk_token=UNK)
-    tok.chat_template = CHAT_TEMPLATE
-    return tok
-
-
-def load_builtin_tokenizer(name: str = "tiny-arithmetic") -> Any:
-    """The tokenizer of built-in model ``name`` (built in memory, no files needed).
-
-    Raises:
-        ValueError: For an unknown name (the message lists the valid names).
-    """
-    _check_name(name)
-    return build_tokenizer()
 
 
 def sloppy_sum(a: int, b: int) -> int:

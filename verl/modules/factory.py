@@ -35,17 +35,16 @@ from torch import nn
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForSequenceClassification,
-    AutoTokenizer,
-    PreTrainedTokenizerBase,
 )
 
+from verl.data.tokenizer import BUILTIN_SCHEME
 from verl.modules.value_model import ValueModel
 from verl.utils.dtypes import torch_dtype
 
-__all__ = ["ROLES", "BUILTIN_SCHEME", "create_model", "disable_dropout", "enable_activation_checkpointing", "load_tokenizer", "ref_policy_context", "resolve_model_path"]
+__all__ = ["ROLES", "BUILTIN_SCHEME", "create_model", "disable_dropout", "enable_activation_checkpointing", "ref_policy_context", "resolve_model_path"]
 
 ROLES: tuple[str, ...] = ("actor", "ref", "critic", "reward_model")
-BUILTIN_SCHEME = "builtin://"
+
 
 
 def resolve_model_path(path: str | Path) -> str:
@@ -188,26 +187,3 @@ def ref_policy_context(model: nn.Module) -> Iterator[nn.Module]:
         )
     with model.disable_adapter():
         yield model
-
-
-def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
-    """Load a tokenizer for RL: left padding, and a pad token even if the tokenizer has none.
-
-    A missing pad token is set to the eos token (as TRL and verl do). That is safe in verl because
-    no mask is ever derived from token values: attention masks come from padding positions and
-    response masks from generated lengths (known_faults B17), so pad == eos never hides a real EOS.
-
-    Args:
-        path: tokenizer directory, hub id or ``builtin://NAME``.
-        trust_remote_code: allow custom tokenizer code from the directory.
-
-    Returns:
-        The tokenizer with ``padding_side == "left"`` and a non-None ``pad_token_id``.
-    """
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(path), trust_remote_code=trust_remote_code)
-    if tokenizer.pad_token is None:
-        if tokenizer.eos_token is None:
-            raise ValueError(f"tokenizer at {path} has neither a pad nor an eos token")
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    return tokenizer

@@ -18,6 +18,7 @@ from torch import nn
 
 from verl.algorithms.logprob import logprobs_and_entropy_from_logits
 from verl.modules.packing import pack_responses, unpack_responses
+from verl.utils.torch_functional import position_ids_from_attention_mask
 
 __all__ = [
     "compute_log_probs",
@@ -27,20 +28,6 @@ __all__ = [
     "position_ids_from_attention_mask",
     "response_logits",
 ]
-
-
-def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """``position_ids = clip(cumsum(mask) − 1, 0)``: 0 on left padding, then 0, 1, 2, ...
-
-    Example: mask [0, 0, 1, 1, 1, 1] → positions [0, 0, 0, 1, 2, 3] (known_faults B12).
-
-    Args:
-        attention_mask: `(B, T)` 1 on real tokens.
-
-    Returns:
-        `(B, T)` int64 positions.
-    """
-    return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
 def response_logits(

@@ -9,22 +9,17 @@ join it (``placement=colocated``, default) or get a pool of their own (``separat
 
 from __future__ import annotations
 
-import logging
-import random
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import torch
 
-from verl.trainer.checkpoint import CheckpointManager, step_of
-from verl.trainer.rl_trainer import TrainerParts, capture_rng_state, restore_rng_state
+from verl.config.finalize import world_size
+from verl.trainer.checkpoint import CheckpointManager
+from verl.trainer.state import TrainerParts, seed_everything
 
 if TYPE_CHECKING:
     from verl.config.schema import RootConfig
-    from verl.trainer.rl_trainer import RLTrainer
-
-logger = logging.getLogger(__name__)
 
 
 def resolve_root(config: Any, model_config: Any = None) -> RootConfig:
@@ -45,26 +40,14 @@ def resolve_root(config: Any, model_config: Any = None) -> RootConfig:
     return root
 
 
-def world_size_of(cfg: RootConfig) -> int:
-    """Data-parallel world size: ``nnodes * n_gpus_per_node``."""
-    return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
-
-
 def backend_of(cfg: RootConfig) -> str:
     """``local`` or ``ray`` after resolving ``trainer.backend=auto``."""
     backend = cfg.trainer.backend
     if backend == "auto":
-        backend = "local" if world_size_of(cfg) == 1 else "ray"
-    if backend == "local" and world_size_of(cfg) != 1:
-        raise ValueError(f"trainer.backend=local runs one worker; world size is {world_size_of(cfg)}")
+        backend = "local" if world_size(cfg) == 1 else "ray"
+    if backend == "local" and world_size(cfg) != 1:
+        raise ValueError(f"trainer.backend=local runs one worker; world size is {world_size(cfg)}")
     return backend
-
-
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy and torch global RNGs."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)
 
 
 def build_resource_pool(cfg: RootConfig) -> Any:
@@ -73,7 +56,7 @@ def build_resource_pool(cfg: RootConfig) -> Any:
         return None
     from verl.single_controller.ray import RayResourcePool
 
-    return RayResourcePool(world_size_of(cfg), cfg.trainer.device)
+    return RayResourcePool(world_size(cfg), cfg.trainer.device)
 
 
 def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, *args: Any, **kwargs: Any) -> Any:
@@ -84,7 +67,7 @@ def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, 
         return LocalWorkerGroup(worker_cls, *args, **kwargs)
     from verl.single_controller.ray import RayWorkerGroup
 
-    return RayWorkerGroup(worker_cls, world_size_of(cfg), cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
+    return RayWorkerGroup(worker_cls, world_size(cfg), cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
 
 
 def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
@@ -157,52 +140,5 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
         tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
         val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, resource_pools=[p for p in dict.fromkeys([pool, *extra_pools]) if p is not None], kl_ctrl=kl_ctrl,
         tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
-        total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size_of(cfg),
+        total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size(cfg),
     )
-
-
-# ----------------------------------------------------------------------------- checkpoints
-def write_checkpoint(trainer: RLTrainer) -> Path:
-    """Save every role, the trainer state and the config as ``global_step_<N>`` (atomic)."""
-    from verl.config import save_config
-
-    p, cfg = trainer.parts, trainer.config
-
-    def write(tmp: Path) -> None:
-        p.actor_rollout_wg.save_checkpoint(str(tmp / "actor"))
-        if p.critic_wg is not None:
-            p.critic_wg.save_checkpoint(str(tmp / "critic"))
-        state = {
-            "global_step": trainer.global_step, "epoch": trainer.epoch,
-            "dataloader": p.train_dataloader.state_dict(),
-            "kl_ctrl": p.kl_ctrl.state_dict() if p.kl_ctrl is not None else None,
-            "rng": capture_rng_state(),
-        }
-        torch.save(state, tmp / "trainer_state.pt")
-        save_config(cfg, tmp / "config.yaml")
-        if cfg.trainer.save_hf:
-            from verl.trainer.merge import export_hf
-
-            export_hf(tmp, tmp / "huggingface")
-
-    return p.checkpoints.save(trainer.global_step, write)
-
-
-def restore_checkpoint(trainer: RLTrainer) -> bool:
-    """Resume per ``trainer.resume_mode``; returns True when a checkpoint was loaded."""
-    p, tc = trainer._parts(), trainer.config.trainer
-    path = p.checkpoints.find_resume(tc.resume_mode, tc.resume_from_path)
-    if path is None:
-        return False
-    p.actor_rollout_wg.load_checkpoint(str(path / "actor"))
-    if p.critic_wg is not None:
-        p.critic_wg.load_checkpoint(str(path / "critic"))
-    state = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=True)
-    trainer.global_step, trainer.epoch = int(state["global_step"]), int(state["epoch"])
-    assert trainer.global_step == step_of(path)
-    p.train_dataloader.load_state_dict(state["dataloader"])
-    if p.kl_ctrl is not None and state["kl_ctrl"] is not None:
-        p.kl_ctrl.load_state_dict(state["kl_ctrl"])
-    restore_rng_state(state["rng"])
-    print(f"Resumed from {path} (global_step {trainer.global_step}, epoch {trainer.epoch})", flush=True)
-    return True

@@ -11,6 +11,11 @@ A crash at any point leaves either the previous latest or the new one, never a h
 On resume, a checkpoint is valid only if its manifest exists and every listed file has the
 recorded size and hash. ``auto`` falls back to the newest valid checkpoint with a warning
 naming what was wrong; an explicit ``resume_path`` to an invalid one raises.
+
+`write_checkpoint` / `restore_checkpoint` save and restore a whole run from its already built
+`TrainerParts` and its `TrainerState`: each role's engine state (``actor/``, ``critic/``),
+``trainer_state.pt`` (step, epoch, data-loader position, KL controller, RNG states) and the
+resolved ``config.yaml``. Restoring never builds anything.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ import os
 import re
 import shutil
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
+
+import torch
+
+from verl.trainer.state import TrainerParts, TrainerState, capture_rng_state, restore_rng_state
+
+if TYPE_CHECKING:
+    from verl.config.schema import RootConfig, TrainerConfig
 
 logger = logging.getLogger(__name__)
 
@@ -189,3 +201,59 @@ class CheckpointManager:
                 return d
             logger.warning("skipping checkpoint: %s", problem)
         return None
+
+
+def write_checkpoint(parts: TrainerParts, state: TrainerState, config: RootConfig) -> Path:
+    """Save every role, the trainer state and the config as ``global_step_<N>`` (atomic).
+
+    Args:
+        parts: the run's built parts (role groups, data loader, KL controller, checkpoints).
+        state: step and epoch to record.
+        config: the resolved root config (saved next to the weights; ``trainer.save_hf``
+            also exports a Hugging Face directory).
+    """
+    from verl.config import save_config
+
+    def write(tmp: Path) -> None:
+        parts.actor_rollout_wg.save_checkpoint(str(tmp / "actor"))
+        if parts.critic_wg is not None:
+            parts.critic_wg.save_checkpoint(str(tmp / "critic"))
+        trainer_state = {
+            "global_step": state.global_step, "epoch": state.epoch,
+            "dataloader": parts.train_dataloader.state_dict(),
+            "kl_ctrl": parts.kl_ctrl.state_dict() if parts.kl_ctrl is not None else None,
+            "rng": capture_rng_state(),
+        }
+        torch.save(trainer_state, tmp / "trainer_state.pt")
+        save_config(config, tmp / "config.yaml")
+        if config.trainer.save_hf:
+            from verl.trainer.merge import export_hf
+
+            export_hf(tmp, tmp / "huggingface")
+
+    return parts.checkpoints.save(state.global_step, write)
+
+
+def restore_checkpoint(parts: TrainerParts, state: TrainerState, trainer_cfg: TrainerConfig) -> bool:
+    """Resume per ``trainer.resume_mode`` into ``parts`` and ``state``; True when one was loaded.
+
+    Raises:
+        CheckpointError: ``resume_mode=resume_path`` with a missing or invalid checkpoint, or a
+            checkpoint whose recorded step disagrees with its directory name.
+    """
+    path = parts.checkpoints.find_resume(trainer_cfg.resume_mode, trainer_cfg.resume_from_path)
+    if path is None:
+        return False
+    parts.actor_rollout_wg.load_checkpoint(str(path / "actor"))
+    if parts.critic_wg is not None:
+        parts.critic_wg.load_checkpoint(str(path / "critic"))
+    saved = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=True)
+    state.global_step, state.epoch = int(saved["global_step"]), int(saved["epoch"])
+    if state.global_step != step_of(path):
+        raise CheckpointError(f"{path}: trainer_state.pt records step {state.global_step}, the directory says {step_of(path)}")
+    parts.train_dataloader.load_state_dict(saved["dataloader"])
+    if parts.kl_ctrl is not None and saved["kl_ctrl"] is not None:
+        parts.kl_ctrl.load_state_dict(saved["kl_ctrl"])
+    restore_rng_state(saved["rng"])
+    print(f"Resumed from {path} (global_step {state.global_step}, epoch {state.epoch})", flush=True)
+    return True

@@ -37,6 +37,11 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
     return {f"{prefix}/mean": float(v.mean()), f"{prefix}/max": float(v.max()), f"{prefix}/min": float(v.min())}
 
 
+def compute_rollout_entropy_metrics(entropys: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
+    """``actor/entropy_rollout``: token-mean entropy `(B, R)` of the policy on the sampled responses."""
+    return {"actor/entropy_rollout": float((entropys * response_mask).sum() / response_mask.sum())}
+
+
 def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]:
     """Statistics of one step's trajectories (masked to valid response tokens)."""
     b = batch.batch

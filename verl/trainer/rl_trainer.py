@@ -9,49 +9,29 @@ timer (``timing_s/<stage>``).
 from __future__ import annotations
 
 import logging
-import random
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from verl.algorithms import apply_kl_penalty, compute_advantage
+from verl.algorithms import AdvantageConfig, apply_kl_penalty, compute_advantage, estimator_inputs
 from verl.protocol import DataProto
+from verl.trainer.builders import build_parts, resolve_root
+from verl.trainer.checkpoint import restore_checkpoint, write_checkpoint
 from verl.trainer.metrics import (
     compute_data_metrics,
+    compute_rollout_entropy_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     reduce_worker_metrics,
     timer,
 )
+from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.validation import process_validation_metrics
 
 logger = logging.getLogger(__name__)
 REWARD_FAILURE_PATIENCE = 3
-
-
-@dataclass
-class TrainerParts:
-    """Everything `RLTrainer` drives, assembled by `verl.trainer.builders.build_parts`."""
-
-    tokenizer: Any
-    train_dataloader: Any
-    val_dataloader: Any
-    reward_fn: Any
-    val_reward_fn: Any
-    actor_rollout_wg: Any
-    critic_wg: Any = None
-    rm_wg: Any = None
-    resource_pools: list[Any] = field(default_factory=list)
-    kl_ctrl: Any = None
-    tracker: Any = None
-    checkpoints: Any = None
-    total_training_steps: int = 0
-    n_params: int = 0
-    world_size: int = 1
-    history: list[dict[str, float]] = field(default_factory=list)
 
 
 class RLTrainer:
@@ -66,14 +46,31 @@ class RLTrainer:
     """
 
     def __init__(self, config: Any, dataloader: Any = None, model_config: Any = None, parts: TrainerParts | None = None) -> None:
-        from verl.trainer.builders import resolve_root
-
         self.config = resolve_root(config, model_config)
         self._dataloader = dataloader
         self.parts = parts
-        self.global_step = 0
-        self.epoch = 0
+        self.state = TrainerState()
         self._failed_reward_steps = 0
+        # the estimator's own inputs decide the optional stages (ReMax: a greedy baseline per prompt)
+        self._greedy_baseline = "reward_baselines" in estimator_inputs(self.config.algorithm.adv_estimator)
+
+    @property
+    def global_step(self) -> int:
+        """RL steps done (``self.state.global_step``)."""
+        return self.state.global_step
+
+    @global_step.setter
+    def global_step(self, value: int) -> None:
+        self.state.global_step = value
+
+    @property
+    def epoch(self) -> int:
+        """Epochs completed (``self.state.epoch``)."""
+        return self.state.epoch
+
+    @epoch.setter
+    def epoch(self, value: int) -> None:
+        self.state.epoch = value
 
     # ----------------------------------------------------------------------------- public API
     def train(self) -> list[dict[str, float]]:
@@ -146,7 +143,7 @@ class RLTrainer:
     def train_step(self, batch_dict: dict[str, Any]) -> dict[str, float]:
         """One RL step on one batch of prompts; returns its metrics."""
         p, cfg = self._parts(), self.config
-        algo, rollout = cfg.algorithm, cfg.actor_rollout_ref.rollout
+        rollout = cfg.actor_rollout_ref.rollout
         metrics: dict[str, float] = {}
         timing: dict[str, float] = {}
         with timer("step", timing):
@@ -156,11 +153,13 @@ class RLTrainer:
             with timer("gen", timing):
                 gen_out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen_batch.repeat(rollout.n, interleave=True), "train"))
             metrics.update(reduce_worker_metrics(gen_out.meta_info.pop("metrics", {})))
-            if algo.adv_estimator == "remax":
+            if self._greedy_baseline:
                 with timer("gen_max", timing):
-                    baseline = self._remax_baselines(gen_batch, batch)
+                    baselines = self._greedy_baselines(gen_batch, batch)
             batch = batch.repeat(rollout.n, interleave=True)
             batch.union(gen_out)
+            if self._greedy_baseline:
+                batch.batch["reward_baselines"] = baselines
             if cfg.trainer.balance_batch and p.world_size > 1:
                 self._balance_batch(batch)
             with timer("reward", timing):
@@ -168,7 +167,7 @@ class RLTrainer:
             if not self._reuse_old_log_probs():
                 with timer("old_log_prob", timing):
                     old = p.actor_rollout_wg.compute_log_prob(batch)
-                metrics["actor/entropy_rollout"] = float((old.batch["entropys"] * batch.batch["response_mask"]).sum() / batch.batch["response_mask"].sum())
+                metrics.update(compute_rollout_entropy_metrics(old.batch["entropys"], batch.batch["response_mask"]))
                 batch.union(old.select(batch_keys=["old_log_probs"]))
             if self._use_reference():
                 with timer("ref", timing):
@@ -177,7 +176,7 @@ class RLTrainer:
                 with timer("values", timing):
                     batch.union(p.critic_wg.compute_values(batch))
             with timer("adv", timing):
-                metrics.update(self._compute_advantage(batch, baseline if algo.adv_estimator == "remax" else None))
+                metrics.update(self._compute_advantage(batch))
             if p.critic_wg is not None:
                 with timer("update_critic", timing):
                     out = p.critic_wg.update_critic(batch)
@@ -218,8 +217,8 @@ class RLTrainer:
         gen.batch["sample_seeds"] = torch.from_numpy((state >> np.uint64(1)).astype(np.int64))
         return gen
 
-    def _remax_baselines(self, gen_batch: DataProto, batch: DataProto) -> torch.Tensor:
-        """ReMax (Li et al. 2023): the greedy response's score is each prompt's baseline."""
+    def _greedy_baselines(self, gen_batch: DataProto, batch: DataProto) -> torch.Tensor:
+        """``reward_baselines`` `(B·n,)`: the score of each prompt's greedy response (ReMax, Li et al. 2023)."""
         p = self._parts()
         greedy = gen_batch.select(deepcopy=True)
         greedy.meta_info["do_sample"] = False
@@ -229,7 +228,12 @@ class RLTrainer:
         scores = p.reward_fn(scored, return_dict=True)["reward_tensor"].sum(-1)
         return scores.repeat_interleave(self.config.actor_rollout_ref.rollout.n)
 
-    def _compute_advantage(self, batch: DataProto, reward_baselines: torch.Tensor | None) -> dict[str, float]:
+    def _compute_advantage(self, batch: DataProto) -> dict[str, float]:
+        """``token_level_rewards`` (minus the in-reward KL), then ``advantages`` and ``returns`` `(B, R)`.
+
+        The estimator gets the common inputs, its settings as one `AdvantageConfig`, and any extra
+        per-sample inputs it declares (`estimator_inputs`) from the batch.
+        """
         p, algo = self._parts(), self.config.algorithm
         b = batch.batch
         metrics: dict[str, float] = {}
@@ -245,8 +249,8 @@ class RLTrainer:
         advantages, returns = compute_advantage(
             algo.adv_estimator, token_level_rewards=b["token_level_rewards"], response_mask=b["response_mask"],
             index=batch.non_tensor_batch["uid"], values=b["values"] if "values" in b.keys() else None,
-            gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-            reward_baselines=reward_baselines,
+            config=AdvantageConfig(gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo),
+            inputs=b,
         )
         b["advantages"], b["returns"] = advantages, returns
         return metrics
@@ -338,20 +342,14 @@ class RLTrainer:
     # --------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
         """Write ``global_step_N`` (all roles + trainer state) atomically; see `checkpoint`."""
-        from verl.trainer.builders import write_checkpoint
-
-        return write_checkpoint(self)
+        return write_checkpoint(self._parts(), self.state, self.config)
 
     def _load_checkpoint(self) -> bool:
-        from verl.trainer.builders import restore_checkpoint
-
-        return restore_checkpoint(self)
+        return restore_checkpoint(self._parts(), self.state, self.config.trainer)
 
     # ------------------------------------------------------------------------------- helpers
     def _parts(self) -> TrainerParts:
         if self.parts is None:
-            from verl.trainer.builders import build_parts
-
             self.parts = build_parts(self.config, dataloader=self._dataloader)
         return self.parts
 
@@ -370,22 +368,3 @@ class RLTrainer:
                 "s/step": "timing_s/step"}
         bar.set_postfix({k: f"{metrics[v]:.3g}" for k, v in keys.items() if v in metrics}, refresh=False)
         bar.update(1)
-
-
-def capture_rng_state() -> dict[str, Any]:
-    """Python, NumPy and torch RNG states in a form `torch.load(weights_only=True)` accepts."""
-    np_state = np.random.get_state()
-    return {
-        "python": random.getstate(),
-        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
-        "torch": torch.get_rng_state(),
-    }
-
-
-def restore_rng_state(state: dict[str, Any]) -> None:
-    """Inverse of `capture_rng_state`."""
-    py = state["python"]
-    random.setstate((py[0], tuple(py[1]), py[2]))
-    n = state["numpy"]
-    np.random.set_state((n[0], np.asarray(n[1], dtype=np.uint32), n[2], n[3], n[4]))
-    torch.set_rng_state(state["torch"])

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl.algorithms import compute_value_loss
+from verl.algorithms import compute_value_loss, zero_masked
 from verl.engine import GlobalCounts, LossFn, MicroBatchSpec, TrainingEngine
 from verl.modules.forward import compute_values
 from verl.protocol import DataProto
@@ -68,7 +68,7 @@ class PPOCritic:
         micro = MicroBatchSpec(cfg.forward_micro_batch_size_per_gpu or cfg.ppo_micro_batch_size_per_gpu,
                                cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
         values = self.engine.infer_batch(data, lambda module, m: {"values": forward_values(module, m, cfg.model.use_remove_padding)}, micro)["values"]
-        return values * data.batch["response_mask"]
+        return zero_masked(values, data.batch["response_mask"])
 
     def update_critic(self, data: DataProto, mini_batch_size: int) -> dict[str, float]:
         """Value-loss epochs over mini-batches of ``data``; returns metrics (global)."""

@@ -1,0 +1,102 @@
+"""What a run is made of (`TrainerParts`), where it stands (`TrainerState`), and the RNG state.
+
+Builders (`verl.trainer.builders`) make the parts; the loop (`verl.trainer.rl_trainer`) and the
+checkpoints (`verl.trainer.checkpoint`) read them. Nothing here builds anything, so restoring a
+checkpoint never starts a run.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+import numpy as np
+import torch
+
+if TYPE_CHECKING:
+    from verl.algorithms import KLController
+    from verl.data import RLDataLoader
+    from verl.trainer.checkpoint import CheckpointManager
+    from verl.trainer.tracking import Tracking
+    from verl.workers.protocols import ActorRolloutGroup, CriticGroup, RewardModelGroup
+
+RewardFn = Callable[..., Any]
+# reward_fn(batch: DataProto, return_dict=True) -> {"reward_tensor": (B, R), "reward_extra_info": ..., ...}
+
+
+class ResourcePool(Protocol):
+    """Devices reserved for worker groups (`verl.single_controller.ray.RayResourcePool`)."""
+
+    def release(self) -> None:
+        """Give the devices back."""
+        ...
+
+
+@dataclass
+class TrainerParts:
+    """Everything `RLTrainer` drives, assembled by `verl.trainer.builders.build_parts`.
+
+    Attributes:
+        tokenizer: the data tokenizer (pad id of the prompts, decoding for validation).
+        train_dataloader / val_dataloader: prompts (stateful; val None = no validation).
+        reward_fn / val_reward_fn: reward managers for training and validation.
+        actor_rollout_wg / critic_wg / rm_wg: the role groups (critic, reward model optional).
+        resource_pools: pools to release at the end (Ray), distinct.
+        kl_ctrl: in-reward KL controller (``use_kl_in_reward``), else None.
+        tracker: metric loggers; checkpoints: ``global_step_N`` directories.
+        total_training_steps: RL steps of the run; n_params: actor parameters (for MFU).
+        world_size: data-parallel size; history: per-step metrics so far.
+    """
+
+    tokenizer: Any
+    train_dataloader: RLDataLoader
+    val_dataloader: RLDataLoader | None
+    reward_fn: RewardFn
+    val_reward_fn: RewardFn
+    actor_rollout_wg: ActorRolloutGroup
+    critic_wg: CriticGroup | None = None
+    rm_wg: RewardModelGroup | None = None
+    resource_pools: list[ResourcePool] = field(default_factory=list)
+    kl_ctrl: KLController | None = None
+    tracker: Tracking | None = None
+    checkpoints: CheckpointManager | None = None
+    total_training_steps: int = 0
+    n_params: int = 0
+    world_size: int = 1
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+@dataclass
+class TrainerState:
+    """Where the loop stands: RL steps done and epochs completed (saved with every checkpoint)."""
+
+    global_step: int = 0
+    epoch: int = 0
+
+
+def capture_rng_state() -> dict[str, Any]:
+    """Python, NumPy and torch RNG states in a form `torch.load(weights_only=True)` accepts."""
+    np_state = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state(),
+    }
+
+
+def restore_rng_state(state: dict[str, Any]) -> None:
+    """Inverse of `capture_rng_state`."""
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n[0], np.asarray(n[1], dtype=np.uint32), n[2], n[3], n[4]))
+    torch.set_rng_state(state["torch"])
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy and torch global RNGs."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
