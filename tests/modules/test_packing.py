@@ -106,7 +106,7 @@ def test_packed_policy_loss_and_gradient_equal_padded(model_dir):
     assert all(torch.allclose(a, c, atol=1e-5) for a, c in zip(g0, g1, strict=True))
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_grpo_run_with_packing_equals_padded_run(tiny_model_dir, tmp_path):
     runs = {}
     for packed in (False, True):

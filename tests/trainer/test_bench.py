@@ -48,7 +48,7 @@ def test_matmul_peak_is_measured():
     assert 1e6 < peak < 1e15
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_bench_writes_a_record(tmp_path):
     out = tmp_path / "bench.json"
     proc = subprocess.run([sys.executable, "-m", "verl.trainer.bench", "--steps", "2", "--out", str(out),

@@ -43,7 +43,7 @@ def test_parse_device():
         parse_device("tpu")
 
 
-@pytest.mark.slow
+@pytest.mark.e2e
 def test_predicted_peak_within_20_percent_of_measured(tmp_path):
     """The built-in quick start: plan's prediction vs the bench's measured peak RSS."""
     overrides = ["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16"]
