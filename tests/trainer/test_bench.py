@@ -35,7 +35,7 @@ def test_flop_model_counts_a_tied_head_once():
 def test_summary_medians_after_the_first_step_and_ray_share():
     recs = [StepRecord(seconds=s, generated_tokens=100, trained_tokens=300, flops=1e9,
                        stages={"step": s, "gen": 0.4 * s, "generate_sequences": 0.3 * s, "update_actor": 0.5 * s,
-                               "update_actor_worker": 0.5 * s, "weight_sync": 0.1 * s})
+                               "update_actor_worker": 0.5 * s, "update_weights": 0.1 * s})
             for s in (10.0, 1.0, 2.0, 4.0)]
     s = summarize(recs, peak_flops=1e9)
     assert s["steps"] == 3 and s["step_s"] == 2.0 and s["throughput"] == pytest.approx(400 / 2.0)

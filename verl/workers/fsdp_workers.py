@@ -80,7 +80,7 @@ class ActorRolloutRefWorker(Worker):
             out = self.rollout.generate_sequences(prompts)
         metrics = out.meta_info.setdefault("metrics", {})
         metrics["timing_s/generate_sequences"] = time.perf_counter() - start
-        metrics["timing_s/weight_sync"] = self.rollout.last_sync_s
+        metrics["timing_s/update_weights"] = self.rollout.last_sync_s
         return out
 
     @register(Dispatch.DP_COMPUTE_PROTO)
