@@ -60,7 +60,7 @@ def main() -> None:
         ray2 = summarize("ray x2", run(["trainer.n_gpus_per_node=2"], common, Path(tmp) / "ray"))
     print(f"step time ratio ray x2 / local = {ray2['step'] / local['step']:.2f}")
     print(f"Ray overhead per step (dispatch+wait, gen + update) = {ray2['overhead_gen'] + ray2['overhead_update']:.3f}s, "
-          f"weight sync = {ray2["update_weights"]:.3f}s")
+          f"weight sync = {ray2['update_weights']:.3f}s")
 
 
 if __name__ == "__main__":
