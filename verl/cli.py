@@ -3,26 +3,38 @@
 Every sub-command is a function ``(argv: list[str]) -> int`` (``module:function``, default
 ``main``) in a module that is imported only when
 called, so ``verl --help`` and ``verl config show`` never import torch models or Ray.
+
+Errors caused by the user's input (`verl.utils.errors.UserError`, which includes
+``ConfigError``) are printed as one line ``verl <command>: <kind>: <message>`` and give a
+non-zero exit status; ``--debug`` (anywhere on the command line) or ``VERL_DEBUG=1`` shows their
+traceback instead. Any other exception is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+from typing import Callable, Sequence
+
+from verl.utils.errors import UserError, debug_enabled
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("verl.trainer.main_ppo:train_cli", "run RL training (PPO, GRPO, ...): verl train [CONFIG] [key=value ...]"),
+    "sft": ("verl.trainer.sft_trainer:main", "supervised fine-tuning (or trainer.algorithm=hybrid): verl sft [CONFIG] [key=value ...]"),
+    "dpo": ("verl.trainer.sft_trainer:dpo_main", "DPO / IPO on preference pairs: verl dpo [CONFIG] [key=value ...]"),
     "config": ("verl.config.cli", "inspect configs: verl config show [CONFIG] [key=value ...]"),
     "prepare": ("verl.data.prepare", "raw data -> training parquet: verl prepare gsm8k|math500 --input F --out DIR"),
     "init-model": ("verl.modules.init_model", "write a randomly initialised model: verl init-model --arch qwen2 ..."),
     "bench": ("verl.trainer.bench", "throughput / MFU / memory of N RL steps: verl bench [CONFIG|--shape gsm8k] [--compare trl]"),
     "plan": ("verl.trainer.plan", "pre-flight memory plan: verl plan [CONFIG] [key=value ...] [--device cpu|gpu:80GiB]"),
     "merge": ("verl.trainer.merge", "checkpoint -> Hugging Face directory: verl merge CKPT_DIR OUT_DIR"),
+    "doctor": ("verl.trainer.doctor", "environment report + pre-flight checks: verl doctor [CONFIG] [key=value ...]"),
 }
 
 
 def _usage() -> str:
-    lines = ["usage: verl <command> [args]", "", "commands:"]
+    lines = ["usage: verl [--debug] <command> [args]", "", "commands:"]
     lines += [f"  {name:<11} {help_}" for name, (_, help_) in COMMANDS.items()]
     return "\n".join(lines)
 
@@ -30,6 +42,9 @@ def _usage() -> str:
 def main(argv: list[str] | None = None) -> int:
     """Dispatch ``verl <command> ...`` to the command's module; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:
+        argv.remove("--debug")
+        os.environ["VERL_DEBUG"] = "1"
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -48,7 +63,27 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     module_name, _, func = COMMANDS[name][0].partition(":")
     entry = getattr(importlib.import_module(module_name), func or "main")
-    return int(entry(rest) or 0)
+    return run_reporting_user_errors(f"verl {name}", entry, rest)
+
+
+def run_reporting_user_errors(prog: str, entry: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
+    """Run ``entry(argv)``; a `UserError` becomes one line on stderr and its exit status.
+
+    Args:
+        prog: the command as the user typed it (``verl train``), prefixed to the message.
+        entry: the sub-command function.
+        argv: its arguments (``--debug`` already removed).
+
+    Returns:
+        The sub-command's exit status, or the error's ``exit_code`` (1; 2 for config errors).
+    """
+    try:
+        return int(entry(list(argv)) or 0)
+    except UserError as e:
+        if debug_enabled():
+            raise
+        print(f"{prog}: {e.kind}: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
 
 
 if __name__ == "__main__":

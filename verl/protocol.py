@@ -29,7 +29,7 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
-__all__ = ["CANONICAL_KEYS", "CANONICAL_NON_TENSOR_KEYS", "DataProto", "collate_fn"]
+__all__ = ["CANONICAL_KEYS", "CANONICAL_NON_TENSOR_KEYS", "DataProto", "DataProtoItem", "collate_fn"]
 
 CANONICAL_KEYS: dict[str, str] = {
     "input_ids": "(B, T) int64 prompt + response token ids; prompt left-padded, response right-padded",
@@ -105,6 +105,23 @@ def _as_list(keys: str | Sequence[str] | None) -> list[str]:
     if keys is None:
         return []
     return [keys] if isinstance(keys, str) else list(keys)
+
+
+@dataclass
+class DataProtoItem:
+    """One row of a `DataProto` (verl's ``DataProtoItem``): what ``data[i]`` returns.
+
+    Attributes:
+        batch: ``TensorDict`` with ``batch_size=[]``: each tensor is the row's slice, e.g.
+            ``item.batch["responses"]`` is `(R,)`.
+        non_tensor_batch: ``{key: value}`` of the row (``item.non_tensor_batch["reward_model"]
+            ["ground_truth"]``).
+        meta_info: the batch's meta_info (shared, not copied).
+    """
+
+    batch: TensorDict | None = None
+    non_tensor_batch: dict[str, Any] = field(default_factory=dict)
+    meta_info: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(eq=False)
@@ -194,12 +211,11 @@ class DataProto:
             f"non_tensor_batch={sorted(self.non_tensor_batch)}, meta_info={sorted(self.meta_info)})"
         )
 
-    def __getitem__(self, item: Index) -> DataProto:
+    def __getitem__(self, item: int | Index) -> DataProto | DataProtoItem:
+        """``data[i]`` -> one row as a `DataProtoItem` (verl's reward managers index rows this
+        way); a slice, index list/array/tensor or boolean mask -> a `DataProto` of those rows."""
         if isinstance(item, (int, np.integer)) or (isinstance(item, torch.Tensor) and item.dim() == 0):
-            raise TypeError(
-                "DataProto does not support integer indexing; use data[i:i + 1] for a one-row "
-                "DataProto, or data.batch[i] / data.non_tensor_batch[key][i] for values"
-            )
+            return self._item(int(item))
         if isinstance(item, slice):
             return self._take(item)
         idx = torch.as_tensor(np.asarray(item) if not isinstance(item, torch.Tensor) else item)
@@ -208,6 +224,21 @@ class DataProto:
                 raise IndexError(f"boolean mask of shape {tuple(idx.shape)} for a DataProto of length {len(self)}")
             idx = idx.nonzero().flatten()
         return self._take(idx.long())
+
+    def _item(self, i: int) -> DataProtoItem:
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"index {i} out of range for a DataProto of length {n}")
+        i %= n
+        return DataProtoItem(
+            batch=None if self.batch is None else self.batch[i],
+            non_tensor_batch={k: v[i] for k, v in self.non_tensor_batch.items()},
+            meta_info=self.meta_info,
+        )
+
+    def __iter__(self):
+        """Rows as `DataProtoItem` (``for item in data``)."""
+        return (self._item(i) for i in range(len(self)))
 
     def _take(self, idx: slice | torch.Tensor) -> DataProto:
         """Rows ``idx`` (slice or int64 index tensor); meta_info is shallow-copied."""
@@ -332,8 +363,9 @@ class DataProto:
         """Concatenate along dim 0 and merge ``meta_info``.
 
         A meta_info key is kept when every part holding it has an equal value (ValueError
-        otherwise). ``meta_info["metrics"]`` becomes ``dict[str, list]``: each part's values
-        (scalars or lists) appended in order, ready for the controller to reduce.
+        otherwise). ``meta_info["metrics"]`` (a dict, or a list of dicts as verl's workers
+        return) becomes ``dict[str, list]``: each part's values (scalars or lists) appended in
+        order, ready for the controller to reduce.
         """
         if not data:
             raise ValueError("DataProto.concat needs at least one DataProto")
@@ -396,12 +428,14 @@ def _merge_meta_info(metas: list[dict[str, Any]]) -> dict[str, Any]:
         for key, value in meta.items():
             if key == "metrics":
                 has_metrics = True
-                for name, val in value.items():
-                    bucket = metrics.setdefault(name, [])
-                    if isinstance(val, list):
-                        bucket.extend(val)
-                    else:
-                        bucket.append(val)
+                # a worker reports a dict of values, or (verl's workers) a list of such dicts
+                for part in value if isinstance(value, list) else [value]:
+                    for name, val in part.items():
+                        bucket = metrics.setdefault(name, [])
+                        if isinstance(val, list):
+                            bucket.extend(val)
+                        else:
+                            bucket.append(val)
             elif key in merged and not _values_equal(merged[key], value):
                 raise ValueError(
                     f"DataProto.concat: meta_info[{key!r}] differs between parts; "

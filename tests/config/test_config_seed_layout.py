@@ -127,6 +127,7 @@ def test_create_trainer_dict() -> None:
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.name == "sglang" and cfg.trainer.device == "cuda"
     assert rollout.multi_turn.enable is True and cfg.data.return_raw_chat is True
+    assert rollout.multi_turn.tool_config_path.endswith("verl/tools/configs/calculator_tool_config.yaml")
     assert cfg.data.max_response_length == 2048 and rollout.response_length == 2048
     assert rollout.temperature == 0.7
     assert cfg.algorithm.adv_estimator == "gae" and cfg.critic.enable is True

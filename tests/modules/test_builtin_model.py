@@ -112,6 +112,7 @@ def test_build_writes_loadable_dir_with_info(tmp_path: Path) -> None:
     out = build_builtin_model(tmp_path / "m", TINY)
     info = json.loads((out / "verl_builtin.json").read_text())
     assert info["spec"] == asdict(TINY) and 0.0 <= info["test_greedy_accuracy"] <= 1.0
+    assert info["sft_path"] == "verl.trainer.sft_trainer"  # the warm start is a `verl sft` run
     model = AutoModelForCausalLM.from_pretrained(out)
     assert (model.config.hidden_size, model.config.num_hidden_layers) == (16, 1)
     tok = AutoTokenizer.from_pretrained(out)
@@ -141,9 +142,18 @@ def test_stale_asset_is_rebuilt_once_into_cache(tmp_path: Path, monkeypatch: pyt
 
 
 @pytest.mark.slow
-def test_full_build_reproduces_shipped_weights(tmp_path: Path) -> None:
-    """The committed recipe regenerates the shipped asset bit for bit (about 65 s on one core)."""
+@pytest.mark.e2e  # a whole SFT run
+@pytest.mark.timeout(3600)  # ~25 min on a loaded 2-core machine
+def test_full_build_through_sft_path_matches_shipped_quality(tmp_path: Path) -> None:
+    """A rebuild runs the product's SFT trainer with the shipped recipe: an equal-quality warm start.
+
+    The shipped asset came from an earlier hand-written loop (batches drawn with replacement, no
+    attention mask), so the bytes differ; what must hold is the quality the quick start relies on:
+    a sloppy model that gets most carrying problems wrong greedily (shipped: 27.3 % held out).
+    """
     out = build_builtin_model(tmp_path / "full")
-    shipped = builtin.ASSETS_DIR / "tiny-arithmetic"
-    assert (out / "model.safetensors").read_bytes() == (shipped / "model.safetensors").read_bytes()
-    assert json.loads((out / "verl_builtin.json").read_text()) == json.loads((shipped / "verl_builtin.json").read_text())
+    info = json.loads((out / "verl_builtin.json").read_text())
+    shipped = json.loads((builtin.ASSETS_DIR / "tiny-arithmetic" / "verl_builtin.json").read_text())
+    assert info["spec"] == shipped["spec"] and info["sft_path"] == "verl.trainer.sft_trainer"
+    assert 0.15 <= info["test_greedy_accuracy"] <= 0.45
+    assert info["final_sft_loss"] < 0.3

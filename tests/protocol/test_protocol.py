@@ -106,9 +106,15 @@ def test_getitem_slice_list_tensor_and_mask():
     assert d[1:3].meta_info == {"temperature": 1.0}
 
 
-def test_getitem_int_is_a_clear_error():
-    with pytest.raises(TypeError, match=r"data\[i:i \+ 1\]"):
-        make(2)[0]
+def test_getitem_int_gives_a_verl_data_proto_item():
+    d = make(3)
+    item = d[1]
+    assert item.batch["input_ids"].tolist() == d.batch["input_ids"][1].tolist()
+    assert item.non_tensor_batch["uid"] == "u1" and item.meta_info is d.meta_info
+    assert d[-1].non_tensor_batch["uid"] == "u2" and d[np.int64(0)].non_tensor_batch["uid"] == "u0"
+    assert [it.non_tensor_batch["uid"] for it in d] == ["u0", "u1", "u2"]
+    with pytest.raises(IndexError, match="out of range"):
+        d[3]
     with pytest.raises(IndexError, match="boolean mask"):
         make(2)[torch.tensor([True])]
 
@@ -299,3 +305,17 @@ def test_collate_fn_stacks_tensors_and_objects():
     assert d.non_tensor_batch["extra_info"][1] == {"index": 1} and len(d) == 2
     with pytest.raises(ValueError, match="row 1 has keys"):
         collate_fn([{"a": 1}, {"b": 2}])
+
+
+def test_concat_merges_verl_style_metric_lists_of_dicts():
+    a, b = make(2), make(2)
+    a.meta_info["metrics"] = [{"actor/pg_loss": 1.0}, {"actor/pg_loss": 3.0, "actor/lr": 0.1}]
+    b.meta_info["metrics"] = {"actor/pg_loss": 5.0, "actor/lr": 0.1}
+    merged = DataProto.concat([a, b])
+    assert merged.meta_info["metrics"] == {"actor/pg_loss": [1.0, 3.0, 5.0], "actor/lr": [0.1, 0.1]}
+
+
+def test_from_verl_import_data_proto():
+    from verl import DataProto as Exported
+
+    assert Exported is DataProto

@@ -78,7 +78,7 @@ TOK = CharTokenizer()
 
 
 def test_reward_manager_registry_names_and_miss() -> None:
-    assert REWARD_MANAGERS.names() == ["batch", "dapo", "naive"]
+    assert REWARD_MANAGERS.names() == ["batch", "dapo", "naive", "prime"]
     assert isinstance(create_reward_manager("naive", TOK), NaiveRewardManager)
     with pytest.raises(RegistryError, match="Did you mean 'naive'"):
         create_reward_manager("naiv", TOK)
@@ -96,7 +96,7 @@ def test_reward_manager_places_score_on_last_valid_token(name: str) -> None:
     expected = torch.zeros(3, 12)
     expected[0, 8] = 1.0  # 9 valid tokens (EOS included) -> index 8
     assert torch.equal(out["reward_tensor"], expected)  # wrong answer and empty response: zero rows
-    assert out["reward_metrics"] == {"reward/num_errors": 0.0, "reward/num_timeouts": 0.0}
+    assert out["reward_metrics"] == {"reward/num_errors": 0.0, "reward/num_nonfinite": 0.0, "reward/num_timeouts": 0.0}
     assert out["reward_extra_info"]["reward_error"] == [False, False, False]
 
 
@@ -187,7 +187,7 @@ def test_reward_manager_hanging_scorer_times_out(caplog: pytest.LogCaptureFixtur
         release.set()
     assert out["reward_tensor"][:, 0].tolist() == [1.0, 0.0, 1.0]  # samples after the hang still scored
     assert out["reward_extra_info"]["reward_timeout"] == [False, True, False]
-    assert out["reward_metrics"] == {"reward/num_errors": 0.0, "reward/num_timeouts": 1.0}
+    assert out["reward_metrics"] == {"reward/num_errors": 0.0, "reward/num_nonfinite": 0.0, "reward/num_timeouts": 1.0}
     assert out2["reward_metrics"]["reward/num_timeouts"] == 1.0
     assert elapsed < 3.0
     assert len([r for r in caplog.records if "timeout" in r.getMessage()]) == 1

@@ -167,7 +167,7 @@ def test_lora_kl_loss_reference_is_the_base_model(tiny_model_dir, tmp_path):
         "actor_rollout_ref.actor.kl_loss_coef": 0.1, "trainer.save_hf": True,
     })
     worker = trainer.parts.actor_rollout_wg.workers[0]
-    assert worker.ref_module is None, "LoRA must not keep a second copy of the weights as reference"
+    assert worker.ref_engine is None, "LoRA must not keep a second copy of the weights as reference"
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     kl = {int(r["step"]): r["actor/kl_loss"] for r in rows}
     # step 1: adapters still zero, actor == reference, KL exactly 0; step 2: adapters trained

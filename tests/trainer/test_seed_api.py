@@ -5,15 +5,15 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
 from run_helpers import tiny_run_overrides
+
+pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
 
 SEED_SCRIPT = """\
 from verl.trainer import RLTrainer
 from verl.data import RLDataLoader
 from verl.utils.config import load_config
-import pytest
-
-pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
 
 config = load_config("configs/llama3_8b_ppo.yaml")
 dataloader = RLDataLoader(config.data)

@@ -4,8 +4,10 @@
 >>> cfg = load_config("quickstart", ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
 
 See :mod:`verl.config.loader` for the loading steps, :mod:`verl.config.schema` for every key,
-:mod:`verl.config.compat` for the short layout of the product's documents. This package
-imports neither torch nor any other verl package, so it is cheap to import.
+:mod:`verl.config.compat` for the short layout of the product's documents,
+:mod:`verl.config.verl_keys` for what each key of verl's reference config does here (takes
+effect, documented no-op, or "not supported yet"). This package imports neither torch nor any
+other verl package (a user's ``external_lib`` aside), so it is cheap to import.
 """
 
 from __future__ import annotations

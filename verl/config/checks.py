@@ -62,6 +62,13 @@ def one_of(name: str, allowed: frozenset[str]) -> Rule:
     return Rule(name, lambda v: v in allowed, "must be one of " + ", ".join(sorted(allowed)), allowed)
 
 
+def one_of_or_registered(name: str, allowed: frozenset[str], kind: str) -> Rule:
+    """``value`` is a built-in name or one registered by user code (``C.EXTENSIONS[kind]``)."""
+    return Rule(name, lambda v: v in allowed or v in C.EXTENSIONS[kind],
+                "must be one of " + ", ".join(sorted(allowed)) + " or a name registered by "
+                "actor_rollout_ref.model.external_lib", allowed)
+
+
 def each_of(name: str, allowed: frozenset[str]) -> Rule:
     """Every entry of a list value is one of the allowed names."""
     expect = "entries must be in " + ", ".join(sorted(allowed))
@@ -95,6 +102,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         within("lr_warmup_steps_ratio", 0.0, 1.0),
         within("min_lr_ratio", 0.0, 1.0),
         one_of("warmup_style", C.WARMUP_STYLES),
+        one_of("lr_scheduler_type", C.WARMUP_STYLES),
         ge("weight_decay", 0.0),
         Rule("betas", lambda v: len(v) == 2 and all(0.0 <= b < 1.0 for b in v), "must be two numbers in [0, 1)"),
         gt("eps", 0.0),
@@ -108,7 +116,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         each_of("load_contents", C.CHECKPOINT_CONTENTS),
     ],
     S.PolicyLossConfig: [
-        one_of("loss_mode", C.POLICY_LOSS_MODES),
+        one_of_or_registered("loss_mode", C.POLICY_LOSS_MODES, "policy_loss"),
         within("clip_cov_ratio", 0.0, 1.0, lo_open=True),
         within("kl_cov_ratio", 0.0, 1.0, lo_open=True),
         ge("ppo_kl_coef", 0.0),
@@ -133,10 +141,20 @@ SECTION_RULES: dict[type, list[Rule]] = {
     S.RefConfig: [*(ge(name, 1) for name in _LOGPROB_MICRO), ge("log_prob_max_token_len_per_gpu", 1)],
     S.SamplingConfig: [ge("temperature", 0.0), Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
                        within("top_p", 0.0, 1.0, lo_open=True), ge("n", 1)],
-    S.MultiTurnConfig: [ge("max_assistant_turns", 1)],
+    S.MultiTurnConfig: [
+        ge("max_assistant_turns", 1),
+        ge("max_user_turns", 0),
+        ge("max_parallel_calls", 1),
+        ge("max_tool_response_length", 1),
+        one_of("format", C.TOOL_CALL_FORMATS),
+        one_of("tool_response_truncate_side", C.TRUNCATE_SIDES),
+        one_of("tokenization_sanity_check_mode", C.SANITY_CHECK_MODES),
+    ],
+    S.AgentLoopConfig: [one_of("default_agent_loop", C.AGENT_LOOPS)],
     S.RolloutConfig: [
         one_of("name", C.ROLLOUT_NAMES),
         one_of("mode", C.ROLLOUT_MODES),
+        within("over_sample_rate", 0.0, 1.0, hi_open=True),
         ge("temperature", 0.0),
         Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
         within("top_p", 0.0, 1.0, lo_open=True),
@@ -176,7 +194,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
     S.AlgorithmConfig: [
         within("gamma", 0.0, 1.0),
         within("lam", 0.0, 1.0),
-        one_of("adv_estimator", C.ADV_ESTIMATORS),
+        one_of_or_registered("adv_estimator", C.ADV_ESTIMATORS, "adv_estimator"),
         one_of("kl_penalty", C.KL_ESTIMATORS),
     ],
     S.TrainerConfig: [
@@ -238,6 +256,25 @@ def _check_rollout(r: S.RolloutConfig, prefix: str) -> None:
     _check_sampling(r, prefix)
 
 
+def _check_multi_turn(m: S.MultiTurnConfig, prefix: str) -> None:
+    if m.enable and not (m.tool_config_path or m.interaction_config_path):
+        raise ConfigError(f"{prefix}.enable=true needs {prefix}.tool_config_path or {prefix}.interaction_config_path")
+    if m.use_inference_chat_template:
+        raise ConfigError(f"`{prefix}.use_inference_chat_template` is not supported yet: leave it false "
+                          "(trajectories keep the sampled ids of every turn)")
+    if m.num_repeat_rollouts is not None:
+        raise ConfigError(f"`{prefix}.num_repeat_rollouts` is not supported yet: use actor_rollout_ref.rollout.n")
+
+
+def _check_agent(a: S.AgentLoopConfig, prefix: str) -> None:
+    if a.agent_loop_config_path is not None:
+        raise ConfigError(f"`{prefix}.agent_loop_config_path` is not supported yet: use the built-in agent loops "
+                          f"({', '.join(sorted(C.AGENT_LOOPS))})")
+    if any(v is not None for v in (a.custom_async_server or {}).values()):
+        raise ConfigError(f"`{prefix}.custom_async_server` is not supported yet: the rollout engine serves the "
+                          "token-level request API itself (rollout.name=hf | vllm)")
+
+
 def _check_policy_loss(p: S.PolicyLossConfig, prefix: str) -> None:
     if p.clip_cov_lb >= p.clip_cov_ub:
         raise ConfigError(f"{prefix}.clip_cov_lb: must be < {prefix}.clip_cov_ub={p.clip_cov_ub}, got {p.clip_cov_lb}")
@@ -272,6 +309,8 @@ SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
     S.RefConfig: _check_logprob,
     S.RolloutConfig: _check_rollout,
     S.SamplingConfig: _check_sampling,
+    S.MultiTurnConfig: _check_multi_turn,
+    S.AgentLoopConfig: _check_agent,
     S.PolicyLossConfig: _check_policy_loss,
     S.RewardModelConfig: _check_reward_model,
     S.TrainerConfig: _check_trainer,

@@ -56,13 +56,17 @@ KL_CTRL_TYPES: frozenset[str] = frozenset({"fixed", "adaptive"})
 ROLLOUT_NAMES: frozenset[str] = frozenset({"hf", "vllm", "sglang"})
 GPU_ONLY_ROLLOUTS: frozenset[str] = frozenset({"vllm", "sglang"})
 ROLLOUT_MODES: frozenset[str] = frozenset({"sync", "async"})
+TOOL_CALL_FORMATS: frozenset[str] = frozenset({"hermes"})
+TRUNCATE_SIDES: frozenset[str] = frozenset({"left", "right", "middle"})
+SANITY_CHECK_MODES: frozenset[str] = frozenset({"strict", "ignore_strippable", "disable"})
+AGENT_LOOPS: frozenset[str] = frozenset({"single_turn_agent", "tool_agent"})
 RESUME_MODES: frozenset[str] = frozenset({"auto", "disable", "resume_path"})
 DEVICES: frozenset[str] = frozenset({"cpu", "cuda"})
 BACKENDS: frozenset[str] = frozenset({"local", "ray", "auto"})
 PLACEMENTS: frozenset[str] = frozenset({"colocated", "separate"})
 TRUNCATIONS: frozenset[str] = frozenset({"error", "left", "right", "middle"})
 WARMUP_STYLES: frozenset[str] = frozenset({"constant", "cosine"})
-LOGGERS: frozenset[str] = frozenset({"console", "jsonl", "tensorboard", "wandb", "mlflow"})
+LOGGERS: frozenset[str] = frozenset({"console", "jsonl", "tensorboard", "wandb", "mlflow", "file"})
 STRATEGIES: frozenset[str] = frozenset({"fsdp2"})
 CHECKPOINT_CONTENTS: frozenset[str] = frozenset({"model", "optimizer", "extra", "hf_model"})
 DTYPES: frozenset[str] = frozenset({"float32", "bfloat16", "float16"})
@@ -75,6 +79,12 @@ DTYPE_ALIASES: dict[str, str] = {
     "half": "float16",
 }
 """Spellings accepted for dtypes and normalised by ``finalize`` (verl/HF scripts use both)."""
+
+EXTENSIONS: dict[str, set[str]] = {"adv_estimator": set(), "policy_loss": set()}
+"""Names registered by user code at run time (``verl.trainer.ppo.core_algos.register_adv_est`` /
+``register_policy_loss``, imported from ``actor_rollout_ref.model.external_lib``); the checks
+accept them besides the built-in sets above. Filled by those decorators, never by the config
+package. (Reward-manager names are checked when the manager is built.)"""
 
 STRATEGY_ALIASES: dict[str, str] = {"fsdp": "fsdp2"}
 """verl's ``strategy: fsdp`` means the FSDP engine; here that engine is FSDP2."""

@@ -23,7 +23,7 @@ seed key                               canonical meaning
                                        hybrid -> gae (the documents' SFT+PPO+DPO mix is not a
                                        training mode here: a note is logged), any canonical
                                        estimator name -> itself
-``trainer.task_weights``               error: multi-objective SFT/PPO/DPO mixing is not supported
+``trainer.task_weights``               error: multi-objective mixing is `verl sft` with trainer.algorithm=hybrid
 ``trainer.rollout_batch_size``         ``data.train_batch_size`` and
                                        ``actor_rollout_ref.actor.ppo_mini_batch_size`` (the layout
                                        has no mini-batch: one optimizer step per rollout batch)
@@ -70,8 +70,10 @@ target_modules``                       ``ModelConfig`` field under ``model``/``m
 ``rollout.name``                       ``actor_rollout_ref.rollout.name``; vllm/sglang also set
                                        ``trainer.device: cuda``
 ``rollout.multi_turn: true``,          ``actor_rollout_ref.rollout.multi_turn.enable: true`` and
-``rollout.tool_integration: true``     ``data.return_raw_chat: true``; tools are chosen by
-                                       ``rollout.multi_turn.tool_config_path``
+``rollout.tool_integration: true``     ``data.return_raw_chat: true``; ``tool_integration`` also
+                                       gives the built-in calculator tool
+                                       (``verl/tools/configs/calculator_tool_config.yaml``) as
+                                       ``multi_turn.tool_config_path``
 ``rollout.max_tokens``                 ``data.max_response_length`` (the rollout's response_length
                                        follows it in ``finalize``)
 ``rollout.<RolloutConfig field>``      ``actor_rollout_ref.rollout.<field>`` (e.g. temperature)
@@ -88,6 +90,7 @@ import dataclasses
 import difflib
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from verl.config import choices as C
@@ -100,6 +103,8 @@ __all__ = ["is_seed_key", "is_seed_layout", "translate_override", "translate_see
 logger = logging.getLogger("verl.config")
 
 _MODEL, _ACTOR, _ROLLOUT, _REF = "actor_rollout_ref.model", "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+BUILTIN_TOOL_CONFIG = str(Path(__file__).resolve().parents[1] / "tools" / "configs" / "calculator_tool_config.yaml")
+# The tools ``rollout.tool_integration: true`` turns on: the built-in calculator.
 ALGORITHMS: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "reinforce": "reinforce_plus_plus", "hybrid": "gae"}
 SEED_TRAINER_KEYS = frozenset({"algorithm", "rollout_batch_size", "num_rollout_workers", "use_vllm",
                                "use_flash_attn", "task_weights"})
@@ -210,8 +215,9 @@ def _algorithm(value: Any, key: str, out: dict[str, Any]) -> None:
 
 
 def _task_weights(value: Any, key: str, out: dict[str, Any]) -> None:
-    raise ConfigError(f"{key}: multi-objective SFT/PPO/DPO mixing is not supported; run "
-                      "`verl sft`, `verl dpo` and `verl train` as separate stages")
+    raise ConfigError(f"{key}: multi-objective SFT/PPO/DPO mixing is run by `verl sft CONFIG` with "
+                      "trainer.algorithm: hybrid, trainer.task_weights and hybrid.tasks (see "
+                      "examples/sft/hybrid_builtin.yaml), not by `verl train`")
 
 
 def _installed(package: str) -> bool:
@@ -253,6 +259,8 @@ def _multi_turn(value: Any, key: str, out: dict[str, Any]) -> None:
     elif value:
         set_path(out, f"{_ROLLOUT}.multi_turn.enable", True)
         set_path(out, "data.return_raw_chat", True)
+        if key == "rollout.tool_integration":  # tools on, none named: the built-in calculator
+            set_path(out, f"{_ROLLOUT}.multi_turn.tool_config_path", BUILTIN_TOOL_CONFIG)
 
 
 def _reward_model_path(value: Any, key: str, out: dict[str, Any]) -> None:

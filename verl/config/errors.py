@@ -5,10 +5,12 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
+from verl.utils.errors import UserError
+
 __all__ = ["ConfigError", "did_you_mean"]
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError, ValueError):
     """A configuration is invalid: unknown key, wrong type, value out of range, inconsistent sizes.
 
     Raised at load time, before any model or process is created. The message is always a single
@@ -19,8 +21,8 @@ class ConfigError(ValueError):
         message: What is wrong; newlines and runs of spaces are collapsed into single spaces.
     """
 
-    def __init__(self, message: str) -> None:
-        super().__init__(" ".join(str(message).split()))
+    kind = "config error"
+    exit_code = 2
 
 
 def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:

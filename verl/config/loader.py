@@ -6,7 +6,9 @@
    file may build on others with a Hydra-style ``defaults`` list (``defaults: [gsm8k_grpo]`` or
    ``defaults: [../base.yaml, _self_]``): each entry is a preset name or a YAML path relative to
    the including file, merged in order, and the file's own keys are merged last (``_self_`` is
-   accepted and has no other effect; group entries like ``- actor: dp_actor`` are not supported).
+   accepted and has no other effect; ``ppo_trainer``, verl's base config, means the schema
+   defaults, and a ``hydra: {searchpath: ...}`` section is dropped, as in verl's recipes; group
+   entries like ``- actor: dp_actor`` are not supported).
    Each document in the seed layout is translated first (:mod:`verl.config.compat`).
 2. **overrides** — Hydra-grammar ``a.b=c``, ``+a.b=c``, ``~a.b`` (:mod:`verl.config.overrides`).
 3. **keys** — unknown keys are rejected with a did-you-mean; a scalar for a list-of-strings field
@@ -17,6 +19,11 @@
 6. **finalize** — derived values (:mod:`verl.config.finalize`).
 7. **consistency** — cross-section rules: batch sizes, estimator vs critic, lengths, devices
    (:mod:`verl.config.consistency`).
+8. **verl keys** — every key of verl's reference config that cannot take effect here is refused
+   with "`<key>` is not supported yet: ..." (:mod:`verl.config.verl_keys`); a key another part
+   of the product is adding gives the same error instead of "unknown key"; the module named
+   in ``actor_rollout_ref.model.external_lib`` is imported before names are checked (it may
+   register advantage estimators / policy losses).
 
 Every failure is a :class:`ConfigError` with a one-line message naming the full dotted key.
 Nothing here imports torch, so loading and ``verl config show`` stay fast.
@@ -39,7 +46,8 @@ from verl.config.checks import check_sections
 from verl.config.consistency import check_consistency
 from verl.config.errors import ConfigError, did_you_mean
 from verl.config.finalize import finalize
-from verl.config.introspect import check_tree, type_at, type_name
+from verl.config.verl_keys import check_compat, check_unknown_owned, import_external_lib
+from verl.config.introspect import check_tree, key_kind, type_at, type_name
 from verl.config.overrides import apply_overrides
 from verl.config.schema import RootConfig
 from verl.config.compat import translate_override, translate_seed_layout
@@ -104,11 +112,32 @@ def _default_refs(defaults: Any, where: str) -> list[str]:
     return [e for e in entries if e != "_self_"]
 
 
+VERL_BASE_CONFIGS = frozenset({"ppo_trainer"})
+"""``defaults`` entries naming verl's own base config: the schema defaults (verl's values) are it."""
+
+
+def _drop_hydra_section(raw: dict[str, Any], where: str) -> None:
+    """A verl recipe's ``hydra: {searchpath: [...]}`` only tells Hydra where ``ppo_trainer`` lives,
+    which is built in here; any other Hydra setting is refused rather than ignored."""
+    section = raw.pop("hydra", None)
+    if section is None:
+        return
+    if not isinstance(section, dict):
+        raise ConfigError(f"{where}: 'hydra' must be a mapping, got {section!r}")
+    for key in section:
+        if key != "searchpath":
+            raise ConfigError(f"`hydra.{key}` is not supported yet: only hydra.searchpath (for verl's "
+                              "ppo_trainer defaults, which are built in) is accepted; remove it")
+
+
 def _compose(raw: dict[str, Any], base_dir: Path | None, where: str, seen: tuple[Path, ...]) -> dict[str, Any]:
     """Merges a document's ``defaults`` (recursively) under its own translated keys."""
     raw = dict(raw)
+    _drop_hydra_section(raw, where)
     tree: dict[str, Any] = {}
     for ref in _default_refs(raw.pop("defaults", None), where):
+        if ref in VERL_BASE_CONFIGS:
+            continue
         path = _resolve(ref, base_dir)
         if path in seen:
             raise ConfigError(f"{where}: 'defaults' includes {path} again (a cycle)")
@@ -130,7 +159,9 @@ def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
 
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     tree = apply_overrides(tree, overrides, translate=translate_override)
+    check_unknown_owned(tree, key_kind)
     check_tree(tree)
+    import_external_lib(tree)
     try:
         merged = OmegaConf.merge(OmegaConf.structured(RootConfig), tree)
         cfg = OmegaConf.to_object(merged)
@@ -140,6 +171,7 @@ def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     check_sections(cfg)
     cfg = finalize(cfg)
     check_consistency(cfg)
+    check_compat(cfg)
     attach_root(cfg)
     return cfg
 
@@ -227,6 +259,7 @@ def validate(cfg: RootConfig) -> None:
     """
     check_sections(cfg)
     check_consistency(cfg)
+    check_compat(cfg)
 
 
 def config_to_yaml(cfg: RootConfig) -> str:

@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from verl.config._tree import get_path, merge_trees, nested, set_path
+from verl.config.verl_keys import check_unknown_owned
 from verl.config.errors import ConfigError
 from verl.config.introspect import free_form_keys, key_kind, unknown_key_message
 
@@ -89,6 +90,7 @@ def apply_overrides(
             tree = merge_trees(tree, translated)
             continue
         if kind == "unknown":
+            check_unknown_owned(nested(key, value), key_kind)  # a key another issue is adding
             message = unknown_key_message(key)
             if override.is_add() or override.is_force_add():
                 message += "; '+' adds new keys only inside the free-form mappings " + ", ".join(free_form_keys())

@@ -13,12 +13,39 @@ Batch-size units (DESIGN.md §4): ``data.train_batch_size`` and ``*.ppo_mini_bat
 *prompts* (global); trajectories per step = prompts x ``rollout.n``;
 ``*_micro_batch_size_per_gpu`` counts *trajectories* per device (per worker process on CPU) per
 forward/backward; ``use_dynamic_bsz`` packs micro-batches by a token budget instead.
+
+Size: this file holds every key of verl's reference PPO config in its own section (about 800
+lines, the style ceiling); verl's engine, profiler and serving sub-sections are split out into
+:mod:`verl.config.schema_verl`, and what each verl key does here is tabled in
+:mod:`verl.config.verl_keys`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
+
+from verl.config.schema_verl import (
+    CheckpointEngineConfig,
+    CustomClassConfig,
+    FilterGroupsConfig,
+    FusedKernelOptions,
+    GlobalProfilerConfig,
+    MTPConfig,
+    PFPPOConfig,
+    ProfilerConfig,
+    PrometheusConfig,
+    RayKwargsConfig,
+    RewardManagerSection,
+    RMRolloutConfig,
+    RouterReplayConfig,
+    SamplerConfig,
+    SandboxFusionConfig,
+    TiledMLPConfig,
+    TraceConfig,
+    TransferQueueConfig,
+    WrapPolicyConfig,
+)
 
 
 # --------------------------------------------------------------------------------------- data
@@ -60,6 +87,41 @@ class DataConfig:
     # Worker processes of the training DataLoader.
     apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Extra keyword arguments for tokenizer.apply_chat_template.
+    # --- verl keys below: what each does is in verl.config.verl_keys's table
+    max_samples: int = -1
+    # Use at most this many training AND validation samples each (first N); -1 = all.
+    train_max_samples: int = -1
+    # Use at most this many training samples (first N); -1 = all; overrides max_samples.
+    val_max_samples: int = -1
+    # Use at most this many validation samples (first N); -1 = all; overrides max_samples.
+    gen_batch_size: Optional[int] = None
+    # Prompts per generation batch under algorithm.filter_groups (DAPO); None = train_batch_size.
+    return_full_prompt: bool = False
+    # Keep the templated prompt text in non_tensor_batch["full_prompts"].
+    return_raw_input_ids: bool = False
+    # Keep the un-padded prompt ids in non_tensor_batch["raw_prompt_ids"].
+    validation_shuffle: bool = False
+    # Shuffle the validation set (seeded by data.seed).
+    custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
+    # Dataset class replacing the built-in RL dataset: cls(data_files, tokenizer, config, processor).
+    use_shm: bool = False
+    # Copy the data to /dev/shm first.
+    tool_config_path: Optional[str] = None
+    # verl mirrors rollout.multi_turn.tool_config_path here.
+    image_patch_size: int = 14
+    # Vision patch size (multi-modal data).
+    filter_overlong_prompts_workers: int = 1
+    # Processes used by filter_overlong_prompts.
+    image_key: str = "images"
+    # Column of images (multi-modal data).
+    video_key: str = "videos"
+    # Column of videos (multi-modal data).
+    return_multi_modal_inputs: bool = True
+    # Keep processor outputs of multi-modal samples.
+    sampler: SamplerConfig = field(default_factory=SamplerConfig)
+    # Custom training sampler class.
+    datagen: CustomClassConfig = field(default_factory=CustomClassConfig)
+    # Dynamic data generator class (curriculum); None = static data.
 
 
 # ------------------------------------------------------------------------------ model / optim
@@ -89,6 +151,28 @@ class ModelConfig:
     # Keys overriding the model's HF config (e.g. {"attn_implementation": "eager"}).
     external_lib: Optional[str] = None
     # Python module imported before the model is built (registers custom architectures).
+    hf_config_path: Optional[str] = None
+    # HF config directory when it differs from path.
+    use_shm: bool = False
+    # Copy the model to /dev/shm first.
+    custom_chat_template: Optional[str] = None
+    # Jinja chat template replacing the tokenizer's.
+    enable_activation_offload: bool = False
+    # Offload activations to host memory during the forward (GPU memory saver).
+    exclude_modules: Optional[str] = None
+    # LoRA: regex of module names never adapted.
+    lora_adapter_path: Optional[str] = None
+    # LoRA: start from this saved adapter.
+    use_liger: bool = False
+    # Liger fused kernels.
+    use_fused_kernels: bool = False
+    # verl's fused log-prob / entropy kernels.
+    fused_kernel_options: FusedKernelOptions = field(default_factory=FusedKernelOptions)
+    # Fused kernel backend.
+    tiled_mlp: TiledMLPConfig = field(default_factory=TiledMLPConfig)
+    # Tiled MLP.
+    mtp: MTPConfig = field(default_factory=MTPConfig)
+    # Multi-token prediction.
 
 
 @dataclass
@@ -111,6 +195,18 @@ class OptimConfig:
     # AdamW epsilon.
     total_training_steps: int = -1
     # Filled in by the trainer (RL steps: the LR schedule steps once per update call); -1 until then.
+    optimizer: str = "AdamW"
+    # Optimizer class name in optimizer_impl.
+    optimizer_impl: str = "torch.optim"
+    # Module holding the optimizer class.
+    clip_grad: float = 1.0
+    # verl's optim-level gradient clip (same meaning as actor.grad_clip / critic.grad_clip).
+    num_cycles: float = 0.5
+    # Cosine cycles over the decay phase (0.5 = half a cosine down to min_lr_ratio).
+    lr_scheduler_type: str = "constant"
+    # constant | cosine; warmup_style is its deprecated alias.
+    override_optimizer_config: Optional[Dict[str, Any]] = None
+    # Extra optimizer constructor keyword arguments.
 
 
 @dataclass
@@ -125,6 +221,34 @@ class FSDPConfig:
     # Compute dtype for FSDP2 MixedPrecisionPolicy (bfloat16 | float32); None = parameter dtype.
     fsdp_size: int = -1
     # Sharding group size; -1 = all ranks.
+    wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
+    # FSDP auto-wrap policy.
+    offload_policy: bool = False
+    # FSDP2 CPUOffloadPolicy for parameters, gradients and optimizer state.
+    forward_prefetch: bool = False
+    # Prefetch the next all-gather during the forward.
+    model_dtype: str = "fp32"
+    # dtype the model is loaded in before wrapping.
+    use_orig_params: bool = False
+    # FSDP1 use_orig_params.
+    seed: int = 42
+    # Engine seed.
+    full_determinism: bool = False
+    # Deterministic kernels.
+    ulysses_sequence_parallel_size: int = 1
+    # Ulysses sequence-parallel degree.
+    entropy_from_logits_with_chunking: bool = False
+    # Chunked entropy computation.
+    use_torch_compile: bool = True
+    # torch.compile the entropy / log-prob helpers.
+    entropy_checkpointing: bool = False
+    # Recompute the entropy in backward.
+    forward_only: bool = False
+    # Build the engine without an optimizer.
+    strategy: str = "fsdp"
+    # Engine name.
+    dtype: str = "bfloat16"
+    # Engine compute dtype.
 
 
 @dataclass
@@ -133,6 +257,8 @@ class CheckpointContentConfig:
     # What a checkpoint holds: model | optimizer | extra (scheduler, RNG) | hf_model.
     load_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     # What is restored on resume.
+    async_save: bool = False
+    # Write checkpoints in a background thread.
 
 
 @dataclass
@@ -203,6 +329,14 @@ class ActorConfig:
     # Checkpoint contents.
     logprob_chunk_size: int = 1024
     # Rows of logits turned into log-probs at once (bounds the fp32 (N, V) log-softmax memory).
+    rollout_n: Optional[int] = None
+    # verl mirrors rollout.n here; None = rollout.n (another value is an error).
+    tau_pos: float = 1.0
+    # SAPO soft-gate temperature for positive advantages (loss_mode=sapo).
+    tau_neg: float = 1.05
+    # SAPO soft-gate temperature for negative advantages.
+    freeze_vision_tower: bool = False
+    # Freeze a vision-language model's vision tower.
     calculate_entropy: bool = False
     # Compute the policy entropy in the update (metric actor/entropy) although entropy_coeff is 0;
     # entropy_coeff != 0 always computes it. Off: the update's log-prob forward skips the entropy pass.
@@ -210,6 +344,28 @@ class ActorConfig:
     # When the update is exactly on-policy (ppo_epochs 1, one mini-batch per step, no in-reward KL),
     # skip the old-log-prob forward: old_log_probs = the update forward's own log-probs, detached
     # (first PPO ratio exactly 1). False = always recompute. See verl.workers.actor.reuses_old_log_probs.
+    use_prefix_grouper: bool = False
+    # Share the prompt forward across a group's samples.
+    use_torch_compile: bool = True
+    # torch.compile the log-prob / entropy helpers.
+    use_fused_kernels: bool = False
+    # verl's fused log-prob / entropy kernels.
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # Per-role profiler.
+    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
+    # MoE router replay.
+    ulysses_sequence_parallel_size: int = 1
+    # Ulysses sequence-parallel degree.
+    entropy_from_logits_with_chunking: bool = False
+    # Chunked entropy computation.
+    entropy_checkpointing: bool = False
+    # Recompute the entropy in backward.
+    use_remove_padding: Optional[bool] = None
+    # verl mirrors model.use_remove_padding here; None = model.use_remove_padding.
+    calculate_sum_pi_squared: bool = False
+    # Compute sum_v pi(v)^2 per token (for optimal-token-baseline estimators).
+    sum_pi_squared_checkpointing: bool = False
+    # Recompute it in backward.
 
 
 @dataclass
@@ -224,6 +380,22 @@ class RefConfig:
     # Token budget under log_prob_use_dynamic_bsz.
     fsdp_config: FSDPConfig = field(default_factory=lambda: FSDPConfig(param_offload=False))
     # Reference model sharding / offload.
+    rollout_n: Optional[int] = None
+    # verl mirrors rollout.n here; None = rollout.n.
+    strategy: Optional[str] = None
+    # verl mirrors actor.strategy here; None = actor.strategy.
+    use_torch_compile: bool = True
+    # torch.compile the log-prob helpers.
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # Per-role profiler.
+    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
+    # MoE router replay.
+    ulysses_sequence_parallel_size: int = 1
+    # Ulysses sequence-parallel degree.
+    entropy_from_logits_with_chunking: bool = False
+    # Chunked entropy computation.
+    entropy_checkpointing: bool = False
+    # Recompute the entropy in backward.
 
 
 @dataclass
@@ -243,13 +415,46 @@ class SamplingConfig:
 @dataclass
 class MultiTurnConfig:
     enable: bool = False
-    # Multi-turn tool-calling rollouts (needs a multi-turn capable engine).
+    # Multi-turn rollouts: rows without an ``agent_name`` use the ``tool_agent`` loop (tool calls,
+    # user-simulator turns); needs tool_config_path or interaction_config_path.
     max_assistant_turns: Optional[int] = None
-    # Turn limit per trajectory.
+    # Assistant turns per trajectory; None = until the budget (response_length) is spent.
     tool_config_path: Optional[str] = None
-    # YAML listing tools and their schemas.
+    # YAML listing tools (class_name, config, tool_schema in OpenAI function format), or
+    # builtin://NAME for a shipped one (calculator, code_interpreter, gsm8k).
     format: str = "hermes"
-    # Tool-call format parser.
+    # Tool-call format of the model's text: hermes (``<tool_call>{json}</tool_call>``).
+    max_user_turns: Optional[int] = None
+    # User-simulator (interaction) turns per trajectory; None = no limit.
+    max_parallel_calls: int = 1
+    # Tool calls executed per assistant turn; extra calls get an error response.
+    max_tool_response_length: int = 256
+    # Characters of a tool response the model sees; longer ones are truncated.
+    tool_response_truncate_side: str = "middle"
+    # Which part of a long tool response is cut: left (keep the start) | right (keep the end) | middle.
+    interaction_config_path: Optional[str] = None
+    # YAML listing interactions (user simulators), or builtin://gsm8k; rows pick one by
+    # extra_info.interaction_kwargs.name.
+    use_inference_chat_template: bool = False
+    # True is not supported: trajectories always keep the sampled ids of every turn.
+    tokenization_sanity_check_mode: str = "strict"
+    # Compare incremental ids with the chat template's rendering: strict | ignore_strippable | disable.
+    num_repeat_rollouts: Optional[int] = None
+    # Not supported (null only): repeat rollouts with rollout.n.
+
+
+@dataclass
+class AgentLoopConfig:
+    num_workers: int = 8
+    # Agent-loop worker processes in verl; here the loops run as asyncio tasks in the rollout
+    # worker, so this is a documented no-op.
+    default_agent_loop: str = "single_turn_agent"
+    # Agent loop of rows without an ``agent_name`` when multi_turn.enable=false:
+    # single_turn_agent | tool_agent.
+    agent_loop_config_path: Optional[str] = None
+    # Custom agent loops: not supported (null only).
+    custom_async_server: Dict[str, Any] = field(default_factory=lambda: {"path": None, "name": None})
+    # {path, name} of a custom async server class: not supported (nulls only).
 
 
 @dataclass
@@ -257,7 +462,8 @@ class RolloutConfig:
     name: str = "hf"
     # Rollout engine: hf (CPU/GPU, default) | vllm | sglang (optional extras).
     mode: str = "sync"
-    # sync | async (async needs a server engine).
+    # sync (batched generate_sequences for single-turn batches) | async (every row goes through
+    # its agent loop on the engine's token-level request API; same tokens for single turn).
     temperature: float = 1.0
     # Sampling temperature for training rollouts; log-probs are computed under the same temperature.
     top_k: int = -1
@@ -304,8 +510,62 @@ class RolloutConfig:
     # Validation sampling.
     multi_turn: MultiTurnConfig = field(default_factory=MultiTurnConfig)
     # Multi-turn tool-calling rollouts.
+    agent: AgentLoopConfig = field(default_factory=AgentLoopConfig)
+    # Agent loops (verl's AgentLoop): which loop a row without agent_name uses.
+    multi_stage_wake_up: bool = False
+    # A server engine's two-stage memory wake-up (vllm / sglang); the hf engine shares the actor's
+    # weights in place, so it has nothing to wake up.
+    over_sample_rate: float = 0.0
+    # Training rollouts stop once (1 - rate) of the batch's trajectories finished; the rest are
+    # aborted with an empty response (masked out). 0 = off. Runs the batch through agent loops.
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Extra keyword arguments for the engine (vllm / sglang).
+    cudagraph_capture_sizes: Optional[List[int]] = None
+    # Batch sizes captured as CUDA graphs (vllm / sglang).
+    data_parallel_size: int = 1
+    # Engine data-parallel size (vllm / sglang).
+    expert_parallel_size: int = 1
+    # Engine expert-parallel size (vllm / sglang).
+    pipeline_model_parallel_size: int = 1
+    # Engine pipeline-parallel size (vllm / sglang).
+    max_num_batched_tokens: int = 8192
+    # Engine token budget per scheduler step (vllm / sglang).
+    enable_chunked_prefill: bool = True
+    # Engine chunked prefill (vllm / sglang).
+    enable_prefix_caching: bool = True
+    # Engine prefix caching (vllm / sglang).
+    logprobs_mode: str = "processed_logprobs"
+    # Which log-probs the engine returns: processed_logprobs (after temperature / top-k / top-p).
+    scheduling_policy: str = "fcfs"
+    # Engine request scheduling (vllm / sglang).
+    load_format: str = "dummy"
+    # How the engine loads its first weights (vllm / sglang).
+    disable_log_stats: bool = True
+    # Engine statistics logging (vllm / sglang).
+    checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
+    # Weight transfer to the engine.
+    trace: TraceConfig = field(default_factory=TraceConfig)
+    # Rollout tracing.
+    skip_rollout: bool = False
+    # Replay dumped rollouts instead of generating.
+    skip_dump_dir: str = "/tmp/rollout_dump"
+    # Directory of those dumps.
+    skip_tokenizer_init: bool = True
+    # Engine skips its own tokenizer (token ids in / out).
+    enable_rollout_routing_replay: bool = False
+    # Record MoE routing in the rollout for replay in training.
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # Rollout profiler.
+    prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
+    # Engine Prometheus metrics.
+    quantization: Optional[str] = None
+    # Engine weight quantization (fp8, ...).
+    quantization_config_file: Optional[str] = None
+    # Quantization settings file.
+    mtp: Any = None
+    # verl mirrors model.mtp here.
+    layered_summon: bool = False
+    # Gather LoRA weights layer by layer for the engine.
 
 
 @dataclass
@@ -316,6 +576,8 @@ class ActorRolloutRefConfig:
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    nccl_timeout: int = 600
+    # Seconds before a stalled collective fails (torch.distributed timeout).
 
 
 # -------------------------------------------------------------------------------------- critic
@@ -356,6 +618,16 @@ class CriticConfig:
     checkpoint: CheckpointContentConfig = field(default_factory=CheckpointContentConfig)
     placement: str = "colocated"
     # Ray backend: colocated (rank r shares the actor's device/process slot) | separate (own pool).
+    rollout_n: Optional[int] = None
+    # verl mirrors rollout.n here; None = rollout.n.
+    data_loader_seed: Optional[int] = None
+    # Seed of the critic's mini-batch shuffle; None = trainer.seed.
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # Critic profiler.
+    forward_micro_batch_size: Optional[int] = None
+    # Deprecated global micro batch of the value forward.
+    ulysses_sequence_parallel_size: int = 1
+    # Ulysses sequence-parallel degree.
 
 
 # -------------------------------------------------------------------------------------- reward
@@ -368,6 +640,16 @@ class RewardModelModelConfig:
     trust_remote_code: bool = False
     dtype: str = "float32"
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
+    external_lib: Optional[str] = None
+    # Python module imported before the reward model is built.
+    override_config: Dict[str, Any] = field(default_factory=dict)
+    # Keys overriding the reward model's HF config.
+    use_shm: bool = False
+    # Copy the model to /dev/shm first.
+    use_remove_padding: bool = False
+    # Packed (padding-free) forward.
+    use_fused_kernels: bool = False
+    # Fused kernels.
 
 
 @dataclass
@@ -400,6 +682,34 @@ class RewardModelConfig:
     overlong_buffer: OverlongBufferConfig = field(default_factory=OverlongBufferConfig)
     placement: str = "colocated"
     # Ray backend: colocated with the actor | separate (its own resource pool).
+    reward_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Keyword arguments passed to every reward-function call (verl's reward_model.reward_kwargs).
+    enable_resource_pool: bool = False
+    # Give the reward model its own resource pool (nnodes x n_gpus_per_node).
+    n_gpus_per_node: int = 0
+    # Devices per node of that pool.
+    nnodes: int = 0
+    # Nodes of that pool.
+    reward_loop_source: str = "register"
+    # verl's reward loop: register | importlib.
+    reward_loop_module_path: Optional[str] = None
+    # Custom reward-loop module.
+    reward_loop_class_name: Optional[str] = None
+    # Custom reward-loop class.
+    launch_reward_fn_async: bool = False
+    # Compute rule rewards in a background process overlapping the log-prob stages.
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+    # Code-execution sandbox.
+    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
+    # Reward-model profiler.
+    ulysses_sequence_parallel_size: int = 1
+    # Ulysses sequence-parallel degree.
+    use_reward_loop: bool = False
+    # verl's asynchronous reward loop.
+    num_workers: Optional[int] = None
+    # Reward-loop workers.
+    rollout: RMRolloutConfig = field(default_factory=RMRolloutConfig)
+    # Generative reward-model serving.
 
 
 @dataclass
@@ -440,6 +750,12 @@ class AlgorithmConfig:
     kl_penalty: str = "kl"
     # Estimator of the in-reward KL: kl|k1 | abs | mse|k2 | low_var_kl|k3.
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
+    filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
+    # DAPO dynamic sampling.
+    use_pf_ppo: bool = False
+    # Policy-filtration PPO: reweight trajectories by reward before the update.
+    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
+    # Its reweighting.
 
 
 # ------------------------------------------------------------------------------------- trainer
@@ -494,6 +810,27 @@ class TrainerConfig:
     # Show a progress bar with the step's key numbers.
     plot: bool = True
     # Write a PNG plot of reward and accuracy over steps at the end.
+    rollout_data_dir: Optional[str] = None
+    # Directory for each step's trajectories as <step>.jsonl (prompt, response, turns, tool calls,
+    # score); None = not written.
+    hang_timeout_s: Optional[float] = None
+    # Hang watchdog floor F in seconds: a worker-group call is hung after max(F, 10 x the median
+    # of that method's earlier calls), a method's first call after 10 x F; then every worker's
+    # stack is dumped and the run exits (status 3). None = 300 on Ray and off on the local
+    # backend (breakpoints); 0 = off.
+    # Write each step's rollouts (input, output, score, ...) as <dir>/<step>.jsonl.
+    validation_data_dir: Optional[str] = None
+    # Write each validation's generations as <dir>/<step>.jsonl.
+    esi_redundant_time: int = 0
+    # Seconds of margin before an elastic-instance expiry to checkpoint.
+    default_hdfs_dir: Optional[str] = None
+    # Copy checkpoints to this HDFS directory.
+    del_local_ckpt_after_load: bool = False
+    # Delete the local checkpoint directory after resuming from it.
+    ray_wait_register_center_timeout: int = 300
+    # Seconds to wait for Ray workers to register.
+    use_legacy_worker_impl: str = "auto"
+    # verl's worker implementation switch.
 
 
 @dataclass
@@ -505,6 +842,14 @@ class RootConfig:
     custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    reward_manager: RewardManagerSection = field(default_factory=RewardManagerSection)
+    # verl's new-style reward-manager section.
+    global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
+    # Controller-side profiling.
+    transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)
+    # verl's TransferQueue data plane.
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    # ray.init arguments.
 
     @property
     def model(self) -> ModelConfig:

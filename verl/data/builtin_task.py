@@ -125,7 +125,13 @@ def _arithmetic_rows(split: str) -> list[dict[str, Any]]:
     return rows
 
 
-TASKS: dict[str, Callable[[str], list[dict[str, Any]]]] = {"arithmetic": _arithmetic_rows}
+def _calculator_rows(split: str) -> list[dict[str, Any]]:
+    from verl.data.builtin_tool_task import load_tool_task_rows  # multi-turn task, see that module
+
+    return load_tool_task_rows(split)
+
+
+TASKS: dict[str, Callable[[str], list[dict[str, Any]]]] = {"arithmetic": _arithmetic_rows, "calculator": _calculator_rows}
 # Built-in task name -> function of the split name returning the rows.
 
 

@@ -45,7 +45,13 @@ def build_tokenizer() -> Any:
     return tok
 
 
-BUILTIN_TOKENIZERS: dict[str, Any] = {"tiny-arithmetic": build_tokenizer}
+def _tool_tokenizer() -> Any:
+    from verl.data.builtin_tool_tokenizer import build_tool_tokenizer  # imports this module
+
+    return build_tool_tokenizer()
+
+
+BUILTIN_TOKENIZERS: dict[str, Any] = {"tiny-arithmetic": build_tokenizer, "tiny-calculator": _tool_tokenizer}
 # Built-in model name -> builder of its tokenizer.
 
 

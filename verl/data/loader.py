@@ -55,9 +55,32 @@ def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) ->
 
 def create_rl_dataset(
     data_files: str | Sequence[str], tokenizer: Any, config: DataConfig, processor: Any = None
-) -> RLHFDataset:
-    """Build the RL prompt dataset for some files (see `RLHFDataset`)."""
+) -> Any:
+    """Build the RL prompt dataset for some files (see `RLHFDataset`).
+
+    ``data.custom_cls.{path,name}`` names a user dataset class instead, built with verl's
+    keyword arguments ``cls(data_files=, tokenizer=, processor=, config=)``; its items must be
+    what `RLHFDataset.__getitem__` returns.
+    """
+    custom = config.custom_cls
+    if custom.path:
+        from verl.utils.import_utils import load_extern_type
+
+        cls = load_extern_type(custom.path, custom.name or "")
+        return cls(data_files=data_files, tokenizer=tokenizer, processor=processor, config=config)
     return RLHFDataset(data_files, tokenizer, config, processor=processor)
+
+
+def limit_samples(dataset: Any, config: DataConfig, split: str) -> Any:
+    """The first ``N`` samples of ``dataset`` (file order), N from ``data.{train,val}_max_samples``.
+
+    ``data.max_samples`` applies to both splits unless the split's own key is set; -1 = all.
+    """
+    own = config.train_max_samples if split == "train" else config.val_max_samples
+    limit = own if own > 0 else config.max_samples
+    if limit <= 0 or limit >= len(dataset):
+        return dataset
+    return torch.utils.data.Subset(dataset, range(limit))
 
 
 def create_rl_sampler(config: DataConfig, dataset: Any, shuffle: bool) -> Sampler[int]:
@@ -78,7 +101,8 @@ class RLDataLoader:
 
     Train split: ``B = data.train_batch_size``, shuffled with data.seed when data.shuffle,
     data.drop_last honoured. Val split: ``B = data.val_batch_size`` or the whole set, in file
-    order, nothing dropped. Iterating once = one epoch; `state_dict` / `load_state_dict` resume
+    order (shuffled with data.seed when data.validation_shuffle), nothing dropped. Each split
+    holds at most ``data.{train,val}_max_samples`` (or ``data.max_samples``) samples. Iterating once = one epoch; `state_dict` / `load_state_dict` resume
     mid-epoch or between epochs with the same subsequent batches.
 
     Args:
@@ -114,11 +138,13 @@ class RLDataLoader:
                 raise ValueError(f"data.{split}_files is empty")
             if tokenizer is None:
                 tokenizer = load_tokenizer(resolve_tokenizer_path(config, model_path), config.trust_remote_code)
-            dataset = create_rl_dataset(files, tokenizer, config, processor)
+            dataset = limit_samples(create_rl_dataset(files, tokenizer, config, processor), config, split)
         self.tokenizer = tokenizer
         self.dataset = dataset
         is_train = split == "train"
-        self.batch_size = int(config.train_batch_size if is_train else (config.val_batch_size or len(dataset)))
+        # DAPO dynamic sampling generates data.gen_batch_size prompts per batch (config-checked)
+        train_size = getattr(config, "gen_batch_size", None) or config.train_batch_size
+        self.batch_size = int(train_size if is_train else (config.val_batch_size or len(dataset)))
         drop_last = bool(config.drop_last) if is_train else False
         if self.batch_size <= 0:
             raise ValueError(f"batch size must be positive, got {self.batch_size}")
@@ -126,7 +152,7 @@ class RLDataLoader:
             raise ValueError(
                 f"data.train_batch_size {self.batch_size} > {len(dataset)} prompts with drop_last: no full batch"
             )
-        self.sampler = create_rl_sampler(config, dataset, shuffle=is_train and config.shuffle)
+        self.sampler = create_rl_sampler(config, dataset, shuffle=config.shuffle if is_train else config.validation_shuffle)
         with warnings.catch_warnings():  # torchdata 0.11 calls the deprecated torch.set_vital in __init__
             warnings.filterwarnings("ignore", message=".*set_vital.*")
             self._loader = StatefulDataLoader(

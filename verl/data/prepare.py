@@ -4,10 +4,17 @@ Usage::
 
     verl prepare gsm8k   --input raw/gsm8k/train.jsonl  --out data/gsm8k          # -> data/gsm8k/train.parquet
     verl prepare math500 --input raw/math500/test.jsonl --out data/math500 [--split test]
+    verl prepare gsm8k   --input raw/gsm8k/test.jsonl   --out data/gsm8k_mt --multiturn [tool|interaction]
 
 Rows follow verl's ``examples/data_preprocess/gsm8k.py`` and ``math_dataset.py``: the same
 data_source names, instruction suffixes and ``reward_model = {style: rule, ground_truth}``, so the
 reward scorers route and score them as verl does.
+
+``--multiturn`` writes verl's multi-turn GSM8K schema (``gsm8k_tool_agent_loop.py`` /
+``gsm8k_multiturn_w_tool.py``; ``interaction``: ``gsm8k_multiturn_w_interaction.py``): a system
+prompt, ``agent_name: tool_agent``, and in ``extra_info`` the ``tools_kwargs`` that give the
+``calc_gsm8k_reward`` tool its ground truth (``need_tools_kwargs: true``) and the
+``interaction_kwargs`` (``name: gsm8k``, ``query``, ``ground_truth``) of the GSM8K interaction.
 """
 
 from __future__ import annotations
@@ -26,6 +33,22 @@ GSM8K_SOURCE = "openai/gsm8k"
 MATH500_SOURCE = "HuggingFaceH4/MATH-500"
 GSM8K_INSTRUCTION = 'Let\'s think step by step and output the final answer after "####".'
 MATH_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+MULTITURN_INSTRUCTION = "Let's think step by step and output the final answer after `####`."
+MULTITURN_SYSTEM_PROMPTS = {
+    "tool": (
+        "You are a math expert. You are given a question and you need to solve it step by step. "
+        "Reasoning step by step before any tool call. "
+        "You should use the `calc_gsm8k_reward` tool after step by step solving the question, "
+        "before generate final answer at least once and refine your answer if necessary. "
+        "Put your final answer in the format of `#### <answer>`."
+    ),
+    "interaction": (
+        "You are a math expert. You are given a question and you need to solve it step by step. "
+        "You should rethinking carefully if user point out your answer is wrong. "
+        "Put your final answer in the format of `#### <answer>`."
+    ),
+}
+GSM8K_TOOL_NAME = "calc_gsm8k_reward"
 _GSM8K_ANSWER = re.compile(r"#### (\-?[0-9\.\,]+)")
 
 
@@ -61,6 +84,39 @@ def gsm8k_row(raw: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     }
 
 
+def gsm8k_multiturn_row(raw: dict[str, Any], index: int, split: str, style: str = "tool") -> dict[str, Any]:
+    """One GSM8K record -> a verl multi-turn row (``style``: ``tool`` or ``interaction``).
+
+    ``tool`` rows carry both the tool's ``tools_kwargs`` and the interaction's
+    ``interaction_kwargs`` (so either config can drive them); ``interaction`` rows only the latter.
+
+    Raises:
+        ValueError: a malformed record or an unknown ``style``.
+    """
+    if style not in MULTITURN_SYSTEM_PROMPTS:
+        raise ValueError(f"unknown multi-turn style {style!r}; expected one of {sorted(MULTITURN_SYSTEM_PROMPTS)}")
+    question = _require_str(raw, "question")
+    answer = _require_str(raw, "answer")
+    truth = gsm8k_ground_truth(answer)
+    prompt = f"{question} {MULTITURN_INSTRUCTION}"
+    extra_info: dict[str, Any] = {"split": split, "index": index, "answer": answer, "question": question}
+    if style == "tool":
+        extra_info["need_tools_kwargs"] = True
+        extra_info["tools_kwargs"] = {GSM8K_TOOL_NAME: {"create_kwargs": {"ground_truth": truth}}}
+    extra_info["interaction_kwargs"] = {"name": "gsm8k", "query": prompt, "ground_truth": truth}
+    return {
+        "data_source": GSM8K_SOURCE,
+        "agent_name": "tool_agent",
+        "prompt": [
+            {"role": "system", "content": MULTITURN_SYSTEM_PROMPTS[style]},
+            {"role": "user", "content": prompt},
+        ],
+        "ability": "math",
+        "reward_model": {"style": "rule", "ground_truth": truth},
+        "extra_info": extra_info,
+    }
+
+
 def math500_row(raw: dict[str, Any], index: int, split: str) -> dict[str, Any]:
     """One MATH-500 record ``{problem, solution, answer, ...}`` -> a verl RL row."""
     problem = _require_str(raw, "problem")
@@ -81,23 +137,31 @@ TASKS: dict[str, Callable[[dict[str, Any], int, str], dict[str, Any]]] = {
 }
 
 
-def convert_file(task: str, path: str | Path, split: str) -> list[dict[str, Any]]:
+def convert_file(task: str, path: str | Path, split: str, multiturn: str | None = None) -> list[dict[str, Any]]:
     """Convert every line of a raw jsonl file.
 
     Args:
         task: ``gsm8k`` or ``math500``.
         path: the raw jsonl file.
         split: value stored in ``extra_info.split``.
+        multiturn: None for single-turn rows, else ``tool`` | ``interaction`` (gsm8k only).
 
     Returns:
         verl RL rows, ``extra_info.index`` = 0-based position among the non-blank lines.
 
     Raises:
-        ValueError: unknown task, or a malformed line (file and 1-based line number named).
+        ValueError: unknown task, ``multiturn`` for a task without a multi-turn form, or a
+            malformed line (file and 1-based line number named).
     """
     if task not in TASKS:
         raise ValueError(f"unknown task {task!r}; expected one of {sorted(TASKS)}")
     make_row = TASKS[task]
+    if multiturn is not None:
+        if task != "gsm8k":
+            raise ValueError(f"--multiturn is not supported yet for {task}: only gsm8k has verl's multi-turn schema")
+        if multiturn not in MULTITURN_SYSTEM_PROMPTS:
+            raise ValueError(f"unknown --multiturn style {multiturn!r}; expected one of {sorted(MULTITURN_SYSTEM_PROMPTS)}")
+        make_row = lambda raw, index, split: gsm8k_multiturn_row(raw, index, split, multiturn)  # noqa: E731
     rows: list[dict[str, Any]] = []
     with Path(path).open(encoding="utf-8") as f:
         for line_no, line in enumerate(f, start=1):
@@ -125,6 +189,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="raw jsonl file")
     p.add_argument("--out", required=True, help="output folder; writes <out>/<split>.parquet")
     p.add_argument("--split", choices=["train", "test"], default=None, help="default: the input file's stem")
+    p.add_argument(
+        "--multiturn", nargs="?", const="tool", default=None, choices=sorted(MULTITURN_SYSTEM_PROMPTS),
+        help="verl's multi-turn GSM8K schema (agent_name, tools_kwargs, interaction_kwargs); default style: tool",
+    )
     return p
 
 
@@ -139,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"verl prepare: cannot infer the split from {args.input!r}; pass --split train|test", file=sys.stderr)
         return 2
     try:
-        rows = convert_file(args.task, args.input, split)
+        rows = convert_file(args.task, args.input, split, multiturn=args.multiturn)
     except (OSError, ValueError) as e:
         print(f"verl prepare: {e}", file=sys.stderr)
         return 1

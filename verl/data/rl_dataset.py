@@ -25,6 +25,7 @@ from torch.utils.data import Dataset
 
 from verl.config.schema import DataConfig
 from verl.data.tokenizer import BUILTIN_SCHEME
+from verl.utils.errors import DataError
 from verl.utils.torch_functional import position_ids_from_attention_mask
 
 
@@ -47,14 +48,19 @@ def _read_builtin(path: str) -> tuple[list[dict[str, Any]], list[str]]:
 def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
     rows: list[dict[str, Any]] = []
     labels: list[str] = []
-    with path.open(encoding="utf-8") as f:
-        for line_no, line in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for line_no, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}: line {line_no}: not valid UTF-8 (byte {raw[e.start]:#04x} at column "
+                                f"{e.start + 1}); data files must be UTF-8 encoded") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
-                raise ValueError(f"{path}: row {len(rows)} (line {line_no}): invalid JSON: {e}") from e
+                raise DataError(f"{path}: row {len(rows)} (line {line_no}): invalid JSON: {e}") from e
             rows.append(row)
             labels.append(f"row {len(labels)} (line {line_no})")
     return rows, labels
@@ -73,7 +79,8 @@ def read_rows(path: str) -> tuple[list[dict[str, Any]], list[str]]:
 
     Raises:
         FileNotFoundError: the file does not exist.
-        ValueError: unknown extension, or a jsonl line that is not valid JSON.
+        ValueError: unknown extension; `DataError` (a ValueError) for a jsonl line that is
+            not UTF-8 or not valid JSON, naming the file and line.
     """
     if path.startswith(BUILTIN_SCHEME):
         return _read_builtin(path)
@@ -131,7 +138,7 @@ def validate_rows(rows: Sequence[Any], labels: Sequence[str], source: str, promp
     for row, label in zip(rows, labels):
         err = row_error(row, prompt_key)
         if err is not None:
-            raise ValueError(f"{source}: {label}: {err}")
+            raise DataError(f"{source}: {label}: {err}")
 
 
 # ------------------------------------------------------------------------------------ tensors
@@ -225,6 +232,7 @@ class RLHFDataset(Dataset):
         self.num_filtered = 0
         for path in self.files:
             self._add_file(path)
+        self.has_agent_name = any(row.get("agent_name") for row in self.rows)
         if not self.rows:
             raise ValueError(f"no prompts left in {self.files} (filtered as overlong: {self.num_filtered})")
 
@@ -282,7 +290,9 @@ class RLHFDataset(Dataset):
             ``input_ids``, ``attention_mask``, ``position_ids``: ``(P,)`` long, P =
             data.max_prompt_length, left-padded; ``raw_prompt_ids``: unpadded list of ids (what the
             rollout engine receives); ``data_source``, ``reward_model``, ``extra_info``, ``index``,
-            ``ability``; and ``raw_prompt`` (the messages) when data.return_raw_chat.
+            ``ability``; ``raw_prompt`` (the messages) when data.return_raw_chat; ``agent_name`` when
+            any row of the dataset has one; ``full_prompts`` (the chat-templated prompt text) when
+            data.return_full_prompt.
         """
         row = self.rows[item]
         ids = self.prompt_ids[item]
@@ -300,4 +310,8 @@ class RLHFDataset(Dataset):
         }
         if self.config.return_raw_chat:
             sample["raw_prompt"] = [dict(m) for m in row[self.config.prompt_key]]
+        if self.has_agent_name:  # verl's column choosing the row's agent loop (None = the default)
+            sample["agent_name"] = row.get("agent_name")
+        if getattr(self.config, "return_full_prompt", False):  # the templated prompt text
+            sample["full_prompts"] = self.tokenizer.decode(ids, skip_special_tokens=False)
         return sample

@@ -27,12 +27,15 @@ def build_optimizer(module: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Op
                              fused=True if fused else None, foreach=None if fused else True)
 
 
-def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float) -> float:
+def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float,
+                  num_cycles: float = 0.5) -> float:
     """LR multiplier of update number `step` (1-based): linear warm-up, then constant or cosine.
 
     Update k of a warm-up of W updates uses lr * k / W (so the first update is not wasted at 0);
-    after warm-up ``constant`` keeps lr, ``cosine`` decays to ``min_lr_ratio * lr`` at
-    ``total_steps`` (Loshchilov & Hutter 2017, SGDR without restarts).
+    after warm-up ``constant`` keeps lr, ``cosine`` is
+    ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(2 pi num_cycles progress)) / 2`` (progress
+    0 -> 1 over the decay phase; num_cycles = 0.5, verl's default, decays once to
+    ``min_lr_ratio * lr`` at ``total_steps``; Loshchilov & Hutter 2017, SGDR without restarts).
     """
     if warmup_steps > 0 and step <= warmup_steps:
         return step / warmup_steps
@@ -41,7 +44,7 @@ def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, mi
     if style != "cosine":
         raise ValueError(f"warmup_style must be 'constant' or 'cosine', got {style!r}")
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(2.0 * math.pi * num_cycles * progress))
 
 
 def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
@@ -51,9 +54,10 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total
     The scheduler's internal counter s (0 before the first update) maps to update s + 1.
     """
     warmup = cfg.lr_warmup_steps if cfg.lr_warmup_steps >= 0 else int(cfg.lr_warmup_steps_ratio * total_steps)
-    style, floor = cfg.warmup_style, cfg.min_lr_ratio
+    # lr_scheduler_type is verl's key; warmup_style its deprecated alias (finalize makes them agree)
+    style, floor, cycles = cfg.lr_scheduler_type, cfg.min_lr_ratio, cfg.num_cycles
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_multiplier(s + 1, warmup, total_steps, style, floor)
+        optimizer, lambda s: lr_multiplier(s + 1, warmup, total_steps, style, floor, cycles)
     )
 
 

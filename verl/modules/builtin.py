@@ -5,19 +5,28 @@
 tokenizer files) that loads offline with ``AutoModelForCausalLM`` / ``AutoTokenizer``.
 
 How the shipped weights were made (``verl/modules/assets/tiny-arithmetic/``, 0.14 M parameters,
-about 0.6 MB): ``build_builtin_model(out_dir)`` with the defaults of `BuiltinModelSpec`, i.e.
-a 2-layer, hidden-64 ``LlamaForCausalLM`` initialised with seed 0 and trained by supervised
-next-token prediction on the *train* split of the built-in ``arithmetic`` task
-(`verl.data.builtin_task`), single-threaded for bit-reproducibility. The SFT teacher is
-deliberately sloppy: on a problem whose ones column carries it forgets the carry with
-probability ``teacher_forget_carry`` = 0.7 (47+38 -> "75" instead of "85"). The warm-started
-model therefore answers most carrying problems wrongly when decoding greedily (27 % held-out
-greedy accuracy, see ``verl_builtin.json`` in the directory) but still samples the right answer
-about 30 % of the time: RL with the exact-answer reward has a signal to amplify, and held-out
-greedy accuracy rises to about 90-95 % within a few dozen GRPO steps on a CPU (lr 5e-5,
-32 prompts x 8 samples per step: 0.27 -> 0.90 by step 10). A directory that is
-missing is rebuilt on first use into ``$VERL_CACHE_DIR`` (or ``~/.cache/verl``) ``/builtin/
-<name>-<hash>``, written to a temporary directory and renamed atomically.
+about 0.6 MB): a 2-layer, hidden-64 ``LlamaForCausalLM`` initialised with seed 0 and trained by
+supervised next-token prediction on the *train* split of the built-in ``arithmetic`` task
+(`verl.data.builtin_task`). The SFT teacher is deliberately sloppy: on a problem whose ones
+column carries it forgets the carry with probability ``teacher_forget_carry`` = 0.7 (47+38 ->
+"75" instead of "85"). The warm-started model therefore answers most carrying problems wrongly
+when decoding greedily (27 % held-out greedy accuracy, see ``verl_builtin.json`` in the
+directory) but still samples the right answer about 30 % of the time: RL with the exact-answer
+reward has a signal to amplify, and held-out greedy accuracy rises to about 90-95 % within a few
+dozen GRPO steps on a CPU (lr 5e-5, 32 prompts x 8 samples per step: 0.27 -> 0.90 by step 10).
+
+`build_builtin_model` makes the warm start with the product's own SFT trainer
+(`verl.trainer.sft_trainer.train_sft`: the same engine, data set and loss as ``verl sft``) on
+the teacher's rows (``builtin://arithmetic_sft/train``), with the recipe of `BuiltinModelSpec`
+(steps, batch, AdamW lr / betas, warm-up then cosine, clip 1.0). The shipped asset predates that
+path: it was written by an earlier hand-written loop with the same recipe but batches sampled
+with replacement, a warm-up factor multiplied into the cosine, and no attention mask, so a
+rebuild is an equal-quality model, not the same bytes: the default spec rebuilt through the SFT
+path reaches a final SFT loss of 0.113 (shipped 0.130) and 28.9 % held-out greedy accuracy
+(shipped 27.3 %), and the quick start on it climbs 28.9 % -> 90.6 % by RL step 20 (measured). The shipped asset is kept because the quick start's
+numbers (140 / 512 held-out at step 0) are pinned to it. A directory that is missing is rebuilt
+on first use into ``$VERL_CACHE_DIR`` (or ``~/.cache/verl``) ``/builtin/<name>-<hash>``,
+written to a temporary directory and renamed atomically.
 
 Tokenizer: the built-in character tokenizer of `verl.data.builtin_tokenizer`, saved next to
 the weights.
@@ -27,15 +36,14 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import os
-import random
 import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from verl.data.builtin_preference import sloppy_sum
 from verl.data.builtin_tokenizer import CHAT_TEMPLATE, build_tokenizer, load_builtin_tokenizer
 
 __all__ = [
@@ -50,7 +58,7 @@ __all__ = [
 ]
 
 ASSETS_DIR = Path(__file__).resolve().parent / "assets"
-_BUILD_VERSION = 1
+_BUILD_VERSION = 2
 # Bumped whenever build_builtin_model changes what it produces (part of the cache hash).
 _INFO_FILE = "verl_builtin.json"
 
@@ -87,57 +95,11 @@ def _check_name(name: str) -> BuiltinModelSpec:
     return BUILTIN_MODELS[name]
 
 
-def sloppy_sum(a: int, b: int) -> int:
-    """``a + b`` computed column by column without carrying into the next column.
+def _teacher_rows(spec: BuiltinModelSpec) -> list[dict[str, str]]:
+    """``{prompt, response}`` for every train row; the teacher forgets carries (see the module docstring)."""
+    from verl.data.builtin_preference import teacher_sft_rows
 
-    The top column is written in full, so only carries between columns are lost:
-    ``sloppy_sum(47, 38) == 75`` (true sum 85), ``sloppy_sum(71, 52) == 123`` (correct).
-
-    Args:
-        a: First non-negative operand.
-        b: Second non-negative operand.
-
-    Returns:
-        The carry-forgetting sum.
-    """
-    width = max(len(str(a)), len(str(b)))
-    total = 0
-    for col in range(width):
-        digit_sum = (a // 10**col) % 10 + (b // 10**col) % 10
-        total += (digit_sum if col == width - 1 else digit_sum % 10) * 10**col
-    return total
-
-
-def _teacher_rows(spec: BuiltinModelSpec) -> list[tuple[str, str]]:
-    """(prompt content, teacher response) for every train row; the teacher forgets carries."""
-    from verl.data.builtin_task import arithmetic_problems
-
-    rng = random.Random(spec.sft_seed)
-    rows = []
-    for a, b in arithmetic_problems("train"):
-        forget = sloppy_sum(a, b) != a + b and rng.random() < spec.teacher_forget_carry
-        rows.append((f"{a}+{b}", str(sloppy_sum(a, b) if forget else a + b)))
-    return rows
-
-
-def _sft_tensors(tok: Any, rows: list[tuple[str, str]]) -> tuple[Any, Any]:
-    """Right-padded ``input_ids`` (N, T) and ``labels`` (N, T) (-100 outside response + EOS)."""
-    import torch
-
-    seqs, labels = [], []
-    for content, answer in rows:
-        prompt = tok.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True, tokenize=False)
-        p_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        r_ids = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-        seqs.append(p_ids + r_ids)
-        labels.append([-100] * len(p_ids) + r_ids)
-    width = max(map(len, seqs))
-    ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
-    lab = torch.full((len(seqs), width), -100, dtype=torch.long)
-    for i, (s, lb) in enumerate(zip(seqs, labels)):
-        ids[i, : len(s)] = torch.tensor(s)
-        lab[i, : len(lb)] = torch.tensor(lb)
-    return ids, lab
+    return teacher_sft_rows(spec.teacher_forget_carry, spec.sft_seed)
 
 
 def _init_model(spec: BuiltinModelSpec, tok: Any) -> Any:
@@ -155,33 +117,34 @@ def _init_model(spec: BuiltinModelSpec, tok: Any) -> Any:
     return LlamaForCausalLM(config)
 
 
-def _sft(model: Any, ids: Any, labels: Any, spec: BuiltinModelSpec) -> float:
-    """Supervised warm start: next-token cross-entropy on response tokens; returns the last loss."""
-    import torch
-    import torch.nn.functional as F
+def _sft_overrides(spec: BuiltinModelSpec, init_dir: Path, data: Path, work: Path) -> list[str]:
+    """`BuiltinModelSpec`'s SFT recipe in ``verl sft`` keys."""
+    return [
+        f"model.partial_pretrain={init_dir}", f"data.train_files=[{data}]", "data.prompt_key=prompt",
+        "data.response_key=response", f"data.train_batch_size={spec.sft_batch_size}",
+        f"data.micro_batch_size_per_gpu={spec.sft_batch_size}", f"data.max_length={spec.max_position_embeddings}",
+        f"trainer.total_training_steps={spec.sft_steps}", f"optim.lr={spec.sft_lr}", "optim.betas=[0.9,0.99]",
+        "optim.weight_decay=0.0", f"optim.lr_warmup_steps={spec.sft_warmup_steps}", "optim.lr_scheduler=cosine",
+        "optim.clip_grad=1.0", f"trainer.seed={spec.sft_seed}", "trainer.logger=[]", "trainer.resume_mode=disable",
+        f"trainer.default_local_dir={work / 'ckpt'}", f"trainer.output_dir={work / 'out'}",
+    ]
 
-    gen = torch.Generator().manual_seed(spec.sft_seed)
-    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, betas=(0.9, 0.99), weight_decay=0.0)
 
-    def lr_factor(step: int) -> float:
-        return min(1.0, (step + 1) / spec.sft_warmup_steps) * 0.5 * (1 + math.cos(math.pi * step / spec.sft_steps))
+def _sft(spec: BuiltinModelSpec, tok: Any, work: Path) -> tuple[Any, float]:
+    """Init, then warm-start with the product's SFT trainer; returns (model, last step's SFT loss)."""
+    from transformers import AutoModelForCausalLM
 
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_factor)
-    model.train()
-    loss = torch.tensor(float("nan"))
-    for _ in range(spec.sft_steps):
-        idx = torch.randint(0, ids.shape[0], (spec.sft_batch_size,), generator=gen)
-        x, y = ids[idx], labels[idx]
-        # Right padding: pad positions come after every label, so causal attention needs no mask.
-        logits = model(input_ids=x).logits
-        loss = F.cross_entropy(logits[:, :-1].flatten(0, 1), y[:, 1:].flatten(), ignore_index=-100)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        sched.step()
-    model.eval()
-    return loss.item()
+    # The trainer sits above modules; importing it here (only when a model is rebuilt) keeps
+    # `import verl.modules` free of it while the built-in model is made by the real SFT path.
+    from verl.trainer.sft_trainer import train_sft
+
+    init_dir, data = work / "init", work / "teacher.jsonl"
+    _init_model(spec, tok).save_pretrained(init_dir)
+    tok.save_pretrained(init_dir)
+    data.write_text("".join(json.dumps(r) + "\n" for r in _teacher_rows(spec)))
+    trainer, history = train_sft(_sft_overrides(spec, init_dir, data, work))
+    model = AutoModelForCausalLM.from_pretrained(work / "ckpt" / f"global_step_{trainer.global_step}")
+    return model.eval(), float(history[-1]["train/loss"])
 
 
 def _greedy_accuracy(model: Any, tok: Any, split: str = "test") -> float:
@@ -204,8 +167,9 @@ def _greedy_accuracy(model: Any, tok: Any, split: str = "test") -> float:
 def build_builtin_model(out_dir: str | Path, spec: BuiltinModelSpec | None = None) -> Path:
     """Build a built-in model directory: init, warm start, save (model, tokenizer, info).
 
-    Deterministic: seeded, and run with one intra-op thread (the thread count changes float
-    reduction order). About 65-80 s on one CPU core for the default spec.
+    The warm start is a ``verl sft`` run (`verl.trainer.sft_trainer.train_sft`) of the spec's
+    recipe on the teacher's rows. Deterministic: seeded, and run with one intra-op thread (the
+    thread count changes float reduction order).
 
     Args:
         out_dir: Directory to write (created; existing files are overwritten).
@@ -223,9 +187,8 @@ def build_builtin_model(out_dir: str | Path, spec: BuiltinModelSpec | None = Non
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = _init_model(spec, tok)
-        ids, labels = _sft_tensors(tok, _teacher_rows(spec))
-        last_loss = _sft(model, ids, labels, spec)
+        with tempfile.TemporaryDirectory(prefix="verl-builtin-sft-") as work:
+            model, last_loss = _sft(spec, tok, Path(work))
         accuracy = _greedy_accuracy(model, tok)
     finally:
         torch.set_num_threads(threads)
@@ -233,6 +196,7 @@ def build_builtin_model(out_dir: str | Path, spec: BuiltinModelSpec | None = Non
     model.save_pretrained(out)
     tok.save_pretrained(out)
     info = {"spec": asdict(spec), "build_version": _BUILD_VERSION, "final_sft_loss": round(last_loss, 4),
+            "sft_path": "verl.trainer.sft_trainer",
             "test_greedy_accuracy": accuracy}
     (out / _INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return out
@@ -258,6 +222,10 @@ def get_builtin_model_dir(name: str = "tiny-arithmetic") -> Path:
     Raises:
         ValueError: For an unknown name (the message lists the valid names).
     """
+    if name == "tiny-calculator":  # the multi-turn tool model has its own builder
+        from verl.modules.builtin_tool_model import get_tool_model_dir
+
+        return get_tool_model_dir()
     spec = _check_name(name)
     shipped = ASSETS_DIR / name
     # A shipped directory made from another spec is stale: the spec is the source of truth.

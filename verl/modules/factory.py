@@ -25,7 +25,6 @@ ones, which turns the PPO ratio into noise (GPT-2 configs default to p = 0.1).
 from __future__ import annotations
 
 import contextlib
-import importlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -133,7 +132,9 @@ def create_model(
     if not model_path:
         raise ValueError(f"create_model({role!r}): the config section has no model path")
     if getattr(cfg, "external_lib", None):
-        importlib.import_module(cfg.external_lib)
+        from verl.utils.import_utils import load_extern_module
+
+        load_extern_module(cfg.external_lib)  # a module name or a .py path
     kwargs: dict[str, Any] = {
         "dtype": torch_dtype(dtype if dtype is not None else getattr(cfg, "dtype", "float32")),
         "trust_remote_code": bool(getattr(cfg, "trust_remote_code", False)),

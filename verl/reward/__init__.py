@@ -5,6 +5,7 @@
 - :mod:`verl.reward.managers`: ``naive`` / ``dapo`` / ``batch`` managers that decode response
   tokens of a DataProto, score them with timeouts and place token-level rewards.
 - :mod:`verl.reward.overlong`: the DAPO overlong penalty.
+- :mod:`verl.reward.verl_managers`: verl-style manager classes registered by name (and ``prime``).
 - :mod:`verl.reward.loader`: :func:`load_custom_reward_fn` for ``custom_reward_function.path``.
 
 This package imports no Ray, workers or trainer code.
@@ -21,6 +22,7 @@ from verl.reward.managers import (
 )
 from verl.reward.overlong import OverlongBufferConfig, overlong_penalty
 from verl.reward.scorers import SCORERS, default_compute_score, get_scorer, register_scorer
+from verl.reward.verl_managers import register as register_reward_manager
 
 __all__ = [
     "REWARD_MANAGERS",
@@ -33,5 +35,6 @@ __all__ = [
     "get_scorer",
     "load_custom_reward_fn",
     "overlong_penalty",
+    "register_reward_manager",
     "register_scorer",
 ]

@@ -14,11 +14,13 @@ Registered managers (:data:`REWARD_MANAGERS`, all with the same constructor):
   call for the whole batch (returning a list of B results) under one ``timeout_s`` deadline;
   use it for scorers that batch requests (e.g. to a verifier service).
 
-Failure containment: a scorer that raises or exceeds ``timeout_s`` gives reward 0.0 for the
-affected samples (all B for the batch manager), is counted in ``reward_extra_info``
-(``reward_error`` / ``reward_timeout`` per sample) and in ``reward_metrics``
-(``reward/num_errors``, ``reward/num_timeouts``), and is logged once per kind per manager; it
-never stops training. See :mod:`verl.reward.timeout` for how hung scorers are abandoned.
+Failure containment: a scorer that raises, exceeds ``timeout_s``, returns something that is
+not a number, or returns NaN / ±inf gives reward 0.0 for the affected samples (all B for the
+batch manager), is counted in ``reward_extra_info`` (``reward_error`` / ``reward_nonfinite`` /
+``reward_timeout`` per sample) and in ``reward_metrics`` (``reward/num_errors`` — non-finite
+scores included —, ``reward/num_nonfinite``, ``reward/num_timeouts``), and is logged once per
+kind per manager with the sample's index and data source; it never stops training. The
+trainer leaves such unscored samples out of the loss (`verl.trainer.reward_errors`). See :mod:`verl.reward.timeout` for how hung scorers are abandoned.
 
 Every path applies the DAPO overlong penalty when ``overlong_buffer.enable`` (B25).
 """
@@ -30,7 +32,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from verl.reward.overlong import OverlongBufferConfig
-from verl.reward.scoring import (
+from verl.reward.manager_steps import (
+    SampleResult,
     ScoredBatch,
     assemble_rewards,
     check_data_sources,
@@ -68,23 +71,26 @@ class _ManagerSettings:
         self._caller = TimeoutCaller(timeout_s)
         self._warned: set[str] = set()
 
-    def _warn_once(self, kind: str, outcomes: Sequence[CallOutcome], data_sources: Sequence[str]) -> None:
-        """Logs the first failure of each kind ("error", "timeout") seen by this manager."""
-        for outcome, source in zip(outcomes, data_sources, strict=True):
-            if outcome.status == kind and kind not in self._warned:
+    def _warn_once(self, results: Sequence[SampleResult], data_sources: Sequence[str]) -> None:
+        """Logs the first failure of each kind (error, non-finite, timeout) seen by this manager,
+        with the sample's index in the batch and its data source."""
+        for i, (result, source) in enumerate(zip(results, data_sources, strict=True)):
+            kind = "non-finite score" if result.nonfinite else result.status
+            if result.status != "ok" and kind not in self._warned:
                 self._warned.add(kind)
+                counter = {"error": "num_errors", "timeout": "num_timeouts"}.get(kind, "num_nonfinite")
                 logger.warning(
-                    "reward scorer %s (data_source=%r): %s; the sample gets reward 0.0. "
-                    "Further %ss are only counted in reward/num_%ss.",
-                    kind, source, outcome.error, kind, kind,
+                    "reward %s on sample %d (data_source=%r): %s; the sample gets reward 0.0 and is "
+                    "left out of the loss. Further ones are only counted in reward/%s.",
+                    kind, i, source, result.message, counter,
                 )
 
     def _finish(self, batch: ScoredBatch, outcomes: list[CallOutcome], return_dict: bool) -> Any:
-        for kind in ("error", "timeout"):
-            self._warn_once(kind, outcomes, batch.data_sources)
+        results = [outcome_to_result(o) for o in outcomes]
+        self._warn_once(results, batch.data_sources)
         result = assemble_rewards(
             batch,
-            [outcome_to_result(o) for o in outcomes],
+            results,
             overlong_buffer=self.overlong_buffer,
             max_response_length=self.max_response_length,
         )

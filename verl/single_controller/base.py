@@ -10,7 +10,9 @@ how the ranks' results are merged (HybridFlow, Sheng et al. 2024, §4):
   concatenated, the padding removed, and their ``meta_info["metrics"]`` merged.
 
 Backends (`LocalWorkerGroup`, `RayWorkerGroup`) implement only ``_execute`` (run a method on a
-list of ranks); everything else lives here, so both give the same numbers.
+list of ranks); everything else lives here, so both give the same numbers. Every call's wall
+time is recorded per method in ``self.deadlines`` (`verl.single_controller.watchdog`), from
+which each backend derives the deadline after which a call counts as hung.
 """
 
 from __future__ import annotations
@@ -18,9 +20,11 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import time
 from typing import Any, Callable, Protocol, Sequence
 
 from verl.protocol import DataProto
+from verl.single_controller.watchdog import CallDeadlines
 
 _DISPATCH_ATTR = "_verl_dispatch_mode"
 
@@ -151,12 +155,19 @@ class WorkerGroup(Protocol):
 class BaseWorkerGroup:
     """Exposes each ``@register`` method of the worker class as a group method.
 
-    Subclasses implement ``_execute(method_name, per_rank_args, per_rank_kwargs, ranks)``.
+    Subclasses implement ``_execute(method_name, per_rank_args, per_rank_kwargs, ranks)`` and
+    honour ``self.deadlines.deadline(method_name)``.
+
+    Args:
+        worker_cls: the `Worker` subclass.
+        world_size: number of ranks.
+        hang_timeout_s: ``trainer.hang_timeout_s`` (deadline floor; None = default, 0 = off).
     """
 
-    def __init__(self, worker_cls: type, world_size: int) -> None:
+    def __init__(self, worker_cls: type, world_size: int, hang_timeout_s: float | None = None) -> None:
         self.worker_cls = worker_cls
         self.world_size = world_size
+        self.deadlines = CallDeadlines(hang_timeout_s)
         self._methods = registered_methods(worker_cls)
         for name, mode in self._methods.items():
             setattr(self, name, functools.partial(self._call, name, mode))
@@ -164,7 +175,9 @@ class BaseWorkerGroup:
     def _call(self, name: str, mode: Dispatch, *args: Any, **kwargs: Any) -> Any:
         per_args, per_kwargs, state = dispatch_args(mode, self.world_size, args, kwargs)
         ranks: Sequence[int] = [0] if mode is Dispatch.RANK_ZERO else range(self.world_size)
+        start = time.monotonic()
         outputs = self._execute(name, per_args, per_kwargs, list(ranks))
+        self.deadlines.record(name, time.monotonic() - start)
         return collect_results(mode, outputs, state)
 
     def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:

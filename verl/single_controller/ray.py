@@ -8,16 +8,26 @@ Calls are dispatched and collected by the shared functions of `verl.single_contr
 Failure handling: results are awaited with ``ray.wait`` in short slices; when any rank's call
 fails or its process dies, the group kills every actor and raises `WorkerError` naming the role,
 the rank and the worker's own error — without waiting for the surviving ranks, which may be
-blocked in a collective with the dead one.
+blocked in a collective with the dead one. A call that outlives its deadline (derived from the
+method's measured history, `verl.single_controller.watchdog`) is a hang: every worker's Python
+stack is dumped to stderr and ``<trainer.output_dir>/hang_stacks.txt``, the actors are killed
+and `HangError` names the role, the method, the ranks that did not answer and their state.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
+import sys
+import tempfile
+import time
+from pathlib import Path
 from typing import Any
 
 from verl.single_controller.base import BaseWorkerGroup
+from verl.single_controller.watchdog import STACK_DIR_ENV, dump_stacks, format_report, install_stack_dumper, process_state
+from verl.utils.errors import HangError
 
 
 class WorkerError(RuntimeError):
@@ -30,14 +40,22 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def ensure_ray(num_cpus: int | None = None) -> None:
-    """Start (or join) Ray once per process: no dashboard, auth disabled for local clusters."""
+def ensure_ray(num_cpus: int | None = None, **ray_init: Any) -> None:
+    """Start (or join) Ray once per process: no dashboard, auth disabled for local clusters.
+
+    Args:
+        num_cpus: CPUs Ray may schedule on (None = Ray's default).
+        **ray_init: Further ``ray.init`` keyword arguments (``ray_kwargs.ray_init.*``); they
+            override the defaults above.
+    """
     import ray
 
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=True, ignore_reinit_error=True)
+    kwargs: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": True,
+                              "ignore_reinit_error": True, **ray_init}
+    ray.init(**kwargs)
 
 
 class RayResourcePool:
@@ -76,6 +94,7 @@ class _WorkerHost:
 
     def __init__(self, env: dict[str, str], worker_cls: type, args: tuple, kwargs: dict) -> None:
         os.environ.update(env)
+        install_stack_dumper(f"{env.get('VERL_ROLE', 'worker')}_rank{env['RANK']}")
         if env.get("VERL_DEVICE", "cpu") == "cpu":
             import torch
 
@@ -95,7 +114,7 @@ class RayWorkerGroup(BaseWorkerGroup):
     Args:
         worker_cls: a `Worker` subclass.
         world_size: number of ranks (processes).
-        trainer_cfg: the ``trainer`` section (``device``, ``n_gpus_per_node``).
+        trainer_cfg: the ``trainer`` section (``device``, ``hang_timeout_s``, ``output_dir``).
         *args, **kwargs: passed to ``worker_cls`` on every rank.
         resource_pool: the `RayResourcePool` to place ranks on (default: a new one).
         role: name used in error messages (default: the worker class name).
@@ -107,8 +126,10 @@ class RayWorkerGroup(BaseWorkerGroup):
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        super().__init__(worker_cls, world_size)
+        super().__init__(worker_cls, world_size, getattr(trainer_cfg, "hang_timeout_s", None))
         self.role = role or worker_cls.__name__
+        self.output_dir = getattr(trainer_cfg, "output_dir", None)
+        self.stack_dir = Path(tempfile.mkdtemp(prefix=f"verl_stacks_{self.role}_"))
         self.poll_s = poll_s
         device = getattr(trainer_cfg, "device", "cpu")
         self.pool = resource_pool or RayResourcePool(world_size, device)
@@ -120,7 +141,7 @@ class RayWorkerGroup(BaseWorkerGroup):
         for rank in range(world_size):
             env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
                    "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "VERL_DEVICE": device,
-                   "OMP_NUM_THREADS": str(threads)}
+                   "OMP_NUM_THREADS": str(threads), "VERL_ROLE": self.role, STACK_DIR_ENV: str(self.stack_dir)}
             strategy = PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=rank)
             actor = host_cls.options(
                 scheduling_strategy=strategy, num_cpus=0.01, num_gpus=0 if device == "cpu" else 0.01,
@@ -128,6 +149,7 @@ class RayWorkerGroup(BaseWorkerGroup):
             ).remote(env, worker_cls, args, kwargs)
             self.actors.append(actor)
         self._execute("ping", [()] * world_size, [{}] * world_size, list(range(world_size)))
+        self.pids = self.worker_pids()  # asked now: a hung worker cannot answer later
 
     def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
         refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i]) for i, r in enumerate(ranks)]
@@ -137,6 +159,8 @@ class RayWorkerGroup(BaseWorkerGroup):
         import ray
 
         pending = list(refs)
+        deadline = self.deadlines.deadline(name)
+        start = time.monotonic()
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
             for ref in done:
@@ -146,7 +170,33 @@ class RayWorkerGroup(BaseWorkerGroup):
                     rank = ranks[refs.index(ref)]
                     self.shutdown()
                     raise WorkerError(f"{self.role} worker rank {rank} failed in {name}(): {type(e).__name__}: {e}") from e
+            if pending and deadline is not None and time.monotonic() - start > deadline:
+                self._on_hang(name, [ranks[refs.index(r)] for r in pending], time.monotonic() - start)
         return ray.get(refs)
+
+    def _on_hang(self, name: str, pending: list[int], elapsed: float) -> None:
+        """Dump every worker's stacks, kill the actors, raise `HangError` (module docstring)."""
+        pids = getattr(self, "pids", [])
+        workers = [(rank, pid, self.stack_dir / f"{self.role}_rank{rank}.txt") for rank, pid in enumerate(pids)]
+        states = {rank: process_state(pid) for rank, pid, _ in workers}
+        stacks = dump_stacks(workers)
+        text = format_report(self.role, name, elapsed, self.deadlines.explain(name), pending, workers, states, stacks)
+        print(text, file=sys.stderr, flush=True)
+        where = "stderr"
+        if self.output_dir:
+            try:
+                Path(self.output_dir).mkdir(parents=True, exist_ok=True)
+                (Path(self.output_dir) / "hang_stacks.txt").write_text(text)
+                where = str(Path(self.output_dir) / "hang_stacks.txt")
+            except OSError:
+                pass
+        self.shutdown()
+        stopped = [r for r, st in states.items() if st == "stopped"]
+        raise HangError(
+            f"{self.role}.{name}() did not return within {elapsed:.0f} s ({self.deadlines.explain(name)}); no answer from "
+            f"rank(s) {pending}" + (f"; rank(s) {stopped} were stopped (SIGSTOP)" if stopped else "")
+            + f"; every worker's stack is in {where}; the last checkpoint is intact"
+        )
 
     def worker_pids(self) -> list[int]:
         """OS process ids of the ranks (for tests and diagnostics)."""
@@ -164,3 +214,4 @@ class RayWorkerGroup(BaseWorkerGroup):
             except Exception:  # noqa: BLE001 - already dead
                 pass
         self.actors = []
+        shutil.rmtree(self.stack_dir, ignore_errors=True)

@@ -17,7 +17,15 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["BaseInteraction", "BaseTool", "FunctionCall", "ToolResponse"]
+__all__ = ["BaseInteraction", "BaseTool", "FunctionCall", "ToolError", "ToolResponse", "check_config_keys"]
+
+
+class ToolError(Exception):
+    """A failure the model should read about (bad input, division by zero, ...).
+
+    `verl.tools.calling.call_tool` turns it into the tool response ``"Error: <message>"`` with
+    status ``error``; any other exception gets the same treatment plus its type name.
+    """
 
 
 @dataclass
@@ -50,6 +58,11 @@ class BaseTool:
         if not self.tool_schema:
             raise ValueError(f"{type(self).__name__}: no tool_schema given and none built in")
         self.name: str = self.tool_schema["function"]["name"]
+
+    @property
+    def parameters_schema(self) -> dict[str, Any]:
+        """The JSON Schema of the call's arguments (``tool_schema.function.parameters``; ``{}`` = any)."""
+        return dict(self.tool_schema["function"].get("parameters") or {})
 
     def get_openai_tool_schema(self) -> dict[str, Any]:
         """The OpenAI function schema (a subclass may build one in)."""
@@ -97,3 +110,16 @@ class BaseInteraction:
 
     async def finalize_interaction(self, instance_id: str, **kwargs: Any) -> None:
         """Free the per-trajectory state."""
+
+
+def check_config_keys(config: dict[str, Any], allowed: set[str], owner: str) -> None:
+    """Rejects config keys a tool or interaction does not implement (never silently ignored).
+
+    ``type`` is always allowed: the tool loader consumes it (``type: native``).
+
+    Raises:
+        ValueError: ``"`<key>` is not supported yet: ..."`` naming the valid keys.
+    """
+    for key in sorted(set(config) - allowed - {"type"}):
+        valid = ", ".join(sorted(allowed)) or "none"
+        raise ValueError(f"`{key}` is not supported yet: {owner} accepts config keys: {valid}")

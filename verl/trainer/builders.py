@@ -56,6 +56,11 @@ def build_resource_pool(cfg: RootConfig) -> Any:
         return None
     from verl.single_controller.ray import RayResourcePool
 
+    init = {k: v for k, v in cfg.ray_kwargs.ray_init.items() if v is not None}
+    if init:  # verl's ray_kwargs.ray_init: the user's ray.init arguments win (Ray starts once)
+        from verl.single_controller.ray import ensure_ray
+
+        ensure_ray(**init)
     return RayResourcePool(world_size(cfg), cfg.trainer.device)
 
 
@@ -63,29 +68,23 @@ def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, 
     """A worker group of ``worker_cls`` on the configured backend (``pool``: see `build_resource_pool`)."""
     if pool is None:
         from verl.single_controller.local import LocalWorkerGroup
+        from verl.single_controller.watchdog import CallDeadlines
 
-        return LocalWorkerGroup(worker_cls, *args, **kwargs)
+        group = LocalWorkerGroup(worker_cls, *args, **kwargs)
+        group.role = role
+        if cfg.trainer.hang_timeout_s is not None:  # off by default in-process (see the key's comment)
+            group.deadlines = CallDeadlines(cfg.trainer.hang_timeout_s)
+        return group
     from verl.single_controller.ray import RayWorkerGroup
 
     return RayWorkerGroup(worker_cls, world_size(cfg), cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
 
 
 def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
-    """Training and validation reward managers (rule scorers or the custom function)."""
-    from verl.reward import OverlongBufferConfig, create_reward_manager, load_custom_reward_fn
+    """Training and validation reward managers (see `verl.trainer.ppo.reward`)."""
+    from verl.trainer.ppo.reward import build_reward_fns as build
 
-    fn = load_custom_reward_fn(cfg.custom_reward_function.path, cfg.custom_reward_function.name)
-    if fn is not None and cfg.custom_reward_function.reward_kwargs:
-        import functools
-
-        fn = functools.partial(fn, **cfg.custom_reward_function.reward_kwargs)
-    ob = cfg.reward_model.overlong_buffer
-    common = dict(compute_score=fn, reward_fn_key=cfg.data.reward_fn_key, timeout_s=cfg.reward_model.timeout_s)
-    overlong = OverlongBufferConfig(enable=ob.enable, len=ob.len, penalty_factor=ob.penalty_factor) if ob.enable else None
-    train = create_reward_manager(cfg.reward_model.reward_manager, tokenizer, overlong_buffer=overlong,
-                                  max_response_length=cfg.data.max_response_length, **common)
-    val = create_reward_manager(cfg.reward_model.reward_manager, tokenizer, **common)
-    return train, val
+    return build(cfg, tokenizer)
 
 
 def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
@@ -93,6 +92,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     from verl.config import save_config
     from verl.data import RLDataLoader
     from verl.modules import load_tokenizer
+    from verl.trainer.preflight import prepare_run
     from verl.trainer.tracking import Tracking
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
@@ -103,6 +103,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     seed_everything(cfg.trainer.seed)
     tokenizer = load_tokenizer(cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or cfg.actor_rollout_ref.model.path,
                                trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
+    prepare_run(cfg, tokenizer)  # pre-flight checks (verl.trainer.preflight), before any model loads
     train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
     val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val") if cfg.data.val_files else None
     total = cfg.trainer.total_training_steps or len(train_dl) * cfg.trainer.total_epochs

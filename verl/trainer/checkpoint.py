@@ -36,6 +36,8 @@ from verl.trainer.state import TrainerParts, TrainerState, capture_rng_state, re
 if TYPE_CHECKING:
     from verl.config.schema import RootConfig, TrainerConfig
 
+from verl.utils.errors import UserError
+
 logger = logging.getLogger(__name__)
 
 LATEST_FILE = "latest_checkpointed_iteration.txt"
@@ -43,8 +45,10 @@ MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError, RuntimeError):
     """A checkpoint that was asked for explicitly is missing, partial or corrupted."""
+
+    kind = "checkpoint error"
 
 
 def _sha256(path: Path) -> str:
@@ -203,19 +207,46 @@ class CheckpointManager:
         return None
 
 
-def write_checkpoint(parts: TrainerParts, state: TrainerState, config: RootConfig) -> Path:
+HF_CONFIG = "config.json"
+TOKENIZER_DIR = "tokenizer"
+
+
+def save_export_files(model_cfg: Any, tokenizer: Any, actor_dir: str | Path) -> None:
+    """Write what `export_hf` needs beside the actor weights: the HF ``config.json`` of the
+    actor's architecture and the tokenizer files (called by the trainer for every checkpoint).
+
+    Args:
+        model_cfg: ``actor_rollout_ref.model`` (path, trust_remote_code as used for training).
+        tokenizer: the run's tokenizer.
+        actor_dir: the checkpoint's ``actor`` directory.
+    """
+    from transformers import AutoConfig
+
+    from verl.modules.factory import resolve_model_path
+
+    out = Path(actor_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    AutoConfig.from_pretrained(resolve_model_path(model_cfg.path), trust_remote_code=model_cfg.trust_remote_code).save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out / TOKENIZER_DIR))
+
+
+def write_checkpoint(
+    parts: TrainerParts, state: TrainerState, config: RootConfig, export_hf: Callable[[Path, Path], object] | None = None,
+) -> Path:
     """Save every role, the trainer state and the config as ``global_step_<N>`` (atomic).
 
     Args:
         parts: the run's built parts (role groups, data loader, KL controller, checkpoints).
         state: step and epoch to record.
-        config: the resolved root config (saved next to the weights; ``trainer.save_hf``
-            also exports a Hugging Face directory).
+        config: the resolved root config (saved next to the weights).
+        export_hf: ``export_hf(checkpoint_dir, out_dir)`` writing a Hugging Face directory into
+            ``<checkpoint>/huggingface`` (``trainer.save_hf``), or None.
     """
     from verl.config import save_config
 
     def write(tmp: Path) -> None:
         parts.actor_rollout_wg.save_checkpoint(str(tmp / "actor"))
+        save_export_files(config.actor_rollout_ref.model, parts.tokenizer, tmp / "actor")  # for `verl merge`
         if parts.critic_wg is not None:
             parts.critic_wg.save_checkpoint(str(tmp / "critic"))
         trainer_state = {
@@ -226,9 +257,7 @@ def write_checkpoint(parts: TrainerParts, state: TrainerState, config: RootConfi
         }
         torch.save(trainer_state, tmp / "trainer_state.pt")
         save_config(config, tmp / "config.yaml")
-        if config.trainer.save_hf:
-            from verl.trainer.merge import export_hf
-
+        if export_hf is not None:
             export_hf(tmp, tmp / "huggingface")
 
     return parts.checkpoints.save(state.global_step, write)
@@ -256,4 +285,8 @@ def restore_checkpoint(parts: TrainerParts, state: TrainerState, trainer_cfg: Tr
         parts.kl_ctrl.load_state_dict(saved["kl_ctrl"])
     restore_rng_state(saved["rng"])
     print(f"Resumed from {path} (global_step {state.global_step}, epoch {state.epoch})", flush=True)
+    if trainer_cfg.del_local_ckpt_after_load:  # verl's flag: the loaded checkpoint directory is removed
+        import shutil
+
+        shutil.rmtree(path)
     return True

@@ -7,7 +7,8 @@ accuracy at the start and at the end of RL and writes ``reward_accuracy.png`` in
 file or preset name, and the rest are dotted overrides (``a.b=c``, ``+a.b=c``, ``~a.b``); with
 overrides only, ``verl train`` modifies the quick start (so ``verl train trainer.n_gpus_per_node=2``
 is the quick start on two workers), while ``python -m verl.trainer.main_ppo`` — verl's own entry
-point — applies them to verl's schema defaults, as verl's scripts expect.
+point — applies them to verl's schema defaults, as verl's scripts expect; it also takes Hydra's
+``--config-path DIR --config-name NAME`` as verl's multi-turn recipes use it.
 A bad config exits with status 2 and a one-line error before any model is loaded.
 """
 
@@ -17,10 +18,12 @@ USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
 
   (no arguments)          the built-in quick start (preset 'quickstart': tiny model, arithmetic task, CPU)
   CONFIG                  a YAML file (canonical verl keys or the seed layout) or a preset name:
-                          quickstart, gsm8k_grpo, gsm8k_ppo, math_grpo
+                          quickstart, calculator (multi-turn tool calling), gsm8k_grpo, gsm8k_ppo, math_grpo
   key=value ...           dotted overrides (a.b=c, +a.b=c, ~a.b); with no CONFIG they modify the
                           quick start. `python -m verl.trainer.main_ppo key=value ...` (verl's own
                           entry point) applies them to verl's defaults instead.
+  --config-path DIR --config-name NAME    Hydra-style, as verl's recipes call main_ppo: the YAML
+                          DIR/NAME.yaml (its `defaults: [ppo_trainer, _self_]` = verl's defaults)
   verl config show [CONFIG] [overrides]   prints the resolved config
 """
 
@@ -102,26 +105,37 @@ def run(config_path: str | None, overrides: Sequence[str]) -> list[dict[str, Any
 
 def main(argv: Sequence[str] | None = None, default_config: str | None = None) -> int:
     """Entry point of ``python -m verl.trainer.main_ppo`` (verl's: overrides apply to verl's
-    defaults) and, through `train_cli`, of ``verl train``; returns the exit status."""
+    defaults) and, through `train_cli`, of ``verl train``; returns the exit status.
+
+    Bad user input (`verl.utils.errors.UserError`, config errors included) is printed as one
+    line; ``--debug`` or ``VERL_DEBUG=1`` shows the traceback.
+    """
     import os
 
-    from verl.config import ConfigError
     from verl.config.cli import split_config_arg
+    from verl.utils.errors import UserError, debug_enabled, one_line
 
     argv = list(sys.argv[1:] if argv is None else argv)
+    if "--debug" in argv:
+        argv.remove("--debug")
+        os.environ["VERL_DEBUG"] = "1"
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    config_path, overrides = split_config_arg(argv, default_config)
     try:
+        hydra_path, argv = hydra_config_args(argv)
+        config_path, overrides = (hydra_path, argv) if hydra_path else split_config_arg(argv, default_config)
         run(config_path, overrides)
-    except ConfigError as e:
-        print(f"verl train: config error: {e}", file=sys.stderr)
-        return 2
-    except USER_ERRORS as e:
-        if os.environ.get("VERL_TRACEBACK"):
+    except UserError as e:
+        if debug_enabled():
             raise
-        print(f"verl train: error: {type(e).__name__}: {e}\n(set VERL_TRACEBACK=1 for the traceback)", file=sys.stderr)
+        print(f"verl train: {e.kind}: {e}", file=sys.stderr, flush=True)
+        return e.exit_code
+    except USER_ERRORS as e:
+        if debug_enabled():
+            raise
+        print(f"verl train: error: {type(e).__name__}: {one_line(e)} (run with --debug for the traceback)",
+              file=sys.stderr, flush=True)
         return 1
     except KeyboardInterrupt:
         print("verl train: interrupted", file=sys.stderr)
@@ -131,8 +145,44 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     return 0
 
 
-# Errors that describe bad input (files, data rows, reward functions, checkpoints, workers) are
-# printed as one line; anything else is a bug and keeps its traceback.
+def hydra_config_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """Hydra's ``--config-path DIR --config-name NAME`` (also ``=`` forms, ``-cp`` / ``-cn``), as
+    verl's recipes call ``python -m verl.trainer.main_ppo``.
+
+    Returns:
+        (``DIR/NAME.yaml`` or None when neither flag is given, the remaining arguments).
+
+    Raises:
+        ConfigError: a flag without its value, or ``--config-path`` without ``--config-name``.
+    """
+    from verl.config import ConfigError
+
+    names = {"--config-path": "path", "-cp": "path", "--config-name": "name", "-cn": "name"}
+    found: dict[str, str] = {}
+    rest: list[str] = []
+    args = list(argv)
+    i = 0
+    while i < len(args):
+        flag, eq, value = args[i].partition("=")
+        if flag in names:
+            if not eq:
+                if i + 1 >= len(args):
+                    raise ConfigError(f"{flag} needs a value")
+                value, i = args[i + 1], i + 1
+            found[names[flag]] = value
+        else:
+            rest.append(args[i])
+        i += 1
+    if not found:
+        return None, rest
+    if "name" not in found:
+        raise ConfigError("--config-path needs --config-name (the YAML file name without .yaml)")
+    name = found["name"] if found["name"].endswith((".yaml", ".yml")) else found["name"] + ".yaml"
+    return str(Path(found.get("path", ".")) / name), rest
+
+
+# Errors of the standard library that bad input can still cause where no `UserError` is raised
+# at the source (files, workers); printed as one line. Anything else is a bug and keeps its traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, ImportError, RuntimeError, OSError)
 
 

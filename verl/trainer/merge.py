@@ -1,52 +1,99 @@
 """``verl merge CKPT_DIR OUT_DIR``: a checkpoint's actor → a Hugging Face directory.
 
-``CKPT_DIR`` is a ``global_step_N`` directory written by the trainer (it holds ``config.yaml``
-and ``actor/model.safetensors``). A published checkpoint (one with ``manifest.json``) is
-verified against its manifest first, so a truncated or corrupted checkpoint is refused rather
-than exported as a silently broken model. ``OUT_DIR`` must be new or empty: files left over
+``CKPT_DIR`` is a ``global_step_N`` directory written by the trainer (it holds ``config.yaml``,
+``manifest.json`` and ``actor/{model.safetensors, config.json, tokenizer/}``). It is verified
+against its manifest first, so a truncated or corrupted checkpoint is refused rather than
+exported as a silently broken model; a checkpoint without a manifest (an interrupted save) is
+refused unless ``--no-verify`` is given. ``OUT_DIR`` must be new or empty: files left over
 from an earlier export (an ``adapter_config.json`` next to merged weights) would change what
 ``from_pretrained`` loads. The output loads offline with
 ``AutoModelForCausalLM.from_pretrained`` and ``AutoTokenizer.from_pretrained``. With LoRA the
 adapters are merged into the base weights by default (``merge_and_unload``);
-``--adapter-only`` writes the peft adapter directory instead. Loading a checkpoint never runs
-code from it: weights come from safetensors and the config from YAML.
+``--adapter-only`` writes the peft adapter directory instead.
+
+Loading a checkpoint never runs code from it. The architecture is the transformers class of
+the ``model_type`` in the saved HF ``actor/config.json`` (its ``auto_map`` is ignored); the
+checkpoint's ``config.yaml`` is read as data only (LoRA rank / alpha / target modules) — its
+model ``path`` and ``trust_remote_code`` are never used; weights come from safetensors, the
+tokenizer from ``actor/tokenizer/`` (``tokenizer.json``, no code). A ``model_type`` that
+transformers does not know needs ``--trust-remote-code`` on the merge command line, which
+then imports the modelling code saved beside ``actor/config.json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
-from verl.trainer.checkpoint import MANIFEST, CheckpointError, check_checkpoint
+from verl.trainer.checkpoint import HF_CONFIG, MANIFEST, TOKENIZER_DIR, CheckpointError, check_checkpoint, save_export_files
+from verl.utils.errors import CheckpointLoadError
+
+def _build_architecture(actor_dir: Path, trust_remote_code: bool) -> Any:
+    """An untrained module of the architecture in ``actor_dir/config.json`` (no weights read).
+
+    Raises:
+        CheckpointLoadError: no ``config.json``, or a ``model_type`` transformers does not know
+            (without ``trust_remote_code``).
+    """
+    from transformers import AutoConfig, AutoModelForCausalLM
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    path = actor_dir / HF_CONFIG
+    if not path.is_file():
+        raise CheckpointLoadError(f"{path} not found: the checkpoint does not say its architecture (written by an "
+                                  f"older verl?); re-save it with this version")
+    raw = json.loads(path.read_text())
+    model_type = raw.get("model_type")
+    if model_type in CONFIG_MAPPING and not trust_remote_code:
+        raw.pop("auto_map", None)  # code named by the checkpoint is never imported
+        config = CONFIG_MAPPING[model_type].from_dict(raw)
+        return AutoModelForCausalLM.from_config(config, trust_remote_code=False)
+    if not trust_remote_code:
+        raise CheckpointLoadError(f"{path}: model_type {model_type!r} is not a transformers architecture; loading "
+                                  f"it would run code from the checkpoint: pass --trust-remote-code if you trust it")
+    config = AutoConfig.from_pretrained(str(actor_dir), trust_remote_code=True)
+    return AutoModelForCausalLM.from_config(config, trust_remote_code=True)
 
 
-def _load_actor(ckpt_dir: Path) -> tuple[object, object]:
+def _load_actor(ckpt_dir: Path, trust_remote_code: bool = False) -> tuple[object, object]:
+    from safetensors import SafetensorError
     from safetensors.torch import load_file
+    from transformers import AutoTokenizer
 
     from verl.config import load_config
-    from verl.modules import create_model, load_tokenizer
+    from verl.modules.factory import _apply_lora
 
-    cfg = load_config(ckpt_dir / "config.yaml")
-    model_cfg = cfg.actor_rollout_ref.model
-    module = create_model("actor", model_cfg)
-    state = load_file(str(ckpt_dir / "actor" / "model.safetensors"))
+    model_cfg = load_config(ckpt_dir / "config.yaml").actor_rollout_ref.model
+    module = _build_architecture(ckpt_dir / "actor", trust_remote_code)
+    if model_cfg.lora_rank and model_cfg.lora_rank > 0:
+        module = _apply_lora(module, model_cfg, "CAUSAL_LM")
+    weights = ckpt_dir / "actor" / "model.safetensors"
+    try:
+        state = load_file(str(weights))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointLoadError(f"{weights} is not a loadable safetensors file ({e})") from None
     missing, unexpected = module.load_state_dict(state, strict=False)
     real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
     if real_missing or unexpected:
-        raise ValueError(f"{ckpt_dir}: checkpoint does not match the model (missing {real_missing[:3]}, unexpected {unexpected[:3]})")
-    tokenizer = load_tokenizer(cfg.data.tokenizer or model_cfg.tokenizer_path or model_cfg.path)
+        raise CheckpointLoadError(f"{ckpt_dir}: checkpoint does not match the model (missing {real_missing[:3]}, unexpected {unexpected[:3]})")
+    tokenizer = AutoTokenizer.from_pretrained(str(ckpt_dir / "actor" / TOKENIZER_DIR), trust_remote_code=trust_remote_code)
     return module, tokenizer
 
 
-def export_hf(ckpt_dir: str | Path, out_dir: str | Path, adapter_only: bool = False) -> Path:
+def export_hf(ckpt_dir: str | Path, out_dir: str | Path, adapter_only: bool = False, verify: bool = True,
+              trust_remote_code: bool = False) -> Path:
     """Write the checkpoint's actor as a Hugging Face model + tokenizer directory.
 
     Args:
         ckpt_dir: a ``global_step_N`` directory (or its temporary form during a save).
         out_dir: output directory (created).
         adapter_only: LoRA runs only: write the adapter instead of merged weights.
+        verify: refuse a checkpoint without ``manifest.json`` (False: ``--no-verify``, and the
+            trainer exporting the checkpoint it is writing).
+        trust_remote_code: allow a ``model_type`` unknown to transformers (its code is imported).
 
     Returns:
         ``out_dir``.
@@ -55,18 +102,22 @@ def export_hf(ckpt_dir: str | Path, out_dir: str | Path, adapter_only: bool = Fa
         FileNotFoundError: ``ckpt_dir`` lacks ``config.yaml`` or the actor weights.
         FileExistsError: ``out_dir`` exists and is not empty.
         CheckpointError: ``ckpt_dir`` has a manifest that its files do not match (truncated,
-            corrupted or missing files).
+            corrupted or missing files), or has none and ``verify`` is True.
+        CheckpointLoadError: the architecture is unknown or the weights do not load.
         ValueError: ``adapter_only`` on a run without LoRA, or mismatched weights.
     """
     ckpt, out = Path(ckpt_dir), Path(out_dir)
     for need in (ckpt / "config.yaml", ckpt / "actor" / "model.safetensors"):
         if not need.is_file():
             raise FileNotFoundError(f"{need} not found: is {ckpt} a global_step_N checkpoint directory?")
+    if verify and not (ckpt / MANIFEST).is_file():
+        raise CheckpointError(f"{ckpt} has no {MANIFEST} (an interrupted save, or not written by verl); "
+                              f"refusing to export it unverified: pass --no-verify to export it anyway")
     if (ckpt / MANIFEST).is_file() and (problem := check_checkpoint(ckpt)) is not None:
         raise CheckpointError(f"refusing to export a damaged checkpoint: {problem}")
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; choose a new output directory")
-    module, tokenizer = _load_actor(ckpt)
+    module, tokenizer = _load_actor(ckpt, trust_remote_code)
     is_peft = hasattr(module, "merge_and_unload")
     if adapter_only and not is_peft:
         raise ValueError("--adapter-only needs a LoRA run (actor_rollout_ref.model.lora_rank > 0)")
@@ -79,15 +130,19 @@ def export_hf(ckpt_dir: str | Path, out_dir: str | Path, adapter_only: bool = Fa
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``verl merge CKPT_DIR OUT_DIR [--adapter-only]``."""
+    """``verl merge CKPT_DIR OUT_DIR [--adapter-only] [--no-verify] [--trust-remote-code]``."""
     parser = argparse.ArgumentParser(prog="verl merge", description=__doc__.split("\n\n")[0])
     parser.add_argument("ckpt_dir", help="a global_step_N checkpoint directory")
     parser.add_argument("out_dir", help="output Hugging Face directory")
     parser.add_argument("--adapter-only", action="store_true", help="LoRA: write the adapter, not merged weights")
+    parser.add_argument("--no-verify", action="store_true", help="export a checkpoint that has no manifest.json")
+    parser.add_argument("--trust-remote-code", action="store_true",
+                        help="allow a model_type unknown to transformers: imports modelling code from the checkpoint")
     args = parser.parse_args(argv)
     try:
-        out = export_hf(args.ckpt_dir, args.out_dir, adapter_only=args.adapter_only)
-    except (OSError, ValueError, CheckpointError) as e:
+        out = export_hf(args.ckpt_dir, args.out_dir, adapter_only=args.adapter_only, verify=not args.no_verify,
+                        trust_remote_code=args.trust_remote_code)
+    except (OSError, ValueError, CheckpointError, CheckpointLoadError) as e:
         print(f"verl merge: {e}", file=sys.stderr)
         return 2
     print(f"wrote {out}")

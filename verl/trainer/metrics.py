@@ -1,10 +1,12 @@
-"""Step metrics with verl's names: data statistics, timing, throughput and MFU.
+"""Step metrics with verl's names: data statistics, timing, throughput, MFU and memory.
 
 Names: ``critic/score/*`` (sequence scores), ``critic/rewards/*`` (after the in-reward KL),
-``critic/advantages/*``, ``critic/returns/*``, ``critic/values/*``, ``response_length/*``
-(incl. ``clip_ratio``: fraction that hit the length limit), ``prompt_length/*``,
-``timing_s/<stage>``, ``timing_per_token_ms/<stage>``, ``perf/throughput`` (tokens per second
-per device), ``perf/mfu/actor``.
+``critic/advantages/*``, ``critic/returns/*``, ``critic/values/*``, ``response_length/*`` and
+``prompt_length/*`` (incl. ``clip_ratio``: fraction that hit the length limit),
+``timing_s/<stage>``, ``timing_per_token_ms/<stage>`` (``gen`` per response token; ``ref``,
+``values``, ``adv``, ``update_critic``, ``update_actor`` per prompt + response token, as verl),
+``perf/throughput`` (tokens per second per device), ``perf/mfu/{actor,critic}``,
+``perf/max_memory_{allocated,reserved}_gb``, ``perf/cpu_memory_used_gb``, ``global_seqlen/*``.
 """
 
 from __future__ import annotations
@@ -61,15 +63,75 @@ def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]
     out.update(_stats("response_length", response_length))
     out["response_length/clip_ratio"] = float((response_length >= max_len).float().mean())
     out.update(_stats("prompt_length", prompt_length))
+    out["prompt_length/clip_ratio"] = float((prompt_length >= b["prompts"].shape[-1]).float().mean())
     return out
 
 
-def compute_timing_metrics(timing: dict[str, float], num_tokens: int) -> dict[str, float]:
-    """``timing_s/<stage>`` and ``timing_per_token_ms/<stage>``."""
+PER_TOKEN_STAGES = ("ref", "values", "adv", "update_critic", "update_actor")
+
+
+def compute_timing_metrics(batch: DataProto, timing: dict[str, float]) -> dict[str, float]:
+    """``timing_s/<stage>`` (seconds) and ``timing_per_token_ms/<stage>`` (verl's definition).
+
+    ``gen`` is divided by the response tokens, ``ref``/``values``/``adv``/``update_critic``/
+    ``update_actor`` by all prompt + response tokens of the batch; other stages get no
+    per-token figure.
+    """
+    b = batch.batch
+    response_tokens = float(b["response_mask"].sum())
+    all_tokens = float(b["attention_mask"].sum())
+    per_stage = {"gen": response_tokens, **{name: all_tokens for name in PER_TOKEN_STAGES}}
     out = {f"timing_s/{k}": v for k, v in timing.items()}
-    if num_tokens:
-        out.update({f"timing_per_token_ms/{k}": 1000.0 * v / num_tokens for k, v in timing.items() if k != "step"})
+    out.update({f"timing_per_token_ms/{k}": 1000.0 * timing[k] / per_stage[k]
+                for k in per_stage if k in timing and per_stage[k] > 0})
     return out
+
+
+def compute_seqlen_balance_metrics(seqlens: list[int], partitions: list[list[int]]) -> dict[str, float]:
+    """``global_seqlen/*``: token counts per data-parallel rank before and after balancing (verl's).
+
+    Args:
+        seqlens: `(B,)` tokens (prompt + response) of each trajectory, in batch order.
+        partitions: The balanced assignment: per rank, the trajectory indices it gets.
+
+    Returns:
+        ``min``/``max``/``minmax_diff`` of the per-rank sums when the batch is cut into equal
+        consecutive chunks (no balancing), ``balanced_min``/``balanced_max`` of the balanced
+        sums, and ``mean`` = total tokens / ranks.
+    """
+    k = len(partitions)
+    chunk = len(seqlens) // k
+    sums = [sum(seqlens[i : i + chunk]) for i in range(0, chunk * k, chunk)]
+    balanced = [sum(seqlens[i] for i in part) for part in partitions]
+    return {
+        "global_seqlen/min": float(min(sums)),
+        "global_seqlen/max": float(max(sums)),
+        "global_seqlen/minmax_diff": float(max(sums) - min(sums)),
+        "global_seqlen/balanced_min": float(min(balanced)),
+        "global_seqlen/balanced_max": float(max(balanced)),
+        "global_seqlen/mean": float(sum(seqlens)) / k,
+    }
+
+
+def compute_memory_metrics(device: str) -> dict[str, float]:
+    """``perf/max_memory_{allocated,reserved}_gb`` and ``perf/cpu_memory_used_gb`` (GiB, verl's).
+
+    On CUDA the first two are torch's peak allocated / reserved device memory of this process;
+    on CPU torch keeps no allocator statistics, so both are this process's peak resident set
+    size. ``cpu_memory_used_gb`` is the host's used memory (``psutil.virtual_memory().used``).
+    """
+    import psutil
+
+    gib = 1024.0**3
+    if device == "cuda" and torch.cuda.is_available():
+        allocated, reserved = torch.cuda.max_memory_allocated() / gib, torch.cuda.max_memory_reserved() / gib
+    else:
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib  # ru_maxrss is KiB on Linux
+        allocated = reserved = peak
+    return {"perf/max_memory_allocated_gb": float(allocated), "perf/max_memory_reserved_gb": float(reserved),
+            "perf/cpu_memory_used_gb": psutil.virtual_memory().used / gib}
 
 
 @functools.lru_cache(maxsize=1)
@@ -94,23 +156,34 @@ def device_peak_flops(device: str = "cpu") -> float:
 
 
 def compute_throughput_metrics(batch: DataProto, timing: dict[str, float], world_size: int, n_params: int, ppo_epochs: int, device: str) -> dict[str, float]:
-    """``perf/total_num_tokens``, ``perf/throughput`` (tokens/s/device) and ``perf/mfu/actor``.
+    """``perf/total_num_tokens``, ``perf/throughput`` (tokens/s/device) and ``perf/mfu/{actor,critic}``.
 
-    MFU of the actor update = 6 · N_params · tokens · ppo_epochs (forward + backward,
-    Kaplan et al. 2020) / (update time · peak FLOP/s · devices).
+    MFU of an update = 6 · N_params · tokens · ppo_epochs (forward + backward, Kaplan et al.
+    2020) / (update time · peak FLOP/s · devices); the critic counts the actor's N_params.
     """
     tokens = int(batch.batch["attention_mask"].sum())
     out = {"perf/total_num_tokens": float(tokens), "perf/time_per_step": timing.get("step", 0.0)}
     if timing.get("step"):
         out["perf/throughput"] = tokens / (timing["step"] * world_size)
-    if timing.get("update_actor"):
-        flops = 6.0 * n_params * tokens * ppo_epochs
-        out["perf/mfu/actor"] = flops / (timing["update_actor"] * device_peak_flops(device) * world_size)
+    for role in ("actor", "critic"):  # the critic shares the actor's backbone (+ a 1-output head)
+        if timing.get(f"update_{role}"):
+            flops = 6.0 * n_params * tokens * ppo_epochs
+            out[f"perf/mfu/{role}"] = flops / (timing[f"update_{role}"] * device_peak_flops(device) * world_size)
     return out
 
 
-def reduce_worker_metrics(metrics: dict[str, Any]) -> dict[str, float]:
-    """Mean of each per-worker list (workers already all-reduce global quantities)."""
+def reduce_worker_metrics(metrics: dict[str, Any] | list[dict[str, Any]]) -> dict[str, float]:
+    """Mean of each per-worker list (workers already all-reduce global quantities).
+
+    ``metrics`` is ``{name: value or list}``, or a list of such dicts (verl's workers report
+    one dict per micro-batch); every value of a name is averaged.
+    """
+    if isinstance(metrics, list):
+        merged: dict[str, list[Any]] = {}
+        for part in metrics:
+            for k, v in part.items():
+                merged.setdefault(k, []).extend(v if isinstance(v, (list, tuple)) else [v])
+        metrics = merged
     out = {}
     for k, v in metrics.items():
         vals = v if isinstance(v, (list, tuple)) else [v]

@@ -9,6 +9,7 @@ timer (``timing_s/<stage>``).
 from __future__ import annotations
 
 import logging
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -21,17 +22,22 @@ from verl.trainer.builders import build_parts, resolve_root
 from verl.trainer.checkpoint import restore_checkpoint, write_checkpoint
 from verl.trainer.metrics import (
     compute_data_metrics,
+    compute_memory_metrics,
+    compute_seqlen_balance_metrics,
     compute_rollout_entropy_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     reduce_worker_metrics,
     timer,
 )
+from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.state import TrainerParts, TrainerState
-from verl.trainer.validation import process_validation_metrics
+from verl.trainer.validation import validation_metrics
+from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
 
 logger = logging.getLogger(__name__)
 REWARD_FAILURE_PATIENCE = 3
+AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name")
 
 
 class RLTrainer:
@@ -51,6 +57,9 @@ class RLTrainer:
         self.parts = parts
         self.state = TrainerState()
         self._failed_reward_steps = 0
+        self._reward_keys: set[str] = set()  # per-sample values the reward manager reported
+        self._sampler: Any = None  # DAPO dynamic sampling (algorithm.filter_groups)
+        self._pending_timing: dict[str, float] = {}
         # the estimator's own inputs decide the optional stages (ReMax: a greedy baseline per prompt)
         self._greedy_baseline = "reward_baselines" in estimator_inputs(self.config.algorithm.adv_estimator)
 
@@ -117,19 +126,26 @@ class RLTrainer:
             if cfg.trainer.val_only:
                 return p.history
         bar = self._progress_bar()
+        save_timing: dict[str, float] = {}
         while self.global_step < p.total_training_steps:
             for batch_dict in p.train_dataloader:
                 metrics = self.train_step(batch_dict)
+                if metrics is None:  # dynamic sampling (DAPO) needs another generation batch
+                    continue
                 self.global_step += 1
                 last = self.global_step >= p.total_training_steps
                 if p.val_dataloader is not None and (last or (cfg.trainer.test_freq > 0 and self.global_step % cfg.trainer.test_freq == 0)):
                     metrics.update(self._validate())
+                # the metrics row is durable before its checkpoint is published: a kill in between
+                # redoes the step on resume instead of losing its row (timing_s/save_checkpoint is
+                # therefore the previous save's duration)
+                metrics.update(save_timing)
+                p.tracker.log(metrics, step=self.global_step)
+                p.history.append({"step": self.global_step, **metrics})
                 if cfg.trainer.save_freq > 0 and (last or self.global_step % cfg.trainer.save_freq == 0):
                     with timer("save_checkpoint", t := {}):
                         self.save_checkpoint()
-                    metrics["timing_s/save_checkpoint"] = t["save_checkpoint"]
-                p.tracker.log(metrics, step=self.global_step)
-                p.history.append({"step": self.global_step, **metrics})
+                    save_timing = {"timing_s/save_checkpoint": t["save_checkpoint"]}
                 self._update_bar(bar, metrics)
                 if last:
                     break
@@ -140,19 +156,28 @@ class RLTrainer:
         return p.history
 
     # ------------------------------------------------------------------------------ one step
-    def train_step(self, batch_dict: dict[str, Any]) -> dict[str, float]:
-        """One RL step on one batch of prompts; returns its metrics."""
+    def train_step(self, batch_dict: dict[str, Any]) -> dict[str, float] | None:
+        """One RL step on one batch of prompts; returns its metrics.
+
+        With ``algorithm.filter_groups.enable`` (DAPO dynamic sampling) a call may only add a
+        generation batch and return None; the step runs when enough groups are kept.
+        """
         p, cfg = self._parts(), self.config
         rollout = cfg.actor_rollout_ref.rollout
+        sampler = self._dynamic_sampler()
         metrics: dict[str, float] = {}
-        timing: dict[str, float] = {}
+        timing: dict[str, float] = self._pending_timing if sampler is not None else {}
+        k = sampler.num_gen_batches if sampler is not None else 0  # generation batch of this step
         with timer("step", timing):
             batch = DataProto.from_single_dict(batch_dict)
-            batch.non_tensor_batch["uid"] = np.array([f"{self.global_step}-{i}" for i in range(len(batch))], dtype=object)
+            batch.non_tensor_batch["uid"] = np.array([f"{self.global_step}-{i}" if k == 0 else f"{self.global_step}-{k}-{i}"
+                                                      for i in range(len(batch))], dtype=object)
             gen_batch = self._gen_batch(batch, validate=False)
             with timer("gen", timing):
-                gen_out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen_batch.repeat(rollout.n, interleave=True), "train"))
+                gen_out = p.actor_rollout_wg.generate_sequences(
+                    self._with_seeds(gen_batch.repeat(rollout.n, interleave=True), "train" if k == 0 else f"train{k}"))
             metrics.update(reduce_worker_metrics(gen_out.meta_info.pop("metrics", {})))
+            metrics.update(agent_loop_metrics(gen_out))
             if self._greedy_baseline:
                 with timer("gen_max", timing):
                     baselines = self._greedy_baselines(gen_batch, batch)
@@ -160,10 +185,16 @@ class RLTrainer:
             batch.union(gen_out)
             if self._greedy_baseline:
                 batch.batch["reward_baselines"] = baselines
-            if cfg.trainer.balance_batch and p.world_size > 1:
-                self._balance_batch(batch)
             with timer("reward", timing):
                 metrics.update(self._compute_reward(batch))
+            if sampler is not None:
+                batch, sampling_metrics = sampler.add(batch)
+                if batch is None:
+                    return None
+                metrics.update(sampling_metrics)
+                self._pending_timing = {}
+            if cfg.trainer.balance_batch and p.world_size > 1:
+                metrics.update(self._balance_batch(batch))
             if not self._reuse_old_log_probs():
                 with timer("old_log_prob", timing):
                     old = p.actor_rollout_wg.compute_log_prob(batch)
@@ -185,8 +216,11 @@ class RLTrainer:
                 with timer("update_actor", timing):
                     out = p.actor_rollout_wg.update_actor(batch)
                 metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+        if cfg.trainer.rollout_data_dir:
+            dump_trajectories(batch, p.tokenizer, cfg.trainer.rollout_data_dir, self.global_step + 1)
         metrics.update(compute_data_metrics(batch, use_critic=p.critic_wg is not None))
-        metrics.update(compute_timing_metrics(timing, int(batch.batch["attention_mask"].sum())))
+        metrics.update(compute_timing_metrics(batch, timing))
+        metrics.update(compute_memory_metrics(cfg.trainer.device))
         metrics.update(compute_throughput_metrics(batch, timing, p.world_size, p.n_params,
                                                   cfg.actor_rollout_ref.actor.ppo_epochs, cfg.trainer.device))
         metrics["training/global_step"] = float(self.global_step + 1)
@@ -203,7 +237,11 @@ class RLTrainer:
         gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
         gen.meta_info.update({"pad_token_id": self._parts().tokenizer.pad_token_id, "validate": validate,
                               "global_step": self.global_step})
-        gen.non_tensor_batch["uid"] = batch.non_tensor_batch["uid"]
+        for key in ("uid", *AGENT_INPUT_KEYS):  # agent loops read the messages, tools_kwargs, agent_name
+            if key in batch.non_tensor_batch:
+                gen.non_tensor_batch[key] = batch.non_tensor_batch[key]
+        if self.config.data.apply_chat_template_kwargs:  # agent loops render prompts as the dataset did
+            gen.meta_info["apply_chat_template_kwargs"] = dict(self.config.data.apply_chat_template_kwargs)
         return gen
 
     def _with_seeds(self, gen: DataProto, purpose: str) -> DataProto:
@@ -250,19 +288,31 @@ class RLTrainer:
             algo.adv_estimator, token_level_rewards=b["token_level_rewards"], response_mask=b["response_mask"],
             index=batch.non_tensor_batch["uid"], values=b["values"] if "values" in b.keys() else None,
             config=AdvantageConfig(gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo),
-            inputs=b,
+            inputs=b, algorithm=algo,  # the whole section, for estimators written to verl's signature
         )
         b["advantages"], b["returns"] = advantages, returns
         return metrics
 
-    def _balance_batch(self, batch: DataProto) -> None:
-        """Reorder trajectories so each data-parallel rank gets a similar token count."""
+    def _balance_batch(self, batch: DataProto) -> dict[str, float]:
+        """Reorder trajectories so each data-parallel rank gets a similar token count; ``global_seqlen/*``."""
         from verl.utils.seqlen_balancing import get_seqlen_balanced_partitions
 
         p = self._parts()
         lens = batch.batch["attention_mask"].sum(-1).tolist()
         parts = get_seqlen_balanced_partitions(lens, p.world_size, equal_size=True)
         batch.reorder(torch.tensor([i for part in parts for i in sorted(part)]))
+        return compute_seqlen_balance_metrics(lens, parts)
+
+    def _dynamic_sampler(self) -> Any:
+        """The run's DAPO `DynamicSampler` (None unless ``algorithm.filter_groups.enable``)."""
+        fg = self.config.algorithm.filter_groups
+        if not fg.enable:
+            return None
+        if self._sampler is None:
+            from verl.trainer.ppo.dynamic_sampling import DynamicSampler
+
+            self._sampler = DynamicSampler(fg.metric, fg.max_num_gen_batches, self.config.data.train_batch_size)
+        return self._sampler
 
     def _compute_reward(self, batch: DataProto) -> dict[str, float]:
         """``token_level_scores`` `(B, R)`: the reward model's score when enabled (as verl, it
@@ -273,7 +323,12 @@ class RLTrainer:
             return {}
         reward = p.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = reward["reward_tensor"]
+        # per-sample values the scorer reported (acc, pred, ...) travel with the batch, as in verl
+        extra = {k: v for k, v in (reward.get("reward_extra_info") or {}).items() if len(v) == len(batch)}
+        batch.non_tensor_batch.update({k: _object_array(v) for k, v in extra.items()})
+        self._reward_keys = set(extra)
         metrics = self._reward_extra_metrics(reward)
+        metrics.update(mask_unscored_samples(batch, reward.get("reward_extra_info")))
         self._check_reward_failures(metrics, len(batch))
         return metrics
 
@@ -294,6 +349,8 @@ class RLTrainer:
     def _reward_extra_metrics(reward: dict[str, Any]) -> dict[str, float]:
         out = {k: float(v) for k, v in (reward.get("reward_metrics") or {}).items()}
         for k, v in (reward.get("reward_extra_info") or {}).items():
+            if k == "pred":  # extracted answers, not a quantity (numeric strings would average)
+                continue
             try:
                 out[f"reward/{k}" if not k.startswith("reward/") else k] = float(np.mean(np.asarray(v, dtype=float)))
             except (TypeError, ValueError):
@@ -313,39 +370,74 @@ class RLTrainer:
 
     # ---------------------------------------------------------------------------- validation
     def _validate(self) -> dict[str, float]:
-        """Generate on the validation set (``val_kwargs``), score, aggregate per data source."""
-        p, vk = self._parts(), self.config.actor_rollout_ref.rollout.val_kwargs
-        sources, uids, scores, answers = [], [], [], []
-        for batch_dict in p.val_dataloader:
-            batch = DataProto.from_single_dict(batch_dict)
-            batch.non_tensor_batch["uid"] = np.array([f"val-{len(uids)}-{i}" for i in range(len(batch))], dtype=object)
-            gen = self._gen_batch(batch, validate=True)
-            out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen.repeat(vk.n, interleave=True), f"val{len(uids)}"))
-            out.meta_info.pop("metrics", None)
-            batch = batch.repeat(vk.n, interleave=True)
-            batch.union(out)
-            reward = p.val_reward_fn(batch, return_dict=True)
-            seq_scores = reward["reward_tensor"].sum(-1).tolist()
-            preds = (reward.get("reward_extra_info") or {}).get("pred")
-            if preds is None:
-                preds = [self._decode(batch, i) for i in range(len(batch))]
-            sources += list(batch.non_tensor_batch.get("data_source", ["unknown"] * len(batch)))
-            uids += list(batch.non_tensor_batch["uid"])
-            scores += seq_scores
-            answers += [str(x) for x in preds]
-        return process_validation_metrics(sources, uids, scores, answers)
+        """Generate on the validation set (``val_kwargs``), score, aggregate per data source.
 
-    def _decode(self, batch: DataProto, i: int) -> str:
-        n = int(batch.batch["response_mask"][i].sum())
-        return self._parts().tokenizer.decode(batch.batch["responses"][i, :n], skip_special_tokens=True).strip()
+        Metrics are verl's (`verl.trainer.validation`) over ``reward`` and every per-sample value
+        the scorer reports (``acc``, ``pred`` for majority votes, ...), plus ``timing_s/testing``.
+        """
+        p, vk, tcfg = self._parts(), self.config.actor_rollout_ref.rollout.val_kwargs, self.config.trainer
+        sources, uids, infos, texts = [], [], defaultdict(list), ([], [])
+        timing: dict[str, float] = {}
+        with timer("testing", timing):
+            for batch_dict in p.val_dataloader:
+                batch = DataProto.from_single_dict(batch_dict)
+                batch.non_tensor_batch["uid"] = np.array([f"val-{len(uids)}-{i}" for i in range(len(batch))], dtype=object)
+                gen = self._gen_batch(batch, validate=True)
+                out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen.repeat(vk.n, interleave=True), f"val{len(uids)}"))
+                out.meta_info.pop("metrics", None)
+                batch = batch.repeat(vk.n, interleave=True)
+                batch.union(out)
+                reward = p.val_reward_fn(batch, return_dict=True)
+                n = len(batch)
+                infos["reward"] += reward["reward_tensor"].sum(-1).tolist()
+                for key, values in (reward.get("reward_extra_info") or {}).items():
+                    if len(values) == n and key != "reward":
+                        infos[key] += list(values)
+                sources += list(batch.non_tensor_batch.get("data_source", ["unknown"] * n))
+                uids += list(batch.non_tensor_batch["uid"])
+                if tcfg.log_val_generations or tcfg.validation_data_dir:
+                    from verl.trainer.ppo.dumps import decode_io
+
+                    inputs, outputs = decode_io(batch, p.tokenizer)
+                    texts[0].extend(inputs)
+                    texts[1].extend(outputs)
+        infos = {k: v for k, v in infos.items() if len(v) == len(uids)}
+        self._log_val_generations(texts, infos)
+        return {**validation_metrics(sources, uids, infos), "timing_s/testing": timing["testing"]}
+
+    def _log_val_generations(self, texts: tuple[list[str], list[str]], infos: dict[str, list[Any]]) -> None:
+        """``trainer.log_val_generations`` samples and the ``trainer.validation_data_dir`` dump."""
+        from verl.trainer.ppo.dumps import dump_generations, log_val_generations, pick_val_generations
+
+        tcfg = self.config.trainer
+        inputs, outputs = texts
+        if tcfg.log_val_generations:
+            samples = pick_val_generations(inputs, outputs, infos["reward"], tcfg.log_val_generations)
+            log_val_generations(samples, self.global_step, tcfg.output_dir)
+        if tcfg.validation_data_dir:
+            extra = {k: v for k, v in infos.items() if k != "reward"}
+            dump_generations(tcfg.validation_data_dir, self.global_step, inputs, outputs, infos["reward"], extra)
 
     # --------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
         """Write ``global_step_N`` (all roles + trainer state) atomically; see `checkpoint`."""
-        return write_checkpoint(self._parts(), self.state, self.config)
+        from verl.trainer.io_errors import disk_errors
+
+        export_hf = None
+        if self.config.trainer.save_hf:
+            import functools
+
+            from verl.trainer.merge import export_hf as _export
+
+            export_hf = functools.partial(_export, verify=False)  # the manifest is written after this
+        with disk_errors(self.config.trainer.default_local_dir):
+            return write_checkpoint(self._parts(), self.state, self.config, export_hf)
 
     def _load_checkpoint(self) -> bool:
-        return restore_checkpoint(self._parts(), self.state, self.config.trainer)
+        from verl.trainer.io_errors import load_errors
+
+        with load_errors(self.config.trainer.resume_from_path or self.config.trainer.default_local_dir):
+            return restore_checkpoint(self._parts(), self.state, self.config.trainer)
 
     # ------------------------------------------------------------------------------- helpers
     def _parts(self) -> TrainerParts:
@@ -368,3 +460,11 @@ class RLTrainer:
                 "s/step": "timing_s/step"}
         bar.set_postfix({k: f"{metrics[v]:.3g}" for k, v in keys.items() if v in metrics}, refresh=False)
         bar.update(1)
+
+
+def _object_array(values: Any) -> np.ndarray:
+    """`(B,)` object array of arbitrary values (lists stay elements, never a second axis)."""
+    out = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        out[i] = v
+    return out

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any
 
-_KNOWN = ("console", "jsonl", "tensorboard", "wandb", "mlflow")
+_KNOWN = ("console", "jsonl", "tensorboard", "wandb", "mlflow", "file")
 
 
 class Tracking:
@@ -42,6 +43,11 @@ class Tracking:
 
             self._tb = SummaryWriter(log_dir=str(self.output_dir / "tensorboard"))
         self._wandb = self._mlflow = None
+        self._file = None
+        if "file" in loggers:  # verl's FileLogger (see verl.trainer.file_logger)
+            from verl.trainer.file_logger import FileLogger
+
+            self._file = FileLogger(project_name, experiment_name)
         if "wandb" in loggers:
             import wandb
 
@@ -59,13 +65,29 @@ class Tracking:
         self.keep_until(-1)
 
     def keep_until(self, step: int) -> None:
-        """Drop JSONL records after ``step`` (a resumed run re-does the steps after its checkpoint)."""
+        """Drop JSONL records after ``step`` (a resumed run re-does the steps after its checkpoint).
+
+        The kept rows are written to a temporary file, fsync'ed and renamed over
+        ``metrics.jsonl`` (then the directory is fsync'ed): a kill at any point leaves either the
+        old file or the new one, never a truncated history. A torn last line (a kill while a
+        row was being appended) is dropped.
+        """
         if self._jsonl is None:
             return
         path = self.output_dir / "metrics.jsonl"
         self._jsonl.close()
-        kept = [line for line in path.read_text().splitlines() if line.strip() and json.loads(line)["step"] <= step]
-        path.write_text("".join(f"{line}\n" for line in kept))
+        kept = [line for line in path.read_text().splitlines() if _row_step(line) is not None and _row_step(line) <= step]
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w") as f:
+            f.write("".join(f"{line}\n" for line in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        fd = os.open(self.output_dir, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
         self._jsonl = open(path, "a")
 
     def log(self, data: dict[str, Any], step: int) -> None:
@@ -75,6 +97,7 @@ class Tracking:
             row = {"step": step, **{k: (v if math.isfinite(v) else str(v)) for k, v in clean.items()}}
             self._jsonl.write(json.dumps(row) + "\n")
             self._jsonl.flush()
+            os.fsync(self._jsonl.fileno())  # durable before the step's checkpoint is published
         if self._tb is not None:
             for k, v in clean.items():
                 self._tb.add_scalar(k, v, step)
@@ -82,6 +105,8 @@ class Tracking:
         if "console" in self.loggers:
             shown = " - ".join(f"{k}:{v:.4g}" for k, v in sorted(clean.items()))
             print(f"step:{step} - {shown}", flush=True)
+        if self._file is not None:
+            self._file.log(clean, step)
         if self._wandb is not None:
             self._wandb.log(clean, step=step)
         if self._mlflow is not None:
@@ -89,6 +114,9 @@ class Tracking:
 
     def close(self) -> None:
         """Flush and close every backend."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
         if self._jsonl is not None:
             self._jsonl.close()
             self._jsonl = None
@@ -101,3 +129,13 @@ class Tracking:
         if self._mlflow is not None:
             self._mlflow.end_run()
             self._mlflow = None
+
+
+def _row_step(line: str) -> int | None:
+    """The ``step`` of one JSONL line; None for a blank or torn (partially written) line."""
+    if not line.strip():
+        return None
+    try:
+        return int(json.loads(line)["step"])
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -116,6 +116,7 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = 
         pg_losses, pg_metrics = policy_loss(
             old, log_prob, b["advantages"].to(device), mask,
             clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
+            loss_agg_mode=cfg.loss_agg_mode, config=cfg,  # for losses written to verl's signature
         )
         pg_loss = agg_loss(pg_losses, mask, **agg)
         loss = pg_loss

@@ -38,12 +38,15 @@ def value_loss_fn(cfg: CriticConfig) -> LossFn:
         b = micro.batch
         device = next(module.parameters()).device
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
+        vpreds = forward_values(module, micro, cfg.model.use_remove_padding)
         vf_loss, vf_metrics = compute_value_loss(
-            forward_values(module, micro, cfg.model.use_remove_padding), b["returns"].to(device), b["values"].to(device), mask,
+            vpreds, b["returns"].to(device), b["values"].to(device), mask,
             cliprange_value=cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode,
             global_token_count=counts.tokens, global_seq_count=counts.sequences,
         )
-        metrics: dict[str, Any] = {"critic/vf_loss": vf_loss.detach()}
+        metrics: dict[str, Any] = {"critic/vf_loss": vf_loss.detach(),
+                                   # summed over micro-batches: the masked mean over the mini-batch (verl's)
+                                   "critic/vpred_mean": float((vpreds.detach() * mask).sum()) / counts.tokens}
         if "vf_clipfrac" in vf_metrics:
             metrics["critic/vf_clipfrac"] = float(vf_metrics["vf_clipfrac"]) * float(mask.sum()) / counts.tokens
         return vf_loss, metrics

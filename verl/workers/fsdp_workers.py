@@ -54,6 +54,7 @@ class ActorRolloutRefWorker(Worker):
 
         from verl.modules import create_model, load_tokenizer
         from verl.workers.rollout import build_rollout_engine
+        from verl.workers.rollout.agent_loop import wrap_rollout_engine
         from verl.workers.rollout_sync import SyncedRollout
 
         cfg = self.config
@@ -68,7 +69,8 @@ class ActorRolloutRefWorker(Worker):
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
             self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
-        self.rollout = SyncedRollout(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), shared=self.world_size == 1)
+        engine = wrap_rollout_engine(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), cfg.rollout, tokenizer)
+        self.rollout = SyncedRollout(engine, shared=self.world_size == 1)
         self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
 
     @register(Dispatch.DP_COMPUTE_PROTO)

@@ -6,7 +6,7 @@ would issue one all-gather per layer per decoded token, with a different token c
 rank (ranks stop at different lengths), so the engine holds an unsharded copy that is refreshed
 after every update from the gathered full state (``get_model_state_dict(full_state_dict=True)``),
 a collective all ranks enter together. The cost is one full gather per RL step
-(reported as ``timing_s/update_weights``) and one extra copy of the weights; the same seam serves
+(reported as ``timing_s/update_weights``, verl's name) and one extra copy of the weights; the same seam serves
 external engines (vLLM, SGLang), whose ``update_weights`` receives the same state dict.
 
 An engine that generates with its own transformers module (``hf``: it has a ``module``) is

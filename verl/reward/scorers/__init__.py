@@ -1,20 +1,38 @@
-"""Rule-based reward scorers and their routing by ``data_source``.
+"""Rule-based reward scorers and their routing by ``data_source`` (verl's ``default_compute_score``).
 
-Every scorer is a pure function ``compute_score(solution_str, ground_truth, **kw) -> float |
-dict`` (a dict holds the reward under ``"score"`` plus extra metrics). :data:`SCORERS` maps each
-``data_source`` string found in the data (e.g. ``"openai/gsm8k"``) to its scorer, so a dataset
-routes to the right rule without any name checks in the caller:
+Every registered scorer is ``fn(solution_str, ground_truth, **kw) -> float | dict``; the built-in
+ones return ``{"score", "acc", "pred"}`` (``pred`` = the extracted answer, so validation's
+``maj@N`` votes on answers, not on whole texts). :data:`SCORERS` maps each ``data_source`` of
+the data to its scorer, as verl routes them (the sources verl's ``default_compute_score``
+knows that run on CPU without a sandbox or a service):
 
-=====================================================================  =====================
 data_source                                                            scorer
 =====================================================================  =====================
 ``openai/gsm8k``, ``gsm8k``                                            :mod:`.gsm8k` (strict)
 ``math``, ``math500``, ``lighteval/MATH``, ``HuggingFaceH4/MATH-500``,  :mod:`.math_answer`
 ``DigitalLearningGmbH/MATH-lighteval``
 ``builtin/arithmetic``, ``arithmetic``                                 :mod:`.arithmetic`
+``json_schema``, ``builtin/json_schema``                               :mod:`.json_schema`
+``builtin/calculator``                                                 :mod:`.tool_answer`
 =====================================================================  =====================
+=======
+==========================================================================  =====================
+data_source                                                                 scorer
+==========================================================================  =====================
+``openai/gsm8k``, ``gsm8k``                                                 :mod:`.gsm8k` (strict ``####``)
+``lighteval/MATH``, ``DigitalLearningGmbH/MATH-lighteval``,                 :mod:`.math_answer` (last
+``HuggingFaceH4/MATH-500``, ``math500``, ``numina_aops_forum``,             ``\\boxed{}``, equivalence)
+``numina_synthetic_math``, ``numina_amc_aime``, ``numina_synthetic_amc``,
+``numina_cn_k12``, ``numina_olympiads``
+``math_dapo``, ``math``, ``math_dapo_reasoning``, ``aime*`` (any source     :mod:`.math_dapo` ("Answer:"
+starting with ``aime``)                                                     line, +1 / -1)
+``builtin/arithmetic``, ``arithmetic``                                      :mod:`.arithmetic`
+``json_schema``, ``builtin/json_schema``                                    :mod:`.json_schema`
+``builtin/calculator``                                                      :mod:`.tool_answer`
+==========================================================================  =====================
 
-Add a rule with ``register_scorer("my/source")(fn)``.
+An unknown source is a one-line error naming these routes. Add a rule with
+``register_scorer("my/source")(fn)``.
 """
 
 from __future__ import annotations
@@ -22,8 +40,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from verl.reward.scorers import arithmetic, gsm8k, math_answer
-from verl.utils.registry import Registry
+from verl.reward.scorers import arithmetic, gsm8k, json_schema, math_answer, math_dapo, tool_answer
+from verl.utils.registry import Registry, RegistryError
 
 Scorer = Callable[..., "float | dict[str, Any]"]
 
@@ -31,13 +49,25 @@ SCORERS: Registry[Scorer] = Registry("reward data_source")
 
 GSM8K_SOURCES = ("openai/gsm8k", "gsm8k")
 MATH_SOURCES = (
-    "math",
-    "math500",
     "lighteval/MATH",
-    "HuggingFaceH4/MATH-500",
     "DigitalLearningGmbH/MATH-lighteval",
+    "HuggingFaceH4/MATH-500",
+    "math500",
 )
+NUMINA_SOURCES = (
+    "numina_aops_forum",
+    "numina_synthetic_math",
+    "numina_amc_aime",
+    "numina_synthetic_amc",
+    "numina_cn_k12",
+    "numina_olympiads",
+)
+MATH_DAPO_SOURCES = ("math_dapo", "math", "math_dapo_reasoning")
 ARITHMETIC_SOURCES = ("builtin/arithmetic", "arithmetic")
+JSON_SCHEMA_SOURCES = ("json_schema", "builtin/json_schema")
+TOOL_ANSWER_SOURCES = ("builtin/calculator",)
+PREFIX_ROUTES: dict[str, Scorer] = {"aime": math_dapo.compute_score}
+"""``data_source`` prefixes routed as a family (verl: ``data_source.startswith("aime")``)."""
 
 
 def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
@@ -61,18 +91,31 @@ def register_scorer(*data_sources: str) -> Callable[[Scorer], Scorer]:
     return decorator
 
 
-register_scorer(*GSM8K_SOURCES)(gsm8k.compute_score)
-register_scorer(*MATH_SOURCES)(math_answer.compute_score)
-register_scorer(*ARITHMETIC_SOURCES)(arithmetic.compute_score)
+register_scorer(*GSM8K_SOURCES)(gsm8k.compute_score_with_pred)
+register_scorer(*MATH_SOURCES, *NUMINA_SOURCES)(math_answer.compute_score_with_pred)
+register_scorer(*MATH_DAPO_SOURCES)(math_dapo.compute_score)
+register_scorer(*ARITHMETIC_SOURCES)(arithmetic.compute_score_with_pred)
+register_scorer(*JSON_SCHEMA_SOURCES)(json_schema.compute_score)
+register_scorer(*TOOL_ANSWER_SOURCES)(tool_answer.compute_score)
 
 
 def get_scorer(data_source: str) -> Scorer:
-    """Returns the scorer registered for ``data_source``.
+    """Returns the scorer registered for ``data_source`` (exact name, else a prefix family).
 
     Raises:
-        RegistryError: Listing the valid data sources and the closest match on a miss.
+        RegistryError: One line naming the routes (registered names and prefixes) and the
+            closest match.
     """
-    return SCORERS.get(data_source)
+    if data_source in SCORERS:
+        return SCORERS.get(data_source)
+    for prefix, scorer in PREFIX_ROUTES.items():
+        if str(data_source).startswith(prefix):
+            return scorer
+    try:
+        return SCORERS.get(data_source)
+    except RegistryError as err:
+        prefixes = ", ".join(f"{p}*" for p in PREFIX_ROUTES)
+        raise RegistryError(f"{err} (also routed: {prefixes}); set custom_reward_function.path for other sources") from None
 
 
 def default_compute_score(
@@ -82,7 +125,7 @@ def default_compute_score(
     extra_info: dict[str, Any] | None = None,
     **kwargs: Any,
 ) -> float | dict[str, Any]:
-    """Scores one response with the rule registered for its ``data_source``.
+    """Scores one response with the rule routed for its ``data_source`` (verl's signature).
 
     Args:
         data_source: Dataset name, e.g. ``"openai/gsm8k"``.
@@ -92,16 +135,19 @@ def default_compute_score(
         **kwargs: Extra scorer options (e.g. ``format_score``).
 
     Returns:
-        A float reward, or a dict with ``"score"`` and extra metrics.
+        ``{"score", "acc", "pred"}`` from the built-in scorers (a float from a registered one
+        that returns floats).
 
     Raises:
-        RegistryError: If no scorer is registered for ``data_source``.
+        RegistryError: If no scorer is routed for ``data_source``.
+        ValueError: A ground truth the scorer cannot parse (a data error).
     """
     scorer = get_scorer(data_source)
     return scorer(solution_str, ground_truth, extra_info=extra_info, **kwargs)
 
 
 __all__ = [
+    "PREFIX_ROUTES",
     "SCORERS",
     "Scorer",
     "default_compute_score",
@@ -109,5 +155,8 @@ __all__ = [
     "register_scorer",
     "arithmetic",
     "gsm8k",
+    "json_schema",
     "math_answer",
+    "math_dapo",
+    "tool_answer",
 ]

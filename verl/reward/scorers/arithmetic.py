@@ -43,3 +43,14 @@ def compute_score(solution_str: str, ground_truth: str, **kwargs: object) -> flo
     """
     answer = extract_answer(solution_str)
     return 1.0 if answer is not None and answer == int(str(ground_truth).strip()) else 0.0
+
+
+def compute_score_with_pred(solution_str: str, ground_truth: str, **kwargs: object) -> dict[str, object]:
+    """:func:`compute_score` with ``acc`` and the extracted ``pred`` (the last integer, "" when none).
+
+    Raises:
+        ValueError: If ``ground_truth`` is not an integer string.
+    """
+    value = compute_score(solution_str, ground_truth)
+    answer = extract_answer(solution_str)
+    return {"score": value, "acc": value == 1.0, "pred": "" if answer is None else str(answer)}

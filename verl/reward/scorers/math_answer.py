@@ -180,3 +180,18 @@ def compute_score(
     if answer is None:
         return 0.0
     return score if is_equiv(answer, str(ground_truth)) else format_score
+
+
+def compute_score_with_pred(solution_str: str, ground_truth: str, format_score: float = 0.0, score: float = 1.0,
+                            **kwargs: object) -> dict[str, object]:
+    """:func:`compute_score` with ``acc`` and the extracted ``pred`` (the last box, "" when none).
+
+    Raises:
+        ValueError: An empty ground truth (a data error, counted as a reward error).
+    """
+    if not str(ground_truth).strip():
+        raise ValueError("math: the ground truth is empty")
+    answer = last_boxed_answer(solution_str)
+    correct = answer is not None and is_equiv(answer, str(ground_truth))
+    value = score if correct else (format_score if answer is not None else 0.0)
+    return {"score": value, "acc": bool(correct), "pred": normalize_answer(answer) if answer is not None else ""}

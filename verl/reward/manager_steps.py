@@ -5,6 +5,7 @@ Kept free of manager state so each step can be tested on its own.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,13 +41,17 @@ class SampleResult:
 
     Attributes:
         status: ``"ok"``, ``"error"`` or ``"timeout"``.
-        score: The reward (0.0 unless ok).
+        score: The reward (0.0 unless ok; always finite).
         extras: Extra metrics from a dict result (everything but ``"score"``).
+        nonfinite: The scorer returned NaN or ±inf (then ``status == "error"``).
+        message: Why the sample is an error ("" when ok).
     """
 
     status: Literal["ok", "error", "timeout"]
     score: float = 0.0
     extras: dict[str, Any] = field(default_factory=dict)
+    nonfinite: bool = False
+    message: str = ""
 
 
 def _response_mask(data: Any) -> torch.Tensor:
@@ -95,7 +100,8 @@ def gather_inputs(data: Any, tokenizer: Any, reward_fn_key: str = "data_source")
         data_sources=[str(s) for s in ntb[reward_fn_key]],
         solution_strs=list(tokenizer.batch_decode(ids, skip_special_tokens=True)),
         ground_truths=ground_truths,
-        extra_infos=list(extra) if extra is not None else [None] * n,
+        # verl's scorers always get a dict (custom compute_score(..., extra_info) may index it)
+        extra_infos=[dict(x) if isinstance(x, dict) else {} for x in (extra if extra is not None else [None] * n)],
         response_mask=mask,
     )
 
@@ -117,20 +123,37 @@ def outcome_to_result(outcome: CallOutcome) -> SampleResult:
         outcome: The guarded call's outcome.
 
     Returns:
-        A :class:`SampleResult`; an unusable output (no ``"score"``, not a number) becomes an
-        ``"error"`` with score 0.0.
+        A :class:`SampleResult`. An unusable output becomes an ``"error"`` with score 0.0: no
+        ``"score"`` / not a number (including ``bool``, which is almost always a bug in the
+        scorer's return statement), and NaN or ±inf (``nonfinite=True``) — a non-finite score
+        would otherwise turn every statistic and, through the advantages, the update into NaN.
     """
     if outcome.status != "ok":
-        return SampleResult(outcome.status)
+        return SampleResult(outcome.status, message=str(outcome.error or outcome.status))
     value = outcome.value
     extras: dict[str, Any] = {}
     if isinstance(value, dict):
         extras = {k: v for k, v in value.items() if k != "score"}
-        value = value.get("score")
+        if "score" not in value:
+            return SampleResult("error", 0.0, extras, message=f"result dict has no 'score' (keys {sorted(value)})")
+        value = value["score"]
+    if isinstance(value, bool) or not _is_number(value):
+        return SampleResult("error", 0.0, extras, message=f"score is not a number: {type(value).__name__} {value!r:.60}")
+    number = float(value)
+    if not math.isfinite(number):
+        return SampleResult("error", 0.0, extras, nonfinite=True, message=f"score is {number}")
+    return SampleResult("ok", number, extras)
+
+
+def _is_number(value: Any) -> bool:
+    """Python / NumPy / 0-d tensor numbers (anything with ``__float__``), not strings."""
+    if isinstance(value, (str, bytes)):
+        return False
     try:
-        return SampleResult("ok", float(value), extras)
-    except (TypeError, ValueError):
-        return SampleResult("error", 0.0, extras)
+        float(value)
+    except (TypeError, ValueError, RuntimeError):
+        return False
+    return True
 
 
 def assemble_rewards(
@@ -152,10 +175,11 @@ def assemble_rewards(
         max_response_length: Response budget in tokens (read only when the penalty is enabled).
 
     Returns:
-        ``reward_tensor`` (B, R) float32; ``reward_extra_info`` dict of (B,) lists
-        (``reward_error`` and ``reward_timeout`` flags, dict-result extras filled with None
-        where a sample lacks the key, ``overlong_penalty`` when enabled); ``reward_metrics``
-        with ``reward/num_errors`` and ``reward/num_timeouts``.
+        ``reward_tensor`` (B, R) float32, always finite; ``reward_extra_info`` dict of (B,)
+        lists (``reward_error``, ``reward_nonfinite`` and ``reward_timeout`` flags, dict-result
+        extras filled with None where a sample lacks the key, ``overlong_penalty`` when
+        enabled); ``reward_metrics`` with ``reward/num_errors`` (non-finite scores included),
+        ``reward/num_nonfinite`` and ``reward/num_timeouts``.
     """
     mask = batch.response_mask
     n, width = mask.shape
@@ -163,6 +187,7 @@ def assemble_rewards(
     scores = torch.tensor([r.score for r in results], dtype=torch.float32)
     extra_info: dict[str, list[Any]] = {
         "reward_error": [r.status == "error" for r in results],
+        "reward_nonfinite": [r.nonfinite for r in results],
         "reward_timeout": [r.status == "timeout" for r in results],
     }
     for key in dict.fromkeys(k for r in results for k in r.extras):
@@ -179,6 +204,7 @@ def assemble_rewards(
     reward_tensor[rows, last[rows]] = scores.to(mask.device)[rows]
     metrics = {
         "reward/num_errors": float(sum(extra_info["reward_error"])),
+        "reward/num_nonfinite": float(sum(extra_info["reward_nonfinite"])),
         "reward/num_timeouts": float(sum(extra_info["reward_timeout"])),
     }
     return {"reward_tensor": reward_tensor, "reward_extra_info": extra_info, "reward_metrics": metrics}

@@ -1,0 +1,80 @@
+# verl's examples/sglang_multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh (run on 8xH100 there), with
+# only these changes so that it runs here, on CPU or GPU:
+#   - model and data paths, sizes and GPU count come from the variables below (verl's values are
+#     the defaults);
+#   - actor_rollout_ref.rollout.name=hf (SGLang does not exist on CPU);
+#   - trainer.logger=console (wandb is an optional extra) and no global_profiler.* lines (the
+#     torch-memory profiler is not wired in this product).
+# Data: verl prepare gsm8k --input <gsm8k>/train.jsonl --out $DATA_DIR --multiturn
+# Extra overrides may be appended (they come last), e.g. trainer.total_training_steps=1.
+# make sure your current working directory is the root of the project
+
+set -x
+
+ulimit -n 65535
+
+PROJECT_DIR="$(pwd)"
+CONFIG_PATH="$PROJECT_DIR/examples/multiturn/config"
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}
+DATA_DIR=${DATA_DIR:-$HOME/data/gsm8k}
+TRAIN_FILE=${TRAIN_FILE:-$DATA_DIR/train.parquet}
+VAL_FILE=${VAL_FILE:-$DATA_DIR/test.parquet}
+TRAIN_BATCH_SIZE=${TRAIN_BATCH_SIZE:-256}
+MAX_PROMPT_LENGTH=${MAX_PROMPT_LENGTH:-1024}
+MAX_RESPONSE_LENGTH=${MAX_RESPONSE_LENGTH:-1024}
+MICRO_BATCH_SIZE=${MICRO_BATCH_SIZE:-32}
+ROLLOUT_N=${ROLLOUT_N:-16}
+N_GPUS=${N_GPUS:-8}
+
+function now() {
+    date '+%d-%H-%M'
+}
+
+EXPERIMENT_NAME="qwen2.5-3b_baseline_$(now)"
+
+python3 -m verl.trainer.main_ppo \
+    --config-path="$CONFIG_PATH" \
+    --config-name='gsm8k_multiturn_grpo' \
+    algorithm.adv_estimator=grpo \
+    data.train_batch_size=$TRAIN_BATCH_SIZE \
+    data.max_prompt_length=$MAX_PROMPT_LENGTH \
+    data.max_response_length=$MAX_RESPONSE_LENGTH \
+    data.filter_overlong_prompts=True \
+    data.truncation='error' \
+    data.return_raw_chat=True \
+    actor_rollout_ref.model.path=$MODEL_PATH \
+    actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.model.use_remove_padding=True \
+    actor_rollout_ref.actor.ppo_mini_batch_size=$TRAIN_BATCH_SIZE \
+    actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=$MICRO_BATCH_SIZE \
+    actor_rollout_ref.actor.use_kl_loss=True \
+    actor_rollout_ref.actor.kl_loss_coef=0.001 \
+    actor_rollout_ref.actor.kl_loss_type=low_var_kl \
+    actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \
+    actor_rollout_ref.actor.fsdp_config.param_offload=False \
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
+    actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$MICRO_BATCH_SIZE \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
+    actor_rollout_ref.rollout.name=hf \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.85 \
+    actor_rollout_ref.rollout.multi_stage_wake_up=True \
+    actor_rollout_ref.rollout.n=$ROLLOUT_N \
+    actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=$MICRO_BATCH_SIZE \
+    actor_rollout_ref.ref.fsdp_config.param_offload=True \
+    actor_rollout_ref.rollout.over_sample_rate=0.1 \
+    actor_rollout_ref.rollout.mode=async \
+    algorithm.use_kl_in_reward=False \
+    trainer.critic_warmup=0 \
+    trainer.logger='["console"]' \
+    trainer.project_name='multi-turn-grpo-qwen2.5-3b-sglang' \
+    trainer.experiment_name=$EXPERIMENT_NAME \
+    trainer.n_gpus_per_node=$N_GPUS \
+    trainer.nnodes=1 \
+    trainer.save_freq=-1 \
+    trainer.test_freq=20 \
+    trainer.val_before_train=True \
+    data.train_files=$TRAIN_FILE \
+    data.val_files=$VAL_FILE \
+    actor_rollout_ref.rollout.multi_turn.tool_config_path="$PROJECT_DIR/examples/multiturn/config/tool_config/gsm8k_tool_config.yaml" \
+    trainer.total_epochs=15 $@

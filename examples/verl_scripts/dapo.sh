@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# DAPO (clip-higher, dynamic sampling, token-mean loss, overlong penalty): verl's
+# recipe/dapo/run_dapo_qwen2.5_32b.sh, run with verl.trainer.main_ppo (see README.md).
+set -euo pipefail
+source "$(dirname "$0")/_common.sh"
+MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-32B}
+TRAIN_FILES=${TRAIN_FILES:-$HOME/data/dapo-math-17k.parquet}
+VAL_FILES=${VAL_FILES:-$HOME/data/aime-2024.parquet}
+max_prompt_length=${MAX_PROMPT_LENGTH:-2048}
+max_response_length=${MAX_RESPONSE_LENGTH:-20480}
+overlong_buffer_len=${OVERLONG_BUFFER_LEN:-4096}
+sp_size=${SP_SIZE:-8}
+max_token_len=${MAX_TOKEN_LEN:-$(( (max_prompt_length + max_response_length) * 2 ))}
+
+$PYTHON -m verl.trainer.main_ppo \
+    data.train_files="$TRAIN_FILES" \
+    data.val_files="$VAL_FILES" \
+    data.prompt_key=prompt \
+    data.truncation='left' \
+    data.max_prompt_length=$max_prompt_length \
+    data.max_response_length=$max_response_length \
+    data.gen_batch_size=${GEN_BATCH_SIZE:-1536} \
+    data.train_batch_size=${TRAIN_BATCH_SIZE:-512} \
+    actor_rollout_ref.rollout.n=${ROLLOUT_N:-16} \
+    algorithm.adv_estimator=grpo \
+    algorithm.use_kl_in_reward=False \
+    algorithm.kl_ctrl.kl_coef=0.0 \
+    actor_rollout_ref.actor.use_kl_loss=False \
+    actor_rollout_ref.actor.kl_loss_coef=0.0 \
+    actor_rollout_ref.actor.clip_ratio_low=0.2 \
+    actor_rollout_ref.actor.clip_ratio_high=0.28 \
+    actor_rollout_ref.actor.clip_ratio_c=10.0 \
+    algorithm.filter_groups.enable=True \
+    algorithm.filter_groups.max_num_gen_batches=10 \
+    algorithm.filter_groups.metric=acc \
+    actor_rollout_ref.actor.use_dynamic_bsz=True \
+    actor_rollout_ref.ref.log_prob_use_dynamic_bsz=True \
+    actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=True \
+    actor_rollout_ref.actor.ppo_max_token_len_per_gpu=$max_token_len \
+    actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=$max_token_len \
+    actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu=$max_token_len \
+    actor_rollout_ref.model.path="$MODEL_PATH" \
+    actor_rollout_ref.model.enable_gradient_checkpointing=True \
+    actor_rollout_ref.actor.optim.lr=1e-6 \
+    actor_rollout_ref.actor.optim.lr_warmup_steps=10 \
+    actor_rollout_ref.actor.optim.weight_decay=0.1 \
+    actor_rollout_ref.actor.ppo_mini_batch_size=${MINI_BATCH_SIZE:-32} \
+    actor_rollout_ref.actor.fsdp_config.param_offload=True \
+    actor_rollout_ref.actor.fsdp_config.optimizer_offload=True \
+    actor_rollout_ref.actor.entropy_coeff=0 \
+    actor_rollout_ref.actor.grad_clip=1.0 \
+    actor_rollout_ref.actor.loss_agg_mode=token-mean \
+    actor_rollout_ref.actor.ulysses_sequence_parallel_size=$sp_size \
+    actor_rollout_ref.rollout.gpu_memory_utilization=0.80 \
+    actor_rollout_ref.rollout.tensor_model_parallel_size=${ROLLOUT_TP:-4} \
+    actor_rollout_ref.rollout.enable_chunked_prefill=True \
+    actor_rollout_ref.rollout.max_num_batched_tokens=$(( max_prompt_length + max_response_length )) \
+    actor_rollout_ref.rollout.name=$ROLLOUT_NAME \
+    actor_rollout_ref.rollout.temperature=1.0 \
+    actor_rollout_ref.rollout.top_p=1.0 \
+    actor_rollout_ref.rollout.top_k=-1 \
+    actor_rollout_ref.rollout.val_kwargs.temperature=1.0 \
+    actor_rollout_ref.rollout.val_kwargs.top_p=0.7 \
+    actor_rollout_ref.rollout.val_kwargs.top_k=-1 \
+    actor_rollout_ref.rollout.val_kwargs.do_sample=True \
+    actor_rollout_ref.rollout.val_kwargs.n=1 \
+    actor_rollout_ref.ref.fsdp_config.param_offload=True \
+    actor_rollout_ref.ref.ulysses_sequence_parallel_size=$sp_size \
+    actor_rollout_ref.actor.fsdp_config.fsdp_size=-1 \
+    reward_model.reward_manager=dapo \
+    +reward_model.reward_kwargs.overlong_buffer_cfg.enable=True \
+    +reward_model.reward_kwargs.overlong_buffer_cfg.len=$overlong_buffer_len \
+    +reward_model.reward_kwargs.overlong_buffer_cfg.penalty_factor=1.0 \
+    +reward_model.reward_kwargs.overlong_buffer_cfg.log=False \
+    +reward_model.reward_kwargs.max_resp_len=$max_response_length \
+    trainer.logger="$LOGGER" \
+    trainer.project_name='DAPO' \
+    trainer.experiment_name='DAPO-Qwen2.5-32B' \
+    trainer.n_gpus_per_node=${NGPUS:-8} \
+    trainer.nnodes=${NNODES:-16} \
+    trainer.val_before_train=True \
+    trainer.test_freq=5 \
+    trainer.save_freq=5 \
+    trainer.total_epochs=1 \
+    trainer.total_training_steps=$TOTAL_TRAINING_STEPS \
+    trainer.resume_mode=auto "$@"

@@ -1,0 +1,172 @@
+"""Every key of verl's reference PPO config is known, and no schema field is silently ignored."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import typing
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from verl.config import ConfigError, load_config
+from verl.config.verl_keys import CONDITIONAL, HF_ENGINE, INDIRECT, NOOP, OWNED, UNSUPPORTED, key_status
+from verl.config.introspect import _is_section, _strip_optional, all_keys, key_kind, type_at
+from verl.config.schema import RootConfig
+
+DATA = Path(__file__).parent / "data" / "verl_ppo_trainer_keys.txt"
+PACKAGE = Path(__file__).resolve().parents[2] / "verl"
+SCHEMA_FILES = {"schema.py", "schema_verl.py", "verl_keys.py"}
+
+
+def _verl_keys() -> list[str]:
+    return [line.strip() for line in DATA.read_text().splitlines() if line.strip()]
+
+
+def test_reference_key_list_is_complete():
+    keys = _verl_keys()
+    assert len(keys) == 507 and len(set(keys)) == 507
+
+
+def test_every_verl_key_is_known_or_owned():
+    missing = [k for k in _verl_keys() if key_kind(k) == "unknown" and key_status(k) is None]
+    assert missing == []
+
+
+def test_owned_key_not_in_schema_yet_gives_not_supported_error():
+    unknown_owned = [k for k in _verl_keys() if key_kind(k) == "unknown"]
+    for key in unknown_owned[:3]:
+        with pytest.raises(ConfigError, match=rf"^`{re.escape(key.rsplit('.', 1)[0])}[^`]*` is not supported yet: "):
+            load_config(None, [f"{key}=1"])
+
+
+def _leaves() -> list[str]:
+    return [k for k in all_keys() if not _is_section(type_at(k))]
+
+
+@lru_cache(maxsize=1)
+def _package_source() -> str:
+    return "\n".join(p.read_text() for p in PACKAGE.rglob("*.py") if p.name not in SCHEMA_FILES)
+
+
+def test_every_schema_field_is_read_or_declared():
+    """A field nothing reads must be declared no-op / unsupported / owned / conditional."""
+    source = _package_source()
+    def read(name: str) -> bool:  # an attribute access, or getattr(obj, "name", ...)
+        return bool(re.search(rf"\.{name}\b|getattr\([^()]*[\"']{name}[\"']", source))
+
+    silent = [k for k in _leaves() if key_status(k) is None and not read(re.escape(k.rsplit(".", 1)[1]))]
+    assert silent == []
+
+
+def test_table_patterns_all_match_a_key():
+    keys = _leaves() + _verl_keys()
+    import fnmatch
+
+    for table in (NOOP, UNSUPPORTED, OWNED, CONDITIONAL, HF_ENGINE, INDIRECT):
+        stale = [p for p in table if not any(fnmatch.fnmatchcase(k, p) for k in keys)]
+        assert stale == [], stale
+
+
+def _non_default(path: str, default):
+    """A value of the field's type that differs from its default (None when there is none to pick)."""
+    tp = _strip_optional(type_at(path))
+    origin = typing.get_origin(tp)
+    if tp is bool:
+        return not default
+    if tp is int:
+        return (default or 0) + 2
+    if tp is float:
+        return (default or 0.0) + 0.25
+    if tp is str:
+        return "somethingelse"
+    if origin is list:
+        return [7] if typing.get_args(tp) == (int,) else ["other"]
+    if origin is dict or tp is dict:
+        return {"x": 1}
+    return None
+
+
+def _default(path: str):
+    obj = RootConfig()
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _set(cfg, path: str, value) -> None:
+    obj = cfg
+    *parents, leaf = path.split(".")
+    for part in parents:
+        obj = getattr(obj, part)
+    setattr(obj, leaf, value)
+
+
+def test_every_unsupported_key_gives_the_one_line_error():
+    import copy
+
+    from verl.config.verl_keys import check_compat
+
+    base = load_config(None)
+    checked = 0
+    for key in _leaves():
+        status = key_status(key)
+        if status is None or status[0] != "unsupported":
+            continue
+        value = _non_default(key, _default(key))
+        if value is None:
+            continue
+        cfg = copy.deepcopy(base)
+        _set(cfg, key, value)
+        with pytest.raises(ConfigError) as err:
+            check_compat(cfg)
+        msg = str(err.value)
+        assert msg.startswith(f"`{key}` is not supported yet: ") and "\n" not in msg, msg
+        checked += 1
+    assert checked >= 60
+
+
+def test_unsupported_key_on_the_command_line():
+    with pytest.raises(ConfigError, match=r"^`actor_rollout_ref.actor.profiler.enable` is not supported yet: "):
+        load_config(None, ["actor_rollout_ref.actor.profiler.enable=true"])
+
+
+def test_noop_keys_load_at_non_default_values():
+    for key in ["actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.use_torch_compile=false",
+                "actor_rollout_ref.rollout.gpu_memory_utilization=0.8", "actor_rollout_ref.rollout.enforce_eager=false",
+                "actor_rollout_ref.rollout.free_cache_engine=false", "actor_rollout_ref.rollout.mode=async",
+                "actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.actor.fsdp_config.fsdp_size=1"]:
+        load_config(None, [key])
+
+
+@pytest.mark.parametrize("override, key", [
+    ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.tensor_model_parallel_size"),
+    ("actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.hybrid_engine"),
+    ("actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"),
+    ("actor_rollout_ref.actor.rollout_n=3", "actor_rollout_ref.actor.rollout_n"),
+    ("actor_rollout_ref.rollout.logprobs_mode=raw_logprobs", "actor_rollout_ref.rollout.logprobs_mode"),
+])
+def test_conditional_refusals(override, key):
+    with pytest.raises(ConfigError, match=rf"^`{re.escape(key)}` is not supported yet: "):
+        load_config(None, [override])
+
+
+def test_offload_and_fsdp_size_rules():
+    with pytest.raises(ConfigError, match="fsdp_size` is not supported yet"):
+        load_config(None, ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.fsdp_config.fsdp_size=2"])
+    cfg = load_config(None, ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
+                             "actor_rollout_ref.actor.fsdp_config.offload_policy=true"])
+    assert cfg.actor_rollout_ref.actor.fsdp_config.param_offload and cfg.actor_rollout_ref.actor.fsdp_config.optimizer_offload
+
+
+def test_aliases_translate():
+    cfg = load_config(None, ["actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.clip_grad=0.5",
+                             "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"])
+    optim = cfg.actor_rollout_ref.actor.optim
+    assert optim.lr_scheduler_type == "cosine" and optim.warmup_style == "cosine"
+    assert cfg.actor_rollout_ref.actor.grad_clip == 0.5
+    assert cfg.trainer.save_hf is True
+    with pytest.raises(ConfigError, match="disagree"):
+        load_config(None, ["critic.optim.warmup_style=cosine", "critic.optim.lr_scheduler_type=constant",
+                           "critic.optim.lr_scheduler_type=cosine", "critic.grad_clip=0.3", "critic.optim.clip_grad=0.4"])

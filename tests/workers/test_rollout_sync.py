@@ -1,0 +1,68 @@
+"""`SyncedRollout`: when the rollout engine's weights are refreshed from the actor's engine."""
+
+from __future__ import annotations
+
+import copy
+
+import torch
+
+from verl.config.schema import FSDPConfig, OptimConfig
+from verl.engine import MicroBatchSpec, build_engine
+from verl.protocol import DataProto
+from verl.workers.rollout_sync import SyncedRollout
+
+
+class CopyEngine:
+    """A rollout engine generating with its own copy of the weights (as under FSDP2)."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = copy.deepcopy(module)
+        self.updates = 0
+
+    def update_weights(self, state: dict[str, torch.Tensor]) -> None:
+        self.module.load_state_dict(state)
+        self.updates += 1
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        return DataProto.from_dict(tensors={"y": self.module(prompts.batch["x"]).detach()})
+
+
+def _actor():
+    torch.manual_seed(0)
+    return build_engine(torch.nn.Linear(3, 1), FSDPConfig(), 1, optim=OptimConfig(lr=0.5, weight_decay=0.0))
+
+
+def _step(actor) -> None:
+    data = DataProto.from_dict(tensors={"x": torch.randn(4, 3), "response_mask": torch.ones(4, 1)})
+
+    def loss_fn(module, micro, counts):
+        return module(micro.batch["x"]).sum() / counts.sequences, {}
+
+    actor.train_batch(data, loss_fn, MicroBatchSpec())
+
+
+def test_copy_is_refreshed_only_after_the_actor_changed_and_then_matches_it():
+    actor = _actor()
+    engine = CopyEngine(actor.module)
+    rollout = SyncedRollout(engine, shared=False)
+    prompts = DataProto.from_dict(tensors={"x": torch.randn(2, 3)})
+    rollout.sync_weights(actor)
+    assert engine.updates == 0  # fresh copy: nothing to sync
+    _step(actor)
+    assert not torch.equal(engine.module.weight, actor.module.weight)  # stale until synced
+    rollout.mark_stale()
+    rollout.sync_weights(actor)
+    rollout.sync_weights(actor)
+    assert engine.updates == 1 and rollout.last_sync_s >= 0.0
+    torch.testing.assert_close(rollout.generate_sequences(prompts).batch["y"], actor.module(prompts.batch["x"]).detach())
+    rollout.sync_weights(actor, force=True)  # after a checkpoint load
+    assert engine.updates == 2
+
+
+def test_shared_module_never_syncs():
+    actor = _actor()
+    engine = CopyEngine(actor.module)
+    rollout = SyncedRollout(engine, shared=True)
+    rollout.mark_stale()
+    rollout.sync_weights(actor, force=True)
+    assert engine.updates == 0

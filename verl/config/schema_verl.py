@@ -1,0 +1,268 @@
+"""Sections of verl's reference PPO config that hold engine, profiler or hardware settings.
+
+verl's ``ppo_trainer.yaml`` has 507 leaf keys; a verl user's script may set any of them. The
+sections here exist so that every such key is *known* (no "unknown key" for a verl key). What
+each field does here is stated once, in :mod:`verl.config.verl_keys`'s machine-readable table:
+a field either takes effect, is a documented no-op (with verl's meaning), or raises
+"`<key>` is not supported yet: <what to do>" when set to anything but its default.
+
+Defaults are verl's (``verl/trainer/config/_generated_ppo_trainer.yaml``), except where noted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class ProfilerConfig:
+    """verl's per-role profiler section (``*.profiler``); see compat table."""
+
+    tool: Optional[str] = None
+    # nsys | npu | torch | torch_memory; None = no profiler.
+    enable: bool = False
+    # Profile this role.
+    all_ranks: bool = False
+    # Profile every rank (else ``ranks``).
+    ranks: List[int] = field(default_factory=list)
+    # Ranks to profile.
+    save_path: Optional[str] = None
+    # Directory of the traces.
+    tool_config: Dict[str, Any] = field(default_factory=dict)
+    # Per-tool options (nsys / npu / torch / torch_memory sub-mappings).
+
+
+@dataclass
+class GlobalProfilerConfig:
+    """verl's ``global_profiler`` section (controller-side profiling)."""
+
+    tool: Optional[str] = None
+    # nsys | npu | torch | torch_memory; None = no profiler.
+    steps: Optional[List[int]] = None
+    # Steps to profile.
+    profile_continuous_steps: bool = False
+    # Merge consecutive profiled steps into one trace.
+    save_path: str = "outputs/profile"
+    # Directory of the traces.
+    global_tool_config: Dict[str, Any] = field(default_factory=dict)
+    # Per-tool options (nsys controller/worker options, torch_memory).
+
+
+@dataclass
+class RouterReplayConfig:
+    """MoE router replay (``*.router_replay``)."""
+
+    mode: str = "disabled"
+    # disabled | record | replay.
+    record_file: Optional[str] = None
+    # Where recorded routing decisions are written.
+    replay_file: Optional[str] = None
+    # Routing decisions to replay.
+
+
+@dataclass
+class WrapPolicyConfig:
+    """FSDP auto-wrap policy."""
+
+    min_num_params: int = 0
+    # Wrap modules with at least this many parameters; 0 = wrap transformer blocks.
+
+
+@dataclass
+class FusedKernelOptions:
+    impl_backend: str = "torch"
+    # Fused kernel backend: torch | triton.
+
+
+@dataclass
+class TiledMLPConfig:
+    enabled: bool = False
+    # Compute the MLP in tiles over the sequence to save activation memory.
+    num_shards: int = 4
+    # Number of tiles.
+
+
+@dataclass
+class MTPConfig:
+    """Multi-token prediction (``model.mtp``)."""
+
+    enable: bool = False
+    # Load the model's MTP layers.
+    enable_train: bool = False
+    # Train the MTP layers.
+    enable_rollout: bool = False
+    # Speculative decoding with the MTP layers.
+    detach_encoder: bool = False
+    # Stop the MTP loss gradient at the encoder.
+    mtp_loss_scaling_factor: float = 0.1
+    # Weight of the MTP loss.
+    speculative_algorithm: str = "EAGLE"
+    # Speculative algorithm of the rollout engine.
+    speculative_num_steps: int = 3
+    # Draft steps.
+    speculative_eagle_topk: int = 1
+    # EAGLE top-k.
+    speculative_num_draft_tokens: int = 4
+    # Draft tokens per step.
+    method: str = "mtp"
+    # Speculative method name of the engine.
+    num_speculative_tokens: int = 1
+    # Speculative tokens per step.
+
+
+@dataclass
+class CheckpointEngineConfig:
+    """How updated weights reach the rollout engine (``rollout.checkpoint_engine``)."""
+
+    backend: str = "naive"
+    # naive = in-process copy of the state dict.
+    update_weights_bucket_megabytes: int = 2048
+    # Size of one transfer bucket.
+    engine_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Backend options.
+
+
+@dataclass
+class TraceConfig:
+    """Rollout tracing (``rollout.trace``)."""
+
+    backend: Optional[str] = None
+    # weave | mlflow; None = off.
+    token2text: bool = False
+    # Decode token ids in traces.
+    max_samples_per_step_per_worker: Optional[int] = None
+    # Traces per step and worker.
+
+
+@dataclass
+class PrometheusConfig:
+    """Rollout-server Prometheus metrics (``rollout.prometheus``)."""
+
+    enable: bool = False
+    # Export server metrics.
+    port: int = 9090
+    # Prometheus port.
+    file: str = "/tmp/ray/session_latest/metrics/prometheus/prometheus.yml"
+    # Prometheus config file.
+    served_model_name: Optional[str] = None
+    # Model name in the metrics.
+
+
+@dataclass
+class CustomClassConfig:
+    """A user class named by file path and class name (verl's ``custom_cls`` style)."""
+
+    path: Optional[str] = None
+    # Python file (or importable module) defining the class; None = built-in.
+    name: Optional[str] = None
+    # Class (or function) name in that file.
+
+
+@dataclass
+class SamplerConfig:
+    """Custom training-data sampler (``data.sampler``)."""
+
+    class_path: Optional[str] = None
+    # Python file / module of the sampler class; None = the built-in (seeded) shuffle.
+    class_name: Optional[str] = None
+    # Sampler class name.
+
+
+@dataclass
+class FilterGroupsConfig:
+    """DAPO dynamic sampling (``algorithm.filter_groups``; Yu et al. 2025, arXiv 2503.14476)."""
+
+    enable: bool = False
+    # Keep only prompt groups whose ``metric`` varies across the group's rollout.n samples.
+    metric: Optional[str] = None
+    # Per-sample value compared within a group: acc | score | seq_reward | seq_final_reward, or
+    # any numeric key the scorer returns; None = seq_final_reward.
+    max_num_gen_batches: int = 0
+    # Generation batches tried per step before giving up (error); 0 = no limit.
+
+
+@dataclass
+class PFPPOConfig:
+    """Policy-filtration PPO reweighting (``algorithm.pf_ppo``)."""
+
+    reweight_method: str = "pow"
+    # pow | max_min | max_random.
+    weight_pow: float = 2.0
+    # Exponent of the pow method.
+
+
+@dataclass
+class RewardManagerModuleConfig:
+    path: Optional[str] = None
+    # Python file defining a custom reward manager class.
+    name: str = "custom_reward_manager"
+    # Class name in that file.
+
+
+@dataclass
+class RewardManagerSection:
+    """verl's new-style top-level ``reward_manager`` section."""
+
+    source: str = "register"
+    # register = look ``name`` up in the registry | importlib = load ``module``.
+    name: str = "naive"
+    # Registered manager name (same registry as reward_model.reward_manager).
+    module: RewardManagerModuleConfig = field(default_factory=RewardManagerModuleConfig)
+    # Custom manager class when source=importlib.
+
+
+@dataclass
+class SandboxFusionConfig:
+    """Remote code-execution sandbox for code rewards."""
+
+    url: Optional[str] = None
+    # Sandbox endpoint; None = no sandbox.
+    max_concurrent: int = 64
+    # Concurrent sandbox requests.
+    memory_limit_mb: int = 1024
+    # Memory limit per execution.
+
+
+@dataclass
+class RMRolloutConfig:
+    """Generative reward model serving (``reward_model.rollout``); all None = not used."""
+
+    name: Optional[str] = None
+    dtype: Optional[str] = None
+    gpu_memory_utilization: Optional[float] = None
+    enforce_eager: Optional[bool] = None
+    cudagraph_capture_sizes: Optional[List[int]] = None
+    free_cache_engine: Optional[bool] = None
+    data_parallel_size: Optional[int] = None
+    expert_parallel_size: Optional[int] = None
+    tensor_model_parallel_size: Optional[int] = None
+    max_num_batched_tokens: Optional[int] = None
+    max_model_len: Optional[int] = None
+    max_num_seqs: Optional[int] = None
+    load_format: Optional[str] = None
+    engine_kwargs: Optional[Dict[str, Any]] = None
+    limit_images: Optional[int] = None
+    enable_chunked_prefill: Optional[bool] = None
+    enable_prefix_caching: Optional[bool] = None
+    disable_log_stats: Optional[bool] = None
+    skip_tokenizer_init: Optional[bool] = None
+    prompt_length: Optional[int] = None
+    response_length: Optional[int] = None
+    # Serving settings of a generative reward model (vllm / sglang), verl's names.
+
+
+@dataclass
+class TransferQueueConfig:
+    enable: bool = False
+    # verl's TransferQueue data plane.
+
+
+@dataclass
+class RayKwargsConfig:
+    """Arguments of ``ray.init`` and the Ray timeline dump (``ray_kwargs``)."""
+
+    ray_init: Dict[str, Any] = field(default_factory=lambda: {"num_cpus": None})
+    # Keyword arguments of ray.init (num_cpus, runtime_env, ...); null values are dropped.
+    timeline_json_file: Optional[str] = None
+    # Write ray.timeline() to this file when the run ends (Ray backend).

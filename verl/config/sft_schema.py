@@ -1,0 +1,219 @@
+"""Typed config of the supervised trainers (``verl sft``, ``verl dpo``, hybrid): verl's SFT keys.
+
+Key paths follow verl's ``sft_trainer.yaml`` (``data.*``, ``model.partial_pretrain``,
+``optim.*``, ``trainer.*``) so that verl's SFT scripts run unchanged; ``dpo.*`` holds the
+preference loss and ``hybrid.tasks`` the task streams of ``trainer.algorithm=hybrid`` (the
+product documents' ``algorithm: hybrid`` with ``task_weights``). Each field is documented once,
+right under it. Loading (unknown keys with did-you-mean, one-line errors) is
+`verl.config.sft_loader`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class SFTMultiTurnConfig:
+    enable: bool = False
+    # Rows are chat conversations (row[messages_key]); the loss covers exactly the assistant turns.
+    messages_key: str = "messages"
+    # Column holding the list of {role, content} messages.
+    tools_key: Optional[str] = "tools"
+    # Column holding tool schemas for the chat template (absent column = no tools).
+
+
+@dataclass
+class CustomClsConfig:
+    path: Optional[str] = None
+    # A custom dataset class file: not supported (must stay null).
+    name: Optional[str] = None
+
+
+@dataclass
+class SFTDataConfig:
+    train_batch_size: int = 256
+    # Sequences (DPO: pairs) per optimizer step, global over all ranks.
+    micro_batch_size: Optional[int] = None
+    # Deprecated global micro batch; micro_batch_size_per_gpu = micro_batch_size / world size.
+    micro_batch_size_per_gpu: int = 4
+    # Sequences per forward/backward per rank (also the validation batch). Never changes the loss.
+    train_files: List[str] = field(default_factory=lambda: ["~/data/gsm8k/train.parquet"])
+    # Parquet / JSONL files, or builtin://arithmetic_sft/train, builtin://arithmetic_preference/<split>.
+    val_files: List[str] = field(default_factory=list)
+    # Validation files (same format); empty = no validation loss.
+    prompt_key: str = "question"
+    # Column of the prompt (text, or a dict read through prompt_dict_keys; DPO: text or messages).
+    response_key: str = "answer"
+    # Column of the response (text, or a dict read through response_dict_keys).
+    prompt_dict_keys: List[str] = field(default_factory=lambda: ["question"])
+    # Nested keys followed when the prompt column holds a dict (verl's extra_info layout).
+    response_dict_keys: List[str] = field(default_factory=lambda: ["answer"])
+    # Nested keys followed when the response column holds a dict.
+    chosen_key: str = "chosen"
+    # DPO: column of the preferred answer (text or messages).
+    rejected_key: str = "rejected"
+    # DPO: column of the dispreferred answer.
+    multiturn: SFTMultiTurnConfig = field(default_factory=SFTMultiTurnConfig)
+    max_length: int = 1024
+    # Tokens per sequence (prompt + response) at most.
+    truncation: str = "error"
+    # Longer sequences: error | left (keep the end) | right (keep the start).
+    balance_dp_token: bool = False
+    # Not supported (must stay false): the loss already uses the global token count.
+    chat_template: Optional[str] = None
+    # A Jinja chat template replacing the tokenizer's.
+    custom_cls: CustomClsConfig = field(default_factory=CustomClsConfig)
+    shuffle: bool = True
+    # Shuffle rows each epoch (seeded by trainer.seed and the epoch number).
+
+
+@dataclass
+class SFTFSDPConfig:
+    model_dtype: str = "fp32"
+    # Parameter dtype: fp32 | bf16.
+    wrap_policy: Dict[str, Any] = field(default_factory=lambda: {"min_num_params": 0})
+    # FSDP2 wraps every transformer block; accepted for verl's scripts (only min_num_params: 0).
+    cpu_offload: bool = False
+    # Keep parameters and optimizer state on CPU between uses (FSDP2 CPUOffloadPolicy).
+    offload_params: bool = False
+    # Same as cpu_offload (verl's second spelling).
+
+
+@dataclass
+class SFTModelConfig:
+    strategy: str = "fsdp2"
+    # Training engine: fsdp | fsdp2 (both mean the FSDP2 engine; a plain module with one rank).
+    partial_pretrain: str = "~/models/gemma-1.1-7b-it"
+    # Causal LM directory (or builtin://tiny-arithmetic) the training starts from.
+    tokenizer_path: Optional[str] = None
+    # Tokenizer directory; None = partial_pretrain.
+    fsdp_config: SFTFSDPConfig = field(default_factory=SFTFSDPConfig)
+    external_lib: Optional[str] = None
+    # Python module imported before the model is built.
+    enable_gradient_checkpointing: bool = False
+    # Recompute activations in backward.
+    trust_remote_code: bool = False
+    lora_rank: int = 0
+    # LoRA rank; 0 = full fine-tuning. The output directory holds the merged model.
+    lora_alpha: int = 16
+    target_modules: Any = "all-linear"
+    # LoRA targets: all-linear or a list of module names.
+    use_liger: bool = False
+    # Not supported (must stay false).
+    override_config: Dict[str, Any] = field(default_factory=dict)
+    # Keys overriding the model's HF config.
+
+
+@dataclass
+class SFTOptimConfig:
+    lr: float = 1e-5
+    # Peak learning rate (AdamW).
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.95])
+    weight_decay: float = 0.01
+    eps: float = 1e-8
+    warmup_steps_ratio: float = 0.1
+    # Linear warm-up length as a fraction of the total optimizer steps.
+    lr_warmup_steps: Optional[int] = None
+    # Warm-up length in steps; overrides warmup_steps_ratio when set.
+    clip_grad: float = 1.0
+    # Max global gradient L2 norm; a non-finite norm skips the step.
+    lr_scheduler: str = "cosine"
+    # After warm-up: cosine (to min_lr_ratio * lr at the last step) | constant.
+    min_lr_ratio: float = 0.0
+
+
+@dataclass
+class DPOConfig:
+    beta: float = 0.1
+    # KL strength β of DPO / IPO (Rafailov et al. 2023; Azar et al. 2023).
+    loss_type: str = "sigmoid"
+    # sigmoid (DPO; cDPO with label_smoothing) | ipo.
+    label_smoothing: float = 0.0
+    # cDPO ε in [0, 0.5): probability that a preference label is flipped.
+    reference: str = "auto"
+    # auto: LoRA runs use the actor with adapters off, full fine-tuning a frozen copy | copy.
+
+
+@dataclass
+class HybridTaskConfig:
+    name: str = "sft"
+    # Task name: metrics are logged as hybrid/<name>/*.
+    loss: str = "sft"
+    # sft (SFT rows) | dpo (preference pairs) | rl (prompts: GRPO on sampled responses).
+    train_files: List[str] = field(default_factory=list)
+    # The stream's own data files (same formats as data.train_files; rl: verl RL rows).
+    batch_size: int = 8
+    # Rows (sft), pairs (dpo) or prompts (rl) this stream contributes to every optimizer step.
+    micro_batch_size_per_gpu: Optional[int] = None
+    # Forward/backward chunk; None = data.micro_batch_size_per_gpu.
+    rollout_n: int = 4
+    # rl: responses sampled per prompt (GRPO group size, ≥ 2).
+    response_length: int = 8
+    # rl: max new tokens per response.
+    temperature: float = 1.0
+    # rl: sampling temperature.
+    clip_ratio: float = 0.2
+    # rl: PPO clip epsilon (one update per sample, so the ratio is 1 at the step).
+
+
+@dataclass
+class HybridConfig:
+    tasks: List[HybridTaskConfig] = field(default_factory=list)
+    # The task streams, in the order of trainer.task_weights.
+
+
+@dataclass
+class SFTTrainerConfig:
+    algorithm: str = "sft"
+    # sft | dpo | hybrid (several task streams, see hybrid.tasks).
+    task_weights: List[float] = field(default_factory=list)
+    # hybrid: weight w_i of each task's loss, normalised to sum 1; empty = equal weights.
+    default_local_dir: str = "checkpoints/${trainer.project_name}/${trainer.experiment_name}"
+    # Checkpoints: global_step_N/ (a Hugging Face model + tokenizer at its top, engine state in actor/).
+    default_hdfs_dir: Optional[str] = None
+    # Not supported (must stay null): copy checkpoints with your own tools.
+    output_dir: str = "outputs/${trainer.project_name}/${trainer.experiment_name}"
+    # Resolved config and metrics.jsonl.
+    resume_mode: str = "auto"
+    # auto (latest valid checkpoint in default_local_dir) | disable | resume_path.
+    resume_from_path: Optional[str] = None
+    # Checkpoint for resume_mode=resume_path.
+    resume_path: Optional[str] = None
+    # verl's older spelling of resume_from_path (implies resume_mode=resume_path).
+    project_name: str = "gsm8k-sft"
+    experiment_name: str = "test"
+    total_epochs: int = 4
+    # Passes over the training data (hybrid: over the first task's stream).
+    total_training_steps: Optional[int] = None
+    # Optimizer steps; None = epochs x steps per epoch.
+    logger: List[str] = field(default_factory=lambda: ["console"])
+    # console | jsonl | tensorboard | wandb | mlflow.
+    seed: int = 1
+    # Seed of model init-time randomness and the data shuffle.
+    save_freq: int = -1
+    # Checkpoint every N steps (and at the end); -1 = only at the end.
+    test_freq: int = -1
+    # Validation loss every N steps (and at the end); -1 = only at the end when val_files are set.
+    nnodes: int = 1
+    n_gpus_per_node: int = 1
+    # The world size comes from torchrun (WORLD_SIZE), as in verl's SFT trainer; a mismatch is logged.
+    max_ckpt_to_keep: Optional[int] = None
+    # Keep at most this many checkpoints; None = all.
+    device: str = "cpu"
+    # cpu | cuda.
+
+
+@dataclass
+class SFTRootConfig:
+    data: SFTDataConfig = field(default_factory=SFTDataConfig)
+    model: SFTModelConfig = field(default_factory=SFTModelConfig)
+    optim: SFTOptimConfig = field(default_factory=SFTOptimConfig)
+    dpo: DPOConfig = field(default_factory=DPOConfig)
+    hybrid: HybridConfig = field(default_factory=HybridConfig)
+    trainer: SFTTrainerConfig = field(default_factory=SFTTrainerConfig)
+    ulysses_sequence_parallel_size: int = 1
+    # Sequence parallelism: only 1 is supported.
+    use_remove_padding: bool = False
+    # Padding-free forward: not supported yet (must stay false).

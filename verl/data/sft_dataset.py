@@ -1,0 +1,234 @@
+"""SFT dataset: prompt / response rows (or chat conversations) -> token ids and a response loss mask.
+
+Two row formats, chosen by ``data.multiturn.enable`` (verl's SFT keys):
+
+* **single turn** — ``row[prompt_key]`` and ``row[response_key]``; when those columns hold dicts
+  (verl's GSM8K parquet keeps ``extra_info: {question, answer}``), ``prompt_dict_keys`` /
+  ``response_dict_keys`` name the nested key(s) to read, e.g. ``prompt_key=extra_info
+  prompt_dict_keys=[question]``. The prompt is rendered as one user message with the
+  tokenizer's chat template and the generation prompt (plain text when the tokenizer has no
+  template); the response is ``response + eos_token``, tokenized separately (as verl does).
+* **multi turn** — ``row[messages_key]`` is a list of ``{role, content}`` messages (and
+  ``row[tools_key]`` optional tool schemas passed to the template). The conversation is rendered
+  once per message boundary; an assistant turn's tokens are what the template adds after the
+  generation prompt (for Qwen2.5: ``content<|im_end|>\\n``). Only those are in the loss mask;
+  system, user and tool turns and the role headers are not.
+
+Each item holds ``input_ids``, ``attention_mask``, ``position_ids`` and ``loss_mask``, all `(T,)`
+unpadded; `collate_right_padded` right-pads a list of items into `(B, T)` tensors.
+``loss_mask[t] = 1`` iff token t is a response / assistant token (a *target*: predicted from
+position t − 1), so ``loss_mask[0]`` is always 0.
+
+Sequences longer than ``data.max_length`` follow ``data.truncation``: ``error`` (raise, naming
+the row), ``left`` (keep the last max_length tokens) or ``right`` (keep the first).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+__all__ = [
+    "SFTDataset",
+    "collate_right_padded",
+    "extract_field",
+    "read_sft_rows",
+    "tokenize_conversation",
+    "tokenize_prompt_response",
+    "truncate",
+]
+
+SFT_TRUNCATION_MODES = ("error", "left", "right")
+
+
+def read_sft_rows(files: Sequence[str]) -> list[dict[str, Any]]:
+    """Rows of every file (parquet, jsonl or ``builtin://``), in order.
+
+    Built-in SFT / preference sets (`verl.data.builtin_preference`) are read here; other
+    ``builtin://`` paths and files go through `verl.data.rl_dataset.read_rows`.
+    """
+    from verl.data.builtin_preference import is_builtin_supervised, load_builtin_supervised
+    from verl.data.rl_dataset import read_rows
+
+    rows: list[dict[str, Any]] = []
+    for path in files:
+        rows.extend(load_builtin_supervised(path) if is_builtin_supervised(path) else read_rows(path)[0])
+    return rows
+
+
+def extract_field(row: dict[str, Any], key: str, dict_keys: Sequence[str], where: str) -> str:
+    """``row[key]``, descending into nested dicts through ``dict_keys`` when the column holds a dict.
+
+    Raises:
+        ValueError: a missing key, or a value that is not a string at the end.
+    """
+    if key not in row:
+        raise ValueError(f"{where}: no column {key!r} (columns: {sorted(row)})")
+    value = row[key]
+    for k in dict_keys or ():
+        if not isinstance(value, dict):
+            break
+        if k not in value:
+            raise ValueError(f"{where}: column {key!r} has no key {k!r} (keys: {sorted(value)})")
+        value = value[k]
+    if not isinstance(value, str):
+        raise ValueError(f"{where}: {key!r} must be a string (set data.*_dict_keys for dict columns), got {type(value).__name__}")
+    return value
+
+
+def _encode(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def tokenize_prompt_response(tokenizer: Any, prompt: str | list[dict[str, Any]], response: str) -> tuple[list[int], list[int]]:
+    """(ids, loss_mask) of one prompt + response; the mask is 1 exactly on the response + eos tokens.
+
+    Args:
+        tokenizer: a Hugging Face tokenizer with an ``eos_token``.
+        prompt: text (rendered as one user message) or a list of chat messages.
+        response: the response text; ``eos_token`` is appended.
+    """
+    messages = [{"role": "user", "content": prompt}] if isinstance(prompt, str) else list(prompt)
+    if getattr(tokenizer, "chat_template", None):
+        prompt_text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    else:
+        prompt_text = "".join(m["content"] for m in messages)
+    if tokenizer.eos_token is None:
+        raise ValueError("the tokenizer has no eos_token: a response could never end")
+    p_ids, r_ids = _encode(tokenizer, prompt_text), _encode(tokenizer, response + tokenizer.eos_token)
+    return p_ids + r_ids, [0] * len(p_ids) + [1] * len(r_ids)
+
+
+def tokenize_conversation(
+    tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None, last_turn_only: bool = False,
+) -> tuple[list[int], list[int]]:
+    """(ids, loss_mask) of a chat; the mask is 1 exactly on the assistant turns' own tokens.
+
+    The template is rendered at every message boundary; an assistant turn's tokens are the text
+    the template adds between ``render(messages[:i], add_generation_prompt=True)`` and
+    ``render(messages[:i + 1])``. Each segment is tokenized on its own, so a mask boundary never
+    falls inside a token.
+
+    Args:
+        tokenizer: tokenizer with a chat template.
+        messages: ``{role, content}`` dicts (``tool_calls`` etc. passed through to the template).
+        tools: tool schemas for the template (``data.multiturn.tools_key``), or None.
+        last_turn_only: mask only the final assistant turn (DPO responses).
+
+    Raises:
+        ValueError: no chat template, no assistant turn, or a template whose rendering of a
+            prefix of the chat is not a prefix of the whole (it rewrites earlier turns).
+    """
+    if not getattr(tokenizer, "chat_template", None):
+        raise ValueError("multi-turn SFT needs a tokenizer with a chat template")
+    kwargs = {"tools": tools} if tools else {}
+
+    def render(msgs: list[dict[str, Any]], gen: bool) -> str:
+        return tokenizer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=False, **kwargs)
+
+    assistant_idx = [i for i, m in enumerate(messages) if m.get("role") == "assistant"]
+    if not assistant_idx:
+        raise ValueError("the conversation has no assistant turn to train on")
+    trained = set(assistant_idx[-1:] if last_turn_only else assistant_idx)
+    ids: list[int] = []
+    mask: list[int] = []
+    done = ""
+    for i, m in enumerate(messages):
+        pieces = []
+        if m.get("role") == "assistant":
+            pieces.append((render(messages[:i], True), 0))
+        pieces.append((render(messages[: i + 1], False), 1 if i in trained else 0))
+        for text, flag in pieces:
+            if not text.startswith(done):
+                raise ValueError("the chat template renders earlier turns differently once later turns are added; "
+                                 "per-turn loss masks need a prefix-stable template")
+            seg = _encode(tokenizer, text[len(done):])
+            ids += seg
+            mask += [flag] * len(seg)
+            done = text
+    return ids, mask
+
+
+def truncate(ids: list[int], mask: list[int], max_length: int, mode: str, where: str) -> tuple[list[int], list[int]]:
+    """Apply ``data.truncation`` to a sequence longer than ``max_length`` tokens.
+
+    Raises:
+        ValueError: mode ``error`` and too long, or an unknown mode.
+    """
+    if mode not in SFT_TRUNCATION_MODES:
+        raise ValueError(f"data.truncation must be one of {SFT_TRUNCATION_MODES}, got {mode!r}")
+    if len(ids) <= max_length:
+        return ids, mask
+    if mode == "error":
+        raise ValueError(f"{where}: {len(ids)} tokens > data.max_length={max_length} "
+                         "(raise data.max_length or set data.truncation=left|right)")
+    if mode == "left":
+        return ids[-max_length:], mask[-max_length:]
+    return ids[:max_length], mask[:max_length]
+
+
+class SFTDataset(Dataset):
+    """Rows of SFT files, tokenized on access.
+
+    Args:
+        files: parquet / jsonl paths or ``builtin://`` SFT sets.
+        tokenizer: the model's tokenizer.
+        config: the ``data`` section (`verl.config.sft_schema.SFTDataConfig`).
+    """
+
+    def __init__(self, files: Sequence[str], tokenizer: Any, config: Any) -> None:
+        self.tokenizer, self.config = tokenizer, config
+        self.rows = read_sft_rows(files)
+        if not self.rows:
+            raise ValueError(f"no rows in {list(files)}")
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        cfg, row, where = self.config, self.rows[index], f"SFT row {index}"
+        if cfg.multiturn.enable:
+            if cfg.multiturn.messages_key not in row:
+                raise ValueError(f"{where}: no column {cfg.multiturn.messages_key!r} (data.multiturn.messages_key)")
+            tools = row.get(cfg.multiturn.tools_key) if cfg.multiturn.tools_key else None
+            ids, mask = tokenize_conversation(self.tokenizer, list(row[cfg.multiturn.messages_key]), tools)
+        else:
+            prompt = extract_field(row, cfg.prompt_key, cfg.prompt_dict_keys, where)
+            response = extract_field(row, cfg.response_key, cfg.response_dict_keys, where)
+            ids, mask = tokenize_prompt_response(self.tokenizer, prompt, response)
+        ids, mask = truncate(ids, mask, cfg.max_length, cfg.truncation, where)
+        mask[0] = 0  # the first token has no predecessor, so it can never be a target
+        return sequence_item(ids, mask)
+
+
+def sequence_item(ids: list[int], mask: list[int]) -> dict[str, torch.Tensor]:
+    """Unpadded `(T,)` tensors of one sequence: ids, attention and loss masks, positions."""
+    n = len(ids)
+    return {"input_ids": torch.tensor(ids, dtype=torch.long), "attention_mask": torch.ones(n, dtype=torch.long),
+            "position_ids": torch.arange(n, dtype=torch.long), "loss_mask": torch.tensor(mask, dtype=torch.long)}
+
+
+def collate_right_padded(items: Sequence[dict[str, torch.Tensor]], pad_id: int, prefix: str = "") -> dict[str, torch.Tensor]:
+    """Right-pad `(T_i,)` items into `(B, max T_i)` tensors (pad id for ids, 0 for masks / positions).
+
+    Right padding keeps every real token at the same positions as unpadded, so with causal
+    attention the padding width never changes a real token's logits.
+
+    Args:
+        items: `sequence_item` dicts (keys may carry ``prefix``).
+        pad_id: the tokenizer's pad token id.
+        prefix: key prefix (``chosen_`` / ``rejected_`` for preference pairs).
+    """
+    width = max(len(it[f"{prefix}input_ids"]) for it in items)
+    out = {}
+    for key in ("input_ids", "attention_mask", "position_ids", "loss_mask"):
+        full = f"{prefix}{key}"
+        fill = pad_id if key == "input_ids" else 0
+        t = torch.full((len(items), width), fill, dtype=torch.long)
+        for i, it in enumerate(items):
+            t[i, : len(it[full])] = it[full]
+        out[full] = t
+    return out

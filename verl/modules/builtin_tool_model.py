@@ -1,0 +1,247 @@
+"""The built-in tool-calling tiny model: ``tiny-calculator`` for the multi-turn ``calculator`` task.
+
+Tokenizer: `verl.data.builtin_tool_tokenizer` (character tokenizer + ``<tool_call>`` /
+``</tool_call>`` / ``<tool_response>`` / ``</tool_response>`` + a tool-aware chat template).
+
+Warm start (`build_tool_model`): a 2-layer, hidden-64 Llama (seed 0) trained by supervised
+next-token prediction on the *train* split of `verl.data.builtin_tool_task`, loss on assistant
+tokens only. The teacher calls the calculator with probability ``teacher_tool_prob_even`` (0.85)
+when the first operand is even and ``teacher_tool_prob_odd`` (0.15) when it is odd, and answers
+from memory otherwise (the true product, which a 0.1 M-parameter model cannot learn to compute).
+Decoding greedily, the student thus calls the tool on about half of the held-out problems and
+guesses (wrongly) on the rest, yet still samples the tool there now and then: RL with the
+exact-answer reward has a signal to amplify — calling the tool on every problem.
+``verl_builtin.json`` in the directory records the held-out greedy accuracy and tool-call rate
+(`tool_accuracy`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import random
+import shutil
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from verl.data.builtin_tool_tokenizer import TOOL_CHAT_TEMPLATE, TOOL_TOKENS, build_tool_tokenizer
+from verl.modules.builtin import ASSETS_DIR
+
+__all__ = [
+    "TOOL_CHAT_TEMPLATE",
+    "TOOL_TOKENS",
+    "ToolModelSpec",
+    "build_tool_model",
+    "build_tool_tokenizer",
+    "get_tool_model_dir",
+    "teacher_conversation",
+    "tool_accuracy",
+]
+
+MODEL_NAME = "tiny-calculator"
+_INFO_FILE = "verl_builtin.json"
+_BUILD_VERSION = 1
+
+
+@dataclass(frozen=True)
+class ToolModelSpec:
+    """Architecture and warm-start recipe of ``tiny-calculator`` (field names as `BuiltinModelSpec`)."""
+
+    task: str = "calculator"
+    hidden_size: int = 64
+    num_layers: int = 2
+    num_heads: int = 4
+    intermediate_size: int = 256
+    max_position_embeddings: int = 160
+    init_seed: int = 0
+    teacher_tool_prob_even: float = 0.85
+    teacher_tool_prob_odd: float = 0.15
+    # Probability that the SFT teacher calls the calculator (else answers from memory) on a
+    # problem whose first operand is even / odd: the student learns a habit that fails on half
+    # of the problems yet still samples the tool there, which RL can amplify.
+    sft_steps: int = 1500
+    sft_batch_size: int = 64
+    sft_lr: float = 3e-3
+    sft_warmup_steps: int = 20
+    sft_seed: int = 0
+
+
+def calculator_schema() -> dict[str, Any]:
+    """The schema of the built-in calculator tool (what the task's tool config loads)."""
+    from verl.tools.calculator import DEFAULT_SCHEMA
+
+    return DEFAULT_SCHEMA
+
+
+def teacher_conversation(a: int, b: int, use_tool: bool) -> list[dict[str, Any]]:
+    """The teacher's conversation for ``a*b``: with a calculator call, or a direct answer."""
+    answer = str(a * b)
+    messages: list[dict[str, Any]] = [{"role": "user", "content": f"{a}*{b}"}]
+    if use_tool:
+        call = {"type": "function", "function": {"name": "calculator", "arguments": {"expression": f"{a}*{b}"}}}
+        messages += [{"role": "assistant", "content": "", "tool_calls": [call]}, {"role": "tool", "content": answer}]
+    return messages + [{"role": "assistant", "content": answer}]
+
+
+def _segments(tok: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
+    """Token ids of a teacher conversation and its labels (-100 except assistant-generated tokens)."""
+    ids = tok(tok.apply_chat_template(messages[:1], tools=tools, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
+    labels = [-100] * len(ids)
+    for m in messages[1:]:
+        if m["role"] == "assistant":
+            text = m["content"] + "".join(
+                '<tool_call>{"name": "%s", "arguments": %s}</tool_call>' % (c["function"]["name"], json.dumps(c["function"]["arguments"]))
+                for c in m.get("tool_calls", [])
+            )
+            new = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            ids, labels = ids + new, labels + new
+        else:  # a tool turn and the next generation prompt are context, not targets
+            new = tok(f"<tool_response>{m['content']}</tool_response>A:", add_special_tokens=False)["input_ids"]
+            ids, labels = ids + new, labels + [-100] * len(new)
+    return ids, labels
+
+
+def _sft_data(tok: Any, spec: ToolModelSpec) -> tuple[Any, Any]:
+    import torch
+
+    from verl.data.builtin_tool_task import multiplication_problems
+
+    rng = random.Random(spec.sft_seed)
+    tools = [calculator_schema()]
+    seqs = []
+    for a, b in multiplication_problems("train"):
+        p_tool = spec.teacher_tool_prob_even if a % 2 == 0 else spec.teacher_tool_prob_odd
+        seqs.append(_segments(tok, teacher_conversation(a, b, rng.random() < p_tool), tools))
+    width = max(len(s) for s, _ in seqs)
+    ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
+    lab = torch.full((len(seqs), width), -100, dtype=torch.long)
+    for i, (s, lb) in enumerate(seqs):
+        ids[i, : len(s)] = torch.tensor(s)
+        lab[i, : len(lb)] = torch.tensor(lb)
+    return ids, lab
+
+
+def _generate(model: Any, tok: Any, seqs: list[list[int]], do_sample: bool, max_new_tokens: int) -> list[list[int]]:
+    """Left-padded batched generation; returns each continuation up to and including EOS."""
+    import torch
+
+    width = max(map(len, seqs))
+    ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, s in enumerate(seqs):
+        ids[i, width - len(s) :] = torch.tensor(s)
+        mask[i, width - len(s) :] = 1
+    with torch.no_grad():
+        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
+                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+    result = []
+    for row in out[:, width:].tolist():
+        result.append(row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row)
+    return result
+
+
+def tool_accuracy(model: Any, tok: Any, split: str = "test", do_sample: bool = False, limit: int | None = None) -> dict[str, float]:
+    """Held-out accuracy of the model *with* the calculator, over up to two assistant turns.
+
+    Turn 1 is generated from the prompt; its Hermes tool calls are parsed and run with the real
+    `CalculatorTool`; the tool turn and ``A:`` are appended and turn 2 is generated. The answer
+    is scored with `verl.reward.scorers.tool_answer` (tool blocks do not count).
+
+    Returns:
+        ``{"accuracy", "tool_call_rate"}`` (shares of the problems).
+    """
+    from verl.data.builtin_tool_task import multiplication_problems
+    from verl.reward.scorers.tool_answer import compute_score
+    from verl.tools import ToolSession, parse_tool_calls
+    from verl.tools.calculator import CalculatorTool
+
+    problems = multiplication_problems(split)[:limit]
+    tools = {"calculator": CalculatorTool({})}
+    prompts = [tok(tok.apply_chat_template([{"role": "user", "content": f"{a}*{b}"}], tools=[calculator_schema()],
+                                           add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"] for a, b in problems]
+    first = _generate(model, tok, prompts, do_sample, max_new_tokens=80)
+    texts = [tok.decode(g, skip_special_tokens=True) for g in first]
+    calls = [parse_tool_calls(t, tools, 1)[1] for t in texts]
+
+    async def run_calls() -> list[str]:
+        return [(await ToolSession(tools).call(c[0])).response.text if c else "" for c in calls]
+
+    answers = asyncio.run(run_calls())
+    todo = [i for i, c in enumerate(calls) if c]
+    if todo:
+        follow = [prompts[i] + first[i] + tok(f"<tool_response>{answers[i]}</tool_response>A:", add_special_tokens=False)["input_ids"] for i in todo]
+        for i, gen in zip(todo, _generate(model, tok, follow, do_sample, max_new_tokens=12)):
+            texts[i] += f"<tool_response>{answers[i]}</tool_response>A:" + tok.decode(gen, skip_special_tokens=True)
+    scores = [compute_score(t, str(a * b)) for t, (a, b) in zip(texts, problems)]
+    return {"accuracy": sum(scores) / len(scores), "tool_call_rate": len(todo) / len(problems)}
+
+
+def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> Path:
+    """Builds ``tiny-calculator``: init, warm start, save (model, tokenizer, info); deterministic.
+
+    Runs single-threaded (the thread count changes float reduction order); a few minutes on a
+    CPU core.
+
+    Returns:
+        ``out_dir``, holding ``config.json``, ``model.safetensors``, the tokenizer files and
+        ``verl_builtin.json`` (spec, final SFT loss, held-out greedy accuracy and tool-call rate).
+    """
+    import torch
+
+    from verl.modules.builtin import _init_model, _sft  # the same init and SFT loop as tiny-arithmetic
+
+    spec = spec or ToolModelSpec()
+    out = Path(out_dir)
+    tok = build_tool_tokenizer()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        model = _init_model(spec, tok)
+        ids, labels = _sft_data(tok, spec)
+        last_loss = _sft(model, ids, labels, spec)
+        greedy = tool_accuracy(model, tok)
+    finally:
+        torch.set_num_threads(threads)
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    info = {"spec": asdict(spec), "build_version": _BUILD_VERSION, "final_sft_loss": round(last_loss, 4),
+            "test_greedy_accuracy": greedy["accuracy"], "test_greedy_tool_call_rate": greedy["tool_call_rate"]}
+    (out / _INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    return out
+
+
+def _complete(path: Path, spec: ToolModelSpec) -> bool:
+    info = path / _INFO_FILE
+    return (path / "model.safetensors").is_file() and info.is_file() and json.loads(info.read_text())["spec"] == asdict(spec)
+
+
+def get_tool_model_dir(spec: ToolModelSpec | None = None) -> Path:
+    """Directory of ``tiny-calculator``: the shipped ``verl/modules/assets/tiny-calculator/`` when
+    it matches the spec, else ``$VERL_CACHE_DIR/builtin/tiny-calculator-<hash>`` built on first
+    use (into a temporary directory, then renamed)."""
+    spec = spec or ToolModelSpec()
+    shipped = ASSETS_DIR / MODEL_NAME
+    if _complete(shipped, spec):
+        return shipped
+    digest = hashlib.sha256(json.dumps({"spec": asdict(spec), "v": _BUILD_VERSION}, sort_keys=True).encode()).hexdigest()[:12]
+    root = Path(os.environ.get("VERL_CACHE_DIR") or Path.home() / ".cache" / "verl") / "builtin"
+    target = root / f"{MODEL_NAME}-{digest}"
+    if _complete(target, spec):
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_NAME}-", dir=root))
+    try:
+        build_tool_model(tmp, spec)
+        try:
+            tmp.rename(target)
+        except OSError:
+            if not _complete(target, spec):
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target

@@ -1,0 +1,34 @@
+"""Scorer for tool-using answers: the last integer *outside* tool calls and tool responses.
+
+A multi-turn response holds the model's tool calls and the tools' answers too, e.g.
+``<tool_call>{"name": "calculator", ...}</tool_call><tool_response>1786</tool_response>A:1786``.
+Only the model's own words may earn the reward: every ``<tool_call>...</tool_call>`` and
+``<tool_response>...</tool_response>`` block (Hermes / Qwen2.5 markup; an unclosed block runs to
+the end) is removed first, then the last integer left must equal ``ground_truth`` (1.0, else
+0.0). So a trajectory that stops right after the tool answered scores 0, not the tool's number.
+"""
+
+from __future__ import annotations
+
+import re
+
+from verl.reward.scorers.arithmetic import extract_answer
+
+__all__ = ["compute_score", "strip_tool_blocks"]
+
+_BLOCK_RE = re.compile(r"<tool_call>.*?(?:</tool_call>|$)|<tool_response>.*?(?:</tool_response>|$)", re.DOTALL)
+
+
+def strip_tool_blocks(text: str) -> str:
+    """``text`` without its tool-call and tool-response blocks (unclosed ones run to the end)."""
+    return _BLOCK_RE.sub(" ", text)
+
+
+def compute_score(solution_str: str, ground_truth: str, **kwargs: object) -> float:
+    """1.0 if the last integer outside tool blocks equals ``int(ground_truth)``, else 0.0.
+
+    Raises:
+        ValueError: ``ground_truth`` is not an integer string (a data bug).
+    """
+    answer = extract_answer(strip_tool_blocks(solution_str))
+    return 1.0 if answer is not None and answer == int(str(ground_truth).strip()) else 0.0

@@ -1,0 +1,104 @@
+"""Reward managers written for verl: registration by name, built with verl's constructor arguments.
+
+verl's managers are classes ``cls(tokenizer, num_examine, compute_score=None,
+reward_fn_key="data_source", **reward_kwargs)`` called as ``manager(data, return_dict=False)``
+and returning the `(B, R)` reward tensor, or ``{"reward_tensor", "reward_extra_info"}``. They
+typically loop ``for i in range(len(data)): item = data[i]`` over `DataProtoItem` rows.
+
+:func:`register` puts such a class into `REWARD_MANAGERS` behind a factory with this
+package's manager call (``factory(tokenizer, compute_score=, reward_fn_key=, **options)``);
+the factory builds the class with verl's arguments. This package's own options
+(``timeout_s``, ``overlong_buffer``, ``max_response_length``) do not apply to a user manager:
+it scores as its own code says.
+
+Also registered here: ``prime``, verl's process-pool manager, which computes the same
+per-sample ``compute_score`` values as ``naive`` (here with a per-sample deadline).
+"""
+
+from __future__ import annotations
+
+import abc
+import inspect
+from collections.abc import Callable
+from typing import Any
+
+from verl.reward.managers import REWARD_MANAGERS, NaiveRewardManager
+from verl.reward.scorers import default_compute_score
+
+__all__ = ["AbstractRewardManager", "build_verl_manager", "get_reward_manager_cls", "register"]
+
+REWARD_MANAGERS.add("prime", NaiveRewardManager)
+
+
+class AbstractRewardManager(abc.ABC):
+    """verl's reward-manager base class (subclassing it is optional)."""
+
+    @abc.abstractmethod
+    def __init__(self, tokenizer: Any, num_examine: int, compute_score: Callable[..., Any] | None = None,
+                 reward_fn_key: str = "data_source", **kwargs: Any) -> None: ...
+
+    @abc.abstractmethod
+    def __call__(self, data: Any, return_dict: bool = False) -> Any: ...
+
+
+def build_verl_manager(cls: type, tokenizer: Any, *, num_examine: int = 0, compute_score: Callable[..., Any] | None = None,
+                       reward_fn_key: str = "data_source", reward_kwargs: dict[str, Any] | None = None) -> Any:
+    """Builds a verl-style manager class with verl's constructor arguments.
+
+    ``reward_kwargs`` are passed as keywords when the constructor declares them (or takes
+    ``**kwargs``), as verl's ``load_reward_manager`` does.
+    """
+    kwargs = dict(reward_kwargs or {})
+    params = inspect.signature(cls).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        kwargs = {k: v for k, v in kwargs.items() if k in params}
+    return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score or default_compute_score,
+               reward_fn_key=reward_fn_key, **kwargs)
+
+
+class _VerlManagerFactory:
+    """What `REWARD_MANAGERS` holds for a verl-style class (picklable: Ray workers may build it)."""
+
+    def __init__(self, cls: type) -> None:
+        self.cls = cls
+
+    def __call__(self, tokenizer: Any, compute_score: Callable[..., Any] | None = None, reward_fn_key: str = "data_source",
+                 num_examine: int = 0, reward_kwargs: dict[str, Any] | None = None, **_options: Any) -> Any:
+        return build_verl_manager(self.cls, tokenizer, num_examine=num_examine, compute_score=compute_score,
+                                  reward_fn_key=reward_fn_key, reward_kwargs=reward_kwargs)
+
+
+def register(name: str) -> Callable[[type], type]:
+    """verl's ``@register("name")`` for reward-manager classes.
+
+    Registering the same class twice is allowed (a module imported again).
+
+    Raises:
+        ValueError: ``name`` is taken by another manager.
+    """
+
+    def decorator(cls: type) -> type:
+        if name in REWARD_MANAGERS:
+            existing = REWARD_MANAGERS.get(name)
+            if getattr(existing, "cls", None) is cls:
+                return cls
+            raise ValueError(f"reward manager {name!r} is already registered ({existing!r})")
+        REWARD_MANAGERS.add(name, _VerlManagerFactory(cls))
+        return cls
+
+    return decorator
+
+
+def get_reward_manager_cls(name: str) -> type:
+    """The class registered under ``name`` (verl's ``get_reward_manager_cls``).
+
+    Raises:
+        RegistryError: Unknown name (lists the registered ones).
+    """
+    entry = REWARD_MANAGERS.get(name)
+    return getattr(entry, "cls", entry)
+
+
+def is_verl_manager(name: str) -> bool:
+    """Whether ``name`` was registered with :func:`register` (built with verl's arguments)."""
+    return isinstance(REWARD_MANAGERS.get(name), _VerlManagerFactory)

@@ -1,0 +1,105 @@
+"""A Python code interpreter tool that runs the model's code in the local sandbox.
+
+``code_interpreter(code="print(47*38)")`` runs the code in a fresh process (`verl.tools.sandbox`:
+CPU, memory and wall limits, no network, a temporary working directory, writes only inside it)
+and answers with what it printed: stdout, then stderr (tracebacks) if any, then a line for a
+killed run. A crash or a limit is reported to the model in that text and flagged with
+``metrics["status"]`` = ``error`` / ``timeout`` so the agent loop counts it; the rollout goes on.
+
+verl's ``SandboxFusionTool`` class path maps here (`verl.tools.registry.CLASS_ALIASES`); its
+``default_timeout``, ``memory_limit_mb``, ``num_workers`` and ``default_language: python`` keys
+work, a ``sandbox_fusion_url`` is refused (code runs locally, not on a remote service).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from typing import Any
+
+from verl.tools.base import BaseTool, ToolError, ToolResponse, check_config_keys
+from verl.tools.sandbox import SandboxLimits, SandboxResult, run_python
+
+__all__ = ["PythonCodeTool", "format_result"]
+
+DEFAULT_SCHEMA: dict[str, Any] = {
+    "type": "function",
+    "function": {
+        "name": "code_interpreter",
+        "description": "Run Python code and return what it prints (stdout and errors). No network, no files outside a scratch folder.",
+        "parameters": {
+            "type": "object",
+            "properties": {"code": {"type": "string", "description": "The Python code to run."}},
+            "required": ["code"],
+        },
+    },
+}
+
+_KEYS = {"timeout_s", "default_timeout", "cpu_time_s", "memory_limit_mb", "max_output_bytes", "max_concurrency", "num_workers", "default_language"}
+
+
+def format_result(result: SandboxResult) -> str:
+    """The text the model reads: stdout, then ``stderr:`` and its text when non-empty."""
+    parts = [result.stdout]
+    if result.stderr.strip():
+        parts.append(("stderr:\n" if result.stdout else "") + result.stderr.strip("\n"))
+    text = "\n".join(p for p in parts if p)
+    return text if text.strip() else "(no output)"
+
+
+class PythonCodeTool(BaseTool):
+    """Runs Python code in the sandbox.
+
+    Args:
+        config: optional ``timeout_s`` (wall seconds, default 10; verl's ``default_timeout`` is
+            the same), ``cpu_time_s`` (default 5), ``memory_limit_mb`` (default 512),
+            ``max_output_bytes`` (kept per stream, default 65536), ``max_concurrency`` (runs at
+            once per tool, default 2; verl's ``num_workers`` is the same), ``default_language``
+            (only ``python``).
+        tool_schema: default :data:`DEFAULT_SCHEMA` (``code_interpreter``).
+
+    Raises:
+        ValueError: unknown key, ``sandbox_fusion_url``, another language, or bad limits.
+    """
+
+    def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | None = None) -> None:
+        config = config or {}
+        if "sandbox_fusion_url" in config:
+            raise ValueError("`sandbox_fusion_url` is not supported yet: code runs in the local sandbox; drop the key")
+        check_config_keys(config, _KEYS, "PythonCodeTool")
+        if config.get("default_language", "python") != "python":
+            raise ValueError(f"`default_language={config['default_language']}` is not supported yet: only python")
+        super().__init__(config, tool_schema or DEFAULT_SCHEMA)
+        self.limits = SandboxLimits(
+            timeout_s=float(config.get("timeout_s", config.get("default_timeout", 10.0))),
+            cpu_time_s=int(config.get("cpu_time_s", 5)),
+            memory_mb=int(config.get("memory_limit_mb", 512)),
+            max_output_bytes=int(config.get("max_output_bytes", 64 * 1024)),
+        )
+        self.max_concurrency = int(config.get("max_concurrency", config.get("num_workers", 2)))
+        if self.max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        self._semaphore: asyncio.Semaphore | None = None
+
+    async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
+        """No per-trajectory state (every run starts from a fresh process and folder)."""
+        return instance_id or str(uuid.uuid4()), ToolResponse()
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+        """Runs ``parameters["code"]``; metrics carry ``status``, ``duration_s``, ``exit_code``."""
+        code = parameters.get("code")
+        if not isinstance(code, str):
+            raise ToolError("code must be a string")
+        if self._semaphore is None:
+            # created here, not in __init__, so it binds to the event loop that runs the rollout
+            self._semaphore = asyncio.Semaphore(self.max_concurrency)
+        async with self._semaphore:
+            result = await run_python(code, self.limits)
+        metrics = {
+            "status": result.status,
+            "duration_s": result.duration_s,
+            "exit_code": result.exit_code,
+            "output_truncated": result.output_truncated,
+            "network_isolation": result.network_isolation,
+        }
+        return ToolResponse(text=format_result(result)), 0.0, metrics

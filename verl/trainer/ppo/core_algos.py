@@ -1,0 +1,166 @@
+"""verl's ``verl.trainer.ppo.core_algos`` import path, over this package's registries.
+
+User code written for verl imports unchanged::
+
+    from verl.trainer.ppo.core_algos import register_adv_est, register_policy_loss, agg_loss
+
+    @register_adv_est("my_est")
+    def my_est(token_level_rewards, response_mask, index, epsilon=1e-6, config=None): ...
+
+    @register_policy_loss("my_loss")
+    def my_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean",
+                config=None, rollout_is_weights=None): ...   # returns (pg_loss, metrics)
+
+Registered functions go into `verl.algorithms.ADV_ESTIMATORS` / `POLICY_LOSSES` through the
+adapters of :mod:`verl.algorithms.verl_signatures` (the actor then aggregates with global
+counts), and their names become valid values of ``algorithm.adv_estimator`` /
+``actor_rollout_ref.actor.policy_loss.loss_mode``. Name the module that registers them in
+``actor_rollout_ref.model.external_lib`` (a module name or a ``.py`` path): it is imported when
+the config loads and in every worker, as in verl.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Callable
+
+import torch
+
+from verl.algorithms import ADV_ESTIMATORS, POLICY_LOSSES
+from verl.algorithms import agg_loss as _agg_loss
+from verl.algorithms.kl import AdaptiveKLController, FixedKLController, get_kl_controller, kl_penalty
+from verl.algorithms.masked import masked_mean, masked_whiten
+from verl.algorithms.verl_signatures import adapt_adv_estimator, adapt_policy_loss
+from verl.config import choices
+
+__all__ = [
+    "AdaptiveKLController",
+    "AdvantageEstimator",
+    "FixedKLController",
+    "agg_loss",
+    "get_adv_estimator_fn",
+    "get_kl_controller",
+    "get_policy_loss_fn",
+    "kl_penalty",
+    "masked_mean",
+    "masked_whiten",
+    "register_adv_est",
+    "register_policy_loss",
+]
+
+
+class AdvantageEstimator(str, Enum):
+    """verl's enum of built-in estimator names (any registered string works too)."""
+
+    GAE = "gae"
+    GRPO = "grpo"
+    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
+    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
+    REMAX = "remax"
+    RLOO = "rloo"
+    OPO = "opo"
+    GRPO_PASSK = "grpo_passk"
+    GPG = "gpg"
+
+
+def _name(name_or_enum: str | Enum) -> str:
+    return name_or_enum.value if isinstance(name_or_enum, Enum) else str(name_or_enum)
+
+
+def _config_view(cfg: Any) -> Any:
+    """A dataclass section as verl passes it: attribute access and ``.get`` (an OmegaConf view)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    if isinstance(cfg, dict):
+        return OmegaConf.create(cfg)
+    return OmegaConf.structured(cfg) if dataclasses.is_dataclass(cfg) else cfg
+
+
+def register_adv_est(name_or_enum: str | AdvantageEstimator) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering a verl-signature advantage estimator under ``name_or_enum``.
+
+    Registering the same function twice is allowed (a module imported again); another function
+    under a taken name is an error, as in verl.
+
+    Raises:
+        ValueError: The name is taken by another function.
+    """
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        name = _name(name_or_enum)
+        if name in ADV_ESTIMATORS:
+            if getattr(ADV_ESTIMATORS.get(name), "verl_fn", None) is fn:
+                return fn
+            raise ValueError(f"advantage estimator {name!r} is already registered ({ADV_ESTIMATORS.get(name)!r})")
+        ADV_ESTIMATORS.add(name, adapt_adv_estimator(fn, _config_view))
+        choices.EXTENSIONS["adv_estimator"].add(name)
+        return fn
+
+    return decorator
+
+
+def get_adv_estimator_fn(name_or_enum: str | AdvantageEstimator) -> Callable[..., Any]:
+    """The estimator registered under ``name_or_enum`` (the user's own function for verl-registered ones).
+
+    Built-in estimators take verl's keyword arguments (``token_level_rewards=``,
+    ``response_mask=``, ``index=``, ``config=`` ...) too.
+
+    Raises:
+        ValueError: Unknown name (lists the registered ones).
+    """
+    fn = ADV_ESTIMATORS.get(_name(name_or_enum))
+    return getattr(fn, "verl_fn", fn)
+
+
+def register_policy_loss(name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator registering a verl-signature policy loss under ``name`` (see module docstring).
+
+    Raises:
+        ValueError: The name is taken by another function.
+    """
+
+    def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
+        if name in POLICY_LOSSES:
+            if getattr(POLICY_LOSSES.get(name), "verl_fn", None) is fn:
+                return fn
+            raise ValueError(f"policy loss {name!r} is already registered ({POLICY_LOSSES.get(name)!r})")
+        POLICY_LOSSES.add(name, adapt_policy_loss(fn, _config_view))
+        choices.EXTENSIONS["policy_loss"].add(name)
+        return fn
+
+    return decorator
+
+
+def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
+    """A built-in per-token loss behind verl's signature: aggregated with local counts."""
+
+    def loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+             rollout_is_weights=None):
+        get = (lambda k, d: getattr(config, k, d) if getattr(config, k, None) is not None else d)
+        clip = get("clip_ratio", 0.2)
+        pg_losses, metrics = native(old_log_prob, log_prob, advantages, response_mask,
+                                    clip_ratio_low=get("clip_ratio_low", clip), clip_ratio_high=get("clip_ratio_high", clip),
+                                    clip_ratio_c=get("clip_ratio_c", 3.0))
+        if rollout_is_weights is not None:
+            pg_losses = pg_losses * rollout_is_weights
+        pg_loss = _agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor=get("loss_scale_factor", None))
+        return pg_loss, {f"actor/{k}": float(v) for k, v in metrics.items()}
+
+    return loss
+
+
+def get_policy_loss_fn(name: str) -> Callable[..., Any]:
+    """The policy loss ``name`` with verl's signature (returns the aggregated loss and metrics).
+
+    Raises:
+        ValueError: Unknown name (lists the registered ones).
+    """
+    fn = POLICY_LOSSES.get(name)
+    return getattr(fn, "verl_fn", None) or _as_verl_loss(fn)
+
+
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, **kwargs: Any) -> torch.Tensor:
+    """verl's ``agg_loss(loss_mat, loss_mask, loss_agg_mode)``: `(B, R)` -> 0-d, with this batch's own counts."""
+    return _agg_loss(loss_mat, loss_mask, loss_agg_mode, **kwargs)

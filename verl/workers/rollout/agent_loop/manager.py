@@ -1,0 +1,254 @@
+"""`AgentLoopRollout`: a rollout engine whose rows run through agent loops, batched back.
+
+Each row picks its loop by the batch's ``agent_name`` non-tensor (verl's column); rows without
+one use ``tool_agent`` when ``multi_turn.enable`` is true, else ``agent.default_agent_loop``. All
+trajectories of a batch run concurrently in one asyncio event loop over the engine's token-level
+request API (`verl.workers.rollout.hf_server.HFTokenServer` for ``hf``), and are assembled into
+the usual `DataProto` layout:
+
+    prompts            (B, P)   left-padded to rollout.prompt_length (tool schemas included)
+    responses          (B, R)   every token after the prompt, right-padded, R = response_length
+    response_mask      (B, R)   1 on model-generated tokens, 0 on tool / user tokens and padding
+    rollout_log_probs  (B, R)   sampling log-probs of model tokens, 0 elsewhere
+    input_ids / attention_mask / position_ids  (B, P + R)  attention 1 on every real token
+    non-tensors: num_turns (B,), tool_calls, messages, tool_rewards, turn_scores (per row),
+                 tokenization_mismatch (B,) and aborted (B,) 0/1 flags
+
+A batch whose rows all use ``single_turn_agent`` in ``rollout.mode=sync`` goes straight to the
+engine's batched ``generate_sequences`` (same tokens, no event loop); ``mode=async`` sends it
+through the agent loops as well.
+
+``rollout.over_sample_rate`` r > 0 (training batches only, as in verl): once ``ceil((1 - r) * B)``
+trajectories have finished, the rest are aborted and come back with an empty response
+(flagged in ``aborted``; `verl.workers.rollout.trajectories.agent_loop_metrics` counts them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from verl.protocol import DataProto
+from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
+from verl.workers.rollout.agent_loop.chat import ChatTemplate
+from verl.workers.rollout.sampling import resolve_sampling
+
+__all__ = ["AgentLoopRollout", "builtin_config_file", "object_array"]
+
+
+def builtin_config_file(path: str, kind: str) -> str:
+    """``builtin://NAME`` -> the shipped ``verl/tools/configs/NAME_<kind>_config.yaml`` (kind ``tool``
+    or ``interaction``); any other path as given.
+
+    Raises:
+        ValueError: an unknown built-in name (lists the shipped ones).
+    """
+    from verl.tools.registry import BUILTIN_CONFIG_DIR
+
+    if not str(path).startswith("builtin://"):
+        return str(path)
+    name = str(path)[len("builtin://"):]
+    file = BUILTIN_CONFIG_DIR / f"{name}_{kind}_config.yaml"
+    if not file.is_file():
+        known = sorted(p.name[: -len(f"_{kind}_config.yaml")] for p in BUILTIN_CONFIG_DIR.glob(f"*_{kind}_config.yaml"))
+        raise ValueError(f"no built-in {kind} config {name!r}; built-in: {', '.join(known)}")
+    return str(file)
+
+
+def object_array(values: list[Any]) -> np.ndarray:
+    """A 1-D object array of arbitrary per-row values (lists stay lists, never a 2-D array)."""
+    arr = np.empty(len(values), dtype=object)
+    for i, v in enumerate(values):
+        arr[i] = v
+    return arr
+
+
+class AgentLoopRollout:
+    """Rollout engine wrapper (`RolloutEngine`) that runs agent loops.
+
+    Args:
+        engine: the inner engine (``generate_sequences``, ``update_weights``; served as a token
+            engine by `verl.workers.rollout.hf_server.as_token_engine`).
+        config: the rollout section (`RolloutConfig`).
+        tokenizer: the actor's tokenizer.
+        template_kwargs: extra ``apply_chat_template`` keywords; a batch's
+            ``meta_info["apply_chat_template_kwargs"]`` (the trainer passes ``data.apply_chat_template_kwargs``) wins.
+
+    Raises:
+        ValueError: from loading the tool or interaction config files, or tools with a tokenizer
+            whose chat template ignores them.
+    """
+
+    def __init__(self, engine: Any, config: Any, tokenizer: Any, template_kwargs: dict[str, Any] | None = None) -> None:
+        self.engine, self.config, self.tokenizer = engine, config, tokenizer
+        self.template_kwargs = dict(template_kwargs or {})
+        mt = config.multi_turn
+        self.tools: dict[str, Any] = {}
+        self.interactions: dict[str, Any] = {}
+        if mt.tool_config_path:
+            from verl.tools.registry import load_tools
+
+            self.tools = load_tools(builtin_config_file(mt.tool_config_path, "tool"))
+        if mt.interaction_config_path:
+            from verl.interactions import load_interactions
+
+            self.interactions = load_interactions(builtin_config_file(mt.interaction_config_path, "interaction"))
+        self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
+        if self.tools and tokenizer is not None:  # a template that ignores tools fails here, before training
+            ChatTemplate(tokenizer, [t.tool_schema for t in self.tools.values()], self.template_kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # rng_state, set_rng_state, ... of the inner engine
+        if name == "engine":  # not set yet (e.g. while unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.engine, name)
+
+    def update_weights(self, state_dict_or_model: Any) -> None:
+        """Forward to the inner engine."""
+        self.engine.update_weights(state_dict_or_model)
+
+    def agent_names(self, prompts: DataProto) -> list[str]:
+        """Each row's agent loop name (validated against the registry)."""
+        names = prompts.non_tensor_batch.get("agent_name")
+        out = [str(n) if n else self.default_agent for n in (names if names is not None else [None] * len(prompts))]
+        for name in set(out):
+            AGENT_LOOPS.get(name)  # an unknown name lists the registered loops
+        return out
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Roll out every row with its agent loop; see the module docstring for the layout."""
+        names = self.agent_names(prompts)
+        over_sample = self.config.over_sample_rate > 0 and not prompts.meta_info.get("validate", False)
+        batched = self.config.mode == "sync" and not over_sample and hasattr(self.engine, "generate_sequences")
+        if batched and set(names) == {"single_turn_agent"}:
+            out = self.engine.generate_sequences(prompts)
+            n = len(out)
+            out.non_tensor_batch["num_turns"] = np.ones(n, dtype=np.int64)
+            out.non_tensor_batch["tool_calls"] = object_array([[] for _ in range(n)])
+            return out
+        results, meta = asyncio.run(self._run_all(prompts, names))
+        return self._assemble(prompts, results, meta)
+
+    def _context(self, prompts: DataProto) -> tuple[AgentContext, dict[str, Any]]:
+        from verl.workers.rollout.hf_server import as_token_engine
+
+        meta = prompts.meta_info
+        params = resolve_sampling(self.config, meta)
+        response_length = int(meta.get("response_length", self.config.response_length))
+        eos = meta.get("eos_token_id")
+        stop = tuple([eos] if isinstance(eos, int) else eos) if eos is not None else None
+        inner = self.engine
+        ctx = AgentContext(
+            engine=as_token_engine(inner), tokenizer=self.tokenizer, config=self.config, sampling=params,
+            response_length=response_length, stop_token_ids=stop, tools=self.tools, interactions=self.interactions,
+            template_kwargs=dict(meta.get("apply_chat_template_kwargs") or self.template_kwargs),
+        )
+        pad = int(meta.get("pad_token_id", getattr(inner, "pad_token_id", 0) or 0))
+        out_meta = {**meta, "temperature": params.logprob_temperature, "pad_token_id": pad,
+                    "eos_token_id": list(stop) if stop is not None else list(getattr(inner, "eos_token_id", []) or [])}
+        return ctx, out_meta
+
+    def _rows(self, prompts: DataProto) -> list[AgentRow]:
+        b, ntb = prompts.batch, prompts.non_tensor_batch
+        seeds = b["sample_seeds"].tolist() if "sample_seeds" in b.keys() else None
+        meta_seed = prompts.meta_info.get("seed")
+        rows = []
+        for i in range(len(prompts)):
+            ids = b["input_ids"][i][b["attention_mask"][i].bool()].tolist()
+            seed = seeds[i] if seeds is not None else (int(meta_seed) * 1_000_003 + i if meta_seed is not None else None)
+            raw = ntb.get("raw_prompt")
+            extra = ntb.get("extra_info")
+            rows.append(AgentRow(prompt_ids=ids, messages=list(raw[i]) if raw is not None else None,
+                                 extra_info=dict(extra[i] or {}) if extra is not None else {}, seed=seed, index=i))
+        return rows
+
+    async def _run_all(self, prompts: DataProto, names: list[str]) -> tuple[list[AgentLoopOutput], dict[str, Any]]:
+        ctx, meta = self._context(prompts)
+        loops = {name: AGENT_LOOPS.get(name)(ctx) for name in set(names)}
+        rows = self._rows(prompts)
+        was_training = getattr(getattr(self.engine, "module", None), "training", None)
+        tasks = [asyncio.ensure_future(loops[n].run(row)) for n, row in zip(names, rows, strict=True)]
+        rate = float(getattr(self.config, "over_sample_rate", 0.0) or 0.0)
+        if rate > 0 and not meta.get("validate", False):
+            await _abort_slowest(tasks, rate)
+        else:
+            await asyncio.gather(*tasks)
+        if was_training is not None:
+            self.engine.module.train(was_training)
+        results = [t.result() if not t.cancelled() else _aborted_output(row) for t, row in zip(tasks, rows, strict=True)]
+        return results, meta
+
+    def _assemble(self, prompts: DataProto, results: list[AgentLoopOutput], meta: dict[str, Any]) -> DataProto:
+        pad = int(meta["pad_token_id"])
+        width = int(self.config.prompt_length or max(len(r.prompt_ids) for r in results))
+        longest = max(len(r.prompt_ids) for r in results)
+        if longest > width:
+            raise ValueError(f"a prompt rendered for its agent loop (with tool schemas) has {longest} tokens > "
+                             f"rollout.prompt_length {width}; raise data.max_prompt_length")
+        resp_len = int(meta.get("response_length", self.config.response_length))
+        n = len(results)
+        prompt_ids = torch.full((n, width), pad, dtype=torch.long)
+        prompt_mask = torch.zeros(n, width, dtype=torch.long)
+        responses = torch.full((n, resp_len), pad, dtype=torch.long)
+        response_mask = torch.zeros(n, resp_len, dtype=torch.long)
+        response_attn = torch.zeros(n, resp_len, dtype=torch.long)
+        log_probs = torch.zeros(n, resp_len, dtype=torch.float32)
+        for i, r in enumerate(results):
+            p, k = len(r.prompt_ids), len(r.response_ids)
+            prompt_ids[i, width - p:] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            prompt_mask[i, width - p:] = 1
+            responses[i, :k] = torch.tensor(r.response_ids, dtype=torch.long)
+            response_mask[i, :k] = torch.tensor(r.response_mask, dtype=torch.long)
+            response_attn[i, :k] = 1
+            log_probs[i, :k] = torch.tensor(r.response_logprobs, dtype=torch.float32)
+        attention_mask = torch.cat([prompt_mask, response_attn], dim=1)
+        # positions count real tokens; padding after the response continues the count (as HFRollout)
+        position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
+        last = position_ids[:, width - 1 : width]
+        position_ids[:, width:] = last + torch.arange(1, resp_len + 1)
+        tensors = {
+            "prompts": prompt_ids, "responses": responses, "response_mask": response_mask,
+            "input_ids": torch.cat([prompt_ids, responses], dim=1), "attention_mask": attention_mask,
+            "position_ids": position_ids, "rollout_log_probs": log_probs,
+        }
+        non_tensors = dict(prompts.non_tensor_batch)
+        non_tensors.update({
+            "num_turns": np.array([r.num_turns for r in results], dtype=np.int64),
+            "tool_calls": object_array([r.tool_calls for r in results]),
+            "messages": object_array([r.messages for r in results]),
+            "tool_rewards": object_array([r.tool_rewards for r in results]),
+            "turn_scores": object_array([r.turn_scores for r in results]),
+            "tokenization_mismatch": np.array([int(r.metrics.get("tokenization_mismatch", 0)) for r in results]),
+            "aborted": np.array([int(r.metrics.get("aborted", 0)) for r in results]),
+        })
+        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+
+
+async def _abort_slowest(tasks: list[asyncio.Future[AgentLoopOutput]], rate: float) -> int:
+    """verl's ``rollout.over_sample_rate``: once ``ceil((1 - rate) * n)`` trajectories finished,
+    cancel the rest (their tool sessions are released); returns how many were aborted.
+
+    Raises:
+        Exception: the first error of a trajectory that finished with one.
+    """
+    target = max(1, math.ceil((1.0 - rate) * len(tasks)))
+    pending = set(tasks)
+    while len(tasks) - len(pending) < target:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for t in done:
+            t.result()  # a failing agent loop is an error, not an abort
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    return len(pending)
+
+
+def _aborted_output(row: AgentRow) -> AgentLoopOutput:
+    """An aborted trajectory: its prompt and no response tokens (response_mask all 0, so it adds
+    nothing to the loss; its score is that of an empty response)."""
+    prompt = row.rendered_prompt_ids if row.rendered_prompt_ids is not None else row.prompt_ids
+    return AgentLoopOutput(prompt_ids=list(prompt), response_ids=[], response_mask=[], response_logprobs=[], num_turns=0,
+                           metrics={"aborted": 1.0})
