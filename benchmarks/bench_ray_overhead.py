@@ -8,7 +8,7 @@ after the first (warm-up) one:
 - per stage: ``gen``, ``old_log_prob``, ``update_actor`` as seen by the driver;
 - Ray overhead per step: driver-side stage time minus the time the workers report computing
   (``timing_s/generate_sequences``, ``timing_s/update_actor_worker``), i.e. dispatch,
-  serialisation and waiting; plus ``timing_s/weight_sync`` (full-state gather for the rollout).
+  serialisation and waiting; plus ``timing_s/update_weights`` (full-state gather for the rollout).
 
 Usage: ``python benchmarks/bench_ray_overhead.py [--model DIR] [--steps 6] [overrides...]``.
 Timings on a shared machine are noisy: compare the ratios measured in one run.
@@ -24,7 +24,7 @@ from pathlib import Path
 from verl.config import load_config
 from verl.trainer import RLTrainer
 
-STAGES = ("step", "gen", "old_log_prob", "update_actor", "weight_sync")
+STAGES = ("step", "gen", "old_log_prob", "update_actor", "update_weights")
 
 
 def run(backend_overrides: list[str], common: list[str], out: Path) -> list[dict[str, float]]:
@@ -60,7 +60,7 @@ def main() -> None:
         ray2 = summarize("ray x2", run(["trainer.n_gpus_per_node=2"], common, Path(tmp) / "ray"))
     print(f"step time ratio ray x2 / local = {ray2['step'] / local['step']:.2f}")
     print(f"Ray overhead per step (dispatch+wait, gen + update) = {ray2['overhead_gen'] + ray2['overhead_update']:.3f}s, "
-          f"weight sync = {ray2['weight_sync']:.3f}s")
+          f"weight sync = {ray2['update_weights']:.3f}s")
 
 
 if __name__ == "__main__":

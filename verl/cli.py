@@ -26,6 +26,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "config": ("verl.config.cli", "inspect configs: verl config show [CONFIG] [key=value ...]"),
     "prepare": ("verl.data.prepare", "raw data -> training parquet: verl prepare gsm8k|math500 --input F --out DIR"),
     "init-model": ("verl.modules.init_model", "write a randomly initialised model: verl init-model --arch qwen2 ..."),
+    "bench": ("verl.trainer.bench", "throughput / MFU / memory of N RL steps: verl bench [CONFIG|--shape gsm8k] [--compare trl]"),
+    "plan": ("verl.trainer.plan", "pre-flight memory plan: verl plan [CONFIG] [key=value ...] [--device cpu|gpu:80GiB]"),
     "merge": ("verl.trainer.merge", "checkpoint -> Hugging Face directory: verl merge CKPT_DIR OUT_DIR"),
     "doctor": ("verl.trainer.doctor", "environment report + pre-flight checks: verl doctor [CONFIG] [key=value ...]"),
 }

@@ -195,12 +195,12 @@ def test_gradient_checkpointing_yaml(tmp_path: Path) -> None:
     assert cfg.critic.model.enable_gradient_checkpointing is True
 
 
-def test_remove_padding_yaml_is_noted_not_mapped(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Packing is not implemented: the key is noted, never mapped onto the canonical no-op field."""
-    with caplog.at_level(logging.WARNING, logger="verl.config"):
-        cfg = load_text(REMOVE_PADDING, tmp_path)
+def test_remove_padding_yaml_maps_to_actor_and_critic(tmp_path: Path) -> None:
+    """Packing is implemented (verl.modules.packing): the seed key sets both models' field."""
+    cfg = load_text(REMOVE_PADDING.replace("true", "false"), tmp_path)
     assert cfg.actor_rollout_ref.model.use_remove_padding is False and cfg.critic.model.use_remove_padding is False
-    assert any("use_remove_padding ignored: padding-free packing" in r.getMessage() for r in caplog.records)
+    cfg = load_text(REMOVE_PADDING, tmp_path)
+    assert cfg.actor_rollout_ref.model.use_remove_padding is True and cfg.critic.model.use_remove_padding is True
 
 
 def test_seed_keys_are_not_suggested_for_canonical_typos() -> None:

@@ -22,7 +22,8 @@ KEYS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "critic/advanta
 def _run(model_dir, run_dir, **extra):
     base = {"trainer.total_training_steps": 3, "trainer.save_freq": 3, "data.train_batch_size": 4,
             "actor_rollout_ref.rollout.n": 2, "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2}
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+            "actor_rollout_ref.actor.calculate_entropy": True}  # actor/entropy is compared too
     base.update(extra)
     cfg = load_config(None, tiny_run_overrides(model_dir, run_dir, **base))
     RLTrainer(config=cfg).fit()

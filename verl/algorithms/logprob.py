@@ -103,6 +103,9 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
                 # softmax is the block's only (rows, V) temporary; p·x is formed in place.
                 ent[rows, cols] = block_lse - torch.softmax(x, dim=-1).mul_(x).sum(-1)
         ctx.save_for_backward(logits, labels, lse, ent)
+        # an output the loss does not use gets grad None (not a zero tensor): an entropy computed
+        # only for a metric then costs nothing in backward
+        ctx.set_materialize_grads(False)
         ctx.chunk_size = chunk_size
         ctx.temperature = temperature
         ctx.compute_entropy = compute_entropy
@@ -114,6 +117,11 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
         ctx: torch.autograd.function.FunctionCtx, grad_logp: torch.Tensor, grad_ent: torch.Tensor
     ) -> tuple[torch.Tensor | None, ...]:
         logits, labels, lse, ent = ctx.saved_tensors
+        entropy_grad = ctx.compute_entropy and grad_ent is not None
+        if grad_logp is None and not entropy_grad:
+            return None, None, None, None, None
+        if grad_logp is None:
+            grad_logp = torch.zeros_like(lse)
         grad = torch.empty_like(logits)
         batch, length, _ = logits.shape
         for rows, cols in _blocks(batch, length, ctx.chunk_size):
@@ -122,7 +130,7 @@ class _ChunkedLogprobEntropy(torch.autograd.Function):
             log_p = x - lse[rows, cols].unsqueeze(-1)
             p = torch.exp(log_p)
             g_lp = grad_logp[rows, cols].unsqueeze(-1)
-            if ctx.compute_entropy:
+            if entropy_grad:
                 g_h = grad_ent[rows, cols].unsqueeze(-1)
                 g = log_p.add_(ent[rows, cols].unsqueeze(-1)).mul_(p).mul_(-g_h)  # −g_H p (log p + H)
                 g.sub_(p.mul_(g_lp))

@@ -44,8 +44,8 @@ model_name_or_path``
 ``model.reward_model.device_map``      ignored with a note: worker groups place models (one process
                                        per device), not Hugging Face's device_map
 ``model.enable_gradient_checkpointing``  the actor and critic models' fields of the same name
-``model.use_remove_padding``,          noted, nothing set: padding-free packing is not implemented;
-top-level ``use_remove_padding``       the padded forward computes the same values
+``model.use_remove_padding``,          ``use_remove_padding`` of the actor and critic models (packed,
+top-level ``use_remove_padding``       padding-free forwards: verl.modules.packing)
 ``model.lora_rank|lora_alpha|          the actor model's fields of the same name (any other
 target_modules``                       ``ModelConfig`` field under ``model``/``model.actor`` too)
 ``ppo.use_dynamic_bsz``                ``use_dynamic_bsz`` of actor and critic, and
@@ -126,6 +126,8 @@ COPIES: dict[str, tuple[str, ...]] = {
                                   f"{_REF}.log_prob_max_token_len_per_gpu", "critic.ppo_max_token_len_per_gpu",
                                   "critic.forward_max_token_len_per_gpu"),
     "rollout.max_tokens": ("data.max_response_length",),
+    "use_remove_padding": (f"{_MODEL}.use_remove_padding", "critic.model.use_remove_padding"),
+    "model.use_remove_padding": (f"{_MODEL}.use_remove_padding", "critic.model.use_remove_padding"),
 }
 # seed key -> canonical keys receiving its value unchanged.
 
@@ -153,10 +155,6 @@ NOTES: dict[str, str] = {
     "model.critic.use_fsdp": "the training engine is FSDP2 (a plain module when run in one process)",
     "model.reward_model.device_map": "worker groups place each model (one process per device, "
                                      "trainer.n_gpus_per_node), not Hugging Face's device_map",
-    "model.use_remove_padding": "padding-free packing is not implemented; the padded forward computes the same values",
-    "use_remove_padding": "padding-free packing is not implemented; the padded forward computes the same values",
-    "model.actor.use_remove_padding": "padding-free packing is not implemented; the padded forward computes the same values",
-    "model.critic.use_remove_padding": "padding-free packing is not implemented; the padded forward computes the same values",
 }
 # seed keys that configure nothing here -> why (logged, nothing set).
 

@@ -137,8 +137,10 @@ class ModelConfig:
     # Parameter dtype of the trained model: float32 | bfloat16 (never float16 on CPU).
     enable_gradient_checkpointing: bool = False
     # Recompute activations in backward to save memory.
-    use_remove_padding: bool = False
-    # Packed (padding-free) forward where the model supports it.
+    use_remove_padding: bool = True
+    # Padding-free training forwards (verl's default): the real tokens of a micro-batch packed into
+    # one row with per-sequence position ids (verl.modules.packing); actor, reference, critic and
+    # old-log-prob recompute. False = padded (B, T) forwards.
     lora_rank: int = 0
     # LoRA rank; 0 disables LoRA (full fine-tuning).
     lora_alpha: int = 16
@@ -336,7 +338,12 @@ class ActorConfig:
     freeze_vision_tower: bool = False
     # Freeze a vision-language model's vision tower.
     calculate_entropy: bool = False
-    # Compute the entropy in the update even when entropy_coeff = 0.
+    # Compute the policy entropy in the update (metric actor/entropy) although entropy_coeff is 0;
+    # entropy_coeff != 0 always computes it. Off: the update's log-prob forward skips the entropy pass.
+    reuse_old_log_probs: bool = True
+    # When the update is exactly on-policy (ppo_epochs 1, one mini-batch per step, no in-reward KL),
+    # skip the old-log-prob forward: old_log_probs = the update forward's own log-probs, detached
+    # (first PPO ratio exactly 1). False = always recompute. See verl.workers.actor.reuses_old_log_probs.
     use_prefix_grouper: bool = False
     # Share the prompt forward across a group's samples.
     use_torch_compile: bool = True

@@ -49,7 +49,6 @@ _SAME_VALUES = "a speed/memory optimisation in verl that computes the same value
 
 NOOP: dict[str, str] = {
     "actor_rollout_ref.rollout.agent.num_workers": "verl runs agent loops in worker processes; here they are asyncio tasks inside the rollout worker (same trajectories)",
-    "*.use_remove_padding": "verl's padding-free forward gives the same log-probs as the padded one " + "(" + _SAME_VALUES + ")",
     "*.use_torch_compile": "verl compiles its log-prob/entropy helpers for speed only (" + _SAME_VALUES + ")",
     "*.fsdp_config.forward_prefetch": "overlaps all-gathers with compute (" + _SAME_VALUES + ")",
     "*.fsdp_config.wrap_policy.min_num_params": "FSDP wrap granularity; this engine shards per transformer block (same values)",
@@ -68,7 +67,6 @@ NOOP: dict[str, str] = {
     "critic.model.tiled_mlp.*": "tiled MLP is a memory optimisation (" + _SAME_VALUES + ")",
     "actor_rollout_ref.actor.tau_pos": "read only by loss_mode=sapo, which is not registered here (choosing it is an error)",
     "actor_rollout_ref.actor.tau_neg": "read only by loss_mode=sapo, which is not registered here (choosing it is an error)",
-    "actor_rollout_ref.actor.calculate_entropy": "the update always computes the entropy (logged as actor/entropy)",
     "*.checkpoint.async_save": "checkpoints are written synchronously; the same files result",
     "data.return_raw_input_ids": "the batch always holds raw_prompt_ids (the unpadded prompt ids)",
     "data.filter_overlong_prompts_workers": "parallelism of the prompt-length filter; the same prompts are kept",

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from verl.algorithms.logprob import logprobs_and_entropy_from_logits
+from verl.modules.packing import pack_responses, unpack_responses
 from verl.utils.torch_functional import position_ids_from_attention_mask
 
 __all__ = [
@@ -67,6 +68,7 @@ def compute_log_probs_and_entropy(
     temperature: float = 1.0,
     chunk_size: int = 512,
     compute_entropy: bool = True,
+    remove_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies of the response tokens under softmax(logits / temperature).
 
@@ -81,11 +83,22 @@ def compute_log_probs_and_entropy(
         temperature: τ > 0, the rollout sampling temperature.
         chunk_size: rows per float32 block.
         compute_entropy: False skips the entropy (then returned as None).
+        remove_padding: packed forward of the real tokens only (`verl.modules.packing`);
+            equal to the padded forward up to float rounding.
 
     Returns:
-        (log_probs, entropy), both `(B, R)` float32. Padding positions hold finite garbage; mask
-        them with ``response_mask``.
+        (log_probs, entropy), both `(B, R)` float32. Padding positions hold finite garbage
+        (0 with ``remove_padding``); mask them with ``response_mask``.
     """
+    if remove_padding:
+        packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
+        device = input_ids.device
+        out = module(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device),
+                     use_cache=False, logits_to_keep=packed.score_mask.to(device))
+        logp, ent = logprobs_and_entropy_from_logits(
+            out.logits.reshape(-1, out.logits.shape[-1]), packed.labels.to(device), chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
+        )
+        return unpack_responses(logp, packed), (unpack_responses(ent, packed) if ent is not None else None)
     logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
     labels = input_ids[:, -response_length:]
     return logprobs_and_entropy_from_logits(
@@ -115,6 +128,7 @@ def compute_values(
     attention_mask: torch.Tensor,
     position_ids: torch.Tensor,
     response_length: int,
+    remove_padding: bool = False,
 ) -> torch.Tensor:
     """Critic values of the states before each response token.
 
@@ -122,10 +136,17 @@ def compute_values(
         critic: a `ValueModel` (``forward(...) -> (B, T)``).
         input_ids, attention_mask, position_ids: `(B, T)`.
         response_length: R.
+        remove_padding: packed forward of the real tokens only (`verl.modules.packing`).
 
     Returns:
-        `(B, R)` float32, ``values[:, j] = V(prompt + response[:j])`` (position P + j − 1).
+        `(B, R)` float32, ``values[:, j] = V(prompt + response[:j])`` (position P + j − 1); 0 on
+        padding with ``remove_padding``.
     """
+    if remove_padding:
+        packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
+        device = input_ids.device
+        values = critic(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device))
+        return unpack_responses(values[packed.score_mask.to(device)], packed)
     values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
     return values[:, -response_length - 1 : -1]
 

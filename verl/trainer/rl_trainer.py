@@ -196,10 +196,11 @@ class RLTrainer:
                 self._pending_timing = {}
             if cfg.trainer.balance_batch and p.world_size > 1:
                 metrics.update(self._balance_batch(batch))
-            with timer("old_log_prob", timing):
-                old = p.actor_rollout_wg.compute_log_prob(batch)
-            metrics.update(compute_rollout_entropy_metrics(old.batch["entropys"], batch.batch["response_mask"]))
-            batch.union(old.select(batch_keys=["old_log_probs"]))
+            if not self._reuse_old_log_probs():
+                with timer("old_log_prob", timing):
+                    old = p.actor_rollout_wg.compute_log_prob(batch)
+                metrics.update(compute_rollout_entropy_metrics(old.batch["entropys"], batch.batch["response_mask"]))
+                batch.union(old.select(batch_keys=["old_log_probs"]))
             if self._use_reference():
                 with timer("ref", timing):
                     batch.union(p.actor_rollout_wg.compute_ref_log_prob(batch))
@@ -357,6 +358,13 @@ class RLTrainer:
             except (TypeError, ValueError):
                 continue
         return out
+
+    def _reuse_old_log_probs(self) -> bool:
+        """On-policy steps take old log-probs from the update forward (`reuses_old_log_probs`)."""
+        from verl.workers.actor import reuses_old_log_probs
+
+        cfg = self.config
+        return reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
 
     def _use_reference(self) -> bool:
         cfg = self.config

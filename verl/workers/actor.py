@@ -24,36 +24,60 @@ if TYPE_CHECKING:
 
 def forward_response_logprobs(
     module: torch.nn.Module, micro: DataProto, temperature: float, calculate_entropy: bool, chunk_size: int = 1024,
+    remove_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log π(response token | prefix) under ``logits / temperature`` `(B, R)`, and entropy `(B, R)`.
 
     ``micro`` holds ``input_ids``, ``attention_mask``, ``position_ids`` `(B, T)` (T = P + R,
     prompts left-padded) and ``responses`` `(B, R)`; the forward is `verl.modules.forward`'s,
-    the same one the rollout-consistency test checks against the engine's sampling log-probs.
+    the same one the rollout-consistency test checks against the engine's sampling log-probs;
+    ``remove_padding`` packs the real tokens into one row (``model.use_remove_padding``).
     """
     b = micro.batch
     device = next(module.parameters()).device
     ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
     return compute_log_probs_and_entropy(
         module, ids, mask, pos, b["responses"].shape[-1],
-        temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy,
+        temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy, remove_padding=remove_padding,
     )
 
 
 def compute_log_prob(
     engine: TrainingEngine, data: DataProto, temperature: float, micro: MicroBatchSpec,
-    calculate_entropy: bool = False, chunk_size: int = 1024,
+    calculate_entropy: bool = False, chunk_size: int = 1024, remove_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(B, R)` (and entropy `(B, R)`) of ``data``'s responses under ``engine``'s model.
 
     Serves the actor (``old_log_probs``) and the frozen reference policy (``ref_log_prob``) alike.
     """
     def forward(module: torch.nn.Module, m: DataProto) -> dict[str, torch.Tensor]:
-        lp, ent = forward_response_logprobs(module, m, temperature, calculate_entropy, chunk_size)
+        lp, ent = forward_response_logprobs(module, m, temperature, calculate_entropy, chunk_size, remove_padding)
         return {"log_probs": lp} if ent is None else {"log_probs": lp, "entropys": ent}
 
     out = engine.infer_batch(data, forward, micro)
     return out["log_probs"], out.get("entropys")
+
+
+def reuses_old_log_probs(actor: ActorConfig, train_batch_size: int, use_kl_in_reward: bool) -> bool:
+    """Whether a step skips the old-log-prob forward and takes them from the update forward.
+
+    Exactly on-policy: with one PPO epoch and one mini-batch per step, the update's only forward
+    runs the very weights that produced the rollout's training batch, so its log-probs (detached)
+    are the old log-probs a recompute would give — up to the recompute's own micro-batching,
+    i.e. float rounding; the first (and only) PPO ratio is exactly 1 and the gradient equals the
+    recompute path's. The rollout's own ``rollout_log_probs`` are never substituted, so the
+    rollout engine and its numerics (vLLM, bf16) do not enter. Needed otherwise: a second epoch or
+    mini-batch (the policy has moved), or ``algorithm.use_kl_in_reward`` (the KL penalty reads
+    old log-probs before the update). Measured (issue 14): the recompute was 18.5 % of a GSM8K
+    step on CPU. TRL's GRPOTrainer makes the same choice when on-policy.
+
+    Args:
+        actor: the actor section (``reuse_old_log_probs``, ``ppo_epochs``, ``ppo_mini_batch_size``).
+        train_batch_size: ``data.train_batch_size`` (prompts per step).
+        use_kl_in_reward: ``algorithm.use_kl_in_reward``.
+    """
+    return (actor.reuse_old_log_probs and actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == train_batch_size
+            and not use_kl_in_reward)
 
 
 def _loss_params(cfg: ActorConfig) -> dict[str, float]:
@@ -63,8 +87,13 @@ def _loss_params(cfg: ActorConfig) -> dict[str, float]:
     return params
 
 
-def policy_loss_fn(cfg: ActorConfig, temperature: float) -> LossFn:
+def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = False) -> LossFn:
     """The PPO-family loss of one micro-batch: ``pg_loss − entropy_coeff·entropy (+ kl_loss_coef·kl)``.
+
+    The entropy is computed only when ``entropy_coeff != 0`` (it is in the loss) or
+    ``calculate_entropy`` (metric ``actor/entropy`` only, kept out of the backward pass). A
+    micro-batch without ``old_log_probs`` uses its own detached log-probs as the behaviour policy
+    (see `reuses_old_log_probs`), so its ratio is exactly 1.
 
     Every term is aggregated by ``cfg.loss_agg_mode`` with the mini-batch's global counts, so the
     micro-batch losses sum to the mini-batch loss. Metrics are additive the same way (per-token
@@ -73,6 +102,7 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float) -> LossFn:
     policy_loss = POLICY_LOSSES[cfg.policy_loss.loss_mode]
     low = cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio
     high = cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio
+    with_entropy = cfg.entropy_coeff != 0 or cfg.calculate_entropy
 
     def loss_fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, Any]]:
         b = micro.batch
@@ -80,18 +110,25 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float) -> LossFn:
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
         agg = dict(loss_agg_mode=cfg.loss_agg_mode, global_token_count=counts.tokens, global_seq_count=counts.sequences,
                    loss_scale_factor=cfg.loss_scale_factor)
-        log_prob, entropy = forward_response_logprobs(module, micro, temperature, True, cfg.logprob_chunk_size)
+        log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size, remove_padding)
+        # on-policy reuse (reuses_old_log_probs): the behaviour policy is this very forward
+        old = b["old_log_probs"].to(device) if "old_log_probs" in b.keys() else log_prob.detach()
         pg_losses, pg_metrics = policy_loss(
-            b["old_log_probs"].to(device), log_prob, b["advantages"].to(device), mask,
+            old, log_prob, b["advantages"].to(device), mask,
             clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
             loss_agg_mode=cfg.loss_agg_mode, config=cfg,  # for losses written to verl's signature
         )
         if "rollout_is_weights" in b.keys():  # algorithm.rollout_correction: truncated IS weights
             pg_losses = pg_losses * b["rollout_is_weights"].to(device)
         pg_loss = agg_loss(pg_losses, mask, **agg)
-        ent_loss = agg_loss(entropy, mask, **agg)
-        loss = pg_loss - cfg.entropy_coeff * ent_loss
-        metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach(), "actor/entropy": ent_loss.detach()}
+        loss = pg_loss
+        metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach()}
+        if entropy is not None:
+            # with entropy_coeff 0 the entropy stays out of the graph: its backward pass is skipped
+            ent_loss = agg_loss(entropy if cfg.entropy_coeff else entropy.detach(), mask, **agg)
+            if cfg.entropy_coeff:
+                loss = loss - cfg.entropy_coeff * ent_loss
+            metrics["actor/entropy"] = ent_loss.detach()
         if cfg.use_kl_loss:
             kl_loss = agg_loss(kl_penalty(log_prob, b["ref_log_prob"].to(device), cfg.kl_loss_type), mask, **agg)
             loss = loss + cfg.kl_loss_coef * kl_loss
@@ -111,10 +148,11 @@ class PPOActor:
     Args:
         engine: the policy's `TrainingEngine` (model, optimizer, LR schedule).
         config: the actor section (loss settings, micro-batching, epochs).
+        remove_padding: packed (padding-free) forwards (``model.use_remove_padding``).
     """
 
-    def __init__(self, engine: TrainingEngine, config: ActorConfig) -> None:
-        self.engine, self.config = engine, config
+    def __init__(self, engine: TrainingEngine, config: ActorConfig, remove_padding: bool = False) -> None:
+        self.engine, self.config, self.remove_padding = engine, config, remove_padding
 
     def update_policy(self, data: DataProto, temperature: float, mini_batch_size: int) -> dict[str, float]:
         """PPO epochs over mini-batches of ``data``; returns metrics (global, identical on all ranks).
@@ -126,8 +164,11 @@ class PPOActor:
             mini_batch_size: trajectories per optimizer step on this rank.
         """
         cfg = self.config
+        if "old_log_probs" not in data.batch.keys() and (cfg.ppo_epochs != 1 or len(data) > mini_batch_size):
+            raise ValueError("update without old_log_probs needs one on-policy pass (ppo_epochs 1, one mini-batch); "
+                             f"got ppo_epochs {cfg.ppo_epochs}, {len(data)} rows for mini-batches of {mini_batch_size}")
         micro = MicroBatchSpec(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
-        loss_fn = policy_loss_fn(cfg, temperature)
+        loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding)
         metrics: dict[str, list[float]] = defaultdict(list)
         generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
         for _ in range(cfg.ppo_epochs):

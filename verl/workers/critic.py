@@ -22,12 +22,13 @@ if TYPE_CHECKING:
     from verl.config.schema import CriticConfig
 
 
-def forward_values(module: torch.nn.Module, micro: DataProto) -> torch.Tensor:
-    """Values `(B, R)` float32 of the response positions of ``micro`` (see module docstring)."""
+def forward_values(module: torch.nn.Module, micro: DataProto, remove_padding: bool = False) -> torch.Tensor:
+    """Values `(B, R)` float32 of the response positions of ``micro`` (see module docstring);
+    ``remove_padding``: packed forward (``critic.model.use_remove_padding``)."""
     b = micro.batch
     device = next(module.parameters()).device
     ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
-    return compute_values(module, ids, mask, pos, b["responses"].shape[-1]).float()
+    return compute_values(module, ids, mask, pos, b["responses"].shape[-1], remove_padding).float()
 
 
 def value_loss_fn(cfg: CriticConfig) -> LossFn:
@@ -37,7 +38,7 @@ def value_loss_fn(cfg: CriticConfig) -> LossFn:
         b = micro.batch
         device = next(module.parameters()).device
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
-        vpreds = forward_values(module, micro)
+        vpreds = forward_values(module, micro, cfg.model.use_remove_padding)
         vf_loss, vf_metrics = compute_value_loss(
             vpreds, b["returns"].to(device), b["values"].to(device), mask,
             cliprange_value=cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode,
@@ -69,7 +70,7 @@ class PPOCritic:
         cfg = self.config
         micro = MicroBatchSpec(cfg.forward_micro_batch_size_per_gpu or cfg.ppo_micro_batch_size_per_gpu,
                                cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
-        values = self.engine.infer_batch(data, lambda module, m: {"values": forward_values(module, m)}, micro)["values"]
+        values = self.engine.infer_batch(data, lambda module, m: {"values": forward_values(module, m, cfg.model.use_remove_padding)}, micro)["values"]
         return zero_masked(values, data.batch["response_mask"])
 
     def update_critic(self, data: DataProto, mini_batch_size: int) -> dict[str, float]:

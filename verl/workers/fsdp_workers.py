@@ -66,7 +66,7 @@ class ActorRolloutRefWorker(Worker):
         rollout_module = module if self.world_size == 1 or not in_place else copy.deepcopy(module).requires_grad_(False)
         self.actor_engine = build_engine(module, cfg.actor.fsdp_config, self.world_size, optim=cfg.actor.optim,
                                          total_steps=total_training_steps, grad_clip=cfg.actor.grad_clip, device=self.device)
-        self.actor = PPOActor(self.actor_engine, cfg.actor)
+        self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
         if self.use_reference and cfg.model.lora_rank == 0:
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
             self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
@@ -95,7 +95,8 @@ class ActorRolloutRefWorker(Worker):
         r = self.config.rollout
         micro = MicroBatchSpec(r.log_prob_micro_batch_size_per_gpu, r.log_prob_use_dynamic_bsz, r.log_prob_max_token_len_per_gpu)
         log_probs, entropy = compute_log_prob(self.actor_engine, data, r.temperature, micro, calculate_entropy=True,
-                                              chunk_size=self.config.actor.logprob_chunk_size)
+                                              chunk_size=self.config.actor.logprob_chunk_size,
+                                              remove_padding=self.config.model.use_remove_padding)
         return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -106,12 +107,12 @@ class ActorRolloutRefWorker(Worker):
         r, ref_cfg = self.config.rollout, self.config.ref
         micro = MicroBatchSpec(ref_cfg.log_prob_micro_batch_size_per_gpu, ref_cfg.log_prob_use_dynamic_bsz,
                                ref_cfg.log_prob_max_token_len_per_gpu)
-        chunk = self.config.actor.logprob_chunk_size
+        kw = {"chunk_size": self.config.actor.logprob_chunk_size, "remove_padding": self.config.model.use_remove_padding}
         if self.ref_engine is not None:
-            log_probs, _ = compute_log_prob(self.ref_engine, data, r.temperature, micro, chunk_size=chunk)
+            log_probs, _ = compute_log_prob(self.ref_engine, data, r.temperature, micro, **kw)
         else:
             with ref_policy_context(self.actor_engine.module):
-                log_probs, _ = compute_log_prob(self.actor_engine, data, r.temperature, micro, chunk_size=chunk)
+                log_probs, _ = compute_log_prob(self.actor_engine, data, r.temperature, micro, **kw)
         return DataProto.from_dict(tensors={"ref_log_prob": log_probs})
 
     @register(Dispatch.DP_COMPUTE_PROTO)

@@ -9,6 +9,13 @@ a collective all ranks enter together. The cost is one full gather per RL step
 (reported as ``timing_s/update_weights``, verl's name) and one extra copy of the weights. An
 engine that holds its own weights and declares ``streams_weights`` (vLLM) receives the actor
 module instead and gathers it one bucket at a time, so no rank holds a second whole unsharded copy.
+
+An engine that generates with its own transformers module (``hf``: it has a ``module``) is
+refreshed in place instead, parameter by parameter (`sync_in_place`): each trainable parameter is
+gathered (``DTensor.full_tensor()``, one all-gather per parameter) and copied into the engine's
+tensor of the same name, so at most one unsharded parameter is alive beyond the engine's copy, no
+state dict is built or key-matched, and frozen parameters and buffers (LoRA base weights,
+rotary tables) are copied once, at the first sync, never again.
 """
 
 from __future__ import annotations
@@ -16,8 +23,40 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
 from verl.engine import TrainingEngine
 from verl.protocol import DataProto
+
+
+@torch.no_grad()
+def sync_in_place(source: torch.nn.Module, target: torch.nn.Module, trainable_only: bool = False) -> int:
+    """Copy ``source``'s (possibly FSDP2-sharded) parameters and buffers into ``target``'s tensors.
+
+    A collective when ``source`` is sharded: every rank must call it with the same modules.
+
+    Args:
+        source: the actor (plain or sharded: DTensor parameters are gathered one at a time).
+        target: an unsharded module with the same parameter names (the rollout's copy).
+        trainable_only: copy only parameters with ``requires_grad`` (the ones an update changes).
+
+    Returns:
+        Number of tensors copied.
+
+    Raises:
+        KeyError: a source tensor has no counterpart of the same name in ``target``.
+    """
+    dst = dict(target.named_parameters())
+    dst.update(dict(target.named_buffers()))
+    items = [(n, p) for n, p in source.named_parameters() if p.requires_grad or not trainable_only]
+    if not trainable_only:
+        items += list(source.named_buffers())
+    for name, tensor in items:
+        if name not in dst:
+            raise KeyError(f"rollout module has no tensor named {name!r}")
+        full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        dst[name].copy_(full)
+    return len(items)
 
 
 class SyncedRollout:
@@ -30,7 +69,7 @@ class SyncedRollout:
 
     def __init__(self, engine: Any, shared: bool) -> None:
         self.engine, self.shared = engine, shared
-        self._stale = False
+        self._stale, self._synced_once = False, False
         self.last_sync_s = 0.0
 
     def mark_stale(self) -> None:
@@ -42,14 +81,17 @@ class SyncedRollout:
         if self.shared or not (self._stale or force):
             return
         start = time.perf_counter()
+        target = getattr(self.engine, "module", None)
         if getattr(self.engine, "streams_weights", False):
             # the engine (vLLM) gathers one bucket at a time itself: no whole unsharded copy
             with actor.on_device():
                 self.engine.update_weights(actor.module)
+        elif isinstance(target, torch.nn.Module) and isinstance(getattr(actor, "module", None), torch.nn.Module):
+            sync_in_place(actor.module, target, trainable_only=self._synced_once and not force)
         else:
             self.engine.update_weights(actor.state_for_rollout())
         self.last_sync_s = time.perf_counter() - start
-        self._stale = False
+        self._stale, self._synced_once = False, True
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Delegate to the engine."""

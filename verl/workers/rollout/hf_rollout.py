@@ -42,7 +42,7 @@ from transformers import DynamicCache, StaticCache
 from verl.algorithms.masked import compute_response_mask_from_lengths
 from verl.modules.forward import position_ids_from_attention_mask
 from verl.protocol import DataProto
-from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_generators, sample_tokens
+from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_uniforms, sample_tokens
 
 __all__ = ["HFRollout", "cache_keyword", "default_eos_token_ids"]
 
@@ -257,9 +257,11 @@ class HFRollout:
         out = self.module(
             input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **cache_arg
         )
-        per_row = row_generators(seeds) if seeds is not None and not params.greedy else None
+        # every row's uniforms for all R steps, drawn once (the same draws as per step: row_uniforms)
+        uniforms = row_uniforms(seeds, response_length) if seeds is not None and not params.greedy else None
         for t in range(response_length):
-            tokens, token_logp = sample_tokens(out.logits[:, -1].float(), params, generator, per_row)
+            u = uniforms[:, t] if uniforms is not None else None
+            tokens, token_logp = sample_tokens(out.logits[:, -1], params, generator, u)
             responses[:, t] = torch.where(finished, pad_id, tokens)
             log_probs[:, t] = torch.where(finished, 0.0, token_logp)
             lengths += (~finished).long()

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["SamplingParams", "resolve_sampling", "sample_tokens", "top_k_top_p_filter"]
+__all__ = ["SamplingParams", "resolve_sampling", "row_generators", "row_uniforms", "sample_tokens", "top_k_top_p_filter"]
 
 
 @dataclass(frozen=True)
@@ -72,7 +72,7 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingParam
     )
 
 
-def top_k_top_p_filter(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0) -> torch.Tensor:
+def top_k_top_p_filter(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0, inplace: bool = False) -> torch.Tensor:
     """Set every logit outside the top-k, then outside the top-p nucleus, to −inf.
 
     A token survives top-p iff the probability mass of the tokens ranked strictly above it is
@@ -83,12 +83,16 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0
         logits: `(B, V)` float logits (already divided by the temperature).
         top_k: k; <= 0 or >= V = off.
         top_p: p in (0, 1]; >= 1 = off.
+        inplace: filter ``logits`` itself instead of a copy (the caller owns the tensor).
 
     Returns:
-        `(B, V)` filtered logits (a new tensor).
+        `(B, V)` filtered logits: ``logits`` itself when both filters are off or ``inplace``,
+        else a new tensor.
     """
-    logits = logits.clone()
     vocab = logits.shape[-1]
+    if not (0 < top_k < vocab) and top_p >= 1.0:
+        return logits  # nothing to filter: no (B, V) copy
+    logits = logits if inplace else logits.clone()
     if 0 < top_k < vocab:
         kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
         logits[logits < kth] = float("-inf")
@@ -108,9 +112,30 @@ def row_generators(seeds: torch.Tensor) -> list[torch.Generator]:
     return [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds.tolist()]
 
 
+def row_uniforms(seeds: torch.Tensor, steps: int) -> torch.Tensor:
+    """The uniforms u of ``steps`` decoding steps for each row, drawn once per row up front.
+
+    Row i's column t is exactly the t-th ``torch.rand(())`` of a generator seeded with
+    ``seeds[i]`` (`row_generators`): a CPU generator's ``rand(n)`` yields the same sequence as n
+    scalar draws, so decoding with these columns samples the same tokens as drawing per step,
+    without B Python-level draws per token.
+
+    Args:
+        seeds: `(B,)` int64 ``sample_seeds``.
+        steps: R, the response length.
+
+    Returns:
+        `(B, R)` float32 uniforms in [0, 1) on the CPU.
+    """
+    out = torch.empty(len(seeds), steps, dtype=torch.float32)
+    for i, g in enumerate(row_generators(seeds)):
+        torch.rand(steps, generator=g, out=out[i])
+    return out
+
+
 def sample_tokens(
     logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
-    per_row: list[torch.Generator] | None = None,
+    per_row: list[torch.Generator] | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token of each row and its log-prob.
 
@@ -124,22 +149,32 @@ def sample_tokens(
         params: sampling settings.
         generator: random source for sampling (device of ``logits``); unused when greedy or
             when ``per_row`` is given.
-        per_row: optional `B` generators (see `row_generators`).
+        per_row: optional `B` generators (see `row_generators`), or this step's `(B,)` column of
+            `row_uniforms` (the same draws, precomputed).
 
     Returns:
         (tokens `(B,)` int64, log_probs `(B,)` float32 = log_softmax(logits / τ)[token], with
         τ = ``params.logprob_temperature``).
     """
-    scaled = logits.float() / params.logprob_temperature
+    tau = params.logprob_temperature
+    scaled = logits.float()
+    owned = scaled.data_ptr() != logits.data_ptr()
+    if tau != 1.0:
+        scaled, owned = scaled / tau, True
     log_probs = torch.log_softmax(scaled, dim=-1)
     if params.greedy:
         tokens = scaled.argmax(dim=-1)
     else:
-        filtered = top_k_top_p_filter(scaled, params.top_k, params.top_p)
-        probs = torch.softmax(filtered, dim=-1)
+        if 0 < params.top_k < scaled.shape[-1] or params.top_p < 1.0:
+            probs = torch.softmax(top_k_top_p_filter(scaled, params.top_k, params.top_p, inplace=owned), dim=-1)
+        else:
+            probs = log_probs.exp()  # = softmax(scaled): one pass instead of a second softmax
         if per_row is not None:
-            u = torch.stack([torch.rand((), generator=g) for g in per_row]).to(probs.device)
-            cdf = probs.cumsum(dim=-1)
+            if isinstance(per_row, torch.Tensor):
+                u = per_row.to(device=probs.device, dtype=probs.dtype)
+            else:
+                u = torch.stack([torch.rand((), generator=g) for g in per_row]).to(probs.device)
+            cdf = probs.cumsum_(dim=-1)
             # right=True: the first index whose cdf exceeds u * total never has zero probability
             tokens = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1), right=True).squeeze(-1)
             tokens = tokens.clamp(max=probs.shape[-1] - 1)

@@ -1,0 +1,125 @@
+"""Padding-free (packed) forwards equal the padded ones (issue 14, ``use_remove_padding``)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from run_helpers import read_metrics, tiny_run_overrides
+
+from verl.config import load_config
+from verl.config.schema import ActorConfig, ModelConfig
+from verl.engine import GlobalCounts
+from verl.modules import create_model
+from verl.modules.forward import compute_log_probs_and_entropy, compute_values
+from verl.modules.packing import pack_responses, unpack_responses
+from verl.protocol import DataProto
+from verl.workers.actor import policy_loss_fn
+
+P, R = 12, 7
+
+
+def test_pack_example_by_hand():
+    ids = torch.tensor([[0, 11, 12, 13, 14], [15, 16, 17, 18, 0]])
+    mask = torch.tensor([[0, 1, 1, 1, 1], [1, 1, 1, 1, 0]])
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    packed = pack_responses(ids, mask, pos, 2)
+    assert packed.input_ids.tolist() == [[11, 12, 13, 14], [15, 16, 17, 18]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert packed.score_mask.nonzero().tolist() == [[0, 1], [0, 2], [1, 2]] and packed.labels.tolist() == [13, 14, 18]
+    assert unpack_responses(torch.tensor([1.0, 2.0, 3.0]), packed).tolist() == [[1.0, 2.0], [3.0, 0.0]]
+
+
+def test_short_sequences_share_a_row_first_fit_decreasing():
+    # lengths 2, 4, 2, 3 with rows of 4 tokens (first fit, longest first): [seq1], [seq3 | tail], [seq0 | seq2]
+    ids = torch.tensor([[0, 0, 21, 22], [31, 32, 33, 34], [0, 0, 41, 42], [0, 51, 52, 53]])
+    mask = (ids > 0).long()
+    packed = pack_responses(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), 1)
+    assert packed.input_ids.tolist() == [[31, 32, 33, 34], [51, 52, 53, 0], [21, 22, 41, 42]]
+    assert packed.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 0], [0, 1, 0, 1]]
+    assert packed.score_mask.nonzero().tolist() == [[0, 2], [1, 1], [2, 0], [2, 2]]
+    assert packed.labels.tolist() == [34, 53, 22, 42] and packed.rows.tolist() == [1, 3, 0, 2]
+
+
+def test_pack_refuses_a_response_without_context():
+    mask = torch.tensor([[0, 0, 1, 1]])
+    with pytest.raises(ValueError, match="no real token before"):
+        pack_responses(torch.tensor([[0, 0, 5, 6]]), mask, mask, 2)
+
+
+def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
+    """Left-padded prompts of 1..12 tokens and right-padded responses of 1..7 tokens."""
+    g = torch.Generator().manual_seed(seed)
+    prompt_lens, resp_lens = [12, 1, 5, 9, 2, 12], [7, 1, 3, 7, 2, 5]
+    ids = torch.randint(3, 40, (6, P + R), generator=g)
+    mask = torch.zeros(6, P + R, dtype=torch.long)
+    for i, (p, r) in enumerate(zip(prompt_lens, resp_lens, strict=True)):
+        mask[i, P - p : P + r] = 1
+    ids = ids * mask
+    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": ids[:, P:], "response_mask": mask[:, P:]}
+
+
+@pytest.fixture(scope="module", params=["llama", "gpt2"])
+def model_dir(request, tmp_path_factory):
+    from verl.modules.builtin import load_builtin_tokenizer
+    from verl.modules.init_model import init_random_model
+
+    root = tmp_path_factory.mktemp(f"pack_{request.param}")
+    load_builtin_tokenizer().save_pretrained(str(root / "tok"))
+    return init_random_model(request.param, "tiny", root / "tok", root / "model", seed=0)
+
+
+def test_packed_log_probs_entropy_and_values_equal_padded(model_dir):
+    b = _batch()
+    mask = b["response_mask"].bool()
+    torch.manual_seed(0)
+    actor = create_model("actor", ModelConfig(path=str(model_dir)))
+    args = (b["input_ids"], b["attention_mask"], b["position_ids"], R)
+    lp_pad, ent_pad = compute_log_probs_and_entropy(actor, *args, temperature=0.7)
+    lp_pack, ent_pack = compute_log_probs_and_entropy(actor, *args, temperature=0.7, remove_padding=True)
+    assert torch.allclose(lp_pad[mask], lp_pack[mask], atol=1e-5) and torch.equal(lp_pack[~mask], torch.zeros_like(lp_pack[~mask]))
+    assert torch.allclose(ent_pad[mask], ent_pack[mask], atol=1e-5)
+    critic = create_model("critic", ModelConfig(path=str(model_dir)))
+    v_pad, v_pack = compute_values(critic, *args), compute_values(critic, *args, remove_padding=True)
+    assert torch.allclose(v_pad[mask], v_pack[mask], atol=1e-5)
+
+
+def test_packed_policy_loss_and_gradient_equal_padded(model_dir):
+    b = _batch(1)
+    g = torch.Generator().manual_seed(2)
+    b["advantages"] = torch.randn(6, R, generator=g)
+    b["old_log_probs"] = -torch.rand(6, R, generator=g) * 3
+    micro = DataProto.from_dict(tensors=b)
+    counts = GlobalCounts(tokens=float(b["response_mask"].sum()), sequences=6.0)
+    cfg = ActorConfig(entropy_coeff=0.01)
+    results = []
+    for packed in (False, True):
+        torch.manual_seed(0)
+        module = create_model("actor", ModelConfig(path=str(model_dir)))
+        loss, metrics = policy_loss_fn(cfg, 1.0, remove_padding=packed)(module, micro, counts)
+        loss.backward()
+        results.append((float(loss.detach()), [p.grad.clone() for p in module.parameters()]))
+    (l0, g0), (l1, g1) = results
+    assert l0 == pytest.approx(l1, abs=1e-5)
+    assert all(torch.allclose(a, c, atol=1e-5) for a, c in zip(g0, g1, strict=True))
+
+
+@pytest.mark.e2e
+def test_grpo_run_with_packing_equals_padded_run(tiny_model_dir, tmp_path):
+    runs = {}
+    for packed in (False, True):
+        run_dir = tmp_path / f"packed_{packed}"
+        cfg = load_config(None, tiny_run_overrides(tiny_model_dir, run_dir, **{
+            "trainer.total_training_steps": 3, "actor_rollout_ref.model.use_remove_padding": packed,
+            "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "actor_rollout_ref.actor.calculate_entropy": True}))
+        from verl.trainer import RLTrainer
+
+        RLTrainer(config=cfg).fit()
+        runs[packed] = read_metrics(run_dir)
+    keys = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "critic/score/mean", "response_length/mean")
+    for step in (1, 2, 3):
+        for k in keys:
+            a, c = runs[False][step][k], runs[True][step][k]
+            assert math.isfinite(a) and a == pytest.approx(c, abs=1e-4), (step, k, a, c)

@@ -1,0 +1,58 @@
+"""`verl plan` (issue 14): the memory formulas by hand, device parsing, and a measured peak."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from verl.config import load_config
+from verl.trainer.plan import GIB, ModelShape, parse_device, plan_memory
+
+SHAPE = ModelShape(n_params=1_000_000, hidden=64, layers=2, kv_dim=32, intermediate=128, vocab=1000)
+
+
+def test_activation_bytes_by_hand():
+    # 2 layers * (6*64 + 2*32 + 4*128) = 2 * 960 values * 4 bytes
+    assert SHAPE.activation_bytes_per_token(4) == 7680
+
+
+def test_plan_static_and_stages_by_hand():
+    cfg = load_config(None, ["data.train_batch_size=2", "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=6",
+                             "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                             "actor_rollout_ref.actor.logprob_chunk_size=8", "actor_rollout_ref.model.use_remove_padding=false"])
+    plan = plan_memory(cfg, device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
+    assert plan.static == {"actor_params": 4e6, "actor_adam": 8e6}
+    chunk = 2 * 8 * 1000 * 4
+    # rollout: KV 2*2*32*(6+4)*4 rows*4 B + 7 * 4 rows * 1000 * 4 B
+    assert plan.stages["rollout"] == 2 * 2 * 32 * 10 * 4 * 4 + 7 * 4 * 1000 * 4
+    # log-prob forward: 4 rows * 5 scored positions * 1000 * 4 B + chunk
+    assert plan.stages["log_prob"] == 4 * 5 * 1000 * 4 + chunk
+    # update: grads 4e6 + 40 tokens * 7680 + logits and their grad 2 * 20 * 1000 * 4 + chunk
+    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + 2 * 20 * 1000 * 4 + chunk
+    assert plan.peak == pytest.approx(100.0 + 12e6 + plan.stages["update_actor"]) and plan.fits
+    assert plan.recommend["ppo_micro_batch_size_per_gpu"] == 4  # capped by the rows of one step
+
+
+def test_parse_device():
+    assert parse_device("gpu:80GiB") == ("gpu", 80 * GIB)
+    assert parse_device("gpu:40GB") == ("gpu", 40e9)
+    with pytest.raises(ValueError, match="gpu:<N>GiB"):
+        parse_device("tpu")
+
+
+@pytest.mark.e2e
+def test_predicted_peak_within_20_percent_of_measured(tmp_path):
+    """The built-in quick start: plan's prediction vs the bench's measured peak RSS."""
+    overrides = ["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16"]
+    plan = subprocess.run([sys.executable, "-m", "verl.trainer.plan", "--json", *overrides],
+                          capture_output=True, text=True, timeout=600)
+    predicted = json.loads(plan.stdout)["peak"]
+    out = tmp_path / "b.json"
+    bench = subprocess.run([sys.executable, "-m", "verl.trainer.bench", "--steps", "2", "--out", str(out), *overrides],
+                           capture_output=True, text=True, timeout=600)
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    measured = json.loads(out.read_text())["peak_rss_bytes"]
+    assert abs(predicted - measured) / measured <= 0.2, (predicted, measured)

@@ -1,0 +1,252 @@
+"""``verl plan``: pre-flight memory plan of an RL config on one device, before any weight is loaded.
+
+Usage::
+
+    verl plan [CONFIG] [key=value ...] [--device cpu | gpu:80GiB] [--json]
+
+For each role and stage it estimates the bytes one device holds (model shapes are read from the
+model's config on the meta device; nothing is loaded):
+
+- **static**: parameters (``model.dtype``), AdamW's two float32 moments (after the first step),
+  the reference copy (``use_kl_loss`` / ``use_kl_in_reward`` without LoRA), the rollout's unsharded
+  copy when FSDP shards the actor (world size > 1), the critic's parameters and moments; sharded
+  parts divided by the world size;
+- **rollout**: the KV cache ``2 · layers · kv_heads · head_dim · (P + R)`` per sequence, and the
+  decode step's `(B, V)` float32 logits plus about six sampling temporaries of that size, for
+  ``min(batch, rollout.max_num_seqs)`` sequences;
+- **log-prob forward** (old / reference, no grad): the scored logits `(K, V)` plus the chunked
+  log-softmax's ``2 · chunk · V`` float32 block;
+- **training** (actor, critic): gradients (parameter-sized, alive from backward to the step),
+  activations saved for backward per token and layer (Llama/Qwen2 decoder in float32:
+  ``6·H + 2·kv_dim + 4·I`` values: norm inputs and outputs, q, k, v, attention output, the MLP's
+  gate, up, activation and product), the scored logits and their gradient `(K, V)` each;
+- **runtime**: the interpreter with torch, transformers and verl imported, **measured** in this
+  process on CPU (its RSS right before planning), or a fixed 0.5 GiB CUDA context on a GPU.
+
+Tokens per micro-batch are the real tokens under ``use_remove_padding`` (packed) and
+``rows · (max_prompt_length + max_response_length)`` otherwise; scored positions K are the
+response tokens (packed) or ``rows · (R + 1)`` (padded). The peak is runtime + static + the
+largest stage. The recommendation is the largest actor token budget (``ppo_max_token_len_per_gpu``
+and the matching ``ppo_micro_batch_size_per_gpu``) and ``rollout.max_num_seqs`` that keep the
+peak under 90 % of the device memory. Accuracy measured on this machine is in benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["ModelShape", "MemoryPlan", "main", "plan_memory"]
+
+GIB = 2**30
+SAMPLING_TEMPS = 6  # (B, V) float32 passes alive in one decode step: logits, scaled, log-softmax, probs, cdf, filter
+HEADROOM = 0.9
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Sizes of a decoder-only transformer that set its memory."""
+
+    n_params: int
+    hidden: int
+    layers: int
+    kv_dim: int
+    intermediate: int
+    vocab: int
+
+    @classmethod
+    def from_path(cls, path: str) -> ModelShape:
+        """Read a model directory's (or ``builtin://`` name's) config; the model is built on the meta device."""
+        import torch
+        from transformers import AutoConfig, AutoModelForCausalLM
+
+        from verl.modules.factory import resolve_model_path
+
+        c = AutoConfig.from_pretrained(resolve_model_path(path))
+        with torch.device("meta"):
+            n = sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters())
+        hidden = int(getattr(c, "hidden_size", getattr(c, "n_embd", 0)))
+        heads = int(getattr(c, "num_attention_heads", getattr(c, "n_head", 1)))
+        kv_heads = int(getattr(c, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(c, "head_dim", None) or hidden // heads)
+        inter = int(getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden)
+        layers = int(getattr(c, "num_hidden_layers", getattr(c, "n_layer", 0)))
+        return cls(n_params=n, hidden=hidden, layers=layers, kv_dim=kv_heads * head_dim, intermediate=inter,
+                   vocab=int(c.vocab_size))
+
+    def activation_bytes_per_token(self, dtype_bytes: int) -> int:
+        """Values saved for backward per token over all layers (see the module docstring)."""
+        return self.layers * (6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate) * dtype_bytes
+
+
+@dataclass
+class MemoryPlan:
+    """Estimated bytes per stage on one device, the peak, and the recommendation."""
+
+    device_bytes: float
+    runtime: float
+    static: dict[str, float]
+    stages: dict[str, float]
+    peak: float
+    peak_stage: str
+    fits: bool
+    recommend: dict[str, int]
+
+
+def _dtype_bytes(name: str | None) -> int:
+    return 2 if name in ("bfloat16", "bf16", "float16", "fp16") else 4
+
+
+def _tokens(cfg: Any, rows: int, packed: bool) -> tuple[float, float]:
+    """(tokens, scored positions) of a forward over ``rows`` trajectories (see module docstring)."""
+    p, r = cfg.data.max_prompt_length, cfg.data.max_response_length
+    if packed:
+        return rows * (p + r), rows * r  # upper bound: every prompt and response at its maximum length
+    return rows * (p + r), rows * (r + 1)
+
+
+def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, gen_rows: int,
+                 train_tokens: float, train_scored: float) -> dict[str, float]:
+    """Transient bytes of each stage (rollout, log-prob forwards, actor and critic updates)."""
+    arr = cfg.actor_rollout_ref
+    pb = _dtype_bytes(arr.model.dtype)
+    p, r = cfg.data.max_prompt_length, cfg.data.max_response_length
+    kv = 2 * actor.layers * actor.kv_dim * (p + r) * gen_rows * pb
+    stages = {"rollout": kv + (SAMPLING_TEMPS + 1) * gen_rows * actor.vocab * 4}
+    rows = cfg.data.train_batch_size * arr.rollout.n // world
+    lp_rows = arr.rollout.log_prob_micro_batch_size_per_gpu or rows
+    _, lp_scored = _tokens(cfg, lp_rows, arr.model.use_remove_padding)
+    chunk = 2 * arr.actor.logprob_chunk_size * actor.vocab * 4
+    stages["log_prob"] = lp_scored * actor.vocab * pb + chunk
+    stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
+                              + 2 * train_scored * actor.vocab * 4 + chunk)
+    if critic is not None:
+        stages["update_critic"] = critic.n_params * 4 / world + train_tokens * critic.activation_bytes_per_token(4)
+    return stages
+
+
+def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: ModelShape,
+                critic: ModelShape | None = None) -> MemoryPlan:
+    """Estimate the per-device memory of ``cfg``'s RL step and recommend micro-batch sizes.
+
+    Args:
+        cfg: a loaded `RootConfig`.
+        device_bytes: memory of one device (bytes).
+        runtime_bytes: memory the process holds before any model is built.
+        actor: the policy's `ModelShape`; critic: the value model's, or None without a critic.
+
+    Returns:
+        The `MemoryPlan` (bytes).
+    """
+    arr = cfg.actor_rollout_ref
+    world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+    pb = _dtype_bytes(arr.model.dtype)
+    static = {"actor_params": actor.n_params * pb / world, "actor_adam": 2 * actor.n_params * 4 / world}
+    if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
+        static["ref_params"] = actor.n_params * pb / world
+    if world > 1:
+        static["rollout_copy"] = actor.n_params * pb
+    if critic is not None:
+        static["critic_params_adam"] = 3 * critic.n_params * 4 / world
+    rows = cfg.data.train_batch_size * arr.rollout.n // world
+    micro_rows = arr.actor.ppo_micro_batch_size_per_gpu or rows
+    tokens, scored = _tokens(cfg, micro_rows, arr.model.use_remove_padding)
+    if arr.actor.use_dynamic_bsz:
+        tokens = min(tokens, arr.actor.ppo_max_token_len_per_gpu)
+        scored = tokens * cfg.data.max_response_length / (cfg.data.max_prompt_length + cfg.data.max_response_length)
+    gen_rows = min(rows, arr.rollout.max_num_seqs)
+    stages = _stage_bytes(cfg, actor, critic, world, gen_rows, tokens, scored)
+    base = runtime_bytes + sum(static.values())
+    peak_stage = max(stages, key=stages.get)
+    peak = base + stages[peak_stage]
+    recommend = _recommend(cfg, actor, critic, world, device_bytes * HEADROOM - base, rows)
+    return MemoryPlan(device_bytes, runtime_bytes, static, stages, peak, peak_stage, peak <= device_bytes * HEADROOM,
+                      recommend)
+
+
+def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, free: float, rows: int) -> dict[str, int]:
+    """Largest actor token budget and rollout batch whose stage fits in ``free`` bytes."""
+    seq = cfg.data.max_prompt_length + cfg.data.max_response_length
+    frac = cfg.data.max_response_length / seq
+    pb = _dtype_bytes(cfg.actor_rollout_ref.model.dtype)
+    chunk = 2 * cfg.actor_rollout_ref.actor.logprob_chunk_size * actor.vocab * 4
+    per_token = actor.activation_bytes_per_token(pb) + 2 * frac * actor.vocab * 4
+    budget = max(int((free - actor.n_params * pb / world - chunk) / per_token), 0)
+    per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
+    return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget // seq, rows),
+            "rollout.max_num_seqs": max(int(free // per_seq_gen), 0)}
+
+
+def measure_runtime(cfg: Any) -> float:
+    """RSS (bytes) of this process holding what a training process holds before its weights:
+    torch, transformers and verl imported, the tokenizer and the training data loader built."""
+    import psutil
+
+    import verl.trainer.rl_trainer  # noqa: F401
+    from verl.data import RLDataLoader
+    from verl.modules import load_tokenizer
+
+    m = cfg.actor_rollout_ref.model
+    tokenizer = load_tokenizer(cfg.data.tokenizer or m.tokenizer_path or m.path, trust_remote_code=m.trust_remote_code)
+    loader = RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
+    next(iter(loader))
+    return float(psutil.Process().memory_info().rss)
+
+
+def parse_device(spec: str) -> tuple[str, float]:
+    """``cpu`` (this machine's total RAM) or ``gpu:<N>GiB|GB`` -> (kind, bytes).
+
+    Raises:
+        ValueError: any other spelling.
+    """
+    if spec == "cpu":
+        import psutil
+
+        return "cpu", float(psutil.virtual_memory().total)
+    m = re.fullmatch(r"gpu:(\d+(?:\.\d+)?)(GiB|GB)", spec)
+    if not m:
+        raise ValueError(f"--device must be cpu or gpu:<N>GiB (e.g. gpu:80GiB), got {spec!r}")
+    return "gpu", float(m.group(1)) * (GIB if m.group(2) == "GiB" else 1e9)
+
+
+def format_plan(plan: MemoryPlan) -> str:
+    """Human-readable table of a `MemoryPlan` (GiB)."""
+    g = lambda b: f"{b / GIB:8.3f} GiB"  # noqa: E731
+    lines = [f"device memory            {g(plan.device_bytes)}", f"runtime (measured/fixed) {g(plan.runtime)}"]
+    lines += [f"static  {k:<17}{g(v)}" for k, v in plan.static.items()]
+    lines += [f"stage   {k:<17}{g(v)}" for k, v in plan.stages.items()]
+    lines.append(f"predicted peak           {g(plan.peak)}  (during {plan.peak_stage}) -> "
+                 f"{'fits' if plan.fits else 'DOES NOT FIT'} in {HEADROOM:.0%} of the device")
+    lines += [f"recommend {k} = {v}" for k, v in plan.recommend.items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``verl plan``; returns 0 when the config fits, 1 when it does not."""
+    parser = argparse.ArgumentParser(prog="verl plan", description=__doc__.split("\n")[0])
+    parser.add_argument("args", nargs="*", help="[CONFIG] [key=value ...]")
+    parser.add_argument("--device", default="cpu", help="cpu or gpu:<N>GiB")
+    parser.add_argument("--json", action="store_true", help="print the plan as JSON")
+    ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    import psutil
+
+    from verl.config import load_config
+
+    kind, device_bytes = parse_device(ns.device)
+    positional = [a for a in ns.args if "=" not in a]
+    cfg = load_config(positional[0] if positional else "quickstart", [a for a in ns.args if "=" in a])
+    actor = ModelShape.from_path(cfg.actor_rollout_ref.model.path)
+    use_critic = cfg.critic.enable if cfg.critic.enable is not None else cfg.algorithm.adv_estimator == "gae"
+    critic = ModelShape.from_path(cfg.critic.model.path or cfg.actor_rollout_ref.model.path) if use_critic else None
+    runtime = measure_runtime(cfg) if kind == "cpu" else 0.5 * GIB
+    plan = plan_memory(cfg, device_bytes, runtime, actor, critic)
+    print(json.dumps(asdict(plan), indent=1) if ns.json else format_plan(plan))
+    return 0 if plan.fits else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
