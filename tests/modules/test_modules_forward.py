@@ -79,3 +79,25 @@ def test_log_probs_and_entropy_match_naive_temperature(gpt2_dir: Path) -> None:
     torch.testing.assert_close(logp, naive.gather(-1, ids[:, 3:, None]).squeeze(-1), atol=1e-5, rtol=0)
     torch.testing.assert_close(ent, -(naive.exp() * naive).sum(-1), atol=1e-5, rtol=0)
     assert torch.equal(logp, compute_log_probs(model, ids, mask, pos, 3, 0.7))
+
+
+def test_packed_forward_without_mask_logits_to_keep_support_gives_the_same_log_probs(monkeypatch, tiny_model_dir):
+    """transformers < 5.20 cannot take a boolean ``logits_to_keep``: the fallback (full logits,
+    then the scored rows) must give the packed path's values exactly."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from verl.modules import forward as fwd
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_model_dir).eval()
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(4, 60, (3, 12), generator=g)
+    mask = torch.ones_like(ids)
+    mask[0, :5] = 0
+    mask[2, :2] = 0
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    with torch.no_grad():
+        fast, _ = fwd.compute_log_probs_and_entropy(model, ids, mask, pos, 4, compute_entropy=False, remove_padding=True)
+        monkeypatch.setattr(fwd, "_logits_to_keep_takes_masks", lambda: False)
+        slow, _ = fwd.compute_log_probs_and_entropy(model, ids, mask, pos, 4, compute_entropy=False, remove_padding=True)
+    assert torch.allclose(fast, slow, atol=1e-6)

@@ -93,10 +93,13 @@ def compute_log_probs_and_entropy(
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
         device = input_ids.device
+        score_mask = packed.score_mask.to(device)
+        mask_keep = _logits_to_keep_takes_masks()
         out = module(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device),
-                     use_cache=False, logits_to_keep=packed.score_mask.to(device))
+                     use_cache=False, logits_to_keep=score_mask if mask_keep else 0)
+        logits = out.logits if mask_keep else out.logits[score_mask]  # same row-major order of the kept positions
         logp, ent = logprobs_and_entropy_from_logits(
-            out.logits.reshape(-1, out.logits.shape[-1]), packed.labels.to(device), chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
+            logits.reshape(-1, logits.shape[-1]), packed.labels.to(device), chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
         )
         return unpack_responses(logp, packed), (unpack_responses(ent, packed) if ent is not None else None)
     logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
@@ -104,6 +107,16 @@ def compute_log_probs_and_entropy(
     return logprobs_and_entropy_from_logits(
         logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
     )
+
+
+def _logits_to_keep_takes_masks() -> bool:
+    """Whether this transformers accepts a boolean ``(rows, L)`` mask as ``logits_to_keep``
+    (``modeling_utils.slice_logits_to_keep``, 5.20+). Earlier releases index ``hidden[:, mask, :]``
+    and fail on a 2-D mask (seen with 5.17 on a GPU check), so the LM head then runs on every
+    position and the scored rows are selected afterwards: same values, more LM-head work."""
+    import transformers.modeling_utils as mu
+
+    return hasattr(mu, "slice_logits_to_keep")
 
 
 def compute_log_probs(
