@@ -3,8 +3,7 @@
 #   - model and data paths, sizes and GPU count come from the variables below (verl's values are
 #     the defaults);
 #   - actor_rollout_ref.rollout.name=hf (SGLang does not exist on CPU);
-#   - trainer.logger=console (wandb is an optional extra) and no global_profiler.* lines (the
-#     torch-memory profiler is not wired in this product).
+#   - trainer.logger=console (wandb is an optional extra, not installed here).
 # Data: verl prepare gsm8k --input <gsm8k>/train.jsonl --out $DATA_DIR --multiturn
 # Extra overrides may be appended (they come last), e.g. trainer.total_training_steps=1.
 # make sure your current working directory is the root of the project
@@ -54,6 +53,10 @@ python3 -m verl.trainer.main_ppo \
     actor_rollout_ref.model.enable_gradient_checkpointing=True \
     actor_rollout_ref.actor.fsdp_config.param_offload=False \
     actor_rollout_ref.actor.fsdp_config.optimizer_offload=False \
+    global_profiler.tool=torch_memory \
+    global_profiler.save_path=./mem_snapshots \
+    global_profiler.global_tool_config.torch_memory.trace_alloc_max_entries=100000 \
+    global_profiler.global_tool_config.torch_memory.stack_depth=32 \
     actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=$MICRO_BATCH_SIZE \
     actor_rollout_ref.rollout.tensor_model_parallel_size=1 \
     actor_rollout_ref.rollout.name=hf \

@@ -170,3 +170,17 @@ def test_aliases_translate():
     with pytest.raises(ConfigError, match="disagree"):
         load_config(None, ["critic.optim.warmup_style=cosine", "critic.optim.lr_scheduler_type=constant",
                            "critic.optim.lr_scheduler_type=cosine", "critic.grad_clip=0.3", "critic.optim.clip_grad=0.4"])
+
+
+def test_global_profiler_torch_memory_without_steps_is_a_cpu_noop_else_refused():
+    """verl's multi-turn recipes set global_profiler.tool=torch_memory with no steps: in verl that
+    only arms a CUDA OOM snapshot, so on CPU it is accepted as a no-op; anything that would
+    record something is the one-line not-supported error."""
+    from verl.config import ConfigError, load_config
+
+    ok = ["global_profiler.tool=torch_memory", "global_profiler.save_path=./mem",
+          "global_profiler.global_tool_config.torch_memory.stack_depth=32"]
+    assert load_config("quickstart", ok).global_profiler.tool == "torch_memory"
+    for bad in (["global_profiler.tool=nsys"], [*ok, "global_profiler.steps=[1]"]):
+        with pytest.raises(ConfigError, match=r"`global_profiler.tool` is not supported yet"):
+            load_config("quickstart", bad)

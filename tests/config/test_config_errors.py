@@ -247,9 +247,40 @@ def test_b35b_token_budget_below_one_sequence() -> None:
 
 
 def test_gpu_only_rollout_on_cpu() -> None:
-    msg = error_of([*SMALL, "actor_rollout_ref.rollout.name=vllm"])
-    assert msg.startswith("actor_rollout_ref.rollout.name: 'vllm' runs only on GPUs, but trainer.device='cpu'")
-    load_config(None, [*SMALL, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"])
+    msg = error_of([*SMALL, "actor_rollout_ref.rollout.name=sglang"])
+    assert msg.startswith("actor_rollout_ref.rollout.name: 'sglang' runs only on GPUs, but trainer.device='cpu'")
+    load_config(None, [*SMALL, "actor_rollout_ref.rollout.name=sglang", "trainer.device=cuda"])
+
+
+def test_vllm_needs_an_installed_build_for_the_device() -> None:
+    import importlib.metadata
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is None:  # the main CI set: one line saying how to install it
+        msg = error_of([*SMALL, "actor_rollout_ref.rollout.name=vllm"])
+        assert msg.startswith("actor_rollout_ref.rollout.name: 'vllm' needs vLLM, which is not installed; install it with: ")
+        assert "requirements/vllm-cpu-lock.txt" in msg and "\n" not in msg
+        assert "pip install 'verl[vllm]'" in error_of([*SMALL, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"])
+        return
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("a GPU build of vLLM is installed")
+    load_config(None, [*SMALL, "actor_rollout_ref.rollout.name=vllm"])  # the CPU build runs on trainer.device=cpu
+    msg = error_of([*SMALL, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"])
+    assert "the installed vLLM is the CPU build (vllm-cpu), but trainer.device='cuda'" in msg
+
+
+def test_rollout_correction_checked() -> None:
+    msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_rs=seq_mean_k1"])
+    assert msg.startswith("algorithm.rollout_correction.rollout_rs_threshold: must be 'low_high'")
+    msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"])
+    assert "needs actor_rollout_ref.rollout.calculate_log_probs=true" in msg
+    msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=0"])
+    assert msg.startswith("algorithm.rollout_correction.rollout_is_threshold: must be a number > 0")
+    cfg = load_config(None, [*SMALL, "algorithm.rollout_correction.rollout_rs=seq_sum_k1",
+                             "algorithm.rollout_correction.rollout_rs_threshold='0.5_2.0'"])
+    assert cfg.algorithm.rollout_correction.rollout_rs_threshold == "0.5_2.0"
 
 
 def test_b25_overlong_buffer_checked_only_when_enabled() -> None:

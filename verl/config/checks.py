@@ -191,6 +191,11 @@ SECTION_RULES: dict[type, list[Rule]] = {
         gt("timeout_s", 0.0),
     ],
     S.KLControlConfig: [one_of("type", C.KL_CTRL_TYPES), ge("kl_coef", 0.0), ge("horizon", 1), gt("target_kl", 0.0)],
+    S.RolloutCorrectionConfig: [
+        one_of("rollout_is", C.ROLLOUT_IS_LEVELS),
+        one_of("rollout_rs", C.ROLLOUT_RS_MODES),
+        one_of("loss_type", frozenset({"ppo_clip"})),
+    ],
     S.AlgorithmConfig: [
         within("gamma", 0.0, 1.0),
         within("lam", 0.0, 1.0),
@@ -256,6 +261,28 @@ def _check_rollout(r: S.RolloutConfig, prefix: str) -> None:
     _check_sampling(r, prefix)
 
 
+def _ratio_bounds_ok(spec: Any) -> bool:
+    """``"low_high"`` or one positive number (the RS threshold grammar of verl)."""
+    try:
+        parts = [float(x) for x in str(spec).split("_", 1)]
+    except ValueError:
+        return False
+    # a single bound is the high one, low = 1/high, so it must be >= 1
+    return all(p > 0 and math.isfinite(p) for p in parts) and (parts[0] <= parts[1] if len(parts) == 2 else parts[0] >= 1)
+
+
+def _check_rollout_correction(rc: S.RolloutCorrectionConfig, prefix: str) -> None:
+    try:
+        threshold = float(rc.rollout_is_threshold)
+    except (TypeError, ValueError):
+        threshold = -1.0
+    if rc.rollout_is is not None and not (threshold > 0 and math.isfinite(threshold)):
+        raise ConfigError(f"{prefix}.rollout_is_threshold: must be a number > 0 (the truncation bound C), got {rc.rollout_is_threshold!r}")
+    if rc.rollout_rs is not None and not _ratio_bounds_ok(rc.rollout_rs_threshold):
+        raise ConfigError(f"{prefix}.rollout_rs_threshold: must be 'low_high' (0 < low <= high, quoted) or one number >= 1 "
+                          f"when {prefix}.rollout_rs is set, got {rc.rollout_rs_threshold!r}")
+
+
 def _check_multi_turn(m: S.MultiTurnConfig, prefix: str) -> None:
     if m.enable and not (m.tool_config_path or m.interaction_config_path):
         raise ConfigError(f"{prefix}.enable=true needs {prefix}.tool_config_path or {prefix}.interaction_config_path")
@@ -308,6 +335,7 @@ SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
     S.CriticConfig: _check_critic,
     S.RefConfig: _check_logprob,
     S.RolloutConfig: _check_rollout,
+    S.RolloutCorrectionConfig: _check_rollout_correction,
     S.SamplingConfig: _check_sampling,
     S.MultiTurnConfig: _check_multi_turn,
     S.AgentLoopConfig: _check_agent,

@@ -54,7 +54,10 @@ straight-through variant (value of the named estimator, gradient of k2)."""
 
 KL_CTRL_TYPES: frozenset[str] = frozenset({"fixed", "adaptive"})
 ROLLOUT_NAMES: frozenset[str] = frozenset({"hf", "vllm", "sglang"})
-GPU_ONLY_ROLLOUTS: frozenset[str] = frozenset({"vllm", "sglang"})
+GPU_ONLY_ROLLOUTS: frozenset[str] = frozenset({"sglang"})
+ROLLOUT_IS_LEVELS: frozenset[str] = frozenset({"token", "sequence"})
+ROLLOUT_RS_MODES: frozenset[str] = frozenset({"token_k1", "seq_sum_k1", "seq_mean_k1"})
+
 ROLLOUT_MODES: frozenset[str] = frozenset({"sync", "async"})
 TOOL_CALL_FORMATS: frozenset[str] = frozenset({"hermes"})
 TRUNCATE_SIDES: frozenset[str] = frozenset({"left", "right", "middle"})

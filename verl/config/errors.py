@@ -35,3 +35,8 @@ def did_you_mean(word: str, choices: Iterable[str], cutoff: float = 0.6) -> str:
     """
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
     return f" (did you mean '{close[0]}'?)" if close else ""
+
+
+def not_supported(path: str, what_to_do: str) -> ConfigError:
+    """The one-line error for a refused setting: "`<key>` is not supported yet: <what to do>"."""
+    return ConfigError(f"`{path}` is not supported yet: {what_to_do}")

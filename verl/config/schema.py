@@ -736,6 +736,26 @@ class KLControlConfig:
 
 
 @dataclass
+class RolloutCorrectionConfig:
+    """verl's ``algorithm.rollout_correction``: correct for π_rollout ≠ π_train (needs rollout_log_probs)."""
+
+    rollout_is: Optional[str] = None
+    # Truncated importance-sampling weights min(pi_train/pi_rollout, C) on the policy loss: null (off) | token | sequence.
+    rollout_is_threshold: Any = 2.0
+    # C, the upper bound of the weights (> 0).
+    rollout_rs: Optional[str] = None
+    # Rejection of units whose ratio leaves [low, high]: null (off) | token_k1 | seq_sum_k1 | seq_mean_k1.
+    rollout_rs_threshold: Any = None
+    # "low_high" (e.g. "0.5_2.0") or a single high (low = 1/high); required with rollout_rs.
+    rollout_is_batch_normalize: bool = False
+    # Rescale the IS weights to mean 1 over the batch (tokens, or sequences at sequence level).
+    bypass_mode: bool = False
+    # true (use rollout_log_probs as old_log_probs, skipping the recomputation) is not supported yet.
+    loss_type: str = "ppo_clip"
+    # Bypass-mode loss; only ppo_clip.
+
+
+@dataclass
 class AlgorithmConfig:
     gamma: float = 1.0
     # Discount factor.
@@ -756,6 +776,8 @@ class AlgorithmConfig:
     # Policy-filtration PPO: reweight trajectories by reward before the update.
     pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
     # Its reweighting.
+    rollout_correction: RolloutCorrectionConfig = field(default_factory=lambda: RolloutCorrectionConfig())
+    # Rollout/training mismatch correction (truncated importance sampling, rejection).
 
 
 # ------------------------------------------------------------------------------------- trainer

@@ -29,7 +29,7 @@ import fnmatch
 import functools
 from typing import Any
 
-from verl.config.errors import ConfigError
+from verl.config.errors import ConfigError, not_supported
 
 __all__ = [
     "CONDITIONAL",
@@ -88,7 +88,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.fsdp_config.ulysses_sequence_parallel_size": "sequence parallelism is not implemented; leave it 1",
     "*.ulysses_sequence_parallel_size": "sequence parallelism is not implemented; leave it 1",
     "*.profiler.*": "per-role profilers are not wired; profile with py-spy (installed) or torch.profiler around `verl train`",
-    "global_profiler.*": "the global profiler is not wired; profile with py-spy (installed) or torch.profiler around `verl train`",
     "*.router_replay.*": "MoE router replay is not implemented; leave mode=disabled",
     "actor_rollout_ref.actor.freeze_vision_tower": "vision-language models are not supported; use a text-only causal LM",
     "actor_rollout_ref.actor.use_prefix_grouper": "prefix sharing across a group is not implemented; leave it false",
@@ -194,6 +193,8 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
 """What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported, why / what to do)."""
 
 CONDITIONAL: dict[str, str] = {
+    "global_profiler.*": ("tool=torch_memory without profiled steps only arms verl's CUDA OOM snapshot: on trainer.device=cpu "
+                          "there is no CUDA allocator, a no-op (logged); any profiled step, another tool, or a GPU is refused"),
     "*.fsdp_config.param_offload": "FSDP2 CPU offload with >1 worker; on CPU with one worker parameters already live in host memory (no-op); refused on one GPU",
     "*.fsdp_config.optimizer_offload": "as param_offload",
     "*.fsdp_config.offload_policy": "as param_offload (FSDP2's CPUOffloadPolicy)",
@@ -245,11 +246,6 @@ def key_status(path: str) -> tuple[str, str] | None:
         if pattern is not None:
             return status, _TABLES[table_id][pattern]
     return None
-
-
-def not_supported(path: str, what_to_do: str) -> ConfigError:
-    """The one-line error for a refused setting: "`<key>` is not supported yet: <what to do>"."""
-    return ConfigError(f"`{path}` is not supported yet: {what_to_do}")
 
 
 def _leaves(obj: Any, prefix: str = ""):

@@ -78,7 +78,7 @@ def translate_aliases(cfg: Any) -> None:
 
 
 def _refuse(path: str, what: str) -> ConfigError:
-    from verl.config.verl_keys import not_supported
+    from verl.config.errors import not_supported
 
     return not_supported(path, what)
 
@@ -152,7 +152,29 @@ def check_conditional(cfg: Any) -> None:
         raise ConfigError(f"reward_manager.source: must be register or importlib, got {cfg.reward_manager.source!r}")
     if cfg.reward_manager.source == "importlib" and not cfg.reward_manager.module.path:
         raise ConfigError("reward_manager.module.path: must be set when reward_manager.source=importlib")
+    _check_global_profiler(cfg)
     _check_fsdp(cfg)
     _check_dynamic_sampling(cfg)
     _check_mirrors(cfg)
     _check_checkpoint(cfg)
+
+
+def _check_global_profiler(cfg: Any) -> None:
+    """verl's ``global_profiler``: only the case that does nothing in verl on a CPU run is accepted.
+
+    With ``tool=torch_memory`` and no ``steps`` verl profiles no step; it only arms a CUDA
+    allocator out-of-memory snapshot, which has nothing to observe with ``trainer.device=cpu``
+    (verl's own multi-turn recipes set exactly this). Everything else would record something in
+    verl and is refused rather than silently dropped.
+    """
+    gp = cfg.global_profiler
+    if gp.tool is None:
+        return
+    if gp.tool == "torch_memory" and not gp.steps and cfg.trainer.device == "cpu":
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "global_profiler.tool=torch_memory without steps only arms a CUDA OOM snapshot; nothing to record on CPU")
+        return
+    raise _refuse("global_profiler.tool", "profile with py-spy (installed) or torch.profiler around `verl train`; "
+                  "only torch_memory without steps on a CPU run (a no-op, as in verl) is accepted")

@@ -18,15 +18,17 @@ deterministic (fixed seeds, never the global RNG).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import random
 from typing import Any
 
-from verl.tools.registry import BUILTIN_CONFIG_DIR
 
 __all__ = ["DATA_SOURCE", "TOOL_CONFIG_PATH", "load_tool_task_rows", "multiplication_problems"]
 
 DATA_SOURCE = "builtin/calculator"
-TOOL_CONFIG_PATH = BUILTIN_CONFIG_DIR / "calculator_tool_config.yaml"
+# the tools package ships the config (verl/tools/configs); named by path so data imports no tools
+TOOL_CONFIG_PATH = Path(__file__).resolve().parents[1] / "tools" / "configs" / "calculator_tool_config.yaml"
 AGENT_NAME = "tool_agent"
 _LOW, _HIGH = 10, 99
 # Operands are two-digit numbers, inclusive range.

@@ -222,10 +222,6 @@ def get_builtin_model_dir(name: str = "tiny-arithmetic") -> Path:
     Raises:
         ValueError: For an unknown name (the message lists the valid names).
     """
-    if name == "tiny-calculator":  # the multi-turn tool model has its own builder
-        from verl.modules.builtin_tool_model import get_tool_model_dir
-
-        return get_tool_model_dir()
     spec = _check_name(name)
     shipped = ASSETS_DIR / name
     # A shipped directory made from another spec is stale: the spec is the source of truth.

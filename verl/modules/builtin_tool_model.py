@@ -1,6 +1,6 @@
 """The built-in tool-calling tiny model: ``tiny-calculator`` for the multi-turn ``calculator`` task.
 
-Tokenizer: `verl.data.builtin_tool_tokenizer` (character tokenizer + ``<tool_call>`` /
+Tokenizer: `verl.data.builtin_tokenizer` (character tokenizer + ``<tool_call>`` /
 ``</tool_call>`` / ``<tool_response>`` / ``</tool_response>`` + a tool-aware chat template).
 
 Warm start (`build_tool_model`): a 2-layer, hidden-64 Llama (seed 0) trained by supervised
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from verl.data.builtin_tool_tokenizer import TOOL_CHAT_TEMPLATE, TOOL_TOKENS, build_tool_tokenizer
+from verl.data.builtin_tokenizer import TOOL_CHAT_TEMPLATE, TOOL_TOKENS, build_tool_tokenizer
 from verl.modules.builtin import ASSETS_DIR
 
 __all__ = [

@@ -50,9 +50,14 @@ def resolve_model_path(path: str | Path) -> str:
     """Local path (or hub id) for ``path``; ``builtin://NAME`` maps to the built-in model's directory."""
     path = str(path)
     if path.startswith(BUILTIN_SCHEME):
+        name = path[len(BUILTIN_SCHEME):]
+        if name == "tiny-calculator":  # the multi-turn tool model has its own builder
+            from verl.modules.builtin_tool_model import get_tool_model_dir
+
+            return str(get_tool_model_dir())
         from verl.modules.builtin import get_builtin_model_dir
 
-        return str(get_builtin_model_dir(path[len(BUILTIN_SCHEME):]))
+        return str(get_builtin_model_dir(name))
     return path
 
 

@@ -20,6 +20,7 @@ resolved ``config.yaml``. Restoring never builds anything.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import logging
@@ -208,26 +209,41 @@ class CheckpointManager:
 
 
 HF_CONFIG = "config.json"
-TOKENIZER_DIR = "tokenizer"
+TOKENIZER_DIR = "tokenizer"  # checkpoints written before the huggingface/ layout kept the tokenizer here
+HF_SUBDIR = "huggingface"  # verl's layout: <role>/huggingface/{config.json, generation_config.json, tokenizer files}
 
 
-def save_export_files(model_cfg: Any, tokenizer: Any, actor_dir: str | Path) -> None:
-    """Write what `export_hf` needs beside the actor weights: the HF ``config.json`` of the
-    actor's architecture and the tokenizer files (called by the trainer for every checkpoint).
+def save_export_files(model_cfg: Any, tokenizer: Any, role_dir: str | Path) -> Path:
+    """Write ``<role_dir>/huggingface/``: what makes a merged checkpoint load with ``from_pretrained``.
+
+    As verl lays out a role's checkpoint: the HF ``config.json`` of the role's architecture, its
+    ``generation_config.json`` when the model has one, and the tokenizer files (called by the
+    trainer for every checkpoint; read by `verl merge` and ``python -m verl.model_merger``).
 
     Args:
-        model_cfg: ``actor_rollout_ref.model`` (path, trust_remote_code as used for training).
-        tokenizer: the run's tokenizer.
-        actor_dir: the checkpoint's ``actor`` directory.
+        model_cfg: the role's model config (``actor_rollout_ref.model`` or ``critic.model`` with
+            its ``path`` resolved); ``path`` and ``trust_remote_code`` as used for training.
+        tokenizer: the run's tokenizer, or None (parts built without one export the config only).
+        role_dir: the checkpoint's ``actor`` or ``critic`` directory.
+
+    Returns:
+        The ``huggingface`` directory written.
     """
-    from transformers import AutoConfig
+    from transformers import AutoConfig, GenerationConfig
 
     from verl.modules.factory import resolve_model_path
 
-    out = Path(actor_dir)
+    out = Path(role_dir) / HF_SUBDIR
     out.mkdir(parents=True, exist_ok=True)
-    AutoConfig.from_pretrained(resolve_model_path(model_cfg.path), trust_remote_code=model_cfg.trust_remote_code).save_pretrained(str(out))
-    tokenizer.save_pretrained(str(out / TOKENIZER_DIR))
+    source = resolve_model_path(model_cfg.path)
+    AutoConfig.from_pretrained(source, trust_remote_code=model_cfg.trust_remote_code).save_pretrained(str(out))
+    try:
+        GenerationConfig.from_pretrained(source).save_pretrained(str(out))
+    except OSError:  # the model ships no generation_config.json: nothing to carry over
+        pass
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(out))
+    return out
 
 
 def write_checkpoint(
@@ -249,6 +265,8 @@ def write_checkpoint(
         save_export_files(config.actor_rollout_ref.model, parts.tokenizer, tmp / "actor")  # for `verl merge`
         if parts.critic_wg is not None:
             parts.critic_wg.save_checkpoint(str(tmp / "critic"))
+            critic_model = dataclasses.replace(config.critic.model, path=config.critic.model.path or config.actor_rollout_ref.model.path)
+            save_export_files(critic_model, parts.tokenizer, tmp / "critic")
         trainer_state = {
             "global_step": state.global_step, "epoch": state.epoch,
             "dataloader": parts.train_dataloader.state_dict(),

@@ -31,6 +31,7 @@ from verl.trainer.metrics import (
     timer,
 )
 from verl.trainer.reward_errors import mask_unscored_samples
+from verl.trainer.rollout_corr import rollout_correction_stage
 from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.validation import validation_metrics
 from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
@@ -212,6 +213,7 @@ class RLTrainer:
                 with timer("update_critic", timing):
                     out = p.critic_wg.update_critic(batch)
                 metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+            metrics.update(rollout_correction_stage(batch, cfg.algorithm.rollout_correction))
             if self.global_step >= cfg.trainer.critic_warmup:
                 with timer("update_actor", timing):
                     out = p.actor_rollout_wg.update_actor(batch)

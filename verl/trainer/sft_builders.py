@@ -196,7 +196,7 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
     """
     from verl.engine import build_engine
     from verl.modules import create_model
-    from verl.trainer.sft_trainer import SupervisedTrainer
+    from verl.trainer.sft_loop import SupervisedTrainer
 
     t = cfg.trainer
     device = t.device if t.device == "cpu" else f"cuda:{torch.cuda.current_device()}"

@@ -20,172 +20,22 @@ continues at the next step with the same data (the samplers are functions of the
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
-import time
-from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Sequence
 
 import torch
 
-from verl.config.sft_schema import SFTRootConfig
-from verl.engine.dist import barrier, dp_rank, dp_world_size, sum_floats
-from verl.protocol import DataProto
-from verl.trainer.checkpoint import CheckpointManager, step_of
+from verl.engine.dist import dp_rank, dp_world_size
+from verl.trainer.sft_loop import SupervisedTrainer
 
 __all__ = ["SupervisedTrainer", "main", "run", "train_sft"]
 
 logger = logging.getLogger(__name__)
 
 
-class SupervisedTrainer:
-    """The supervised training loop (see the module docstring). Build it with `build_supervised_trainer`.
-
-    Args:
-        config: the validated root config.
-        engine: the actor's `TrainingEngine`.
-        streams: task streams (``sft`` / ``dpo`` / ``rl``), in ``task_weights`` order.
-        weights: normalised weights, one per stream, summing to 1.
-        tokenizer: saved beside every Hugging Face export.
-        total_steps: optimizer steps of the run.
-        validator: ``validator() -> metrics`` (validation loss etc.), or None.
-        export_hf: ``export_hf(out_dir)`` writes the current model as a Hugging Face directory (collective).
-    """
-
-    def __init__(self, config: SFTRootConfig, engine: Any, streams: list[Any], weights: list[float], tokenizer: Any,
-                 total_steps: int, validator: Any = None, export_hf: Any = None) -> None:
-        self.config, self.engine, self.streams, self.weights = config, engine, streams, weights
-        self.tokenizer, self.total_steps, self.validator, self.export_hf = tokenizer, total_steps, validator, export_hf
-        self.rank, self.world_size = dp_rank(), dp_world_size()
-        t = config.trainer
-        self.ckpt = CheckpointManager(t.default_local_dir, t.max_ckpt_to_keep)
-        self.tracker: Any = None
-        self.global_step = 0
-
-    # --------------------------------------------------------------------------------- loop
-    def fit(self) -> list[dict[str, float]]:
-        """Train from the latest checkpoint (or from scratch) to ``total_steps``; returns the metrics per step."""
-        t = self.config.trainer
-        self._open_tracker()
-        self.global_step = self._restore()
-        history: list[dict[str, float]] = []
-        while self.global_step < self.total_steps:
-            self.global_step += 1
-            metrics = self.train_step(self.global_step)
-            last = self.global_step == self.total_steps
-            if self.validator is not None and (last or (t.test_freq > 0 and self.global_step % t.test_freq == 0)):
-                metrics.update(self.validator())
-            if last or (t.save_freq > 0 and self.global_step % t.save_freq == 0):
-                self.save_checkpoint()
-            history.append({"step": self.global_step, **metrics})
-            if self.tracker is not None:
-                self.tracker.log(metrics, self.global_step)
-        if self.tracker is not None:
-            self.tracker.close()
-        return history
-
-    def train_step(self, step: int) -> dict[str, float]:
-        """One optimizer step over every stream (see the module docstring); returns its metrics."""
-        start = time.perf_counter()
-        prepared, metrics = [], {}
-        for stream in self.streams:
-            batch, extra = stream.prepare(stream.batch(step, self.rank, self.world_size), step)
-            prepared.append(batch)
-            if extra:  # per-rank means (equal row counts per rank) -> global means
-                extra = {k: v / self.world_size for k, v in sum_floats(extra).items()}
-            metrics.update(self._named(stream, extra))
-        on_device = getattr(self.engine, "on_device", None)  # offload-aware engines bring weights in once per step
-        with on_device() if on_device is not None else nullcontext():
-            self.engine.module.train()
-            for stream, weight, batch in zip(self.streams, self.weights, prepared):
-                metrics.update(self._named(stream, self._accumulate(stream, weight, batch)))
-            grad_norm, stepped = self.engine.optimizer_step()
-        metrics["train/lr"] = self.engine.lr_scheduler_step()
-        metrics["train/grad_norm"] = grad_norm
-        metrics["train/grad_norm_nonfinite"] = 0.0 if stepped else 1.0
-        if len(self.streams) > 1:
-            metrics["train/loss"] = sum(w * metrics[f"hybrid/{s.name}/loss"] for s, w in zip(self.streams, self.weights))
-        metrics["timing_s/step"] = time.perf_counter() - start
-        return metrics
-
-    def _accumulate(self, stream: Any, weight: float, batch: DataProto) -> dict[str, float]:
-        """Gradient of ``weight · L_stream`` accumulated micro-batch by micro-batch; metrics summed over ranks."""
-        from verl.engine.micro_batches import split_micro_batches
-
-        counts = self.engine.global_counts(batch, stream.mask_key)
-        micros, _ = split_micro_batches(batch, stream.micro.size, stream.micro.dynamic, stream.micro.max_token_len)
-        sums: dict[str, float] = {}
-        for m in micros:
-            for k, v in self.engine.forward_backward(m, stream.loss_fn(weight), counts).items():
-                sums[k] = sums.get(k, 0.0) + v
-        return sum_floats(sums)
-
-    def _named(self, stream: Any, metrics: dict[str, float]) -> dict[str, float]:
-        """``train/<k>`` for one stream (``rewards/*``, ``logps/*`` unprefixed, as TRL), ``hybrid/<task>/<k>`` for several."""
-        if len(self.streams) > 1:
-            return {f"hybrid/{stream.name}/{k}": v for k, v in metrics.items()}
-        return {k if k.startswith(("rewards/", "logps/", "rl/")) else f"train/{k}": v for k, v in metrics.items()}
-
-    # ---------------------------------------------------------------------- checkpoint / log
-    def save_checkpoint(self) -> Path:
-        """Publish ``global_step_N`` atomically (collective: every rank calls it)."""
-        from verl.config.sft_loader import sft_config_to_yaml
-
-        step = self.global_step
-        tmp = self.ckpt.root / f".tmp_global_step_{step}"
-
-        def write(tmp_dir: Path) -> None:
-            barrier()  # the other ranks wait here until rank 0 has created tmp_dir
-            self._write_state(tmp_dir)
-            (tmp_dir / "sft_config.yaml").write_text(sft_config_to_yaml(self.config))
-            (tmp_dir / "trainer_state.json").write_text(json.dumps({"global_step": step, "total_steps": self.total_steps}))
-
-        if self.rank == 0:
-            final = self.ckpt.save(step, write)
-        else:
-            barrier()
-            self._write_state(tmp)
-            final = self.ckpt.root / f"global_step_{step}"
-        barrier()
-        return final
-
-    def _write_state(self, tmp_dir: Path) -> None:
-        self.engine.save(str(tmp_dir / "actor"))
-        if self.export_hf is not None:
-            self.export_hf(tmp_dir)
-
-    def _restore(self) -> int:
-        t = self.config.trainer
-        path = self.ckpt.find_resume(t.resume_mode, t.resume_from_path)
-        if path is None:
-            if self.tracker is not None:
-                self.tracker.start_fresh()
-            return 0
-        self.engine.load(str(path / "actor"))
-        step = step_of(path)
-        if self.tracker is not None:
-            self.tracker.keep_until(step)
-        if self.rank == 0:
-            print(f"resumed from {path} (step {step})", flush=True)
-        return step
-
-    def _open_tracker(self) -> None:
-        from verl.config.sft_loader import sft_config_to_yaml
-        from verl.trainer.tracking import Tracking
-
-        t = self.config.trainer
-        if self.rank != 0:
-            return
-        out = Path(t.output_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / "config.yaml").write_text(sft_config_to_yaml(self.config))
-        self.tracker = Tracking(t.logger, out, t.project_name, t.experiment_name)
-
-
-# -------------------------------------------------------------------------------------- CLI
 USAGE = """usage: verl sft [CONFIG] [key=value | +key=value | ~key ...]
        verl dpo [CONFIG] [key=value ...]
        torchrun --nproc_per_node=N -m verl.trainer.fsdp_sft_trainer [CONFIG] [key=value ...]

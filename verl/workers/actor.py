@@ -118,6 +118,8 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = 
             clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
             loss_agg_mode=cfg.loss_agg_mode, config=cfg,  # for losses written to verl's signature
         )
+        if "rollout_is_weights" in b.keys():  # algorithm.rollout_correction: truncated IS weights
+            pg_losses = pg_losses * b["rollout_is_weights"].to(device)
         pg_loss = agg_loss(pg_losses, mask, **agg)
         loss = pg_loss
         metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach()}

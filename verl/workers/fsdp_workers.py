@@ -60,8 +60,10 @@ class ActorRolloutRefWorker(Worker):
         cfg = self.config
         torch.manual_seed(self.seed)
         module = create_model("actor", cfg.model, device=self.device)
-        # sharded actor: the rollout generates with an unsharded copy (see rollout_sync)
-        rollout_module = module if self.world_size == 1 else copy.deepcopy(module).requires_grad_(False)
+        # sharded actor: the hf rollout generates with an unsharded copy (see rollout_sync); other
+        # engines hold their own weights and only read the actor's config here
+        in_place = cfg.rollout.name == "hf"
+        rollout_module = module if self.world_size == 1 or not in_place else copy.deepcopy(module).requires_grad_(False)
         self.actor_engine = build_engine(module, cfg.actor.fsdp_config, self.world_size, optim=cfg.actor.optim,
                                          total_steps=total_training_steps, grad_clip=cfg.actor.grad_clip, device=self.device)
         self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
@@ -70,7 +72,9 @@ class ActorRolloutRefWorker(Worker):
             self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         engine = wrap_rollout_engine(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), cfg.rollout, tokenizer)
-        self.rollout = SyncedRollout(engine, shared=self.world_size == 1)
+        self.rollout = SyncedRollout(engine, shared=self.world_size == 1 and in_place)
+        if not in_place:  # the engine starts from the actor's config only: give it the weights
+            self.rollout.sync_weights(self.actor_engine, force=True)
         self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
 
     @register(Dispatch.DP_COMPUTE_PROTO)

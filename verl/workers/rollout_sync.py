@@ -6,11 +6,12 @@ would issue one all-gather per layer per decoded token, with a different token c
 rank (ranks stop at different lengths), so the engine holds an unsharded copy that is refreshed
 after every update from the gathered full state (``get_model_state_dict(full_state_dict=True)``),
 a collective all ranks enter together. The cost is one full gather per RL step
-(reported as ``timing_s/update_weights``, verl's name) and one extra copy of the weights; the same seam serves
-external engines (vLLM, SGLang), whose ``update_weights`` receives the same state dict.
+(reported as ``timing_s/update_weights``, verl's name) and one extra copy of the weights. An
+engine that holds its own weights and declares ``streams_weights`` (vLLM) receives the actor
+module instead and gathers it one bucket at a time, so no rank holds a second whole unsharded copy.
 
 An engine that generates with its own transformers module (``hf``: it has a ``module``) is
-refreshed in place instead, parameter by parameter (`sync_in_place`): each trainable parameter is
+refreshed in place, parameter by parameter (`sync_in_place`): each trainable parameter is
 gathered (``DTensor.full_tensor()``, one all-gather per parameter) and copied into the engine's
 tensor of the same name, so at most one unsharded parameter is alive beyond the engine's copy, no
 state dict is built or key-matched, and frozen parameters and buffers (LoRA base weights,
@@ -81,7 +82,11 @@ class SyncedRollout:
             return
         start = time.perf_counter()
         target = getattr(self.engine, "module", None)
-        if isinstance(target, torch.nn.Module) and isinstance(getattr(actor, "module", None), torch.nn.Module):
+        if getattr(self.engine, "streams_weights", False):
+            # the engine (vLLM) gathers one bucket at a time itself: no whole unsharded copy
+            with actor.on_device():
+                self.engine.update_weights(actor.module)
+        elif isinstance(target, torch.nn.Module) and isinstance(getattr(actor, "module", None), torch.nn.Module):
             sync_in_place(actor.module, target, trainable_only=self._synced_once and not force)
         else:
             self.engine.update_weights(actor.state_for_rollout())

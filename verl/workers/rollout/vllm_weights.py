@@ -1,0 +1,216 @@
+"""Weight streaming from the actor to a vLLM engine: buckets of full tensors, or the LoRA adapter.
+
+The actor may be a plain transformers model, a peft (LoRA) model, or FSDP2-sharded (its
+parameters are `DTensor`s). `iter_weight_buckets` walks its state dict in a fixed order and
+materialises one full tensor at a time (``DTensor.full_tensor()``, a collective every rank
+enters in the same order), grouping them into buckets of at most ``bucket_bytes``; a bucket is
+handed to the engine and dropped before the next one is gathered, so a rank never holds a second
+whole unsharded copy of the model — at most one bucket (plus one tensor larger than a bucket).
+
+Names are Hugging Face checkpoint names (``model.layers.0.self_attn.q_proj.weight``): vLLM's
+``load_weights`` maps them onto its fused layers (``qkv_proj``, ``gate_up_proj``). For a peft
+model the base weights are unwrapped (``base_model.model.`` prefix and ``.base_layer`` removed)
+and the adapter tensors are skipped; `lora_adapter_state` returns the adapter alone in peft's
+own save format, which is all that moves after a LoRA update.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "hf_config_of", "is_lora_model", "iter_weight_buckets", "lora_adapter_state"]
+
+DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
+_PEFT_PREFIX = "base_model.model."
+
+
+def is_lora_model(module: nn.Module) -> bool:
+    """True for a peft model (the actor when ``model.lora_rank > 0``)."""
+    return hasattr(module, "peft_config") and hasattr(module, "get_base_model")
+
+
+def hf_config_of(module: nn.Module) -> Any:
+    """The transformers config of the (possibly peft-wrapped) causal LM."""
+    base = module.get_base_model() if is_lora_model(module) else module
+    return base.config
+
+
+def _full(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor of a (possibly sharded) parameter, detached, on the CPU-or-device it lives on."""
+    if hasattr(tensor, "full_tensor"):  # DTensor (FSDP2): all-gather this one parameter
+        tensor = tensor.full_tensor()
+    return tensor.detach()
+
+
+def _base_name(name: str, lora: bool) -> str | None:
+    """Checkpoint name of a state-dict entry, or None for entries the engine must not receive."""
+    if not lora:
+        return name
+    if "lora_" in name or "modules_to_save" in name:
+        return None
+    if name.startswith(_PEFT_PREFIX):
+        name = name[len(_PEFT_PREFIX):]
+    return name.replace(".base_layer.", ".")
+
+
+def iter_weight_buckets(
+    module: nn.Module, bucket_bytes: int = DEFAULT_BUCKET_BYTES, device: str | torch.device = "cpu",
+) -> Iterator[list[tuple[str, torch.Tensor]]]:
+    """Yield ``[(checkpoint name, full tensor), ...]`` buckets of at most ``bucket_bytes``.
+
+    Args:
+        module: the actor (plain, peft or FSDP2-sharded).
+        bucket_bytes: bucket size in bytes (> 0); a single larger tensor forms its own bucket.
+        device: where the yielded tensors live (the engine's device).
+
+    Yields:
+        Buckets in state-dict order; for a peft model only the base weights.
+    """
+    if bucket_bytes <= 0:
+        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
+    lora = is_lora_model(module)
+    bucket: list[tuple[str, torch.Tensor]] = []
+    size = 0
+    for name, tensor in module.state_dict().items():
+        target = _base_name(name, lora)
+        full = _full(tensor)  # every rank gathers every entry, in the same order
+        if target is None:
+            continue
+        nbytes = full.numel() * full.element_size()
+        if bucket and size + nbytes > bucket_bytes:
+            yield bucket
+            bucket, size = [], 0
+        bucket.append((target, full.to(device)))
+        size += nbytes
+    if bucket:
+        yield bucket
+
+
+def lora_adapter_state(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """The active LoRA adapter: (tensors in peft's save naming, ``adapter_config`` as a dict).
+
+    Raises:
+        ValueError: ``module`` is not a peft model.
+    """
+    if not is_lora_model(module):
+        raise ValueError("lora_adapter_state needs a peft (LoRA) model")
+    from peft import get_peft_model_state_dict
+
+    name = module.active_adapter if isinstance(module.active_adapter, str) else module.active_adapter[0]
+    state = {k: _full(v).to("cpu").contiguous() for k, v in get_peft_model_state_dict(module, adapter_name=name).items()}
+    config = module.peft_config[name].to_dict()
+    config["target_modules"] = sorted(config["target_modules"]) if isinstance(config.get("target_modules"), set) else config.get("target_modules")
+    return state, config
+
+
+class EngineWeightSync:
+    """Pushes the actor's weights (or only its LoRA adapter) into one vLLM engine.
+
+    The engine is reached through two callables, so the same code serves the in-process `LLM`
+    and the `AsyncLLM` in its own process:
+
+    Args:
+        rpc: ``rpc(method, args) -> list`` = the engine's ``collective_rpc``.
+        remove_lora: ``remove_lora(lora_id)`` of the engine.
+        lora: the actor is a peft model: base weights once, then only the adapter.
+        bucket_bytes: bucket size of full-state streaming.
+        via_files: the engine is in another process: each bucket goes through a safetensors
+            file in RAM instead of the call's arguments.
+
+    Attributes:
+        synced: the engine holds actor weights (after the first `update`).
+        last_bytes / last_tensors: what the last `update` moved into the engine.
+    """
+
+    def __init__(self, rpc: Any, remove_lora: Any, lora: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
+                 via_files: bool = False) -> None:
+        self.rpc, self.remove_lora, self.lora, self.bucket_bytes = rpc, remove_lora, lora, bucket_bytes
+        self.via_files = via_files
+        self.synced = False
+        self.last_bytes = self.last_tensors = 0
+        self.lora_id = 0
+        self.lora_dir: str | None = None
+
+    def update(self, state_dict_or_model: Any) -> None:
+        """Stream a module (buckets; LoRA: adapter only after the first call) or a full state dict.
+
+        Raises:
+            RuntimeError: the engine has parameters the update did not cover.
+        """
+        self.last_bytes = self.last_tensors = 0
+        if not isinstance(state_dict_or_model, nn.Module):
+            self._load_buckets(iter([list(state_dict_or_model.items())]))
+        elif not self.lora or not self.synced:
+            self._load_buckets(iter_weight_buckets(state_dict_or_model, self.bucket_bytes))
+        if self.lora and isinstance(state_dict_or_model, nn.Module):
+            self._load_adapter(state_dict_or_model)
+        self.synced = True
+
+    def _load_buckets(self, buckets: Iterator[list[tuple[str, torch.Tensor]]]) -> None:
+        self.rpc("verl_begin_weight_update", ())
+        for bucket in buckets:
+            if self.via_files:
+                self._load_bucket_file(bucket)
+            else:
+                self.rpc("verl_load_bucket", (bucket,))
+            self.last_tensors += len(bucket)
+            self.last_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+        missing = self.rpc("verl_finish_weight_update", ())[0]
+        if missing:
+            raise RuntimeError(f"vLLM weight update left {len(missing)} engine parameters unset, e.g. {missing[:3]}")
+
+    def _load_bucket_file(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        import os
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        fd, path = tempfile.mkstemp(suffix=".safetensors", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        os.close(fd)
+        try:
+            save_file({k: v.clone() for k, v in bucket}, path)  # clone: tied weights share storage
+            self.rpc("verl_load_bucket_file", (path,))
+        finally:
+            os.unlink(path)
+
+    def _load_adapter(self, module: nn.Module) -> None:
+        """Write the adapter to a fresh in-memory directory; it becomes the active ``LoRARequest``."""
+        import json
+        import os
+        import shutil
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        state, adapter_config = lora_adapter_state(module)
+        new_dir = tempfile.mkdtemp(prefix="verl-vllm-lora-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        save_file(state, os.path.join(new_dir, "adapter_model.safetensors"))
+        with open(os.path.join(new_dir, "adapter_config.json"), "w") as f:
+            json.dump(adapter_config, f)
+        if self.lora_id:
+            self.remove_lora(self.lora_id)
+        if self.lora_dir:
+            shutil.rmtree(self.lora_dir, ignore_errors=True)
+        self.lora_id += 1
+        self.lora_dir = new_dir
+        self.last_tensors += len(state)
+        self.last_bytes += sum(t.numel() * t.element_size() for t in state.values())
+
+    def lora_request(self) -> Any:
+        """The ``LoRARequest`` of the current adapter, or None without LoRA."""
+        if not self.lora or not self.lora_id:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        return LoRARequest(f"verl-actor-{self.lora_id}", self.lora_id, self.lora_dir)
+
+    def close(self) -> None:
+        """Remove the adapter directory."""
+        import shutil
+
+        if self.lora_dir:
+            shutil.rmtree(self.lora_dir, ignore_errors=True)
