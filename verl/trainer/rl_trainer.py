@@ -364,7 +364,11 @@ class RLTrainer:
         from verl.workers.actor import reuses_old_log_probs
 
         cfg = self.config
-        return reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
+        rc = cfg.algorithm.rollout_correction
+        # rollout correction (IS / rejection / bypass) reads old log-probs before the update
+        correcting = rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode
+        return not correcting and reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size,
+                                                       cfg.algorithm.use_kl_in_reward)
 
     def _use_reference(self) -> bool:
         cfg = self.config
