@@ -4,7 +4,7 @@
 Layers, top to bottom (a folder may import its own layer's folders and anything below;
 `TYPE_CHECKING`-only imports are type hints and do not count):
 
-    cli, trainer, utils/config (the seed API's ``verl.utils.config.load_config`` alias),
+    cli, trainer, model_merger (verl's merge CLI path), utils/config (the seed API's ``verl.utils.config.load_config`` alias),
         utils/reward_score (verl's module path, a re-export of ``verl.reward.scorers``)
     workers
     single_controller, engine, workers/rollout, tools, interactions
@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "verl"
 LAYERS: list[set[str]] = [
-    {"cli", "trainer", "__init__", "utils/config", "utils/reward_score"},
+    {"cli", "trainer", "__init__", "model_merger", "utils/config", "utils/reward_score"},
     {"workers"},
     {"single_controller", "engine", "workers/rollout", "tools", "interactions"},
     {"modules"},

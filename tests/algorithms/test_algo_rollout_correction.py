@@ -131,3 +131,18 @@ def test_invalid_levels_are_errors() -> None:
         rollout_is_weights(TRAIN, ROLLOUT, MASK, "tokens", 2.0)
     with pytest.raises(ValueError, match="rollout_rs must be one of"):
         rollout_rejection_mask(TRAIN, ROLLOUT, MASK, "seq_max_k2", 0.5, 2.0)
+
+
+def test_stage_without_old_log_probs_is_a_no_op_when_correction_is_off():
+    """On-policy old-log-prob reuse leaves no ``old_log_probs`` before the update (found on a GPU
+    check: the quick start crashed with KeyError); the stage then reports nothing."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from verl.protocol import DataProto
+    from verl.trainer.rollout_corr import rollout_correction_stage
+
+    batch = DataProto.from_dict(tensors={"rollout_log_probs": torch.zeros(2, 3), "response_mask": torch.ones(2, 3)})
+    off = SimpleNamespace(rollout_is=None, rollout_rs=None, bypass_mode=False)
+    assert rollout_correction_stage(batch, off) == {}

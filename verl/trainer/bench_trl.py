@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from verl.trainer.bench import RssSampler, StepRecord, flop_model_of, step_flops
+from verl.trainer.bench_measure import RssSampler, StepRecord, flop_model_of, step_flops
 
 __all__ = ["run_trl"]
 

@@ -360,15 +360,18 @@ class RLTrainer:
         return out
 
     def _reuse_old_log_probs(self) -> bool:
-        """On-policy steps take old log-probs from the update forward (`reuses_old_log_probs`)."""
+        """On-policy steps take old log-probs from the update forward (`reuses_old_log_probs`).
+
+        Never with ``algorithm.rollout_correction`` active: its weights compare the recomputed
+        old log-probs with the rollout's, which must exist before the update.
+        """
         from verl.workers.actor import reuses_old_log_probs
 
         cfg = self.config
         rc = cfg.algorithm.rollout_correction
-        # rollout correction (IS / rejection / bypass) reads old log-probs before the update
-        correcting = rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode
-        return not correcting and reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size,
-                                                       cfg.algorithm.use_kl_in_reward)
+        if rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode:
+            return False
+        return reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
 
     def _use_reference(self) -> bool:
         cfg = self.config

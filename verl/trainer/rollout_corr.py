@@ -46,7 +46,8 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
         rc: the ``algorithm.rollout_correction`` section.
 
     Returns:
-        Metrics (empty when the batch has no ``rollout_log_probs``).
+        Metrics (empty when the batch has no ``rollout_log_probs``, or no ``old_log_probs`` yet
+        because the step reuses the update forward's).
 
     Raises:
         ValueError: correction configured but the engine returned no ``rollout_log_probs``.
@@ -58,6 +59,10 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
     if "rollout_log_probs" not in b.keys():
         if active:
             raise ValueError("algorithm.rollout_correction needs rollout_log_probs from the engine (rollout.calculate_log_probs=true)")
+        return {}
+    if "old_log_probs" not in b.keys():
+        # on-policy reuse (verl.workers.actor.reuses_old_log_probs): the old log-probs come from the
+        # update forward, after this stage; the trainer never reuses them with correction active
         return {}
     metrics = rollout_mismatch_metrics(b["old_log_probs"], b["rollout_log_probs"], b["response_mask"])
     if rc.bypass_mode:

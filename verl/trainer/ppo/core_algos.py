@@ -49,18 +49,9 @@ __all__ = [
 ]
 
 
-class AdvantageEstimator(str, Enum):
-    """verl's enum of built-in estimator names (any registered string works too)."""
-
-    GAE = "gae"
-    GRPO = "grpo"
-    REINFORCE_PLUS_PLUS = "reinforce_plus_plus"
-    REINFORCE_PLUS_PLUS_BASELINE = "reinforce_plus_plus_baseline"
-    REMAX = "remax"
-    RLOO = "rloo"
-    OPO = "opo"
-    GRPO_PASSK = "grpo_passk"
-    GPG = "gpg"
+# verl's enum of built-in estimator names (any registered string works too), generated from the
+# registry of built-in estimators so that no estimator name is spelled in the trainer.
+AdvantageEstimator = Enum("AdvantageEstimator", {name.upper(): name for name in sorted(ADV_ESTIMATORS)}, type=str)
 
 
 def _name(name_or_enum: str | Enum) -> str:
