@@ -54,8 +54,6 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
     """
     b = batch.batch
     active = rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode
-    if "old_log_probs" not in b.keys() and not active:
-        return {}  # on-policy step reusing the update forward's log-probs: nothing to compare yet
     if "rollout_log_probs" not in b.keys():
         if active:
             raise ValueError("algorithm.rollout_correction needs rollout_log_probs from the engine (rollout.calculate_log_probs=true)")
