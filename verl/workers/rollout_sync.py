@@ -11,7 +11,7 @@ engine that holds its own weights and declares ``streams_weights`` (vLLM) receiv
 module instead and gathers it one bucket at a time, so no rank holds a second whole unsharded copy.
 
 An engine that generates with its own transformers module (``hf``: it has a ``module``) is
-refreshed in place instead, parameter by parameter (`sync_in_place`): each trainable parameter is
+refreshed in place, parameter by parameter (`sync_in_place`): each trainable parameter is
 gathered (``DTensor.full_tensor()``, one all-gather per parameter) and copied into the engine's
 tensor of the same name, so at most one unsharded parameter is alive beyond the engine's copy, no
 state dict is built or key-matched, and frozen parameters and buffers (LoRA base weights,
