@@ -91,7 +91,8 @@ def test_killed_worker_stops_driver_with_role_rank_and_error(tiny_model_dir, tmp
         "    return 0.0\n"
     )
     cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "trainer.n_gpus_per_node": 2, "custom_reward_function.path": str(killer)}))
+        "trainer.n_gpus_per_node": 2, "custom_reward_function.path": str(killer),
+        "actor_rollout_ref.actor.reuse_old_log_probs": False}))  # the first call after the reward is compute_log_prob
     trainer = RLTrainer(config=cfg)
     pids = trainer._parts().actor_rollout_wg.worker_pids()
     os.environ["VERL_TEST_KILL_PID"] = str(pids[1])
@@ -122,6 +123,7 @@ def _quickstart(run_dir, *overrides):
 
     run("quickstart", ["trainer.total_training_steps=3", "trainer.val_before_train=false", "data.val_files=[]",
                        "trainer.save_freq=3", "trainer.progress_bar=false", "trainer.plot=false",
+                       "actor_rollout_ref.actor.calculate_entropy=true",  # actor/entropy is compared too
                        f"trainer.output_dir={run_dir / 'out'}", f"trainer.default_local_dir={run_dir / 'ckpt'}", *overrides])
     return read_metrics(run_dir)
 

@@ -13,18 +13,20 @@ from verl.workers.rollout_sync import SyncedRollout
 
 
 class CopyEngine:
-    """A rollout engine generating with its own copy of the weights (as under FSDP2)."""
+    """A rollout engine generating with its own copy of the weights (as under FSDP2), refreshed by
+    state dict: it exposes no ``module`` (an engine that does is refreshed in place, parameter by
+    parameter, see tests/workers/test_rollout_sync_inplace.py)."""
 
     def __init__(self, module: torch.nn.Module) -> None:
-        self.module = copy.deepcopy(module)
+        self.copy = copy.deepcopy(module)
         self.updates = 0
 
     def update_weights(self, state: dict[str, torch.Tensor]) -> None:
-        self.module.load_state_dict(state)
+        self.copy.load_state_dict(state)
         self.updates += 1
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        return DataProto.from_dict(tensors={"y": self.module(prompts.batch["x"]).detach()})
+        return DataProto.from_dict(tensors={"y": self.copy(prompts.batch["x"]).detach()})
 
 
 def _actor():
@@ -49,7 +51,7 @@ def test_copy_is_refreshed_only_after_the_actor_changed_and_then_matches_it():
     rollout.sync_weights(actor)
     assert engine.updates == 0  # fresh copy: nothing to sync
     _step(actor)
-    assert not torch.equal(engine.module.weight, actor.module.weight)  # stale until synced
+    assert not torch.equal(engine.copy.weight, actor.module.weight)  # stale until synced
     rollout.mark_stale()
     rollout.sync_weights(actor)
     rollout.sync_weights(actor)
