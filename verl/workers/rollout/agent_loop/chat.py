@@ -70,7 +70,7 @@ class ChatTemplate:
                 raise ValueError(
                     "the tokenizer's chat template ignores `tools`, so the model would never see the tool "
                     "schemas; use a tokenizer whose template renders tools (Hermes / Qwen2.5 format, e.g. "
-                    "/work/shared/tokenizers/qwen2.5) or set its chat_template to one that does"
+                    "Qwen/Qwen2.5-*-Instruct) or set actor_rollout_ref.model.custom_chat_template to one that does"
                 )
 
     def _render(self, messages: list[dict[str, Any]], add_generation_prompt: bool, tools: Any) -> str:
