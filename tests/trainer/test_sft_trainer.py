@@ -75,6 +75,21 @@ def test_sft_gsm8k_loss_falls_over_50_steps(tmp_path: Path, tiny_qwen: Path) -> 
     assert AutoTokenizer.from_pretrained(out).eos_token == "<|im_end|>"
 
 
+@pytest.mark.parametrize("schedule, expected", [
+    # warm-up 2 of 6 updates, then 0.5 * (1 + cos(pi * progress)), progress = (k - 2) / 4
+    ("cosine", [0.5, 1.0, 0.8535534, 0.5, 0.1464466, 0.0]),
+    ("constant", [0.5, 1.0, 1.0, 1.0, 1.0, 1.0]),
+])
+def test_sft_lr_schedule_takes_effect(tmp_path: Path, schedule: str, expected: list[float]) -> None:
+    """``optim.lr_scheduler`` drives the lr of every update (it was once dropped: constant lr always)."""
+    torch.set_num_threads(1)
+    cfg = load_sft_config(None, [*BUILTIN[:5], "data.train_batch_size=4", "data.micro_batch_size_per_gpu=4",
+                                 "trainer.total_training_steps=6", "optim.lr=1e-3", "optim.lr_warmup_steps=2",
+                                 f"optim.lr_scheduler={schedule}", *dirs(tmp_path, schedule)])
+    history = build_supervised_trainer(cfg).fit()
+    assert [h["train/lr"] for h in history] == pytest.approx([1e-3 * m for m in expected], abs=1e-9)
+
+
 def _run(args: list[str], nproc: int = 1, wait: bool = True) -> subprocess.Popen | subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
            "-m", "verl.trainer.fsdp_sft_trainer", *args] if nproc > 1 else [sys.executable, "-m", "verl.trainer.fsdp_sft_trainer", *args]

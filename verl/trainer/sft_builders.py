@@ -36,7 +36,9 @@ def model_config_of(cfg: SFTRootConfig) -> ModelConfig:
 def _optim_config(cfg: SFTRootConfig) -> OptimConfig:
     o = cfg.optim
     return OptimConfig(lr=o.lr, lr_warmup_steps=o.lr_warmup_steps if o.lr_warmup_steps is not None else -1,
-                       lr_warmup_steps_ratio=o.warmup_steps_ratio, min_lr_ratio=o.min_lr_ratio, warmup_style=o.lr_scheduler,
+                       lr_warmup_steps_ratio=o.warmup_steps_ratio, min_lr_ratio=o.min_lr_ratio,
+                       # the scheduler reads lr_scheduler_type; warmup_style is its alias and must agree
+                       lr_scheduler_type=o.lr_scheduler, warmup_style=o.lr_scheduler,
                        weight_decay=o.weight_decay, betas=list(o.betas), eps=o.eps)
 
 
