@@ -8,13 +8,14 @@ engine, each in its own process, alternating ``--repeats`` times, and reports pe
   vLLM's warm-up), including vLLM's weight sync (``timing_s/update_weights``, also reported);
 - the step time (``timing_s/step``), and the ratio hf / vllm of the rollout stage.
 
-The built-in model has head size 16, which vLLM's CPU attention refuses (supported: 32, 64, 80,
-...). The benchmark therefore uses the same recipe with 2 heads of size 32 (``BuiltinModelSpec(
-num_heads=2)``, built once into ``--model`` if missing, ~3-4 min on one core); both engines run it.
+The default model is the shipped built-in one (``builtin://tiny-arithmetic``, head size 32:
+vLLM's CPU attention refuses head size 16, the reason the built-in model has 2 heads of 32);
+``--model`` takes any other Hugging Face directory. The machine's load (``os.getloadavg``) is
+recorded before each run, because the figures are only comparable on a quiet machine.
 
 Usage (in the vLLM venv, see README):
     VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python benchmarks/bench_vllm_rollout.py \\
-        --model /tmp/tiny-arithmetic-h32 --steps 15 --repeats 1 --out benchmarks/vllm_rollout_cpu.md
+        --steps 15 --repeats 1 --out /tmp/vllm_rollout_table.md
 """
 
 from __future__ import annotations
@@ -29,16 +30,7 @@ import tempfile
 from pathlib import Path
 
 
-def ensure_model(path: Path) -> Path:
-    """The head-size-32 variant of the built-in model (built with the built-in recipe when missing)."""
-    if not (path / "model.safetensors").is_file():
-        from verl.modules.builtin import BuiltinModelSpec, build_builtin_model
-
-        build_builtin_model(path, BuiltinModelSpec(num_heads=2))
-    return path
-
-
-def run(engine: str, model: Path, steps: int, out: Path) -> list[dict]:
+def run(engine: str, model: str, steps: int, out: Path) -> list[dict]:
     """One quick-start run in a fresh process; returns its metrics records."""
     verl = Path(sys.executable).parent / "verl"
     cmd = [str(verl), "train", f"actor_rollout_ref.rollout.name={engine}", f"actor_rollout_ref.model.path={model}",
@@ -64,25 +56,25 @@ def summarize(records: list[dict]) -> dict[str, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", type=Path, default=Path(tempfile.gettempdir()) / "tiny-arithmetic-h32")
+    parser.add_argument("--model", default="builtin://tiny-arithmetic", help="model path (default: the shipped built-in model)")
     parser.add_argument("--steps", type=int, default=15)
     parser.add_argument("--repeats", type=int, default=1)
     parser.add_argument("--out", type=Path, default=None, help="markdown file to write the table to")
     args = parser.parse_args()
-    model = ensure_model(args.model)
     results: dict[str, list[dict[str, float]]] = {"hf": [], "vllm": []}
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(args.repeats):
             for engine in ("hf", "vllm"):
-                results[engine].append(summarize(run(engine, model, args.steps, Path(tmp) / f"{engine}-{i}")))
-    lines = ["| engine | acc before | acc after | points | rollout s/step (gen) | update_weights s | step s |",
-             "|---|---|---|---|---|---|---|"]
+                load = os.getloadavg()[0]
+                results[engine].append({**summarize(run(engine, args.model, args.steps, Path(tmp) / f"{engine}-{i}")), "load": load})
+    lines = ["| engine | acc before | acc after | points | rollout s/step (gen) | update_weights s | step s | load (1 min) before |",
+             "|---|---|---|---|---|---|---|---|"]
     med = {}
     for engine, runs in results.items():
         med[engine] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         m = med[engine]
         lines.append(f"| {engine} | {m['acc_before']:.3f} | {m['acc_after']:.3f} | {m['points']:+.1f} | {m['gen_s']:.3f} | "
-                     f"{m['update_weights_s']:.4f} | {m['step_s']:.2f} |")
+                     f"{m['update_weights_s']:.4f} | {m['step_s']:.2f} | {m['load']:.2f} |")
     lines.append(f"\nrollout stage speed-up hf / vllm: {med['hf']['gen_s'] / med['vllm']['gen_s']:.2f}x "
                  f"({args.steps} steps, {args.repeats} run(s) per engine, medians over steps 2..{args.steps})")
     text = "\n".join(lines)

@@ -15,7 +15,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 '''
 
 
-def tiny_run_overrides(model_dir: Path, run_dir: Path, **extra: object) -> list[str]:
+def tiny_run_overrides(model_dir: Path | str, run_dir: Path, **extra: object) -> list[str]:
     """Overrides for a fast RL run of the tiny model on the built-in task (tests only)."""
     reward = run_dir / "digit_reward.py"
     run_dir.mkdir(parents=True, exist_ok=True)

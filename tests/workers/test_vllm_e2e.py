@@ -2,8 +2,9 @@
 
 After every actor update the engine's log-probs of a fixed sequence must equal the trained
 actor's (fp32: max abs diff <= 1e-3; measured ~1e-5), and the mismatch metrics are logged.
-The models have head size 32 (hidden 64, 2 heads): vLLM's CPU attention refuses the built-in
-model's and ``init-model --size tiny``'s head size 16.
+The built-in task runs the shipped built-in model (``builtin://tiny-arithmetic``, head size 32);
+GSM8K a random Qwen2 of head size 32 (``init-model --size tiny`` has head size 16, which vLLM's
+CPU attention refuses).
 """
 
 from __future__ import annotations
@@ -75,12 +76,8 @@ def _fit_and_check(trainer, diffs):
 
 
 def test_three_grpo_steps_builtin_task(tmp_path, engine_checks):
-    from verl.modules.builtin import load_builtin_tokenizer
-
-    load_builtin_tokenizer().save_pretrained(str(tmp_path / "tok"))
-    model = _random_model("llama", tmp_path / "tok", tmp_path / "model")
-    overrides = tiny_run_overrides(model, tmp_path, **{"actor_rollout_ref.rollout.name": "vllm",
-                                                        "trainer.total_training_steps": 3})
+    overrides = tiny_run_overrides("builtin://tiny-arithmetic", tmp_path,
+                                   **{"actor_rollout_ref.rollout.name": "vllm", "trainer.total_training_steps": 3})
     _fit_and_check(RLTrainer(config=load_config(None, overrides)), engine_checks)
     metrics = read_metrics(tmp_path)
     assert sorted(metrics) == [1, 2, 3]
