@@ -76,8 +76,11 @@ def _fit_and_check(trainer, diffs):
 
 
 def test_three_grpo_steps_builtin_task(tmp_path, engine_checks):
+    # reuse off: on-policy steps would take old log-probs from the update forward and skip the
+    # rollout-vs-training mismatch metrics this test checks
     overrides = tiny_run_overrides("builtin://tiny-arithmetic", tmp_path,
-                                   **{"actor_rollout_ref.rollout.name": "vllm", "trainer.total_training_steps": 3})
+                                   **{"actor_rollout_ref.rollout.name": "vllm", "trainer.total_training_steps": 3,
+                                      "actor_rollout_ref.actor.reuse_old_log_probs": False})
     _fit_and_check(RLTrainer(config=load_config(None, overrides)), engine_checks)
     metrics = read_metrics(tmp_path)
     assert sorted(metrics) == [1, 2, 3]
