@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from verl.workers.rollout.request import TokenOutput, TokenRequest
-from verl.workers.rollout.vllm_config import prepare_engine, vllm_sampling_params
+from verl.workers.rollout.vllm_config import eos_and_pad, lora_rank_of, prepare_engine, restore_process_state, vllm_sampling_params
 from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
 
 __all__ = ["VLLMAsyncTokenEngine"]
@@ -50,8 +50,6 @@ class VLLMAsyncTokenEngine:
     """
 
     def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None) -> None:
-        from verl.workers.rollout.vllm_rollout import eos_and_pad, lora_rank_of, restore_process_state
-
         self.config = config
         self.eos_token_id, self.pad_token_id = eos_and_pad(module, tokenizer)
         args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))

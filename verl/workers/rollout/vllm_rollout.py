@@ -54,50 +54,30 @@ trainer (prompts arrive repeated); requests of one prompt share its KV through p
 
 from __future__ import annotations
 
-import contextlib
 import gc
 import os
 import shutil
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
 from verl.protocol import DataProto
-from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list, default_eos_token_ids
+from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list
 from verl.workers.rollout.sampling import resolve_sampling
-from verl.workers.rollout.vllm_config import engine_device, prepare_engine, vllm_sampling_params
+from verl.workers.rollout.vllm_config import (
+    engine_device,
+    eos_and_pad,
+    lora_rank_of,
+    prepare_engine,
+    restore_process_state,
+    vllm_sampling_params,
+)
 from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
 
 __all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of", "restore_process_state", "serves_agent_loops"]
-
-
-_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
-
-
-def lora_rank_of(module: nn.Module) -> int:
-    """vLLM's ``max_lora_rank`` for a peft actor: the smallest allowed value >= its rank; 0 without LoRA.
-
-    Raises:
-        ValueError: a rank above vLLM's largest slot (512).
-    """
-    if not is_lora_model(module):
-        return 0
-    rank = max(int(cfg.r) for cfg in module.peft_config.values())
-    for slot in _VLLM_LORA_RANKS:
-        if slot >= rank:
-            return slot
-    raise ValueError(f"actor_rollout_ref.model.lora_rank={rank} is not supported yet with rollout.name=vllm: at most 512")
-
-
-def eos_and_pad(module: nn.Module, tokenizer: Any) -> tuple[list[int], int]:
-    """Stop ids (as the hf engine's: generation config, then tokenizer) and the pad id."""
-    base = module.get_base_model() if is_lora_model(module) else module
-    eos = default_eos_token_ids(base, tokenizer)
-    pad = getattr(tokenizer, "pad_token_id", None)
-    return eos, int(pad if pad is not None else eos[0])
 
 
 class _OfflineLLM:
@@ -299,27 +279,6 @@ class VLLMRollout:
         self.wake_up()
         out = self.backend.run_batch([list(token_ids)], [VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)])[0]
         return torch.tensor([lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])])
-
-
-@contextlib.contextmanager
-def restore_process_state() -> Iterator[None]:
-    """Restore torch's thread count and the global RNG states (python, numpy, torch) on exit.
-
-    Starting vLLM lowers the process's torch threads for serving, and an in-process engine
-    re-seeds the global RNGs with its own seed: neither may leak into training.
-    """
-    import random
-
-    import numpy as np
-
-    threads, state = torch.get_num_threads(), (random.getstate(), np.random.get_state(), torch.get_rng_state())
-    try:
-        yield
-    finally:
-        torch.set_num_threads(threads)
-        random.setstate(state[0])
-        np.random.set_state(state[1])
-        torch.set_rng_state(state[2])
 
 
 def _row_seeds(batch: Any, meta: Mapping[str, Any], n: int) -> list[int | None]:
