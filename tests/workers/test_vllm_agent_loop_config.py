@@ -70,3 +70,12 @@ def test_manager_wakes_and_sleeps_a_server_engine_and_drops_missing_log_probs(sh
     assert inner.calls == ["wake", "sleep"]  # woken once for the batch, asleep after its last trajectory
     assert ("rollout_log_probs" in out.batch.keys()) is returns_log_probs
     assert out.batch["response_mask"].sum(-1).tolist() == [3, 3]  # "Four." + <|im_end|>: model tokens either way
+
+
+def test_rollout_on_its_own_resource_pool_is_one_line_not_supported_yet():
+    from verl.config import ConfigError, load_config
+
+    with pytest.raises(ConfigError, match=r"`actor_rollout_ref.hybrid_engine` is not supported yet: false \(the rollout engine "
+                                          r"on its own resource pool\)") as err:
+        load_config(None, ["actor_rollout_ref.hybrid_engine=false"])
+    assert "\n" not in str(err.value)
