@@ -17,7 +17,7 @@ Built by ``build(module, config, tokenizer)`` (the ``vllm`` entry of ``ROLLOUT_E
   the same engine all at once — never a second engine in the worker. Decision: without agent
   loops the offline `vllm.LLM` stays, because in process it receives the weight buckets by
   reference, where the async engine's child process needs a copy through ``/dev/shm`` per
-  bucket (`benchmarks/vllm_rollout_cpu.md` has both costs); tokens are the same either way
+  bucket (about 2x the sync time on CPU: `benchmarks/vllm_async_cpu.md`); tokens are the same either way
   (per-row seeds). Rows that name another agent loop on an engine built without agent loops
   get a one-line error saying which key to set.
 * **Weights.** `update_weights` streams the actor's state in buckets (`vllm_weights`) into
