@@ -33,7 +33,7 @@ pytestmark = [
 ]
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
-R, P = 40, 64
+R, P = 96, 64
 TOL = 1e-3  # fp32 engine vs fp32 training forward (measured ~1e-5)
 HEAD32 = {"hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1, "intermediate": 128}  # vLLM CPU: head size >= 32
 
@@ -90,7 +90,7 @@ def _multi_turn_batch(tok, n: int = 3) -> DataProto:
         non_tensors={"raw_prompt": raw, "extra_info": np.array([{"index": i, "interaction_kwargs": {"name": "retry"}} for i in range(n)]),
                      "agent_name": np.array(["tool_agent"] * n, dtype=object)},
         # many stop ids so the random model ends its turns early and the interaction answers
-        meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": list(range(0, 151643, 5))},
+        meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": list(range(0, 151643, 11))},
     )
 
 
@@ -173,6 +173,7 @@ def test_multi_turn_log_probs_equal_the_actor_after_an_update(rollout, model_and
     with torch.no_grad():
         actor = compute_log_probs(model, b["input_ids"], b["attention_mask"], b["position_ids"], R, temperature=1.0)
     diff = float(((actor - b["rollout_log_probs"]) * mask).abs().max())
+    print(f"multi-turn trajectories: engine vs actor max |log-prob diff| on {int(mask.sum())} model tokens = {diff:.2e}")
     assert diff <= TOL, diff
     assert not torch.equal(out.batch["responses"], before.batch["responses"])  # the new weights generate
 
