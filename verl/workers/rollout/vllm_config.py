@@ -214,7 +214,9 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[
     Raises:
         ValueError: see `engine_args`.
     """
+    import atexit
     import os
+    import shutil
     import tempfile
 
     from verl.workers.rollout.vllm_weights import hf_config_of, iter_weight_buckets
@@ -222,6 +224,8 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[
     args = engine_args(config, module, lora_rank)
     root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     model_dir = tempfile.mkdtemp(prefix="verl-vllm-model-", dir=root)
+    # an engine nobody closes (a run's last one, a Ray worker's) must not leave this RAM directory behind
+    atexit.register(shutil.rmtree, model_dir, True)
     hf_config = hf_config_of(module)
     hf_config.save_pretrained(model_dir)
     if args["load_format"] != "dummy":
