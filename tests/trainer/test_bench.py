@@ -9,7 +9,13 @@ import sys
 import pytest
 import torch
 
-from verl.trainer.bench import FlopModel, StepRecord, measure_matmul_peak, step_flops, summarize
+from verl.trainer.bench import (
+    FlopModel,
+    StepRecord,
+    measure_matmul_peak,
+    step_flops,
+    summarize,
+)
 from verl.trainer.bench_measure import (
     LinearShape,
     attainable_seconds,

@@ -52,8 +52,8 @@ import torch
 from verl.trainer.bench_measure import (  # noqa: F401  (re-exported: the bench API)
     STAGE_KEYS,
     FlopModel,
-    RssSampler,
     LinearShape,
+    RssSampler,
     StepRecord,
     attainable_seconds,
     flop_model_of,
