@@ -80,7 +80,7 @@ class _FusedHeadLogprob(torch.autograd.Function):
         if grad_logp is None:
             grad_logp = torch.zeros_like(lse)
         grad_h = torch.empty_like(hidden) if ctx.needs_input_grad[0] else None
-        grad_w = torch.zeros_like(weight) if ctx.needs_input_grad[1] else None
+        grad_w = torch.empty_like(weight) if ctx.needs_input_grad[1] else None
         for r0 in range(0, hidden.shape[0], chunk_size):
             r = slice(r0, min(r0 + chunk_size, hidden.shape[0]))
             if kept is None:
@@ -93,8 +93,8 @@ class _FusedHeadLogprob(torch.autograd.Function):
                              grad_ent[r] if entropy_grad else None, temperature).to(hidden.dtype)
             if grad_h is not None:
                 torch.mm(g, weight, out=grad_h[r])
-            if grad_w is not None:
-                grad_w.addmm_(g.t(), hidden[r])
+            if grad_w is not None:  # the first chunk writes (no zero-filled (V, H) buffer), the others add
+                torch.mm(g.t(), hidden[r], out=grad_w) if r0 == 0 else grad_w.addmm_(g.t(), hidden[r])
         return grad_h, grad_w, None, None, None, None, None
 
 

@@ -106,8 +106,8 @@ def compute_log_probs_and_entropy(
         ids, pos = packed.input_ids.to(device), packed.position_ids.to(device)
         if head is not None:
             hidden = _last_hidden(module, ids, None, pos)[score_mask]  # row-major, the order of ``labels``
-            logp, ent = logprobs_from_hidden(hidden, head.weight, labels, chunk_size, compute_entropy, temperature,
-                                             recompute=head_recompute)
+            logp, ent = _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature,
+                                        head_recompute)
         else:
             mask_keep = _logits_to_keep_takes_masks()
             out = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False,
@@ -120,8 +120,8 @@ def compute_log_probs_and_entropy(
     labels = input_ids[:, -response_length:]
     if head is not None:
         hidden = _last_hidden(module, input_ids, attention_mask, position_ids)[:, -response_length - 1 : -1]
-        logp, ent = logprobs_from_hidden(hidden.reshape(-1, hidden.shape[-1]), head.weight, labels.reshape(-1),
-                                         chunk_size, compute_entropy, temperature, recompute=head_recompute)
+        logp, ent = _fused_logprobs(hidden.reshape(-1, hidden.shape[-1]), head.weight, labels.reshape(-1),
+                                    chunk_size, compute_entropy, temperature, head_recompute)
         return logp.view_as(labels), (ent.view_as(labels) if ent is not None else None)
     logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
     return logprobs_and_entropy_from_logits(
@@ -136,8 +136,8 @@ def fused_lm_head(module: nn.Module) -> nn.Linear | None:
     ``last_hidden_state @ lm_head.weightᵀ``: an ``nn.Linear`` head without bias, no logit
     soft-capping or scaling in its config. Peft-wrapped models (LoRA may adapt the head) and FSDP2
     shards (the root's unshard hook runs only when the whole model is called) take the unfused
-    path: the model's own forward with ``logits_to_keep``, then the chunked log-prob; so does
-    a forward under autocast.
+    path: the model's own forward with ``logits_to_keep``, then the chunked log-prob. Under
+    autocast the fused head runs in the autocast dtype, as the model's own head would.
     """
     from torch.distributed.tensor import DTensor
     from transformers import PreTrainedModel
@@ -145,8 +145,6 @@ def fused_lm_head(module: nn.Module) -> nn.Linear | None:
     if not isinstance(module, PreTrainedModel):
         return None
     head = module.get_output_embeddings()
-    if head is not None and torch.is_autocast_enabled(head.weight.device.type):
-        return None  # the fused matmuls run in the parameters' dtype; autocast's choice stays with the model
     base = getattr(module, module.base_model_prefix, None)
     cfg = module.config
     if (type(head) is not nn.Linear or head.bias is not None or base is None or base is module
@@ -154,6 +152,20 @@ def fused_lm_head(module: nn.Module) -> nn.Linear | None:
                                                       for k in ("final_logit_softcapping", "logit_scale"))):
         return None
     return head
+
+
+def _fused_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int,
+                    compute_entropy: bool, temperature: float, recompute: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`logprobs_from_hidden` in the dtype autocast would give the head's matmul (mixed precision:
+    bf16 hidden and weight, a differentiable cast, so the float32 weight still gets its gradient)."""
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device_type=device, enabled=False):
+            return logprobs_from_hidden(hidden.to(dtype), weight.to(dtype), labels, chunk_size, compute_entropy,
+                                        temperature, recompute)
+    hidden = hidden.to(weight.dtype)  # a float32 final norm in a bf16 model: the head's own dtype
+    return logprobs_from_hidden(hidden, weight, labels, chunk_size, compute_entropy, temperature, recompute)
 
 
 def _last_hidden(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
