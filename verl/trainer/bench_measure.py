@@ -153,9 +153,11 @@ def part_shapes(flops: FlopModel, tokens: float, response_tokens: float, padded_
     }
 
 
-def measure_linear_throughput(shape: LinearShape, dtype: torch.dtype = torch.float32, repeats: int = 3) -> float:
+def measure_linear_throughput(shape: LinearShape, dtype: torch.dtype = torch.float32, repeats: int = 3,
+                              min_seconds: float = 0.3) -> float:
     """FLOP/s this machine reaches on ``shape`` (``F.linear``, plus its backward matmuls when
-    ``shape.train``): best of ``repeats`` after one warm-up, like `measure_matmul_peak`."""
+    ``shape.train``): the best of at least ``repeats`` runs after one warm-up, repeated until
+    ``min_seconds`` have passed (a decode-sized matmul takes microseconds: one run is noise)."""
     x = torch.randn(shape.rows, shape.inner, dtype=dtype)
     w = torch.randn(shape.outer, shape.inner, dtype=dtype)
 
@@ -166,11 +168,12 @@ def measure_linear_throughput(shape: LinearShape, dtype: torch.dtype = torch.flo
             torch.mm(y.t(), x)
 
     once()
-    best = float("inf")
-    for _ in range(repeats):
+    best, runs, start_all = float("inf"), 0, time.perf_counter()
+    while runs < repeats or time.perf_counter() - start_all < min_seconds:
         start = time.perf_counter()
         once()
         best = min(best, time.perf_counter() - start)
+        runs += 1
     return shape.flops / best
 
 
