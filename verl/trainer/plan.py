@@ -22,7 +22,7 @@ model's config on the meta device; nothing is loaded):
   ``6·H + 2·kv_dim + 4·I`` values: norm inputs and outputs, q, k, v, attention output, the MLP's
   gate, up, activation and product), the scored logits and their gradient `(K, V)` each; with
   the fused LM head one `(K, V)` buffer (the gradient overwrites the logits), none with
-  ``actor.logprob_head_recompute``;
+  ``actor.logprob_head_recompute``, and one `(chunk, V)` block instead of two (two with entropy);
 - **runtime**: the interpreter with torch, transformers and verl imported, **measured** in this
   process on CPU (its RSS right before planning), or a fixed 0.5 GiB CUDA context on a GPU.
 
@@ -128,10 +128,19 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     stages["log_prob"] = (0 if fused else lp_scored * actor.vocab * pb) + chunk
     copies = (0 if arr.actor.logprob_head_recompute else 1) if fused else 2
     stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
-                              + copies * train_scored * actor.vocab * 4 + chunk)
+                              + copies * train_scored * actor.vocab * 4 + _train_chunk_bytes(cfg, actor, fused))
     if critic is not None:
         stages["update_critic"] = critic.n_params * 4 / world + train_tokens * critic.activation_bytes_per_token(4)
     return stages
+
+
+def _train_chunk_bytes(cfg: Any, actor: ModelShape, fused: bool) -> float:
+    """Float32 `(chunk, V)` temporaries alive in the update's log-prob: two unfused; fused, only
+    logsumexp's shifted copy (the logits and their gradient live in the kept buffer), plus the
+    softmax when the entropy is computed."""
+    a = cfg.actor_rollout_ref.actor
+    blocks = (1 + int(a.entropy_coeff != 0 or a.calculate_entropy)) if fused else 2
+    return blocks * a.logprob_chunk_size * actor.vocab * 4
 
 
 def fused_head_applies(cfg: Any, world: int) -> bool:
@@ -184,8 +193,9 @@ def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: in
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
     frac = cfg.data.max_response_length / seq
     pb = _dtype_bytes(cfg.actor_rollout_ref.model.dtype)
-    chunk = 2 * cfg.actor_rollout_ref.actor.logprob_chunk_size * actor.vocab * 4
-    copies = (0 if cfg.actor_rollout_ref.actor.logprob_head_recompute else 1) if fused_head_applies(cfg, world) else 2
+    fused = fused_head_applies(cfg, world)
+    chunk = _train_chunk_bytes(cfg, actor, fused)
+    copies = (0 if cfg.actor_rollout_ref.actor.logprob_head_recompute else 1) if fused else 2
     per_token = actor.activation_bytes_per_token(pb) + copies * frac * actor.vocab * 4
     budget = max(int((free - actor.n_params * pb / world - chunk) / per_token), 0)
     per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
