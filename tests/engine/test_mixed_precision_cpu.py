@@ -71,3 +71,16 @@ def test_fused_head_under_autocast_equals_the_models_own_head(tiny_model_dir, mo
         assert module.lm_head.weight.grad.dtype == torch.float32
     torch.testing.assert_close(out[True][0], out[False][0], atol=1e-2, rtol=0)
     torch.testing.assert_close(out[True][1], out[False][1], atol=1e-2, rtol=0.05)
+
+
+def test_verls_mixed_precision_mapping_overrides():
+    import pytest
+
+    from verl.config import load_config
+    from verl.config.errors import ConfigError
+
+    cfg = load_config(None, ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+                             "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32"])
+    assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision == "bfloat16"
+    with pytest.raises(ConfigError, match="reduce_dtype` is not supported yet"):
+        load_config(None, ["actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16"])
