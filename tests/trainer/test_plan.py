@@ -9,7 +9,13 @@ import sys
 import pytest
 
 from verl.config import load_config
-from verl.trainer.plan import GIB, ModelShape, fused_head_applies, parse_device, plan_memory
+from verl.trainer.plan import (
+    GIB,
+    ModelShape,
+    fused_head_applies,
+    parse_device,
+    plan_memory,
+)
 
 SHAPE = ModelShape(n_params=1_000_000, hidden=64, layers=2, kv_dim=32, intermediate=128, vocab=1000)
 
