@@ -34,10 +34,10 @@ def test_plan_static_and_stages_by_hand():
     chunk = 2 * 8 * 1000 * 4
     # rollout: KV 2*2*32*(6+4)*4 rows*4 B + 7 * 4 rows * 1000 * 4 B
     assert plan.stages["rollout"] == 2 * 2 * 32 * 10 * 4 * 4 + 7 * 4 * 1000 * 4
-    # log-prob forward, fused LM head (world size 1, no LoRA): only the chunk, no (K, V) logits
-    assert plan.stages["log_prob"] == chunk
-    # update: grads 4e6 + 40 tokens * 7680 + the fused head's one (K, V) buffer 20 * 1000 * 4 + one block
-    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + 20 * 1000 * 4 + chunk / 2
+    # log-prob forward, fused LM head (world size 1, no LoRA): one chunk of logits, no (K, V) logits
+    assert plan.stages["log_prob"] == chunk / 2
+    # update: grads 4e6 + 40 tokens * 7680 + the fused head's one (K, V) buffer 20 * 1000 * 4, no block
+    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + 20 * 1000 * 4
     assert plan.peak == pytest.approx(100.0 + 12e6 + plan.stages["update_actor"]) and plan.fits
     assert plan.recommend["ppo_micro_batch_size_per_gpu"] == 4  # capped by the rows of one step
 
@@ -49,10 +49,7 @@ def test_plan_head_buffers_follow_the_fused_path():
     chunk = 2 * 8 * 1000 * 4
     recompute = load_config(None, [*base, "actor_rollout_ref.actor.logprob_head_recompute=true"])
     plan = plan_memory(recompute, device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
-    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + chunk / 2  # no (K, V) buffer kept at all
-    entropy = load_config(None, [*base, "actor_rollout_ref.actor.calculate_entropy=true"])
-    plan = plan_memory(entropy, device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
-    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + 20 * 1000 * 4 + chunk  # softmax block too
+    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + chunk / 2  # no (K, V) buffer, one recomputed block
     unfused = load_config(None, base)
     assert fused_head_applies(unfused, 1) and not fused_head_applies(unfused, 2)
 

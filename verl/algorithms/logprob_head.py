@@ -25,6 +25,12 @@ from torch.nn import functional as F
 
 __all__ = ["logprobs_from_hidden"]
 
+# Rows whose log-sum-exp is taken at once: logsumexp allocates a shifted copy of its input, and a
+# (1024, V) copy (622 MB) is page-faulted anew for every chunk; 16 rows (10 MB) stay in reused
+# memory. Measured at (1040, 151936), CPU time, 1 thread, alternated 3x: forward 1.14-1.27 s vs
+# 1.41-1.54 s for whole chunks (32 rows: 1.22-1.38, 8 rows: 1.25-1.37); the values are the same.
+STATS_ROWS = 16
+
 
 def _chunk_stats(x: torch.Tensor, labels: torch.Tensor, entropy: bool) -> tuple[torch.Tensor, ...]:
     """(lse, log π(label), entropy or None) of float32 logits x `(C, V)`."""
@@ -57,9 +63,12 @@ class _FusedHeadLogprob(torch.autograd.Function):
                 x = kept[r].copy_(F.linear(hidden[r], weight))
             if temperature != 1.0:
                 x.div_(temperature)
-            lse[r], logp[r], e = _chunk_stats(x, labels[r], compute_entropy)
-            if e is not None:
-                ent[r] = e
+            for s0 in range(0, x.shape[0], STATS_ROWS):
+                s = slice(s0, s0 + STATS_ROWS)
+                t = slice(r.start + s0, min(r.start + s0 + STATS_ROWS, r.stop))
+                lse[t], logp[t], e = _chunk_stats(x[s], labels[t], compute_entropy)
+                if e is not None:
+                    ent[t] = e
         ctx.save_for_backward(hidden, weight, labels, lse, ent)
         ctx.kept = kept  # not an autograd-visible tensor: backward overwrites it in place
         ctx.set_materialize_grads(False)  # an unused output (metric-only entropy) gets None: no work

@@ -16,13 +16,13 @@ model's config on the meta device; nothing is loaded):
   ``min(batch, rollout.max_num_seqs)`` sequences;
 - **log-prob forward** (old / reference, no grad): the scored logits `(K, V)` plus the chunked
   log-softmax's ``2 · chunk · V`` float32 block; with the fused LM head (`fused_head_applies`:
-  world size 1, no LoRA) only the block;
+  world size 1, no LoRA) only one ``chunk · V`` block (the chunk's logits);
 - **training** (actor, critic): gradients (parameter-sized, alive from backward to the step),
   activations saved for backward per token and layer (Llama/Qwen2 decoder in float32:
   ``6·H + 2·kv_dim + 4·I`` values: norm inputs and outputs, q, k, v, attention output, the MLP's
   gate, up, activation and product), the scored logits and their gradient `(K, V)` each; with
   the fused LM head one `(K, V)` buffer (the gradient overwrites the logits), none with
-  ``actor.logprob_head_recompute``, and one `(chunk, V)` block instead of two (two with entropy);
+  ``actor.logprob_head_recompute``, and no `(chunk, V)` block (one with the recompute);
 - **runtime**: the interpreter with torch, transformers and verl imported, **measured** in this
   process on CPU (its RSS right before planning), or a fixed 0.5 GiB CUDA context on a GPU.
 
@@ -125,7 +125,8 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     _, lp_scored = _tokens(cfg, lp_rows, arr.model.use_remove_padding)
     chunk = 2 * arr.actor.logprob_chunk_size * actor.vocab * 4
     fused = fused_head_applies(cfg, world)
-    stages["log_prob"] = (0 if fused else lp_scored * actor.vocab * pb) + chunk
+    # fused: only the chunk's own logits (its statistics run 16 rows at a time)
+    stages["log_prob"] = chunk / 2 if fused else lp_scored * actor.vocab * pb + chunk
     copies = (0 if arr.actor.logprob_head_recompute else 1) if fused else 2
     stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
                               + copies * train_scored * actor.vocab * 4 + _train_chunk_bytes(cfg, actor, fused))
@@ -135,11 +136,11 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
 
 
 def _train_chunk_bytes(cfg: Any, actor: ModelShape, fused: bool) -> float:
-    """Float32 `(chunk, V)` temporaries alive in the update's log-prob: two unfused; fused, only
-    logsumexp's shifted copy (the logits and their gradient live in the kept buffer), plus the
-    softmax when the entropy is computed."""
+    """Float32 `(chunk, V)` temporaries alive in the update's log-prob: two unfused; none with the
+    fused head keeping its logits (its statistics run 16 rows at a time), one with
+    ``logprob_head_recompute`` (the chunk's recomputed logits)."""
     a = cfg.actor_rollout_ref.actor
-    blocks = (1 + int(a.entropy_coeff != 0 or a.calculate_entropy)) if fused else 2
+    blocks = (1 if a.logprob_head_recompute else 0) if fused else 2
     return blocks * a.logprob_chunk_size * actor.vocab * 4
 
 
