@@ -123,3 +123,45 @@ def test_grpo_run_with_packing_equals_padded_run(tiny_model_dir, tmp_path):
         for k in keys:
             a, c = runs[False][step][k], runs[True][step][k]
             assert math.isfinite(a) and a == pytest.approx(c, abs=1e-4), (step, k, a, c)
+
+
+@pytest.mark.parametrize("recompute", [False, True])
+def test_fused_head_equals_unfused_packed_and_padded(model_dir, monkeypatch, recompute):
+    """The fused LM head + log-prob (`fused_lm_head`) vs the model's own head, on left- and
+    right-padded rows of very different lengths: log-probs, entropy and parameter gradients."""
+    import verl.modules.forward as fwd
+
+    b = _batch(3)
+    mask = b["response_mask"].bool()
+    g = torch.Generator().manual_seed(4)
+    weights = torch.randn(6, R, generator=g) * mask
+    args = (b["input_ids"], b["attention_mask"], b["position_ids"], R)
+    for packed in (False, True):
+        results = []
+        for fused in (True, False):
+            if not fused:
+                monkeypatch.setattr(fwd, "fused_lm_head", lambda module: None)
+            torch.manual_seed(0)
+            module = create_model("actor", ModelConfig(path=str(model_dir)))
+            assert fused is False or fwd.fused_lm_head(module) is not None
+            lp, ent = compute_log_probs_and_entropy(module, *args, temperature=0.7, chunk_size=5,
+                                                    remove_padding=packed, head_recompute=recompute)
+            ((lp * weights).sum() + 0.1 * (ent * weights).sum()).backward()
+            results.append((lp.detach(), ent.detach(), [p.grad.clone() for p in module.parameters()]))
+            monkeypatch.undo()
+        (lp0, ent0, g0), (lp1, ent1, g1) = results
+        torch.testing.assert_close(lp0[mask], lp1[mask], atol=1e-5, rtol=0)
+        torch.testing.assert_close(ent0[mask], ent1[mask], atol=1e-5, rtol=0)
+        assert all(torch.allclose(a, c, atol=1e-5) for a, c in zip(g0, g1, strict=True))
+
+
+def test_fused_head_applies_only_to_plain_heads(model_dir):
+    from torch import nn
+
+    from verl.modules.forward import fused_lm_head
+
+    module = create_model("actor", ModelConfig(path=str(model_dir)))
+    assert fused_lm_head(module) is module.get_output_embeddings()
+    assert fused_lm_head(nn.Linear(2, 2)) is None  # not a transformers model
+    module.config.final_logit_softcapping = 30.0  # logits are not hidden @ Wᵀ any more
+    assert fused_lm_head(module) is None

@@ -9,7 +9,13 @@ import sys
 import pytest
 
 from verl.config import load_config
-from verl.trainer.plan import GIB, ModelShape, parse_device, plan_memory
+from verl.trainer.plan import (
+    GIB,
+    ModelShape,
+    fused_head_applies,
+    parse_device,
+    plan_memory,
+)
 
 SHAPE = ModelShape(n_params=1_000_000, hidden=64, layers=2, kv_dim=32, intermediate=128, vocab=1000)
 
@@ -28,12 +34,24 @@ def test_plan_static_and_stages_by_hand():
     chunk = 2 * 8 * 1000 * 4
     # rollout: KV 2*2*32*(6+4)*4 rows*4 B + 7 * 4 rows * 1000 * 4 B
     assert plan.stages["rollout"] == 2 * 2 * 32 * 10 * 4 * 4 + 7 * 4 * 1000 * 4
-    # log-prob forward: 4 rows * 5 scored positions * 1000 * 4 B + chunk
-    assert plan.stages["log_prob"] == 4 * 5 * 1000 * 4 + chunk
-    # update: grads 4e6 + 40 tokens * 7680 + logits and their grad 2 * 20 * 1000 * 4 + chunk
-    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + 2 * 20 * 1000 * 4 + chunk
+    # log-prob forward, fused LM head (world size 1, no LoRA): one chunk of logits, no (K, V) logits
+    assert plan.stages["log_prob"] == chunk / 2
+    # update: grads 4e6 + 40 tokens * 7680 + the fused head's one (K, V) buffer 20 * 1000 * 4, no block
+    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + 20 * 1000 * 4
     assert plan.peak == pytest.approx(100.0 + 12e6 + plan.stages["update_actor"]) and plan.fits
     assert plan.recommend["ppo_micro_batch_size_per_gpu"] == 4  # capped by the rows of one step
+
+
+def test_plan_head_buffers_follow_the_fused_path():
+    base = ["data.train_batch_size=2", "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=6",
+            "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.logprob_chunk_size=8", "actor_rollout_ref.model.use_remove_padding=false"]
+    chunk = 2 * 8 * 1000 * 4
+    recompute = load_config(None, [*base, "actor_rollout_ref.actor.logprob_head_recompute=true"])
+    plan = plan_memory(recompute, device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
+    assert plan.stages["update_actor"] == 4e6 + 40 * 7680 + chunk / 2  # no (K, V) buffer, one recomputed block
+    unfused = load_config(None, base)
+    assert fused_head_applies(unfused, 1) and not fused_head_applies(unfused, 2)
 
 
 def test_parse_device():

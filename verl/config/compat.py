@@ -409,6 +409,28 @@ def translate_override(key: str, value: Any) -> dict[str, Any] | None:
     ``algorithm=<name>`` (a string where the ``algorithm`` section is expected) is ``create_trainer``'s
     spelling and counts as seed layout.
     """
+    mixed = _mixed_precision_override(key, value)
+    if mixed is not None:
+        return mixed
     if not (is_seed_key(key) or (key == "algorithm" and isinstance(value, str))):
         return None
     return translate_seed_layout(nested(key, value))
+
+
+def _mixed_precision_override(key: str, value: Any) -> dict[str, Any] | None:
+    """verl's ``*.fsdp_config.mixed_precision.{param_dtype,reduce_dtype,buffer_dtype}=...`` overrides.
+
+    ``param_dtype`` is the compute dtype (``fsdp_config.mixed_precision`` here); gradients are
+    reduced and buffers kept in float32 always, so those two accept only float32.
+
+    Raises:
+        ConfigError: ``reduce_dtype`` / ``buffer_dtype`` other than float32.
+    """
+    head, _, leaf = key.rpartition(".")
+    if not head.endswith("fsdp_config.mixed_precision") or leaf not in ("param_dtype", "reduce_dtype", "buffer_dtype"):
+        return None
+    if leaf == "param_dtype":
+        return nested(head, value)
+    if str(value) in ("fp32", "float32"):
+        return {}
+    raise ConfigError(f"`{key}` is not supported yet: reductions and buffers stay float32; remove it or set fp32")

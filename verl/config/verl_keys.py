@@ -199,7 +199,7 @@ CONDITIONAL: dict[str, str] = {
     "*.fsdp_config.optimizer_offload": "as param_offload",
     "*.fsdp_config.offload_policy": "as param_offload (FSDP2's CPUOffloadPolicy)",
     "*.fsdp_config.fsdp_size": "-1 or the world size shards over all ranks; another size (HSDP) is refused",
-    "actor_rollout_ref.hybrid_engine": "true is the only mode (verl too); false is refused",
+    "actor_rollout_ref.hybrid_engine": "true (colocated engine) is the only mode built; false (verl's standalone rollout on its own resource pool) is refused",
     "*.rollout_n": "verl mirrors rollout.n; another value is refused",
     "*.checkpoint.save_contents": "model, optimizer and extra are always saved; hf_model also writes the Hugging Face directory (trainer.save_hf)",
     "*.checkpoint.load_contents": "model, optimizer and extra are always restored together; a subset is refused",

