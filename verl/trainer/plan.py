@@ -127,21 +127,25 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     fused = fused_head_applies(cfg, world)
     # fused: only the chunk's own logits (its statistics run 16 rows at a time)
     stages["log_prob"] = chunk / 2 if fused else lp_scored * actor.vocab * pb + chunk
-    copies = (0 if arr.actor.logprob_head_recompute else 1) if fused else 2
+    per_scored, chunk_bytes = _train_logit_bytes(cfg, actor, fused)
     stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
-                              + copies * train_scored * actor.vocab * 4 + _train_chunk_bytes(cfg, actor, fused))
+                              + train_scored * per_scored + chunk_bytes)
     if critic is not None:
         stages["update_critic"] = critic.n_params * 4 / world + train_tokens * critic.activation_bytes_per_token(4)
     return stages
 
 
-def _train_chunk_bytes(cfg: Any, actor: ModelShape, fused: bool) -> float:
-    """Float32 `(chunk, V)` temporaries alive in the update's log-prob: two unfused; none with the
-    fused head keeping its logits (its statistics run 16 rows at a time), one with
-    ``logprob_head_recompute`` (the chunk's recomputed logits)."""
+def _train_logit_bytes(cfg: Any, actor: ModelShape, fused: bool) -> tuple[float, float]:
+    """The update's float32 logit memory: (bytes per scored position, bytes of `(chunk, V)` temporaries).
+
+    Unfused: the `(K, V)` logits and their gradient (2 per position) and two `(chunk, V)` blocks.
+    Fused head: one `(K, V)` buffer that the gradient overwrites and no block (its statistics run
+    16 rows at a time); with ``logprob_head_recompute`` no `(K, V)` buffer and one block (the
+    chunk's recomputed logits).
+    """
     a = cfg.actor_rollout_ref.actor
-    blocks = (1 if a.logprob_head_recompute else 0) if fused else 2
-    return blocks * a.logprob_chunk_size * actor.vocab * 4
+    copies, blocks = ((0, 1) if a.logprob_head_recompute else (1, 0)) if fused else (2, 2)
+    return copies * actor.vocab * 4, blocks * a.logprob_chunk_size * actor.vocab * 4
 
 
 def fused_head_applies(cfg: Any, world: int) -> bool:
@@ -194,10 +198,8 @@ def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: in
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
     frac = cfg.data.max_response_length / seq
     pb = _dtype_bytes(cfg.actor_rollout_ref.model.dtype)
-    fused = fused_head_applies(cfg, world)
-    chunk = _train_chunk_bytes(cfg, actor, fused)
-    copies = (0 if cfg.actor_rollout_ref.actor.logprob_head_recompute else 1) if fused else 2
-    per_token = actor.activation_bytes_per_token(pb) + copies * frac * actor.vocab * 4
+    per_scored, chunk = _train_logit_bytes(cfg, actor, fused_head_applies(cfg, world))
+    per_token = actor.activation_bytes_per_token(pb) + frac * per_scored
     budget = max(int((free - actor.n_params * pb / world - chunk) / per_token), 0)
     per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
     return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget // seq, rows),
