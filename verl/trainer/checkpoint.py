@@ -28,6 +28,7 @@ import os
 import re
 import shutil
 from pathlib import Path
+from typing import Any
 from typing import TYPE_CHECKING, Callable
 
 import torch
