@@ -142,7 +142,7 @@ OWNED: dict[str, str] = {
     "data.tool_config_path": "multi-turn tool rollouts (issue 9)",
     "algorithm.rollout_correction.*": "rollout-correction importance sampling (issue 13)",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "the vLLM/SGLang engines (issue 13)",
-    "actor_rollout_ref.rollout.enforce_eager": "the vLLM/SGLang engines (issue 13)",
+    "actor_rollout_ref.rollout.enforce_eager": "the rollout engines: CUDA graphs of vLLM/SGLang (issue 13), the hf engine's compiled decode step",
     "actor_rollout_ref.rollout.free_cache_engine": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.cudagraph_capture_sizes": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.max_num_batched_tokens": "the vLLM/SGLang engines (issue 13)",
@@ -168,7 +168,8 @@ OWNED: dict[str, str] = {
 
 HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.gpu_memory_utilization": ("noop", "sizes a server engine's KV cache; the hf engine allocates per batch"),
-    "actor_rollout_ref.rollout.enforce_eager": ("noop", "CUDA graphs of a server engine; the hf engine runs eagerly"),
+    "actor_rollout_ref.rollout.enforce_eager": ("effect", "false compiles the hf engine's decode step (torch.compile, "
+                                                "static KV cache: verl/workers/rollout/hf_decode.py); true (default) runs it eagerly"),
     "actor_rollout_ref.rollout.free_cache_engine": ("noop", "the hf engine's KV cache lives only during generate_sequences"),
     "actor_rollout_ref.rollout.cudagraph_capture_sizes": ("noop", "CUDA graphs of a server engine; the hf engine runs eagerly"),
     "actor_rollout_ref.rollout.max_num_batched_tokens": ("noop", "a server engine's scheduler budget; the hf engine batches by max_num_seqs"),
@@ -190,7 +191,7 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.quantization": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
     "actor_rollout_ref.rollout.quantization_config_file": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
 }
-"""What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported, why / what to do)."""
+"""What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported | effect, why / what to do)."""
 
 CONDITIONAL: dict[str, str] = {
     "global_profiler.*": ("tool=torch_memory without profiled steps only arms verl's CUDA OOM snapshot: on trainer.device=cpu "
