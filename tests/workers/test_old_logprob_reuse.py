@@ -92,3 +92,34 @@ def test_update_without_old_log_probs_refuses_off_policy_passes(tiny_model_dir):
         _actor(tiny_model_dir, ppo_epochs=2).update_policy(_batch(), 1.0, B)
     with pytest.raises(ValueError, match="on-policy"):
         _actor(tiny_model_dir).update_policy(_batch(), 1.0, 3)
+
+
+def test_reuse_never_reads_rollout_log_probs(tiny_model_dir):
+    """A rollout whose numerics differ from training (compiled decode, ``rollout.enforce_eager=false``;
+    bf16; vLLM) must not change a reused update: the old log-probs are the update forward's own."""
+    plain = _actor(tiny_model_dir)
+    m_plain = plain.update_policy(_batch(), 1.0, B)
+    skewed = _batch()
+    skewed.batch["rollout_log_probs"] = torch.full((B, R), -0.3)  # far from the policy's log-probs
+    other = _actor(tiny_model_dir)
+    m_skewed = other.update_policy(skewed, 1.0, B)
+    assert m_skewed["actor/ppo_kl"] == 0.0 and m_skewed["actor/pg_loss"] == m_plain["actor/pg_loss"]
+    for a, b in zip(plain.engine.module.parameters(), other.engine.module.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_trainer_reuse_decision_ignores_the_compiled_decode():
+    """Reuse takes the update forward's log-probs, so a compiled rollout keeps it on; with rollout
+    correction (which compares against ``rollout_log_probs``) it is off either way."""
+    from types import SimpleNamespace
+
+    from verl.config import load_config
+    from verl.trainer.rl_trainer import RLTrainer
+
+    for eager in ("true", "false"):
+        cfg = load_config(None, [f"actor_rollout_ref.rollout.enforce_eager={eager}", "data.train_batch_size=8",
+                                 "actor_rollout_ref.actor.ppo_mini_batch_size=8"])  # one mini-batch: on-policy
+        expected = reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
+        assert RLTrainer._reuse_old_log_probs(SimpleNamespace(config=cfg)) is expected is True
+        cfg.algorithm.rollout_correction.rollout_is = "token"
+        assert RLTrainer._reuse_old_log_probs(SimpleNamespace(config=cfg)) is False

@@ -125,10 +125,11 @@ def test_compiled_greedy_decode_equals_eager(model: nn.Module) -> None:
 
 
 @pytest.mark.e2e
-def test_compiled_sampling_equals_eager_within_tolerance(model: nn.Module) -> None:
+@pytest.mark.parametrize("sampling", [{"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.9}])
+def test_compiled_sampling_equals_eager_within_tolerance(model: nn.Module, sampling: dict) -> None:
     batch = _prompts(PROMPTS, seeds=True)
-    eager = _engine(model, False, temperature=1.0).generate_sequences(batch)
-    compiled = _engine(model, True, temperature=1.0).generate_sequences(batch)
+    eager = _engine(model, False, **sampling).generate_sequences(batch)
+    compiled = _engine(model, True, **sampling).generate_sequences(batch)
     assert torch.equal(compiled.batch["responses"], eager.batch["responses"])
     assert torch.allclose(compiled.batch["rollout_log_probs"], eager.batch["rollout_log_probs"], atol=LOGP_ATOL, rtol=0)
 

@@ -498,8 +498,7 @@ class RolloutConfig:
     max_model_len: Optional[int] = None
     # Prompt + response limit; None = prompt_length + response_length.
     enforce_eager: bool = True
-    # vllm / sglang: disable CUDA graphs. hf: false compiles the decode step (torch.compile with
-    # dynamic shapes; one compile per process, tens of seconds on CPU; sampling stays eager).
+    # vllm / sglang: disable CUDA graphs; hf: false compiles the decode step (torch.compile, once per process).
     free_cache_engine: bool = True
     # Release the KV cache between rollouts.
     calculate_log_probs: bool = True
