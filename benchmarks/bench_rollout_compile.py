@@ -5,8 +5,10 @@ vocabulary 151,936), 16 rows, exactly 64 response tokens (``ignore_eos``), fp32,
 sampling at temperature 1 (the trainer's path). Each round generates once eagerly and once
 compiled, with a new prompt length per round (so a recompile per shape would show); the first
 compiled call includes the compile and is reported apart. Prints medians over the rounds after
-the first: seconds per ``generate_sequences`` call and per decode-step forward (sampling
-excluded), and whether both engines drew the same tokens.
+the first: seconds per ``generate_sequences`` call (wall and process CPU time) and per
+decode-step forward (sampling excluded), and whether both engines drew the same tokens. For the
+cold compile time run it with an empty ``TORCHINDUCTOR_CACHE_DIR`` (Inductor caches compiled
+kernels on disk across processes).
 
 Usage: ``python benchmarks/bench_rollout_compile.py --model DIR [--rounds 6]`` (DIR: ``verl
 init-model --arch qwen2 --size small --tokenizer <qwen2.5 tokenizer>``; ``verl bench --shape gsm8k
@@ -77,17 +79,21 @@ def main() -> None:
     steps = {"eager": [], "compiled": []}
     engines = {name: _timed_engine(model, name == "compiled", steps[name]) for name in steps}
     calls: dict[str, list[float]] = {"eager": [], "compiled": []}
+    cpu: dict[str, list[float]] = {"eager": [], "compiled": []}  # process CPU time: less sensitive to other load
     step_medians: dict[str, list[float]] = {"eager": [], "compiled": []}
+    step_sums: dict[str, list[float]] = {"eager": [], "compiled": []}  # all decode forwards of a call
     same = []
     for round_ in range(args.rounds):
         batch = _prompts(model.config.vocab_size, 96 + 8 * round_, round_)
         out = {}
         for name in (("eager", "compiled") if round_ % 2 == 0 else ("compiled", "eager")):
             steps[name].clear()
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             out[name] = engines[name].generate_sequences(batch)
             calls[name].append(time.perf_counter() - start)
+            cpu[name].append(time.process_time() - cpu_start)
             step_medians[name].append(statistics.median(steps[name]))
+            step_sums[name].append(sum(steps[name]))
         same.append(bool(torch.equal(out["eager"].batch["responses"], out["compiled"].batch["responses"])))
         diff = (out["eager"].batch["rollout_log_probs"] - out["compiled"].batch["rollout_log_probs"]).abs().max()
         print(f"round {round_}: eager {calls['eager'][-1]:.3f} s, compiled {calls['compiled'][-1]:.3f} s, "
@@ -95,12 +101,15 @@ def main() -> None:
     record = {
         "threads": torch.get_num_threads(),
         "generate_s": {k: statistics.median(v[1:]) for k, v in calls.items()},
+        "generate_cpu_s": {k: statistics.median(v[1:]) for k, v in cpu.items()},
         "decode_step_s": {k: statistics.median(v[1:]) for k, v in step_medians.items()},
+        "decode_forwards_per_call_s": {k: statistics.median(v[1:]) for k, v in step_sums.items()},
         "first_compiled_call_s": calls["compiled"][0],
         "compile_s_estimate": calls["compiled"][0] - statistics.median(calls["compiled"][1:]),
         "same_tokens_every_round": all(same),
     }
     record["speedup_generate"] = record["generate_s"]["eager"] / record["generate_s"]["compiled"]
+    record["speedup_generate_cpu"] = record["generate_cpu_s"]["eager"] / record["generate_cpu_s"]["compiled"]
     record["speedup_decode_step"] = record["decode_step_s"]["eager"] / record["decode_step_s"]["compiled"]
     print(json.dumps(record, indent=1))
 
