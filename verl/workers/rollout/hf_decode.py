@@ -33,8 +33,11 @@ The prefill stays eager: it runs once per call, with the prompt length as its sh
 Compiled kernels may reorder float operations, so logits (hence ``rollout_log_probs`` and, when
 two tokens are within rounding of each other, a sampled or greedy token) can differ from eager
 in the last bits; tests/workers/test_rollout_compile.py measures the difference on a tiny model.
-Old log-probs never come from the rollout (`verl.workers.actor.reuses_old_log_probs`), so this
-only reaches training through ``algorithm.rollout_correction``, which exists to measure it.
+Old log-probs never come from the rollout (`verl.workers.actor.reuses_old_log_probs` reuses the
+update forward's), so this reaches training only through ``algorithm.rollout_correction`` (its
+mismatch metrics and weights, or ``bypass_mode``, which takes ``rollout_log_probs`` as the old
+log-probs by the user's choice). Measured on CPU (benchmarks/README.md): about 1.1x per rollout
+at the GSM8K bench shape, for a compile of 25-90 s per process; hence off by default.
 """
 
 from __future__ import annotations
@@ -47,7 +50,11 @@ import torch
 from torch import nn
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+try:
+    from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+except ImportError:  # older transformers build masks inside each model: there is no mask registry
+    AttentionMaskInterface = sdpa_mask = None
 
 __all__ = ["DECODE_ATTENTION", "DecodeStep", "decode_sdpa_attention"]
 
@@ -88,7 +95,8 @@ def decode_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
 
 
 AttentionInterface.register(DECODE_ATTENTION, decode_sdpa_attention)
-AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)
+if AttentionMaskInterface is not None:
+    AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)
 
 
 def _forward_last_logits(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
