@@ -41,7 +41,7 @@ import shutil
 import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from verl.data.builtin_preference import sloppy_sum
 from verl.data.builtin_tokenizer import CHAT_TEMPLATE, build_tokenizer, load_builtin_tokenizer
@@ -118,11 +118,15 @@ def _init_model(spec: BuiltinModelSpec, tok: Any) -> Any:
     return LlamaForCausalLM(config)
 
 
-def _sft_overrides(spec: BuiltinModelSpec, init_dir: Path, data: Path, work: Path) -> list[str]:
-    """`BuiltinModelSpec`'s SFT recipe in ``verl sft`` keys."""
+_PROMPT_RESPONSE_KEYS = ("data.prompt_key=prompt", "data.response_key=response")
+# How ``verl sft`` reads the teacher's rows: {prompt, response} (multi-turn models pass their own).
+
+
+def _sft_overrides(spec: Any, init_dir: Path, data: Path, work: Path, data_keys: Sequence[str] = _PROMPT_RESPONSE_KEYS) -> list[str]:
+    """A built-in spec's SFT recipe in ``verl sft`` keys (`BuiltinModelSpec` field names)."""
     return [
-        f"model.partial_pretrain={init_dir}", f"data.train_files=[{data}]", "data.prompt_key=prompt",
-        "data.response_key=response", f"data.train_batch_size={spec.sft_batch_size}",
+        f"model.partial_pretrain={init_dir}", f"data.train_files=[{data}]", *data_keys,
+        f"data.train_batch_size={spec.sft_batch_size}",
         f"data.micro_batch_size_per_gpu={spec.sft_batch_size}", f"data.max_length={spec.max_position_embeddings}",
         f"trainer.total_training_steps={spec.sft_steps}", f"optim.lr={spec.sft_lr}", "optim.betas=[0.9,0.99]",
         "optim.weight_decay=0.0", f"optim.lr_warmup_steps={spec.sft_warmup_steps}", "optim.lr_scheduler=cosine",
@@ -131,8 +135,17 @@ def _sft_overrides(spec: BuiltinModelSpec, init_dir: Path, data: Path, work: Pat
     ]
 
 
-def _sft(spec: BuiltinModelSpec, tok: Any, work: Path) -> tuple[Any, float]:
-    """Init, then warm-start with the product's SFT trainer; returns (model, last step's SFT loss)."""
+def _sft(spec: Any, tok: Any, work: Path, rows: Sequence[dict[str, Any]] | None = None,
+         data_keys: Sequence[str] = _PROMPT_RESPONSE_KEYS) -> tuple[Any, float]:
+    """Init, then warm-start with the product's SFT trainer; returns (model, last step's SFT loss).
+
+    Args:
+        spec: `BuiltinModelSpec` (or a spec with the same architecture and ``sft_*`` fields).
+        tok: the model's tokenizer (saved next to the initial weights).
+        work: scratch directory (initial model, teacher rows, SFT checkpoints).
+        rows: the teacher's SFT rows; default `_teacher_rows` of ``spec`` ({prompt, response}).
+        data_keys: ``data.*`` overrides saying how ``verl sft`` reads ``rows``.
+    """
     from transformers import AutoModelForCausalLM
 
     # The trainer sits above modules; importing it here (only when a model is rebuilt) keeps
@@ -142,8 +155,8 @@ def _sft(spec: BuiltinModelSpec, tok: Any, work: Path) -> tuple[Any, float]:
     init_dir, data = work / "init", work / "teacher.jsonl"
     _init_model(spec, tok).save_pretrained(init_dir)
     tok.save_pretrained(init_dir)
-    data.write_text("".join(json.dumps(r) + "\n" for r in _teacher_rows(spec)))
-    trainer, history = train_sft(_sft_overrides(spec, init_dir, data, work))
+    data.write_text("".join(json.dumps(r) + "\n" for r in (_teacher_rows(spec) if rows is None else rows)))
+    trainer, history = train_sft(_sft_overrides(spec, init_dir, data, work, data_keys))
     model = AutoModelForCausalLM.from_pretrained(work / "ckpt" / f"global_step_{trainer.global_step}")
     return model.eval(), float(history[-1]["train/loss"])
 
