@@ -1,0 +1,151 @@
+"""``actor_rollout_ref.hybrid_engine=false``: the rollout on its own worker group (local backend).
+
+The separate rollout must generate with exactly the trained weights: a run with it gives the
+same metrics as the colocated engine (which generates with the actor module itself), its
+weights equal the actor's bit for bit after every sync, and bucket size never changes results.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from run_helpers import read_metrics, tiny_run_overrides
+
+from verl.config import load_config
+from verl.trainer import RLTrainer
+
+# wall-clock and memory readings differ between any two runs; everything else must be equal
+_VOLATILE = ("timing_s/", "perf/", "memory/", "throughput", "weight_sync/")
+
+
+def builtin_overrides(run_dir: Path, **extra: object) -> list[str]:
+    """3 GRPO steps of the built-in task and model (the schema defaults), small enough for a test."""
+    base = {
+        "data.train_batch_size": 8, "actor_rollout_ref.rollout.n": 4, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+        "data.max_prompt_length": 16, "data.max_response_length": 8, "actor_rollout_ref.actor.optim.lr": 5e-5,
+        "algorithm.adv_estimator": "grpo", "data.val_max_samples": 16, "trainer.test_freq": 3,
+        "trainer.total_training_steps": 3, "trainer.val_before_train": False, "trainer.logger": "[jsonl]",
+        "trainer.progress_bar": False, "trainer.plot": False, "trainer.output_dir": str(run_dir / "out"),
+        "trainer.default_local_dir": str(run_dir / "ckpt"), "trainer.save_freq": -1,
+    }
+    base.update(extra)
+    return [f"{k}={v}" for k, v in base.items()]
+
+
+def comparable(row: dict) -> dict:
+    return {k: v for k, v in row.items() if not any(k.startswith(p) or p in k for p in _VOLATILE)}
+
+
+def assert_same_metrics(a: dict[int, dict], b: dict[int, dict], tol: float = 1e-6) -> int:
+    """Every shared non-volatile metric of every step within ``tol``; returns how many were compared."""
+    assert sorted(a) == sorted(b)
+    n = 0
+    for step in a:
+        ra, rb = comparable(a[step]), comparable(b[step])
+        assert set(ra) == set(rb), (step, set(ra) ^ set(rb))
+        for k, v in ra.items():
+            if isinstance(v, float) and math.isnan(v):
+                assert math.isnan(rb[k]), (step, k)
+                continue
+            assert rb[k] == pytest.approx(v, abs=tol, rel=0), (step, k, v, rb[k])
+            n += 1
+    return n
+
+
+def _run(run_dir: Path, overrides: list[str]) -> dict[int, dict]:
+    RLTrainer(config=load_config(None, overrides)).fit()
+    return read_metrics(run_dir)
+
+
+@pytest.mark.e2e
+def test_separate_rollout_gives_the_colocated_metrics_on_the_builtin_task(tmp_path):
+    colocated = _run(tmp_path / "a", builtin_overrides(tmp_path / "a"))
+    split = _run(tmp_path / "b", builtin_overrides(tmp_path / "b", **{"actor_rollout_ref.hybrid_engine": False}))
+    assert assert_same_metrics(colocated, split) > 50
+    assert any(abs(colocated[s]["actor/pg_loss"]) > 1e-4 for s in colocated)  # the policy really moved
+    assert "val/accuracy" in split[3] or any(k.startswith("val-core/") for k in split[3])  # validation on the rollout group
+    for step in (1, 2, 3):
+        assert split[step]["timing_s/update_weights"] > 0 and colocated[step]["timing_s/update_weights"] == 0
+        assert split[step]["weight_sync/buckets"] == 1
+    # step 1 is the full first sync (parameters + buffers), later ones only the trainable parameters
+    assert split[1]["weight_sync/tensors"] > split[2]["weight_sync/tensors"] == split[3]["weight_sync/tensors"]
+
+
+def _parts_after_one_step(tmp_path: Path, **extra: object):
+    trainer = RLTrainer(config=load_config(None, builtin_overrides(tmp_path, **{
+        "actor_rollout_ref.hybrid_engine": False, "trainer.total_training_steps": 1,
+        "data.val_files": "[]", **extra})))
+    trainer.fit()
+    group = trainer.parts.actor_rollout_wg
+    return group, group.actor_wg.workers[0].actor_engine.module, group.rollout_wg.workers[0]
+
+
+def _assert_bitwise_equal(actor: torch.nn.Module, rollout: dict[str, torch.Tensor]) -> None:
+    actor_state = actor.state_dict()
+    assert set(actor_state) == set(rollout)
+    for name, value in actor_state.items():
+        assert torch.equal(value, rollout[name]), name
+
+
+def test_after_an_update_the_rollout_weights_equal_the_actor_bit_for_bit(tmp_path):
+    group, actor, rollout = _parts_after_one_step(tmp_path)
+    # the step's update made the rollout stale: its weights are the pre-update ones
+    assert any(not torch.equal(v, rollout.state_dict()[k]) for k, v in actor.state_dict().items())
+    seconds = group.sync_weights()
+    assert seconds > 0 and group.sync_weights() == 0.0  # a second call finds nothing stale
+    _assert_bitwise_equal(actor, rollout.state_dict())
+    trainable = sum(1 for p in actor.parameters() if p.requires_grad)
+    assert group.last_sync["tensors"] == trainable < len(actor.state_dict())  # trainable only after the first sync
+
+
+def test_lora_syncs_only_the_adapter_after_the_first_sync(tmp_path):
+    group, actor, rollout = _parts_after_one_step(tmp_path, **{"actor_rollout_ref.model.lora_rank": 4,
+                                                                "actor_rollout_ref.model.lora_alpha": 8,
+                                                                "actor_rollout_ref.actor.optim.lr": 1e-2})
+    group.sync_weights()
+    adapter = [n for n, p in actor.named_parameters() if p.requires_grad]
+    assert adapter and all("lora_" in n for n in adapter)
+    assert group.last_sync["tensors"] == len(adapter)
+    assert group.last_sync["bytes"] < 0.2 * sum(t.numel() * t.element_size() for t in actor.state_dict().values())
+    _assert_bitwise_equal(actor, rollout.state_dict())
+
+
+def test_a_checkpoint_load_forces_a_full_resync(tmp_path):
+    group, actor, rollout = _parts_after_one_step(tmp_path, **{"trainer.save_freq": 1})
+    group.sync_weights()
+    with torch.no_grad():  # the rollout drifts (as a fresh engine would hold other values)
+        for p in rollout.module.parameters():
+            p.add_(1.0)
+    group.load_checkpoint(str(tmp_path / "ckpt" / "global_step_1" / "actor"))
+    group.sync_weights()
+    assert group.last_sync["tensors"] == len(actor.state_dict())  # full: buffers and frozen tensors too
+    _assert_bitwise_equal(actor, rollout.state_dict())
+
+
+@pytest.mark.e2e
+def test_resume_with_a_separate_rollout_equals_the_uninterrupted_run(tmp_path):
+    split = {"actor_rollout_ref.hybrid_engine": False, "data.val_files": "[]", "trainer.test_freq": -1}
+    full = _run(tmp_path / "a", builtin_overrides(tmp_path / "a", **split))
+    _run(tmp_path / "b", builtin_overrides(tmp_path / "b", **split, **{"trainer.total_training_steps": 2, "trainer.save_freq": 2}))
+    resumed = _run(tmp_path / "b", builtin_overrides(tmp_path / "b", **split, **{"trainer.save_freq": 2}))
+    assert_same_metrics({3: full[3]}, {3: resumed[3]})
+
+
+@pytest.mark.e2e
+def test_tiny_buckets_give_the_same_run(tmp_path, tiny_model_dir):
+    from verl.modules.init_model import init_random_model
+
+    # a 4-layer model of ~13 MB, so 1 MB buckets split it
+    model = init_random_model("llama", "small", Path(tiny_model_dir).parent / "tokenizer", tmp_path / "small", seed=0)
+    runs = {}
+    for mb in (2048, 1):
+        d = tmp_path / f"mb{mb}"
+        runs[mb] = _run(d, tiny_run_overrides(model, d, **{
+            "actor_rollout_ref.hybrid_engine": False, "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": mb}))
+    assert runs[2048][1]["weight_sync/buckets"] == 1
+    assert runs[1][1]["weight_sync/buckets"] >= runs[1][1]["weight_sync/megabytes"] > 10
+    assert runs[1][2]["weight_sync/buckets"] > 1
+    assert assert_same_metrics(runs[2048], runs[1], tol=0.0) > 20
