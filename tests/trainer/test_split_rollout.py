@@ -39,13 +39,14 @@ def comparable(row: dict) -> dict:
     return {k: v for k, v in row.items() if not k.startswith(_VOLATILE)}
 
 
-def assert_same_metrics(a: dict[int, dict], b: dict[int, dict], tol: float = 1e-6) -> int:
-    """Every shared non-volatile metric of every step within ``tol``; returns how many were compared."""
+def assert_same_metrics(a: dict[int, dict], b: dict[int, dict], tol: float = 1e-6, b_may_add: bool = False) -> int:
+    """Every non-volatile metric of ``a`` equal in ``b`` within ``tol`` (and the same names unless
+    ``b_may_add``: a run with more ranks adds ``global_seqlen/*``); returns how many were compared."""
     assert sorted(a) == sorted(b)
     n = 0
     for step in a:
         ra, rb = comparable(a[step]), comparable(b[step])
-        assert set(ra) == set(rb), (step, set(ra) ^ set(rb))
+        assert set(ra) <= set(rb) if b_may_add else set(ra) == set(rb), (step, set(ra) ^ set(rb))
         for k, v in ra.items():
             if isinstance(v, float) and math.isnan(v):
                 assert math.isnan(rb[k]), (step, k)
