@@ -152,3 +152,31 @@ def test_tiny_buckets_give_the_same_run(tmp_path, tiny_model_dir):
     assert runs[1][1]["weight_sync/buckets"] >= runs[1][1]["weight_sync/megabytes"] > 3
     assert runs[1][2]["weight_sync/buckets"] > 1
     assert assert_same_metrics(runs[2048], runs[1], tol=0.0) > 20
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["actor_rollout_ref.rollout.nnodes=1"], r"^`actor_rollout_ref.rollout.nnodes` is not supported yet: it sizes the rollout's own"),
+    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.n_gpus_per_node=2"],
+     r"^actor_rollout_ref.hybrid_engine=false: a rollout pool of 2 workers needs the Ray backend"),
+    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"],
+     r"^`actor_rollout_ref.rollout.checkpoint_engine.backend` is not supported yet: 'nccl'"),
+    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0"],
+     r"update_weights_bucket_megabytes: must be > 0"),
+    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=-1"], r"rollout.nnodes: must be >= 0"),
+])
+def test_settings_that_cannot_work_with_a_separate_rollout_are_one_line_errors(overrides, message):
+    from verl.config import ConfigError
+
+    with pytest.raises(ConfigError, match=message) as err:
+        load_config(None, overrides)
+    assert "\n" not in str(err.value)
+
+
+def test_rollout_pool_size_defaults_to_the_actor_world_size():
+    from verl.config.finalize import rollout_world_size
+
+    cfg = load_config(None, ["actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=4"])
+    assert rollout_world_size(cfg) == 4
+    cfg = load_config(None, ["actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=4",
+                             "actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.nnodes=3"])
+    assert rollout_world_size(cfg) == 6
