@@ -180,3 +180,21 @@ def test_rollout_pool_size_defaults_to_the_actor_world_size():
     cfg = load_config(None, ["actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=4",
                              "actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.nnodes=3"])
     assert rollout_world_size(cfg) == 6
+
+
+def test_plan_puts_the_separate_rollout_on_its_own_device():
+    from verl.trainer.plan import GIB, ModelShape, plan_memory
+
+    shape = ModelShape(n_params=1_000_000, hidden=64, layers=2, kv_dim=32, intermediate=128, vocab=1000)
+    common = ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=32", "data.max_prompt_length=6",
+              "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+              "trainer.n_gpus_per_node=2", "trainer.backend=ray"]
+    colocated = plan_memory(load_config(None, common), 8 * GIB, 100.0, shape)
+    split = plan_memory(load_config(None, [*common, "actor_rollout_ref.hybrid_engine=false",
+                                           "actor_rollout_ref.rollout.n_gpus_per_node=4"]), 8 * GIB, 100.0, shape)
+    assert "rollout_copy" in colocated.static and "rollout_copy" not in split.static
+    # 2048 sequences over 4 rollout workers = 512 each: KV 2*2*32*10*4 B + 7 sampling rows of 1000 float32
+    stage = 512 * (2 * 2 * 32 * 10 * 4 + 7 * 1000 * 4)
+    assert split.stages["rollout"] == stage and split.peak_stage == "rollout"
+    assert split.peak == 100.0 + 4e6 + stage  # runtime + one whole fp32 copy + the stage, no actor state
