@@ -54,6 +54,7 @@ class SplitActorRollout:
         self._full_always = bool(rollout_wg.streams_weights())
         self.last_sync: dict[str, float] = {}
         self.syncs = 0
+        self._closed = False
 
     # ---------------------------------------------------------------------- weight sync
     def sync_weights(self, force: bool = False) -> float:
@@ -122,6 +123,12 @@ class SplitActorRollout:
         self.actor_wg.save_checkpoint(out_dir)
 
     def shutdown(self) -> None:
-        """Release both groups."""
+        """Close the rollout engines, then release both groups (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self.rollout_wg.close()
+            except Exception:  # noqa: BLE001 - a group that already failed is gone; its error was raised
+                pass
         self.actor_wg.shutdown()
         self.rollout_wg.shutdown()

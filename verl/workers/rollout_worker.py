@@ -131,6 +131,13 @@ class RolloutWorker(Worker):
         out.meta_info.setdefault("metrics", {})["timing_s/generate_sequences"] = time.perf_counter() - start
         return out
 
+    @register(Dispatch.ONE_TO_ALL)
+    def close(self) -> None:
+        """Shut the engine down (vLLM: its engine core; an in-process one frees vLLM's per-process state)."""
+        engine, self.engine = self.engine, None
+        if engine is not None and hasattr(engine, "close"):
+            engine.close()
+
     @register(Dispatch.RANK_ZERO)
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The hf engine's weights (tests compare them with the actor's); vLLM's stay in the engine.
