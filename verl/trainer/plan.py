@@ -271,7 +271,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="cpu", help="cpu or gpu:<N>GiB")
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     ns = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    import psutil
 
     from verl.config import load_config
 
