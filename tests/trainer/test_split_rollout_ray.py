@@ -6,7 +6,6 @@ Compared with the same run on the local backend (one actor, one in-process rollo
 from __future__ import annotations
 
 import pytest
-import torch
 from run_helpers import read_metrics
 from tests.trainer.test_split_rollout import assert_same_metrics, builtin_overrides, comparable
 
