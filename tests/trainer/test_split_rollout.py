@@ -75,6 +75,19 @@ def test_separate_rollout_gives_the_colocated_metrics_on_the_builtin_task(tmp_pa
     assert split[1]["weight_sync/tensors"] > split[2]["weight_sync/tensors"] == split[3]["weight_sync/tensors"]
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("extra", [
+    {"actor_rollout_ref.rollout.mode": "async"},  # every row through its agent loop on the token server
+    {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8, "actor_rollout_ref.actor.optim.lr": 1e-2},
+    {"algorithm.adv_estimator": "remax", "actor_rollout_ref.actor.use_kl_loss": True},  # two generations per step, reference
+], ids=["agent_loop", "lora", "remax_kl"])
+def test_separate_rollout_equals_colocated_in_other_modes(tmp_path, extra):
+    runs = [_run(tmp_path / str(he), builtin_overrides(tmp_path / str(he), **{
+        "actor_rollout_ref.hybrid_engine": he, "trainer.total_training_steps": 2, "trainer.test_freq": 2, **extra}))
+        for he in (True, False)]
+    assert assert_same_metrics(*runs) > 50
+
+
 def _parts_after_one_step(tmp_path: Path, **extra: object):
     trainer = RLTrainer(config=load_config(None, builtin_overrides(tmp_path, **{
         "actor_rollout_ref.hybrid_engine": False, "trainer.total_training_steps": 1,
