@@ -211,3 +211,13 @@ def test_plan_puts_the_separate_rollout_on_its_own_device():
     stage = 512 * (2 * 2 * 32 * 10 * 4 + 7 * 1000 * 4)
     assert split.stages["rollout"] == stage and split.peak_stage == "rollout"
     assert split.peak == 100.0 + 4e6 + stage  # runtime + one whole fp32 copy + the stage, no actor state
+
+
+def test_a_rollout_pool_without_free_gpus_is_a_one_line_error():
+    from verl.config import ConfigError
+    from verl.trainer.builders import check_free_gpus
+
+    check_free_gpus(2, 2.0)
+    with pytest.raises(ConfigError, match=r"needs 2 GPU\(s\) besides the actor's, but 1 are free") as err:
+        check_free_gpus(2, 1.0)
+    assert "\n" not in str(err.value)

@@ -85,6 +85,19 @@ def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, 
     return RayWorkerGroup(worker_cls, pool.world_size, cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
 
 
+def check_free_gpus(needed: int, free: float) -> None:
+    """The rollout's own pool needs ``needed`` GPUs that the actor's pool has not reserved.
+
+    Raises:
+        ConfigError: fewer than ``needed`` GPUs are free in the Ray cluster.
+    """
+    if free < needed:
+        from verl.config import ConfigError
+
+        raise ConfigError(f"actor_rollout_ref.hybrid_engine=false: the rollout's own pool needs {needed} GPU(s) besides the "
+                          f"actor's, but {free:g} are free; lower actor_rollout_ref.rollout.n_gpus_per_node or set hybrid_engine=true")
+
+
 def build_split_rollout(cfg: RootConfig, actor_wg: Any) -> tuple[Any, Any]:
     """``hybrid_engine=false``: the rollout group and the actor behind one `SplitActorRollout`.
 
@@ -100,9 +113,14 @@ def build_split_rollout(cfg: RootConfig, actor_wg: Any) -> tuple[Any, Any]:
 
     pool = None
     if backend_of(cfg) == "ray":
+        import ray
+
         from verl.single_controller.ray import RayResourcePool
 
-        pool = RayResourcePool(rollout_world_size(cfg), cfg.trainer.device)
+        size = rollout_world_size(cfg)
+        if cfg.trainer.device == "cuda":  # else the placement group waits for devices that never come
+            check_free_gpus(size, ray.available_resources().get("GPU", 0.0))
+        pool = RayResourcePool(size, cfg.trainer.device)
     rollout_wg = build_worker_group(cfg, pool, "rollout", RolloutWorker, cfg.actor_rollout_ref, seed=cfg.trainer.seed,
                                     device=cfg.trainer.device)
     rollout_wg.init_model()
