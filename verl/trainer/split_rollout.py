@@ -73,10 +73,10 @@ class SplitActorRollout:
         while (bucket := self.actor_wg.next_weight_bucket()[0]) is not None:
             self.rollout_wg.load_weight_bucket(self.put(bucket))
             buckets += 1
-        stats = self.rollout_wg.finish_weight_update()[0]
-        if int(stats["tensors"]) != n_tensors or int(stats["buckets"]) != buckets:
-            raise RuntimeError(f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, the rollout "
-                               f"loaded {int(stats['tensors'])} in {int(stats['buckets'])}")
+        for stats in self.rollout_wg.finish_weight_update():  # every rollout rank got every bucket
+            if int(stats["tensors"]) != n_tensors or int(stats["buckets"]) != buckets:
+                raise RuntimeError(f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, a rollout "
+                                   f"rank loaded {int(stats['tensors'])} in {int(stats['buckets'])}")
         self._stale = self._full = False
         self.syncs += 1
         self.last_sync = {**stats, "seconds": time.perf_counter() - start}

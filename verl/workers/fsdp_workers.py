@@ -33,6 +33,11 @@ def _per_rank(global_size: int, world_size: int, what: str) -> int:
 class ActorRolloutRefWorker(Worker):
     """Actor, rollout and reference policy in one process, sharing one copy of the weights.
 
+    With ``hybrid_engine=false`` no rollout engine is built here: the rollout is a
+    `verl.workers.rollout_worker.RolloutWorker` group, and this worker streams its weights to it
+    bucket by bucket (`begin_weight_stream`, `next_weight_bucket`; driven by
+    `verl.trainer.split_rollout.SplitActorRollout`).
+
     Args:
         config: the ``actor_rollout_ref`` section (finalized: rollout lengths resolved).
         use_reference: build the reference policy (needed by ``use_kl_loss`` / ``use_kl_in_reward``).
@@ -47,10 +52,11 @@ class ActorRolloutRefWorker(Worker):
         self.actor_engine: FSDPTrainingEngine | None = None
         self.ref_engine: FSDPTrainingEngine | None = None
         self.rollout: Any = None  # stays None with hybrid_engine=false
+        self._stream: dict[str, Any] = {"names": [], "pos": 0}  # the weight stream in progress (hybrid_engine=false)
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int) -> None:
-        """Load actor (+ reference), build optimizer, LR schedule and the rollout engine."""
+        """Load actor (+ reference), build optimizer, LR schedule and (hybrid engine) the rollout engine."""
         import copy
 
         from verl.modules import create_model, load_tokenizer
