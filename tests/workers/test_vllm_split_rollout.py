@@ -66,7 +66,7 @@ def test_vllm_on_its_own_worker_group_generates_with_the_trained_weights(tmp_pat
     finally:
         colocated_trainer.parts.actor_rollout_wg.workers[0].rollout.engine.close()
     colocated = read_metrics(tmp_path / "colocated")
-    # same tokens and rewards; log-prob metrics within vLLM's kernel tolerance
+    # same weights, same per-row seeds: same tokens and rewards; measured max abs diff 0.0 over every metric
     for step in (1, 2, 3):
         for key in ("critic/score/mean", "response_length/mean"):
             assert split[step][key] == colocated[step][key], (step, key)
@@ -74,5 +74,5 @@ def test_vllm_on_its_own_worker_group_generates_with_the_trained_weights(tmp_pat
 
     print("max abs diff colocated vs separate vLLM:", max(abs(v - split[s][k]) for s in colocated
                                                           for k, v in comparable(colocated[s]).items() if isinstance(v, float) and v == v))
-    assert_same_metrics(colocated, split, tol=1e-3)
+    assert_same_metrics(colocated, split, tol=1e-6)
     print("update_weights s:", [split[s]["timing_s/update_weights"] for s in (1, 2, 3)])
