@@ -40,9 +40,10 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from verl.data.builtin_preference import sloppy_sum
 from verl.data.builtin_tokenizer import CHAT_TEMPLATE, build_tokenizer, load_builtin_tokenizer
