@@ -38,12 +38,19 @@ from verl.config.verl_keys_checks import translate_aliases
 from verl.config.errors import ConfigError
 from verl.config.schema import RootConfig
 
-__all__ = ["finalize", "world_size"]
+__all__ = ["finalize", "rollout_world_size", "world_size"]
 
 
 def world_size(cfg: RootConfig) -> int:
     """Number of worker processes per role: ``trainer.nnodes x trainer.n_gpus_per_node``."""
     return cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
+
+
+def rollout_world_size(cfg: RootConfig) -> int:
+    """Workers of the rollout's own group (``hybrid_engine=false``): ``rollout.nnodes x
+    rollout.n_gpus_per_node``, each 0 meaning the trainer's value."""
+    r, t = cfg.actor_rollout_ref.rollout, cfg.trainer
+    return (r.nnodes or t.nnodes) * (r.n_gpus_per_node or t.n_gpus_per_node)
 
 
 def _per_gpu_from_global(section: Any, prefix: str, total: str, per_gpu: str, world: int) -> None:

@@ -573,12 +573,21 @@ class RolloutConfig:
     # verl mirrors model.mtp here.
     layered_summon: bool = False
     # Gather LoRA weights layer by layer for the engine.
+    nnodes: int = 0
+    # Nodes of the rollout's own resource pool (actor_rollout_ref.hybrid_engine=false only);
+    # 0 = trainer.nnodes.
+    n_gpus_per_node: int = 0
+    # Devices per node of that pool (one rollout worker each); 0 = trainer.n_gpus_per_node.
 
 
 @dataclass
 class ActorRolloutRefConfig:
     hybrid_engine: bool = True
-    # Actor, rollout and reference share one process and one copy of the weights.
+    # true: actor, rollout and reference share one process and one copy of the weights.
+    # false: the rollout engine runs in its own worker group (on Ray its own resource pool of
+    # rollout.nnodes x rollout.n_gpus_per_node devices; locally a second in-process worker) with
+    # its own weights, streamed from the actor after every update in buckets of
+    # rollout.checkpoint_engine.update_weights_bucket_megabytes.
     model: ModelConfig = field(default_factory=ModelConfig)
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)

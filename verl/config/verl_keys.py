@@ -181,7 +181,8 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.multi_stage_wake_up": ("noop", "a server engine's memory wake-up; the hf engine shares the actor's weights"),
     "actor_rollout_ref.rollout.skip_tokenizer_init": ("noop", "the hf engine works on token ids only"),
     "actor_rollout_ref.rollout.layered_summon": ("noop", "the hf engine uses the actor's (LoRA) weights in place"),
-    "actor_rollout_ref.rollout.checkpoint_engine.*": ("noop", "the hf engine shares the actor's weights in-process (naive)"),
+    "actor_rollout_ref.rollout.checkpoint_engine.*": ("noop", "the colocated hf engine shares the actor's weights in-process (naive); with "
+                                                      "hybrid_engine=false update_weights_bucket_megabytes sizes the weight-sync buckets"),
     "actor_rollout_ref.rollout.prometheus.*": ("unsupported", "the hf engine exports no server metrics; use rollout.name=vllm"),
     "actor_rollout_ref.rollout.engine_kwargs": ("noop", "options of the vllm/sglang engines only"),
     "actor_rollout_ref.rollout.tensor_model_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1 or use rollout.name=vllm"),
@@ -200,7 +201,11 @@ CONDITIONAL: dict[str, str] = {
     "*.fsdp_config.optimizer_offload": "as param_offload",
     "*.fsdp_config.offload_policy": "as param_offload (FSDP2's CPUOffloadPolicy)",
     "*.fsdp_config.fsdp_size": "-1 or the world size shards over all ranks; another size (HSDP) is refused",
-    "actor_rollout_ref.hybrid_engine": "true (colocated engine) is the only mode built; false (verl's standalone rollout on its own resource pool) is refused",
+    "actor_rollout_ref.hybrid_engine": ("true: the engine is colocated with the actor; false: the rollout runs on its own worker group / "
+                                        "resource pool with its own weights, streamed in buckets after every update (refused with "
+                                        "rollout.name=vllm + LoRA, and a rollout pool > 1 on the local backend)"),
+    "actor_rollout_ref.rollout.nnodes": "sizes the rollout's own pool with hybrid_engine=false; refused when set with hybrid_engine=true",
+    "actor_rollout_ref.rollout.n_gpus_per_node": "as rollout.nnodes",
     "*.rollout_n": "verl mirrors rollout.n; another value is refused",
     "*.checkpoint.save_contents": "model, optimizer and extra are always saved; hf_model also writes the Hugging Face directory (trainer.save_hf)",
     "*.checkpoint.load_contents": "model, optimizer and extra are always restored together; a subset is refused",

@@ -134,6 +134,36 @@ def _check_dynamic_sampling(cfg: Any) -> None:
         raise ConfigError(f"algorithm.filter_groups.max_num_gen_batches: must be >= 0 (0 = no limit), got {fg.max_num_gen_batches}")
 
 
+def _check_split_rollout(cfg: Any) -> None:
+    """``hybrid_engine=false``: the rollout's own pool (`verl.trainer.split_rollout`)."""
+    arr, t = cfg.actor_rollout_ref, cfg.trainer
+    r = arr.rollout
+    for key in ("nnodes", "n_gpus_per_node"):
+        value = getattr(r, key)
+        if value < 0:
+            raise ConfigError(f"actor_rollout_ref.rollout.{key}: must be >= 0 (0 = the trainer's), got {value}")
+        if value and arr.hybrid_engine:
+            raise _refuse(f"actor_rollout_ref.rollout.{key}", "it sizes the rollout's own resource pool; set "
+                          "actor_rollout_ref.hybrid_engine=false, or leave it 0 (the colocated rollout uses the actor's workers)")
+    if arr.hybrid_engine:
+        return
+    ce = r.checkpoint_engine
+    if ce.backend != "naive":
+        raise _refuse("actor_rollout_ref.rollout.checkpoint_engine.backend", f"{ce.backend!r}: the separate rollout "
+                      "receives buckets through the controller (Ray's object store on Ray); set it to naive")
+    if ce.update_weights_bucket_megabytes <= 0:
+        raise ConfigError("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes: must be > 0, "
+                          f"got {ce.update_weights_bucket_megabytes}")
+    if r.name == "vllm" and arr.model.lora_rank > 0:
+        raise _refuse("actor_rollout_ref.hybrid_engine", "false with rollout.name=vllm and LoRA (the adapter hand-over "
+                      "is built only for the colocated engine); set hybrid_engine=true or use rollout.name=hf")
+    size = (r.nnodes or t.nnodes) * (r.n_gpus_per_node or t.n_gpus_per_node)
+    local = t.backend == "local" or (t.backend == "auto" and t.nnodes * t.n_gpus_per_node == 1)
+    if local and size != 1:
+        raise ConfigError(f"actor_rollout_ref.hybrid_engine=false: a rollout pool of {size} workers needs the Ray backend "
+                          f"(trainer.backend=ray); the local backend runs one rollout worker")
+
+
 def check_conditional(cfg: Any) -> None:
     """Refuses the :data:`~verl.config.verl_keys.CONDITIONAL` settings that cannot take effect.
 
@@ -141,11 +171,7 @@ def check_conditional(cfg: Any) -> None:
         ConfigError: "`<key>` is not supported yet: <what to do>".
     """
     arr = cfg.actor_rollout_ref
-    if not arr.hybrid_engine:
-        # verl's key for a rollout engine on its own resource pool (its standalone rollout mode)
-        raise _refuse("actor_rollout_ref.hybrid_engine", "false (the rollout engine on its own resource pool) is not "
-                      "built yet; set it true: the engine is colocated with the actor (rollout.name=vllm with agent "
-                      "loops already runs vLLM's engine core in a child process)")
+    _check_split_rollout(cfg)
     if arr.rollout.name == "hf" and arr.rollout.logprobs_mode != "processed_logprobs":
         raise _refuse("actor_rollout_ref.rollout.logprobs_mode", "the hf engine returns log-probs after temperature (processed_logprobs)")
     new, old = cfg.reward_manager.name, cfg.reward_model.reward_manager

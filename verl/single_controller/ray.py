@@ -102,6 +102,10 @@ class _WorkerHost:
         self.worker = worker_cls(*args, **kwargs)
 
     def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+        import ray
+
+        # an argument stored once with `RayWorkerGroup.put` (one object-store copy for every rank)
+        args = tuple(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args)
         return getattr(self.worker, name)(*args, **kwargs)
 
     def pid(self) -> int:
@@ -197,6 +201,14 @@ class RayWorkerGroup(BaseWorkerGroup):
             f"rank(s) {pending}" + (f"; rank(s) {stopped} were stopped (SIGSTOP)" if stopped else "")
             + f"; every worker's stack is in {where}; the last checkpoint is intact"
         )
+
+    def put(self, obj: Any) -> Any:
+        """Store ``obj`` once in Ray's object store; pass the returned reference as a method's
+        positional argument and every rank receives the object (fetched from the store, not
+        pickled once per rank by the driver)."""
+        import ray
+
+        return ray.put(obj)
 
     def worker_pids(self) -> list[int]:
         """OS process ids of the ranks (for tests and diagnostics)."""

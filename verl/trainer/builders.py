@@ -3,8 +3,10 @@
 Placement and backend are decided here and only here (STYLE.md 10): world size =
 ``trainer.nnodes * trainer.n_gpus_per_node``; ``trainer.backend=auto`` means ``local`` (the
 workers live in the driver process) for world size 1 and ``ray`` otherwise. On Ray the actor,
-rollout and reference share one resource pool (hybrid engine); the critic and the reward model
-join it (``placement=colocated``, default) or get a pool of their own (``separate``).
+rollout and reference share one resource pool (hybrid engine) unless
+``actor_rollout_ref.hybrid_engine=false`` gives the rollout its own (`build_split_rollout`); the
+critic and the reward model join the actor's pool (``placement=colocated``, default) or get a pool
+of their own (``separate``).
 """
 
 from __future__ import annotations
@@ -65,7 +67,10 @@ def build_resource_pool(cfg: RootConfig) -> Any:
 
 
 def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, *args: Any, **kwargs: Any) -> Any:
-    """A worker group of ``worker_cls`` on the configured backend (``pool``: see `build_resource_pool`)."""
+    """A worker group of ``worker_cls`` on the configured backend (``pool``: see `build_resource_pool`).
+
+    On Ray the group has one rank per bundle of ``pool``.
+    """
     if pool is None:
         from verl.single_controller.local import LocalWorkerGroup
         from verl.single_controller.watchdog import CallDeadlines
@@ -77,7 +82,49 @@ def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, 
         return group
     from verl.single_controller.ray import RayWorkerGroup
 
-    return RayWorkerGroup(worker_cls, world_size(cfg), cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
+    return RayWorkerGroup(worker_cls, pool.world_size, cfg.trainer, *args, role=role, resource_pool=pool, **kwargs)
+
+
+def check_free_gpus(needed: int, free: float) -> None:
+    """The rollout's own pool needs ``needed`` GPUs that the actor's pool has not reserved.
+
+    Raises:
+        ConfigError: fewer than ``needed`` GPUs are free in the Ray cluster.
+    """
+    if free < needed:
+        from verl.config import ConfigError
+
+        raise ConfigError(f"actor_rollout_ref.hybrid_engine=false: the rollout's own pool needs {needed} GPU(s) besides the "
+                          f"actor's, but {free:g} are free; lower actor_rollout_ref.rollout.n_gpus_per_node or set hybrid_engine=true")
+
+
+def build_split_rollout(cfg: RootConfig, actor_wg: Any) -> tuple[Any, Any]:
+    """``hybrid_engine=false``: the rollout group and the actor behind one `SplitActorRollout`.
+
+    On Ray the rollout gets its own `RayResourcePool` of `rollout_world_size` bundles (its own
+    devices); on the local backend it is a second in-process worker with its own weights.
+
+    Returns:
+        (the combined actor-rollout group, the rollout's pool or None).
+    """
+    from verl.config.finalize import rollout_world_size
+    from verl.trainer.split_rollout import SplitActorRollout
+    from verl.workers.rollout_worker import RolloutWorker
+
+    pool = None
+    if backend_of(cfg) == "ray":
+        import ray
+
+        from verl.single_controller.ray import RayResourcePool
+
+        size = rollout_world_size(cfg)
+        if cfg.trainer.device == "cuda":  # else the placement group waits for devices that never come
+            check_free_gpus(size, ray.available_resources().get("GPU", 0.0))
+        pool = RayResourcePool(size, cfg.trainer.device)
+    rollout_wg = build_worker_group(cfg, pool, "rollout", RolloutWorker, cfg.actor_rollout_ref, seed=cfg.trainer.seed,
+                                    device=cfg.trainer.device)
+    rollout_wg.init_model()
+    return SplitActorRollout(actor_wg, rollout_wg), pool
 
 
 def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
@@ -114,6 +161,9 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
                                   seed=cfg.trainer.seed, device=cfg.trainer.device)
     actor_wg.init_model(total)
     critic_wg, extra_pools = None, []
+    if not cfg.actor_rollout_ref.hybrid_engine:
+        actor_wg, rollout_pool = build_split_rollout(cfg, actor_wg)
+        extra_pools.append(rollout_pool)
     if cfg.critic.enable:
         critic_pool = pool if cfg.critic.placement == "colocated" else build_resource_pool(cfg)
         extra_pools.append(critic_pool)

@@ -26,6 +26,11 @@ model's config on the meta device; nothing is loaded):
 - **runtime**: the interpreter with torch, transformers and verl imported, **measured** in this
   process on CPU (its RSS right before planning), or a fixed 0.5 GiB CUDA context on a GPU.
 
+With ``actor_rollout_ref.hybrid_engine=false`` the rollout runs on devices of its own: the
+actor's devices hold no rollout copy, and the **rollout** stage is planned for a rollout device
+(runtime + one whole copy of the parameters + the KV cache and sampling buffers of its
+``batch / rollout world size`` sequences); the peak is the larger of the two kinds of device.
+
 Tokens per micro-batch are the real tokens under ``use_remove_padding`` (packed) and
 ``rows · (max_prompt_length + max_response_length)`` otherwise; scored positions K are the
 response tokens (packed) or ``rows · (R + 1)`` (padded). The peak is runtime + static + the
@@ -42,6 +47,8 @@ import re
 import sys
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from verl.config.finalize import rollout_world_size
 
 __all__ = ["ModelShape", "MemoryPlan", "main", "plan_memory"]
 
@@ -173,7 +180,8 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
     static = {"actor_params": actor.n_params * pb / world, "actor_adam": 2 * actor.n_params * 4 / world}
     if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
         static["ref_params"] = actor.n_params * pb / world
-    if world > 1:
+    split = not arr.hybrid_engine  # the rollout on its own devices (module docstring)
+    if world > 1 and not split:
         static["rollout_copy"] = actor.n_params * pb
     if critic is not None:
         static["critic_params_adam"] = 3 * critic.n_params * 4 / world
@@ -183,12 +191,18 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
     if arr.actor.use_dynamic_bsz:
         tokens = min(tokens, arr.actor.ppo_max_token_len_per_gpu)
         scored = tokens * cfg.data.max_response_length / (cfg.data.max_prompt_length + cfg.data.max_response_length)
-    gen_rows = min(rows, arr.rollout.max_num_seqs)
+    gen_rows = min(cfg.data.train_batch_size * arr.rollout.n // (rollout_world_size(cfg) if split else world), arr.rollout.max_num_seqs)
     stages = _stage_bytes(cfg, actor, critic, world, gen_rows, tokens, scored)
     base = runtime_bytes + sum(static.values())
-    peak_stage = max(stages, key=stages.get)
-    peak = base + stages[peak_stage]
+    totals = {k: base + v for k, v in stages.items()}
     recommend = _recommend(cfg, actor, critic, world, device_bytes * HEADROOM - base, rows)
+    if split:  # a rollout device holds the runtime, one whole copy of the weights and its stage only
+        rollout_base = runtime_bytes + actor.n_params * pb
+        totals["rollout"] = rollout_base + stages["rollout"]
+        recommend["rollout.max_num_seqs"] = _recommend(cfg, actor, critic, world, device_bytes * HEADROOM - rollout_base,
+                                                       rows)["rollout.max_num_seqs"]
+    peak_stage = max(totals, key=totals.get)
+    peak = totals[peak_stage]
     return MemoryPlan(device_bytes, runtime_bytes, static, stages, peak, peak_stage, peak <= device_bytes * HEADROOM,
                       recommend)
 

@@ -33,6 +33,11 @@ def _per_rank(global_size: int, world_size: int, what: str) -> int:
 class ActorRolloutRefWorker(Worker):
     """Actor, rollout and reference policy in one process, sharing one copy of the weights.
 
+    With ``hybrid_engine=false`` no rollout engine is built here: the rollout is a
+    `verl.workers.rollout_worker.RolloutWorker` group, and this worker streams its weights to it
+    bucket by bucket (`begin_weight_stream`, `next_weight_bucket`; driven by
+    `verl.trainer.split_rollout.SplitActorRollout`).
+
     Args:
         config: the ``actor_rollout_ref`` section (finalized: rollout lengths resolved).
         use_reference: build the reference policy (needed by ``use_kl_loss`` / ``use_kl_in_reward``).
@@ -46,10 +51,12 @@ class ActorRolloutRefWorker(Worker):
         self.actor: PPOActor | None = None
         self.actor_engine: FSDPTrainingEngine | None = None
         self.ref_engine: FSDPTrainingEngine | None = None
+        self.rollout: Any = None  # stays None with hybrid_engine=false
+        self._stream: dict[str, Any] = {"names": [], "pos": 0}  # the weight stream in progress (hybrid_engine=false)
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int) -> None:
-        """Load actor (+ reference), build optimizer, LR schedule and the rollout engine."""
+        """Load actor (+ reference), build optimizer, LR schedule and (hybrid engine) the rollout engine."""
         import copy
 
         from verl.modules import create_model, load_tokenizer
@@ -63,23 +70,32 @@ class ActorRolloutRefWorker(Worker):
         # sharded actor: the hf rollout generates with an unsharded copy (see rollout_sync); other
         # engines hold their own weights and only read the actor's config here
         in_place = cfg.rollout.name == "hf"
-        rollout_module = module if self.world_size == 1 or not in_place else copy.deepcopy(module).requires_grad_(False)
+        shared = self.world_size == 1 or not in_place or not cfg.hybrid_engine
+        rollout_module = module if shared else copy.deepcopy(module).requires_grad_(False)
         self.actor_engine = build_engine(module, cfg.actor.fsdp_config, self.world_size, optim=cfg.actor.optim,
                                          total_steps=total_training_steps, grad_clip=cfg.actor.grad_clip, device=self.device)
         self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
         if self.use_reference and cfg.model.lora_rank == 0:
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
             self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
+        self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
+        if not cfg.hybrid_engine:  # the rollout lives in its own worker group (RolloutWorker), fed by next_weight_bucket
+            return
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         engine = wrap_rollout_engine(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), cfg.rollout, tokenizer)
         self.rollout = SyncedRollout(engine, shared=self.world_size == 1 and in_place)
         if not in_place:  # the engine starts from the actor's config only: give it the weights
             self.rollout.sync_weights(self.actor_engine, force=True)
-        self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Responses for ``prompts`` (already repeated ``rollout.n`` times by the trainer)."""
+        """Responses for ``prompts`` (already repeated ``rollout.n`` times by the trainer).
+
+        Raises:
+            RuntimeError: ``hybrid_engine=false`` (the rollout is another worker group).
+        """
+        if self.rollout is None:
+            raise RuntimeError("hybrid_engine=false: this actor has no rollout engine; generate on the RolloutWorker group")
         start = time.perf_counter()
         self.rollout.sync_weights(self.actor_engine)
         with self.actor_engine.on_device():  # world size 1 generates with the actor's own weights
@@ -121,8 +137,38 @@ class ActorRolloutRefWorker(Worker):
         start = time.perf_counter()
         metrics = self.actor.update_policy(data, self.config.rollout.temperature, self.mini_batch_size)
         metrics["timing_s/update_actor_worker"] = time.perf_counter() - start
-        self.rollout.mark_stale()
+        if self.rollout is not None:
+            self.rollout.mark_stale()
         return DataProto(meta_info={"metrics": metrics})
+
+    @register(Dispatch.ONE_TO_ALL)
+    def begin_weight_stream(self, trainable_only: bool) -> int:
+        """Start streaming the weights to a separate rollout (`next_weight_bucket`); returns the tensor count.
+
+        Args:
+            trainable_only: send only parameters with ``requires_grad`` (after the first full sync).
+        """
+        from verl.workers.weight_stream import stream_names
+
+        self._stream = {"names": stream_names(self.actor_engine.module, trainable_only), "pos": 0}
+        return len(self._stream["names"])
+
+    @register(Dispatch.ONE_TO_ALL)
+    def next_weight_bucket(self) -> list[tuple[str, torch.Tensor]] | None:
+        """The next bucket of full tensors (``rollout.checkpoint_engine.update_weights_bucket_megabytes``).
+
+        Every rank joins the gathers (FSDP2); rank 0 returns the bucket (CPU tensors), the other
+        ranks an empty list; every rank returns None once the stream is exhausted.
+        """
+        from verl.workers.weight_stream import gather_bucket
+
+        names, pos = self._stream["names"], self._stream["pos"]
+        if pos >= len(names):
+            return None
+        bucket_bytes = self.config.rollout.checkpoint_engine.update_weights_bucket_megabytes * 2**20
+        with self.actor_engine.on_device():
+            bucket, self._stream["pos"] = gather_bucket(self.actor_engine.module, names, pos, bucket_bytes, keep=self.rank == 0)
+        return bucket
 
     @register(Dispatch.RANK_ZERO)
     def num_parameters(self) -> int:
@@ -138,7 +184,8 @@ class ActorRolloutRefWorker(Worker):
     def load_checkpoint(self, in_dir: str) -> None:
         """Restore `save_checkpoint`'s files (any world size) and refresh the rollout weights."""
         self.actor_engine.load(in_dir)
-        self.rollout.sync_weights(self.actor_engine, force=True)
+        if self.rollout is not None:  # a separate rollout is re-synced by its driver (split_rollout)
+            self.rollout.sync_weights(self.actor_engine, force=True)
 
 
 class CriticWorker(Worker):

@@ -89,6 +89,10 @@ class VLLMAsyncTokenEngine:
         self.weights.update(state_dict_or_model)
         self._call(self.engine.reset_prefix_cache())
 
+    def reset_prefix_cache(self) -> None:
+        """Drop cached KV (computed with the previous weights)."""
+        self._call(self.engine.reset_prefix_cache())
+
     def sleep(self, level: int = 1) -> None:
         """vLLM sleep mode (GPU): level 1 offloads the weights and frees the KV cache."""
         self._call(self.engine.sleep(level))

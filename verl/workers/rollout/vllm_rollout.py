@@ -117,6 +117,9 @@ class _OfflineLLM:
         self.weights.update(state_dict_or_model)
         self.llm.reset_prefix_cache()
 
+    def reset_prefix_cache(self) -> None:
+        self.llm.reset_prefix_cache()
+
     def run_batch(self, prompts: list[list[int]], params: list[Any], lora_request: Any = None) -> list[Any]:
         return self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
                                  lora_request=lora_request or self.weights.lora_request())
@@ -230,6 +233,27 @@ class VLLMRollout:
         self.wake_up()
         self.backend.update_weights(state_dict_or_model)
         self.last_update_s = time.perf_counter() - start
+
+    # bucket by bucket, from a rollout worker on its own resource pool (hybrid_engine=false)
+    def begin_weight_update(self) -> None:
+        """Start a full-state update whose buckets arrive one call at a time (`load_weight_bucket`)."""
+        self._update_start = time.perf_counter()
+        self.wake_up()
+        self.weights.begin()
+
+    def load_weight_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        """Load one bucket of ``(checkpoint name, full tensor)`` in place."""
+        self.weights.load_bucket(bucket)
+
+    def finish_weight_update(self) -> None:
+        """Repack the reloaded layers and drop the prefix cache (stale KV).
+
+        Raises:
+            RuntimeError: the engine has parameters the update did not cover.
+        """
+        self.weights.finish()
+        self.backend.reset_prefix_cache()
+        self.last_update_s = time.perf_counter() - getattr(self, "_update_start", time.perf_counter())
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt; same inputs and outputs as `HFRollout.generate_sequences`.

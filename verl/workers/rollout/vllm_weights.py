@@ -151,17 +151,35 @@ class EngineWeightSync:
         self.synced = True
 
     def _load_buckets(self, buckets: Iterator[list[tuple[str, torch.Tensor]]]) -> None:
-        self.rpc("verl_begin_weight_update", ())
+        self.begin()
         for bucket in buckets:
-            if self.via_files:
-                self._load_bucket_file(bucket)
-            else:
-                self.rpc("verl_load_bucket", (bucket,))
-            self.last_tensors += len(bucket)
-            self.last_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+            self.load_bucket(bucket)
+        self.finish()
+
+    def begin(self) -> None:
+        """Start a full-state update fed bucket by bucket (`load_bucket`, then `finish`)."""
+        self.last_bytes = self.last_tensors = 0
+        self.rpc("verl_begin_weight_update", ())
+
+    def load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        """Load one bucket of ``(checkpoint name, full tensor)`` into the engine."""
+        if self.via_files:
+            self._load_bucket_file(bucket)
+        else:
+            self.rpc("verl_load_bucket", (bucket,))
+        self.last_tensors += len(bucket)
+        self.last_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
+
+    def finish(self) -> None:
+        """End the update: the engine processes (repacks) the reloaded layers.
+
+        Raises:
+            RuntimeError: the engine has parameters the update did not cover.
+        """
         missing = self.rpc("verl_finish_weight_update", ())[0]
         if missing:
             raise RuntimeError(f"vLLM weight update left {len(missing)} engine parameters unset, e.g. {missing[:3]}")
+        self.synced = True
 
     def _load_bucket_file(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         import os

@@ -1,0 +1,134 @@
+"""The actor and a rollout on its own worker group, seen by the loop as one actor-rollout group.
+
+With ``actor_rollout_ref.hybrid_engine=false`` the builder (`verl.trainer.builders`) makes two
+groups: `ActorRolloutRefWorker` without a rollout engine, and `verl.workers.rollout_worker.RolloutWorker`
+(on Ray: its own `RayResourcePool`; locally: a second in-process group with its own weights).
+`SplitActorRollout` presents them with the `ActorRolloutGroup` methods, so ``RLTrainer.fit`` is
+the same loop whether the rollout is colocated or not (STYLE.md 10):
+
+* ``update_actor`` (and ``load_checkpoint``) mark the rollout stale; the next
+  ``generate_sequences`` (training, validation, ReMax's greedy baseline) first syncs the weights,
+  then generates on the rollout group. Syncing lazily, right before generation, is what the
+  colocated `SyncedRollout` does, so a checkpoint load followed by validation is synced too.
+* A sync streams buckets: every actor rank joins the gather of a bucket (FSDP2), rank 0 returns
+  it, the driver puts it once into the transport (``ray.put`` on Ray: one object-store copy, the
+  same reference handed to every rollout rank; in process: the tensors themselves) and every
+  rollout rank loads it in place. Bucket size: ``rollout.checkpoint_engine.update_weights_bucket_megabytes``.
+* The first sync and every sync after a checkpoint load are full (all state-dict entries);
+  later ones send only the trainable parameters, unless the engine holds its own weights
+  (vLLM: always full, see `RolloutWorker`).
+* Metrics added to ``generate_sequences``'s output: ``timing_s/update_weights`` (seconds of this
+  call's sync, 0 when the rollout was current, verl's name), ``weight_sync/buckets``,
+  ``weight_sync/tensors`` and ``weight_sync/megabytes`` (of the last sync).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from verl.protocol import DataProto
+
+__all__ = ["SplitActorRollout"]
+
+
+class SplitActorRollout:
+    """An `ActorRolloutGroup` over an actor group and a separate rollout group.
+
+    Args:
+        actor_wg: group of `ActorRolloutRefWorker` built with ``hybrid_engine=false``.
+        rollout_wg: group of `RolloutWorker` (``init_model`` already called).
+        put: ``put(obj) -> handle`` storing one bucket once for every rollout rank (the rollout
+            group's ``put`` on Ray; identity in process).
+
+    Attributes:
+        last_sync: what the last sync moved (``buckets``, ``tensors``, ``bytes``, ``seconds``).
+        syncs: number of syncs done.
+    """
+
+    def __init__(self, actor_wg: Any, rollout_wg: Any, put: Any = None) -> None:
+        self.actor_wg, self.rollout_wg = actor_wg, rollout_wg
+        self.world_size = actor_wg.world_size
+        self.put = put or getattr(rollout_wg, "put", None) or (lambda obj: obj)
+        self._stale, self._full = True, True
+        self._full_always = bool(rollout_wg.streams_weights())
+        self.last_sync: dict[str, float] = {}
+        self.syncs = 0
+        self._closed = False
+
+    # ---------------------------------------------------------------------- weight sync
+    def sync_weights(self, force: bool = False) -> float:
+        """Stream the actor's weights to every rollout rank when stale (or ``force``); returns seconds.
+
+        Raises:
+            RuntimeError: the rollout's share of the sync disagrees with what was sent.
+        """
+        if not (self._stale or force):
+            return 0.0
+        start = time.perf_counter()
+        full = self._full or force or self._full_always
+        n_tensors = self.actor_wg.begin_weight_stream(not full)[0]
+        self.rollout_wg.begin_weight_update()
+        buckets = 0
+        while (bucket := self.actor_wg.next_weight_bucket()[0]) is not None:
+            self.rollout_wg.load_weight_bucket(self.put(bucket))
+            buckets += 1
+        for stats in self.rollout_wg.finish_weight_update():  # every rollout rank got every bucket
+            if int(stats["tensors"]) != n_tensors or int(stats["buckets"]) != buckets:
+                raise RuntimeError(f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, a rollout "
+                                   f"rank loaded {int(stats['tensors'])} in {int(stats['buckets'])}")
+        self._stale = self._full = False
+        self.syncs += 1
+        self.last_sync = {**stats, "seconds": time.perf_counter() - start}
+        return self.last_sync["seconds"]
+
+    # ------------------------------------------------------------------ ActorRolloutGroup
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        """Sync if the actor changed, then generate on the rollout group."""
+        sync_s = self.sync_weights()
+        out = self.rollout_wg.generate_sequences(prompts)
+        metrics = out.meta_info.setdefault("metrics", {})
+        metrics["timing_s/update_weights"] = sync_s
+        if self.last_sync:
+            metrics["weight_sync/buckets"] = self.last_sync["buckets"]
+            metrics["weight_sync/tensors"] = self.last_sync["tensors"]
+            metrics["weight_sync/megabytes"] = self.last_sync["bytes"] / 2**20
+        return out
+
+    def update_actor(self, data: DataProto) -> DataProto:
+        """Update the actor; the rollout is stale until the next generation."""
+        out = self.actor_wg.update_actor(data)
+        self._stale = True
+        return out
+
+    def load_checkpoint(self, in_dir: str) -> None:
+        """Restore the actor; the next generation re-syncs the rollout fully."""
+        self.actor_wg.load_checkpoint(in_dir)
+        self._stale = self._full = True
+
+    def compute_log_prob(self, data: DataProto) -> DataProto:
+        """``old_log_probs`` and ``entropys`` `(B, R)` from the actor."""
+        return self.actor_wg.compute_log_prob(data)
+
+    def compute_ref_log_prob(self, data: DataProto) -> DataProto:
+        """``ref_log_prob`` `(B, R)` from the actor group's reference."""
+        return self.actor_wg.compute_ref_log_prob(data)
+
+    def num_parameters(self) -> int:
+        """Actor parameter count."""
+        return self.actor_wg.num_parameters()
+
+    def save_checkpoint(self, out_dir: str) -> None:
+        """Write the actor's engine state (the rollout's weights are the actor's)."""
+        self.actor_wg.save_checkpoint(out_dir)
+
+    def shutdown(self) -> None:
+        """Close the rollout engines, then release both groups (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self.rollout_wg.close()
+            except Exception:  # noqa: BLE001 - a group that already failed is gone; its error was raised
+                pass
+        self.actor_wg.shutdown()
+        self.rollout_wg.shutdown()
