@@ -135,18 +135,36 @@ def test_compiled_sampling_equals_eager_within_tolerance(model: nn.Module, sampl
 
 
 @pytest.mark.e2e
-def test_compiled_decode_reuses_its_graph_and_follows_weight_updates(model: nn.Module, monkeypatch) -> None:
+def test_compiled_decode_reuses_its_graph_and_follows_weight_updates(model: nn.Module) -> None:
     """New prompt lengths, batch sizes (> 1: Dynamo specialises sizes 0 and 1) and in-place weight
     updates never recompile (dynamic shapes; parameters are graph inputs), and the compiled step
     reads the updated weights."""
     _engine(model, True, do_sample=False).generate_sequences(_prompts(PROMPTS))  # compiled (or cached)
-    monkeypatch.setattr(torch._dynamo.config, "error_on_recompile", True)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(0.05 * torch.randn_like(p))
     for rows in ([[5, 6, 7, 8, 9, 10, 11], [3, 4]], PROMPTS[:3] + [[1, 2, 3, 4, 5, 6, 7, 8, 9]] + PROMPTS[:2]):
         batch = _prompts(rows)
         eager = _engine(model, False, do_sample=False).generate_sequences(batch)
-        compiled = _engine(model, True, do_sample=False, max_num_seqs=3).generate_sequences(batch)  # 3 + 3 rows
+        with torch._dynamo.config.patch(error_on_recompile=True):
+            compiled = _engine(model, True, do_sample=False, max_num_seqs=3).generate_sequences(batch)  # 3 + 3 rows
         assert torch.equal(compiled.batch["responses"], eager.batch["responses"])
         assert torch.allclose(compiled.batch["rollout_log_probs"], eager.batch["rollout_log_probs"], atol=LOGP_ATOL)
+
+
+@pytest.mark.e2e
+def test_agent_loop_server_path_uses_the_same_compiled_step(model: nn.Module) -> None:
+    """The agent-loop server calls the engine's batch decode directly: same tokens as eager, and the
+    graph compiled for `generate_sequences` serves it (the attention switch applies there too)."""
+    from verl.workers.rollout.hf_server import HFTokenServer
+    from verl.workers.rollout.request import TokenRequest
+    from verl.workers.rollout.sampling import SamplingParams
+
+    _engine(model, True, do_sample=False).generate_sequences(_prompts(PROMPTS))  # compiled (or cached)
+    requests = [TokenRequest(prompt_ids=p, sampling=SamplingParams(do_sample=False), max_new_tokens=5) for p in PROMPTS[:2]]
+    eager = HFTokenServer(_engine(model, False)).generate_batch(requests)
+    with torch._dynamo.config.patch(error_on_recompile=True):
+        compiled = HFTokenServer(_engine(model, True)).generate_batch(requests)
+    assert [o.token_ids for o in compiled] == [o.token_ids for o in eager]
+    assert np.allclose([o.log_probs for o in compiled], [o.log_probs for o in eager], atol=LOGP_ATOL)
+    assert model.config._attn_implementation == "sdpa"

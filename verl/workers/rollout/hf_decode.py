@@ -157,5 +157,7 @@ class DecodeStep:
             `(B, V)` float logits.
         """
         if self.compiled:
-            return _compiled_forward(module, input_ids, full_mask, position_ids, cache_kwarg)
+            # a column of the (B, R) responses has stride R, which Dynamo would specialise on: a
+            # contiguous copy of the B ids keeps one graph across response lengths
+            return _compiled_forward(module, input_ids.contiguous(), full_mask, position_ids, cache_kwarg)
         return _forward_last_logits(module, input_ids, full_mask[:, :filled], position_ids, cache_kwarg)

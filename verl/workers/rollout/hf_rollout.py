@@ -187,7 +187,7 @@ class HFRollout:
         was_training = self.module.training
         self.module.eval()
         try:
-            with torch.no_grad(), self._autocast(), self._decode.session(self.module):
+            with torch.no_grad(), self._autocast():
                 for start in range(0, input_ids.shape[0], step):
                     rows = slice(start, start + step)
                     seeds = batch["sample_seeds"][rows] if "sample_seeds" in batch.keys() else None
@@ -232,7 +232,13 @@ class HFRollout:
             return StaticCache(config=config, max_cache_len=max_len)
         return DynamicCache(config=config)
 
-    def _generate_batch(
+    def _generate_batch(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`_decode_batch` inside the decode step's session (`DecodeStep.session`); also the entry
+        point of the agent-loop server (`verl.workers.rollout.hf_server`)."""
+        with self._decode.session(self.module):
+            return self._decode_batch(*args)
+
+    def _decode_batch(
         self,
         input_ids: torch.Tensor,
         attention_mask: torch.Tensor,
