@@ -26,9 +26,9 @@ under compile too; every other call (prefill, training forwards) is transformers
 
 Rows that finish keep being decoded (their tokens are then overwritten by the pad id), so the
 batch size is constant within a call. ``dynamic=True`` marks the batch size and the cache length
-symbolic from the first compile: a new prompt length, response length or micro-batch size (> 1;
-Dynamo specialises sizes 0 and 1) reuses the compiled
-step instead of recompiling (without it the first two such changes each cost a full compile).
+symbolic from the first compile: a new prompt length, response length or micro-batch size
+(> 1; Dynamo specialises sizes 0 and 1) reuses the compiled step instead of recompiling
+(without it the first two such changes each cost a full compile).
 The prefill stays eager: it runs once per call, with the prompt length as its shape.
 
 Compiled kernels may reorder float operations, so logits (hence ``rollout_log_probs`` and, when
