@@ -10,10 +10,12 @@ the same loop whether the rollout is colocated or not (STYLE.md 10):
   ``generate_sequences`` (training, validation, ReMax's greedy baseline) first syncs the weights,
   then generates on the rollout group. Syncing lazily, right before generation, is what the
   colocated `SyncedRollout` does, so a checkpoint load followed by validation is synced too.
-* A sync streams buckets: every actor rank joins the gather of a bucket (FSDP2), rank 0 returns
-  it, the driver puts it once into the transport (``ray.put`` on Ray: one object-store copy, the
-  same reference handed to every rollout rank; in process: the tensors themselves) and every
-  rollout rank loads it in place. Bucket size: ``rollout.checkpoint_engine.update_weights_bucket_megabytes``.
+* A sync streams buckets: the actor plans the buckets (``begin_weight_stream`` returns their
+  count), every actor rank joins the gather of a bucket (FSDP2), rank 0 keeps it where it was made
+  (`call_by_reference`: on Ray one object in the object store, owned by actor rank 0; in process
+  the tensors themselves) and the reference goes straight to every rollout rank, which fetches the
+  bucket from the store and loads it in place. The driver never holds a bucket's bytes. Bucket
+  size: ``rollout.checkpoint_engine.update_weights_bucket_megabytes``.
 * The first sync and every sync after a checkpoint load are full (all state-dict entries);
   later ones send only the trainable parameters, unless the engine holds its own weights
   (vLLM: always full, see `RolloutWorker`).
@@ -38,18 +40,15 @@ class SplitActorRollout:
     Args:
         actor_wg: group of `ActorRolloutRefWorker` built with ``hybrid_engine=false``.
         rollout_wg: group of `RolloutWorker` (``init_model`` already called).
-        put: ``put(obj) -> handle`` storing one bucket once for every rollout rank (the rollout
-            group's ``put`` on Ray; identity in process).
 
     Attributes:
         last_sync: what the last sync moved (``buckets``, ``tensors``, ``bytes``, ``seconds``).
         syncs: number of syncs done.
     """
 
-    def __init__(self, actor_wg: Any, rollout_wg: Any, put: Any = None) -> None:
+    def __init__(self, actor_wg: Any, rollout_wg: Any) -> None:
         self.actor_wg, self.rollout_wg = actor_wg, rollout_wg
         self.world_size = actor_wg.world_size
-        self.put = put or getattr(rollout_wg, "put", None) or (lambda obj: obj)
         self._stale, self._full = True, True
         self._full_always = bool(rollout_wg.streams_weights())
         self.last_sync: dict[str, float] = {}
@@ -67,12 +66,12 @@ class SplitActorRollout:
             return 0.0
         start = time.perf_counter()
         full = self._full or force or self._full_always
-        n_tensors = self.actor_wg.begin_weight_stream(not full)[0]
+        n_tensors, buckets = self.actor_wg.begin_weight_stream(not full)[0]
         self.rollout_wg.begin_weight_update()
-        buckets = 0
-        while (bucket := self.actor_wg.next_weight_bucket()[0]) is not None:
-            self.rollout_wg.load_weight_bucket(self.put(bucket))
-            buckets += 1
+        for _ in range(buckets):
+            bucket = self.actor_wg.call_by_reference("next_weight_bucket")[0]  # every actor rank gathers, rank 0's result
+            self.rollout_wg.load_weight_bucket(bucket)
+            del bucket  # the last reference, dropped before the next gather: one bucket in the store at a time
         for stats in self.rollout_wg.finish_weight_update():  # every rollout rank got every bucket
             if int(stats["tensors"]) != n_tensors or int(stats["buckets"]) != buckets:
                 raise RuntimeError(f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, a rollout "
