@@ -19,8 +19,10 @@ the same loop whether the rollout is colocated or not (STYLE.md 10):
 * The first sync and every sync after a checkpoint load are full (all state-dict entries);
   later ones send only the trainable parameters, unless the engine holds its own weights
   (vLLM: always full, see `RolloutWorker`).
-* Metrics added to ``generate_sequences``'s output: ``timing_s/update_weights`` (seconds of this
-  call's sync, 0 when the rollout was current, verl's name), ``weight_sync/buckets``,
+* Metrics added to ``update_actor``'s output, so once per RL step whatever the step does
+  between two updates (validation, ReMax's second generation, several DAPO generation batches):
+  ``timing_s/update_weights`` (verl's name: seconds of every sync since the previous report, 0
+  when none ran; a sync that validation triggered counts in the next step), ``weight_sync/buckets``,
   ``weight_sync/tensors`` and ``weight_sync/megabytes`` (of the last sync).
 """
 
@@ -53,6 +55,7 @@ class SplitActorRollout:
         self._full_always = bool(rollout_wg.streams_weights())
         self.last_sync: dict[str, float] = {}
         self.syncs = 0
+        self._unreported_s = 0.0  # sync seconds not yet in a step's metrics
         self._closed = False
 
     # ---------------------------------------------------------------------- weight sync
@@ -79,25 +82,25 @@ class SplitActorRollout:
         self._stale = self._full = False
         self.syncs += 1
         self.last_sync = {**stats, "seconds": time.perf_counter() - start}
+        self._unreported_s += self.last_sync["seconds"]
         return self.last_sync["seconds"]
 
     # ------------------------------------------------------------------ ActorRolloutGroup
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sync if the actor changed, then generate on the rollout group."""
-        sync_s = self.sync_weights()
-        out = self.rollout_wg.generate_sequences(prompts)
+        self.sync_weights()
+        return self.rollout_wg.generate_sequences(prompts)
+
+    def update_actor(self, data: DataProto) -> DataProto:
+        """Update the actor (the rollout is stale until the next generation); adds the sync metrics."""
+        out = self.actor_wg.update_actor(data)
+        self._stale = True
         metrics = out.meta_info.setdefault("metrics", {})
-        metrics["timing_s/update_weights"] = sync_s
+        metrics["timing_s/update_weights"], self._unreported_s = self._unreported_s, 0.0
         if self.last_sync:
             metrics["weight_sync/buckets"] = self.last_sync["buckets"]
             metrics["weight_sync/tensors"] = self.last_sync["tensors"]
             metrics["weight_sync/megabytes"] = self.last_sync["bytes"] / 2**20
-        return out
-
-    def update_actor(self, data: DataProto) -> DataProto:
-        """Update the actor; the rollout is stale until the next generation."""
-        out = self.actor_wg.update_actor(data)
-        self._stale = True
         return out
 
     def load_checkpoint(self, in_dir: str) -> None:
