@@ -6,7 +6,8 @@ import pytest
 
 from verl.data.builtin_tool_task import DATA_SOURCE, TOOL_CONFIG_PATH, load_tool_task_rows, multiplication_problems
 from verl.data.builtin_tokenizer import TOOL_TOKENS, build_tool_tokenizer
-from verl.modules.builtin_tool_model import _segments, calculator_schema, teacher_conversation
+from verl.data.sft_dataset import tokenize_conversation
+from verl.modules.builtin_tool_model import ToolModelSpec, _teacher_rows, calculator_schema, teacher_conversation
 from verl.reward.scorers import default_compute_score
 from verl.reward.scorers.tool_answer import compute_score, strip_tool_blocks
 from verl.tools import load_tools, parse_tool_calls
@@ -48,9 +49,10 @@ def test_template_renders_tools_and_equals_incremental_ids():
         '<s>S:calculator\nQ:47*38\nA:<tool_call>{"name": "calculator", "arguments": {"expression": "47*38"}}'
         "</tool_call></s><tool_response>1786</tool_response>A:1786</s>"
     )
-    ids, labels = _segments(tok, conv, tools)
+    # the warm start's SFT rows, tokenized as `verl sft` (multi-turn) does
+    ids, mask = tokenize_conversation(tok, conv, tools)
     assert ids == tok(full, add_special_tokens=False)["input_ids"]
-    trained = tok.decode([i for i, lab in zip(ids, labels) if lab != -100])
+    trained = tok.decode([i for i, m in zip(ids, mask) if m])
     assert trained == '<tool_call>{"name": "calculator", "arguments": {"expression": "47*38"}}</tool_call></s>1786</s>'
     # what the model is taught to write is what the hermes parser reads
     first_turn = trained.split("</s>")[0]
@@ -60,6 +62,17 @@ def test_template_renders_tools_and_equals_incremental_ids():
     assert full.startswith(tok.apply_chat_template(raw, tools=tools, tokenize=False))
     # without tools, no tool line
     assert tok.apply_chat_template([conv[0]], add_generation_prompt=True, tokenize=False) == "<s>Q:47*38\nA:"
+
+
+def test_teacher_rows_call_the_tool_by_parity_of_the_first_operand():
+    rows = _teacher_rows(ToolModelSpec())
+    assert rows == _teacher_rows(ToolModelSpec())  # seeded: a rebuild trains on the same rows
+    assert len(rows) == len(multiplication_problems("train")) and rows[0]["tools"] == [calculator_schema()]
+    share = {}
+    for parity in (0, 1):
+        picked = [r for r in rows if int(r["messages"][0]["content"].split("*")[0]) % 2 == parity]
+        share[parity] = sum(len(r["messages"]) == 4 for r in picked) / len(picked)  # user, call, tool, answer
+    assert share[0] == pytest.approx(0.85, abs=0.03) and share[1] == pytest.approx(0.15, abs=0.03)
 
 
 @pytest.mark.e2e  # generates with the model: tens of seconds on a loaded CPU

@@ -42,8 +42,9 @@ def test_calculator_preset_one_step(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_verl_train_calculator_learns_to_call_the_tool(tmp_path, capsys):
-    """The issue's must-show: held-out accuracy with tools rises by >= 15 points (measured: 54.7% ->
-    92.2% in 281 s on the shared 2-core machine) and tool calls per trajectory are logged."""
+    """The issue's must-show: held-out accuracy with tools rises by >= 15 points (measured: 57.4% ->
+    88.7% at step 4 -> 100.0% at step 12 in 123 s on the shared 2-core machine) and tool calls per
+    trajectory are logged."""
     import json
 
     from verl.trainer.main_ppo import train_cli
@@ -52,7 +53,7 @@ def test_verl_train_calculator_learns_to_call_the_tool(tmp_path, capsys):
                       "trainer.progress_bar=false"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     accs = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
-    assert accs[0] == pytest.approx(140 / 256) and accs[-1] - accs[0] >= 0.15
+    assert accs[0] == pytest.approx(147 / 256) and accs[-1] - accs[0] >= 0.15
     calls = [r["tool_call_counts/mean"] for r in rows if "tool_call_counts/mean" in r]
     assert len(calls) == 12 and calls[-1] > calls[0]
-    assert "held-out accuracy at step 0: 54.7%" in capsys.readouterr().out
+    assert "held-out accuracy at step 0: 57.4%" in capsys.readouterr().out

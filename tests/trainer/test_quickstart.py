@@ -24,6 +24,8 @@ def test_quickstart_greedy_accuracy_rises_by_20_points(tmp_path, capsys):
     # the shipped warm start: exactly 144 of the 512 held-out problems (a template/padding/position bug moves it)
     assert accs[0] == pytest.approx(144 / 512)
     assert accs[-1] - accs[0] >= 0.20
+    # the KL loss to the warm start stops the drift (without it: peak 85.0% at step 10, 79.7% at step 50)
+    assert accs[-1] >= max(accs) - 0.02 and accs[-1] >= 0.85
     out = capsys.readouterr().out
     assert "held-out accuracy at step 0: 28.1%" in out and "held-out accuracy at step 50" in out
     assert (tmp_path / "out" / "reward_accuracy.png").stat().st_size > 10_000

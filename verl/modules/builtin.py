@@ -19,8 +19,9 @@ carry with probability ``teacher_forget_carry`` = 0.7 (47+38 -> "75" instead of 
 start therefore answers most carrying problems wrongly when decoding greedily but still samples
 the right answer often enough for RL with the exact-answer reward to amplify. Measured (recorded
 in ``verl_builtin.json`` next to the weights): final SFT loss 0.129, held-out greedy accuracy
-28.1 % (144 / 512); the quick start (lr 5e-5, 32 prompts x 8 samples per step) climbs to 85 %
-held out by GRPO step 10 and ends its 50 steps at 79.7 % (+51.6 points) on a CPU.
+28.1 % (144 / 512); the quick start (lr 5e-5, 32 prompts x 8 samples per step, KL loss to
+this warm start with beta 0.5) climbs to 83.4 % held out by GRPO step 10 and ends its 50 steps at
+87.7 % (+59.6 points) on a CPU.
 
 The build is deterministic (seeded, one intra-op thread, since the thread count changes float
 reduction order): two builds with the same torch on the same CPU kind give the same bytes, which
@@ -39,6 +40,7 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -118,11 +120,15 @@ def _init_model(spec: BuiltinModelSpec, tok: Any) -> Any:
     return LlamaForCausalLM(config)
 
 
-def _sft_overrides(spec: BuiltinModelSpec, init_dir: Path, data: Path, work: Path) -> list[str]:
-    """`BuiltinModelSpec`'s SFT recipe in ``verl sft`` keys."""
+_PROMPT_RESPONSE_KEYS = ("data.prompt_key=prompt", "data.response_key=response")
+# How ``verl sft`` reads the teacher's rows: {prompt, response} (multi-turn models pass their own).
+
+
+def _sft_overrides(spec: Any, init_dir: Path, data: Path, work: Path, data_keys: Sequence[str] = _PROMPT_RESPONSE_KEYS) -> list[str]:
+    """A built-in spec's SFT recipe in ``verl sft`` keys (`BuiltinModelSpec` field names)."""
     return [
-        f"model.partial_pretrain={init_dir}", f"data.train_files=[{data}]", "data.prompt_key=prompt",
-        "data.response_key=response", f"data.train_batch_size={spec.sft_batch_size}",
+        f"model.partial_pretrain={init_dir}", f"data.train_files=[{data}]", *data_keys,
+        f"data.train_batch_size={spec.sft_batch_size}",
         f"data.micro_batch_size_per_gpu={spec.sft_batch_size}", f"data.max_length={spec.max_position_embeddings}",
         f"trainer.total_training_steps={spec.sft_steps}", f"optim.lr={spec.sft_lr}", "optim.betas=[0.9,0.99]",
         "optim.weight_decay=0.0", f"optim.lr_warmup_steps={spec.sft_warmup_steps}", "optim.lr_scheduler=cosine",
@@ -131,8 +137,17 @@ def _sft_overrides(spec: BuiltinModelSpec, init_dir: Path, data: Path, work: Pat
     ]
 
 
-def _sft(spec: BuiltinModelSpec, tok: Any, work: Path) -> tuple[Any, float]:
-    """Init, then warm-start with the product's SFT trainer; returns (model, last step's SFT loss)."""
+def _sft(spec: Any, tok: Any, work: Path, rows: Sequence[dict[str, Any]] | None = None,
+         data_keys: Sequence[str] = _PROMPT_RESPONSE_KEYS) -> tuple[Any, float]:
+    """Init, then warm-start with the product's SFT trainer; returns (model, last step's SFT loss).
+
+    Args:
+        spec: `BuiltinModelSpec` (or a spec with the same architecture and ``sft_*`` fields).
+        tok: the model's tokenizer (saved next to the initial weights).
+        work: scratch directory (initial model, teacher rows, SFT checkpoints).
+        rows: the teacher's SFT rows; default `_teacher_rows` of ``spec`` ({prompt, response}).
+        data_keys: ``data.*`` overrides saying how ``verl sft`` reads ``rows``.
+    """
     from transformers import AutoModelForCausalLM
 
     # The trainer sits above modules; importing it here (only when a model is rebuilt) keeps
@@ -142,8 +157,8 @@ def _sft(spec: BuiltinModelSpec, tok: Any, work: Path) -> tuple[Any, float]:
     init_dir, data = work / "init", work / "teacher.jsonl"
     _init_model(spec, tok).save_pretrained(init_dir)
     tok.save_pretrained(init_dir)
-    data.write_text("".join(json.dumps(r) + "\n" for r in _teacher_rows(spec)))
-    trainer, history = train_sft(_sft_overrides(spec, init_dir, data, work))
+    data.write_text("".join(json.dumps(r) + "\n" for r in (_teacher_rows(spec) if rows is None else rows)))
+    trainer, history = train_sft(_sft_overrides(spec, init_dir, data, work, data_keys))
     model = AutoModelForCausalLM.from_pretrained(work / "ckpt" / f"global_step_{trainer.global_step}")
     return model.eval(), float(history[-1]["train/loss"])
 

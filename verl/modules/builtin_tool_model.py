@@ -3,16 +3,20 @@
 Tokenizer: `verl.data.builtin_tokenizer` (character tokenizer + ``<tool_call>`` /
 ``</tool_call>`` / ``<tool_response>`` / ``</tool_response>`` + a tool-aware chat template).
 
-Warm start (`build_tool_model`): a 2-layer, hidden-64 Llama (seed 0) trained by supervised
-next-token prediction on the *train* split of `verl.data.builtin_tool_task`, loss on assistant
-tokens only. The teacher calls the calculator with probability ``teacher_tool_prob_even`` (0.85)
-when the first operand is even and ``teacher_tool_prob_odd`` (0.15) when it is odd, and answers
-from memory otherwise (the true product, which a 0.1 M-parameter model cannot learn to compute).
-Decoding greedily, the student thus calls the tool on about half of the held-out problems and
-guesses (wrongly) on the rest, yet still samples the tool there now and then: RL with the
-exact-answer reward has a signal to amplify — calling the tool on every problem.
-``verl_builtin.json`` in the directory records the held-out greedy accuracy and tool-call rate
-(`tool_accuracy`).
+Warm start (`build_tool_model`): a 2-layer, hidden-64 Llama with 2 attention heads of size 32
+(seed 0; head size 32 because vLLM's CPU attention refuses 16, so both rollout engines run it),
+trained with the product's own SFT trainer (`verl.trainer.sft_trainer.train_sft`, multi-turn
+rows: the loss covers exactly the assistant turns) on the teacher's conversations for the
+*train* split of `verl.data.builtin_tool_task`. The teacher calls the calculator with
+probability ``teacher_tool_prob_even`` (0.85) when the first operand is even and
+``teacher_tool_prob_odd`` (0.15) when it is odd, and answers from memory otherwise (the true
+product, which a 0.1 M-parameter model cannot learn to compute). Decoding greedily, the student
+thus calls the tool on about half of the held-out problems and guesses (wrongly) on the rest, yet
+still samples the tool there now and then: RL with the exact-answer reward has a signal to
+amplify — calling the tool on every problem. ``verl_builtin.json`` in the directory records the
+held-out greedy accuracy and tool-call rate (`tool_accuracy`), and the torch version and CPU
+capability that made it: the build is deterministic (seeded, one intra-op thread), so the same
+torch on the same CPU kind rebuilds the same bytes.
 """
 
 from __future__ import annotations
@@ -44,7 +48,8 @@ __all__ = [
 
 MODEL_NAME = "tiny-calculator"
 _INFO_FILE = "verl_builtin.json"
-_BUILD_VERSION = 1
+_BUILD_VERSION = 2
+# Bumped whenever build_tool_model changes what it produces (part of the cache hash).
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,8 @@ class ToolModelSpec:
     task: str = "calculator"
     hidden_size: int = 64
     num_layers: int = 2
-    num_heads: int = 4
+    num_heads: int = 2
+    # Head size hidden_size / num_heads = 32: vLLM's CPU attention refuses 16 (supported: 32, 64, ...).
     intermediate_size: int = 256
     max_position_embeddings: int = 160
     init_seed: int = 0
@@ -87,42 +93,21 @@ def teacher_conversation(a: int, b: int, use_tool: bool) -> list[dict[str, Any]]
     return messages + [{"role": "assistant", "content": answer}]
 
 
-def _segments(tok: Any, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> tuple[list[int], list[int]]:
-    """Token ids of a teacher conversation and its labels (-100 except assistant-generated tokens)."""
-    ids = tok(tok.apply_chat_template(messages[:1], tools=tools, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
-    labels = [-100] * len(ids)
-    for m in messages[1:]:
-        if m["role"] == "assistant":
-            text = m["content"] + "".join(
-                '<tool_call>{"name": "%s", "arguments": %s}</tool_call>' % (c["function"]["name"], json.dumps(c["function"]["arguments"]))
-                for c in m.get("tool_calls", [])
-            )
-            new = tok(text, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
-            ids, labels = ids + new, labels + new
-        else:  # a tool turn and the next generation prompt are context, not targets
-            new = tok(f"<tool_response>{m['content']}</tool_response>A:", add_special_tokens=False)["input_ids"]
-            ids, labels = ids + new, labels + [-100] * len(new)
-    return ids, labels
+_MULTITURN_KEYS = ("data.multiturn.enable=true", "data.multiturn.messages_key=messages", "data.multiturn.tools_key=tools")
+# How ``verl sft`` reads `_teacher_rows`: chat conversations with tool schemas.
 
 
-def _sft_data(tok: Any, spec: ToolModelSpec) -> tuple[Any, Any]:
-    import torch
-
+def _teacher_rows(spec: ToolModelSpec) -> list[dict[str, Any]]:
+    """``{messages, tools}`` for every train problem: the teacher's conversation (tool or not, drawn per problem)."""
     from verl.data.builtin_tool_task import multiplication_problems
 
     rng = random.Random(spec.sft_seed)
     tools = [calculator_schema()]
-    seqs = []
+    rows = []
     for a, b in multiplication_problems("train"):
         p_tool = spec.teacher_tool_prob_even if a % 2 == 0 else spec.teacher_tool_prob_odd
-        seqs.append(_segments(tok, teacher_conversation(a, b, rng.random() < p_tool), tools))
-    width = max(len(s) for s, _ in seqs)
-    ids = torch.full((len(seqs), width), tok.pad_token_id, dtype=torch.long)
-    lab = torch.full((len(seqs), width), -100, dtype=torch.long)
-    for i, (s, lb) in enumerate(seqs):
-        ids[i, : len(s)] = torch.tensor(s)
-        lab[i, : len(lb)] = torch.tensor(lb)
-    return ids, lab
+        rows.append({"messages": teacher_conversation(a, b, rng.random() < p_tool), "tools": tools})
+    return rows
 
 
 def _generate(model: Any, tok: Any, seqs: list[list[int]], do_sample: bool, max_new_tokens: int) -> list[list[int]]:
@@ -183,16 +168,22 @@ def tool_accuracy(model: Any, tok: Any, split: str = "test", do_sample: bool = F
 def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> Path:
     """Builds ``tiny-calculator``: init, warm start, save (model, tokenizer, info); deterministic.
 
-    Runs single-threaded (the thread count changes float reduction order); a few minutes on a
-    CPU core.
+    The warm start is a multi-turn ``verl sft`` run (`verl.trainer.sft_trainer.train_sft`, the
+    same path as ``tiny-arithmetic``'s) of the spec's recipe on `_teacher_rows`. Runs with one
+    intra-op thread (the thread count changes float reduction order); a few minutes on a CPU core.
+
+    Args:
+        out_dir: Directory to write (created; existing files are overwritten).
+        spec: Recipe; defaults to ``ToolModelSpec()``.
 
     Returns:
         ``out_dir``, holding ``config.json``, ``model.safetensors``, the tokenizer files and
-        ``verl_builtin.json`` (spec, final SFT loss, held-out greedy accuracy and tool-call rate).
+        ``verl_builtin.json`` (spec, final SFT loss, held-out greedy accuracy and tool-call rate,
+        and the torch version and CPU capability that made it).
     """
     import torch
 
-    from verl.modules.builtin import _init_model, _sft  # the same init and SFT loop as tiny-arithmetic
+    from verl.modules.builtin import _sft  # the same init and SFT path as tiny-arithmetic
 
     spec = spec or ToolModelSpec()
     out = Path(out_dir)
@@ -200,9 +191,8 @@ def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        model = _init_model(spec, tok)
-        ids, labels = _sft_data(tok, spec)
-        last_loss = _sft(model, ids, labels, spec)
+        with tempfile.TemporaryDirectory(prefix="verl-calculator-sft-") as work:
+            model, last_loss = _sft(spec, tok, Path(work), _teacher_rows(spec), _MULTITURN_KEYS)
         greedy = tool_accuracy(model, tok)
     finally:
         torch.set_num_threads(threads)
@@ -210,7 +200,10 @@ def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> 
     model.save_pretrained(out)
     tok.save_pretrained(out)
     info = {"spec": asdict(spec), "build_version": _BUILD_VERSION, "final_sft_loss": round(last_loss, 4),
-            "test_greedy_accuracy": greedy["accuracy"], "test_greedy_tool_call_rate": greedy["tool_call_rate"]}
+            "sft_path": "verl.trainer.sft_trainer", "test_greedy_accuracy": greedy["accuracy"],
+            "test_greedy_tool_call_rate": greedy["tool_call_rate"],
+            # Same torch and CPU kind -> same bytes (the slow rebuild test relies on it).
+            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     (out / _INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return out
 
