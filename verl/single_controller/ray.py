@@ -104,8 +104,8 @@ class _WorkerHost:
     def call(self, name: str, args: tuple, kwargs: dict, by_reference: bool = False) -> Any:
         import ray
 
-        # an argument stored once in the object store (`RayWorkerGroup.put`, or another group's
-        # `call_by_reference` handle): every rank fetches it from the store, not through the driver
+        # an argument already in the object store (another group's `call_by_reference` handle, or
+        # a `ray.put` reference): every rank fetches it from the store, not through the driver
         args = tuple(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args)
         result = getattr(self.worker, name)(*args, **kwargs)
         # by reference: the driver receives a small list holding a reference; the object stays
