@@ -221,3 +221,16 @@ def test_a_rollout_pool_without_free_gpus_is_a_one_line_error():
     with pytest.raises(ConfigError, match=r"needs 2 GPU\(s\) besides the actor's, but 1 are free") as err:
         check_free_gpus(2, 1.0)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("extra", [
+    {"algorithm.filter_groups.enable": True},  # several generation batches per step, only the last one's metrics kept
+    {"trainer.test_freq": 1},  # validation after every update syncs the rollout before the next step's generation
+], ids=["dynamic_sampling", "validate_every_step"])
+def test_every_step_reports_the_sync_of_the_weights_it_generated_with(tmp_path, extra):
+    rows = _run(tmp_path, builtin_overrides(tmp_path, **{"actor_rollout_ref.hybrid_engine": False,
+                                                         "trainer.total_training_steps": 2, **extra}))
+    for step in (1, 2):  # was 0.0 at step 2: the sync ran in an earlier generation call whose metrics were dropped
+        assert rows[step]["timing_s/update_weights"] > 0, (step, rows[step]["timing_s/update_weights"])
+    assert rows[1]["weight_sync/tensors"] > rows[2]["weight_sync/tensors"]  # full first sync, then trainable only

@@ -40,3 +40,25 @@ def test_two_actor_workers_and_a_separate_rollout_pool_match_the_local_run(tmp_p
                                              if isinstance(v, float) and v == v))
     print("timing_s/update_weights local / Ray:", [(a[s]["timing_s/update_weights"], b[s]["timing_s/update_weights"]) for s in a])
     assert_same_metrics(a, b, tol=TOL, b_may_add=True)
+
+
+def test_many_buckets_by_reference_on_ray_equal_one_local_bucket(tmp_path, tiny_model_dir):
+    """Each of several 1 MiB buckets goes from actor rank 0's object store to the 1-worker rollout pool."""
+    from pathlib import Path
+
+    from run_helpers import tiny_run_overrides
+
+    from verl.modules import init_model
+
+    with pytest.MonkeyPatch.context() as mp:  # ~3.3 MB in fp32, MLP matrices of 0.75 MB: 1 MiB buckets split it
+        mp.setitem(init_model.SIZES, "wide1", {"hidden": 256, "layers": 1, "heads": 8, "kv_heads": 4, "intermediate": 768})
+        model = init_model.init_random_model("llama", "wide1", Path(tiny_model_dir).parent / "tokenizer", tmp_path / "wide1", seed=0)
+    runs = {}
+    for name, extra in (("local", {}), ("ray", {"trainer.n_gpus_per_node": 2, "actor_rollout_ref.rollout.n_gpus_per_node": 1,
+                                                "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1})):
+        d = tmp_path / name
+        RLTrainer(config=load_config(None, tiny_run_overrides(model, d, **{"actor_rollout_ref.hybrid_engine": False, **extra}))).fit()
+        runs[name] = read_metrics(d)
+    assert runs["local"][2]["weight_sync/buckets"] == 1 and runs["ray"][2]["weight_sync/buckets"] >= 4
+    assert runs["ray"][2]["weight_sync/megabytes"] == pytest.approx(runs["local"][2]["weight_sync/megabytes"])
+    assert_same_metrics(runs["local"], runs["ray"], tol=TOL, b_may_add=True)

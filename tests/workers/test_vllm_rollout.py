@@ -17,6 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.workers.vllm_helpers import VLLM_MARKS
 from verl.config.schema import RolloutConfig
+from verl.config.schema_verl import CheckpointEngineConfig
 from verl.modules.forward import compute_log_probs
 from verl.protocol import DataProto
 
@@ -177,8 +178,10 @@ def test_generate_before_weights_is_an_error(engine, lm) -> None:
 
     with pytest.raises(RuntimeError, match="already runs in this process"):
         VLLMRollout(lm, _config(), None)  # the module's engine is in-process
-    eng = VLLMRollout(lm, _config(load_format="auto"), None, in_process=False)  # engine core in a child process
+    eng = VLLMRollout(lm, _config(load_format="auto", checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=1)),
+                      None, in_process=False)  # engine core in a child process
     try:
+        assert eng.weights.bucket_bytes == 2**20  # rollout.checkpoint_engine.update_weights_bucket_megabytes
         with pytest.raises(RuntimeError, match="before update_weights"):
             eng.generate_sequences(_prompts())
         eng.update_weights(dict(lm.state_dict()))  # a plain state dict works too
@@ -194,8 +197,9 @@ def test_async_engine_serves_concurrent_requests_like_the_sync_engine(engine, lm
 
     batch = _prompts()
     sync_out = engine.generate_sequences(batch).batch
-    eng = VLLMAsyncTokenEngine(lm, _config(), None)
+    eng = VLLMAsyncTokenEngine(lm, _config(checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=3)), None)
     try:
+        assert eng.weights.bucket_bytes == 3 * 2**20
         eng.update_weights(lm)
         requests = [TokenRequest(prompt_ids=ids[m.bool()].tolist(), sampling=SamplingParams(), max_new_tokens=R, seed=int(s))
                     for ids, m, s in zip(batch.batch["input_ids"], batch.batch["attention_mask"], batch.batch["sample_seeds"])]

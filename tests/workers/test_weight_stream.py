@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from verl.workers.weight_stream import gather_bucket, load_bucket_in_place, stream_names
+from verl.workers.weight_stream import gather_bucket, load_bucket_in_place, plan_buckets, stream_names
 
 
 def _model() -> torch.nn.Module:
@@ -18,11 +18,7 @@ def _model() -> torch.nn.Module:
 
 
 def _all_buckets(m, names, bucket_bytes, keep=True):
-    out, pos = [], 0
-    while pos < len(names):
-        bucket, pos = gather_bucket(m, names, pos, bucket_bytes, keep=keep)
-        out.append(bucket)
-    return out
+    return [gather_bucket(m, names, start, stop, keep=keep) for start, stop in plan_buckets(m, names, bucket_bytes)]
 
 
 def test_buckets_follow_the_size_limit_and_cover_the_state_once():
@@ -33,6 +29,8 @@ def test_buckets_follow_the_size_limit_and_cover_the_state_once():
     # table (32) alone would fit with 0.weight? no: 32 + 4000 > 1300 -> cut; 0.weight (4000 > limit) alone;
     # 0.bias 40 + 1.weight 1200 = 1240 <= 1300; 1.bias 120 would make 1360 -> cut
     assert [[n for n, _ in b] for b in buckets] == [["table"], ["0.weight"], ["0.bias", "1.weight"], ["1.bias"]]
+    assert plan_buckets(m, names, 1300) == [(0, 1), (1, 2), (2, 4), (4, 5)]
+    assert plan_buckets(m, [], 1300) == []
     state = m.state_dict()
     assert all(torch.equal(t, state[n]) for b in buckets for n, t in b)
 
@@ -56,4 +54,4 @@ def test_load_in_place_copies_by_name_and_rejects_unknown_names():
     with pytest.raises(KeyError, match="no tensor named 'nope'"):
         load_bucket_in_place(dst, [("nope", torch.zeros(1))])
     with pytest.raises(ValueError, match="bucket_bytes must be > 0"):
-        gather_bucket(src, names, 0, 0, keep=True)
+        plan_buckets(src, names, 0)

@@ -116,11 +116,13 @@ class CheckpointEngineConfig:
     """How updated weights reach the rollout engine (``rollout.checkpoint_engine``)."""
 
     backend: str = "naive"
-    # naive = in-process copy of the state dict.
+    # naive (the only one): in the worker's process when colocated; buckets through the controller
+    # (Ray's object store on Ray) with hybrid_engine=false.
     update_weights_bucket_megabytes: int = 2048
-    # Size of one transfer bucket.
+    # MiB of one weight-sync bucket (> 0): vLLM colocated and hybrid_engine=false; a tensor larger
+    # than a bucket travels alone. The colocated hf engine has no buckets (verl_keys.CONDITIONAL).
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)
-    # Backend options.
+    # Options of verl's other backends; must stay empty (naive takes none).
 
 
 @dataclass

@@ -154,7 +154,6 @@ OWNED: dict[str, str] = {
     "actor_rollout_ref.rollout.multi_stage_wake_up": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.skip_tokenizer_init": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.layered_summon": "the vLLM/SGLang engines (issue 13)",
-    "actor_rollout_ref.rollout.checkpoint_engine.*": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.prometheus.*": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.engine_kwargs": "the vLLM/SGLang engines (issue 13)",
     "actor_rollout_ref.rollout.tensor_model_parallel_size": "the vLLM/SGLang engines (issue 13)",
@@ -181,8 +180,6 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.multi_stage_wake_up": ("noop", "a server engine's memory wake-up; the hf engine shares the actor's weights"),
     "actor_rollout_ref.rollout.skip_tokenizer_init": ("noop", "the hf engine works on token ids only"),
     "actor_rollout_ref.rollout.layered_summon": ("noop", "the hf engine uses the actor's (LoRA) weights in place"),
-    "actor_rollout_ref.rollout.checkpoint_engine.*": ("noop", "the colocated hf engine shares the actor's weights in-process (naive); with "
-                                                      "hybrid_engine=false update_weights_bucket_megabytes sizes the weight-sync buckets"),
     "actor_rollout_ref.rollout.prometheus.*": ("unsupported", "the hf engine exports no server metrics; use rollout.name=vllm"),
     "actor_rollout_ref.rollout.engine_kwargs": ("noop", "options of the vllm/sglang engines only"),
     "actor_rollout_ref.rollout.tensor_model_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1 or use rollout.name=vllm"),
@@ -204,6 +201,12 @@ CONDITIONAL: dict[str, str] = {
     "actor_rollout_ref.hybrid_engine": ("true: the engine is colocated with the actor; false: the rollout runs on its own worker group / "
                                         "resource pool with its own weights, streamed in buckets after every update (refused with "
                                         "rollout.name=vllm + LoRA, and a rollout pool > 1 on the local backend)"),
+    "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive (in process when colocated, buckets through the controller with hybrid_engine=false) is the only backend; others are refused",
+    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
+        "> 0; sizes the weight-sync buckets of vLLM (colocated: actor -> engine) and of hybrid_engine=false (actor -> rollout "
+        "pool); the colocated hf engine has no buckets to size: it generates with the actor module (1 worker) or copies it "
+        "one parameter at a time (FSDP2), never holding more than a bucket"),
+    "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs": "options of verl's other backends: refused unless empty (naive takes none)",
     "actor_rollout_ref.rollout.nnodes": "sizes the rollout's own pool with hybrid_engine=false; refused when set with hybrid_engine=true",
     "actor_rollout_ref.rollout.n_gpus_per_node": "as rollout.nnodes",
     "*.rollout_n": "verl mirrors rollout.n; another value is refused",

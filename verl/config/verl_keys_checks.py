@@ -134,6 +134,25 @@ def _check_dynamic_sampling(cfg: Any) -> None:
         raise ConfigError(f"algorithm.filter_groups.max_num_gen_batches: must be >= 0 (0 = no limit), got {fg.max_num_gen_batches}")
 
 
+def _check_checkpoint_engine(r: Any) -> None:
+    """``rollout.checkpoint_engine``: how weights reach the engine, colocated or on its own pool.
+
+    Only verl's ``naive`` backend exists here (colocated: in the worker's process; separate
+    pool: buckets through the controller, Ray's object store on Ray), and it takes no options.
+    The bucket size takes effect wherever buckets exist (vLLM colocated, ``hybrid_engine=false``);
+    the colocated ``hf`` engine has none to size (see the key's entry in ``verl_keys.CONDITIONAL``).
+    """
+    ce, key = r.checkpoint_engine, "actor_rollout_ref.rollout.checkpoint_engine"
+    if ce.backend != "naive":
+        raise _refuse(f"{key}.backend", f"{ce.backend!r}: weights reach the rollout in process or, with hybrid_engine=false, "
+                      "as buckets through the controller (Ray's object store on Ray); set it to naive")
+    if ce.update_weights_bucket_megabytes <= 0:
+        raise ConfigError(f"{key}.update_weights_bucket_megabytes: must be > 0, got {ce.update_weights_bucket_megabytes}")
+    if any(v not in (None, {}) for v in ce.engine_kwargs.values()):
+        raise _refuse(f"{key}.engine_kwargs", f"{sorted(ce.engine_kwargs)}: options of verl's other checkpoint-engine "
+                      "backends; the naive backend takes none, remove them")
+
+
 def _check_split_rollout(cfg: Any) -> None:
     """``hybrid_engine=false``: the rollout's own pool (`verl.trainer.split_rollout`)."""
     arr, t = cfg.actor_rollout_ref, cfg.trainer
@@ -147,13 +166,6 @@ def _check_split_rollout(cfg: Any) -> None:
                           "actor_rollout_ref.hybrid_engine=false, or leave it 0 (the colocated rollout uses the actor's workers)")
     if arr.hybrid_engine:
         return
-    ce = r.checkpoint_engine
-    if ce.backend != "naive":
-        raise _refuse("actor_rollout_ref.rollout.checkpoint_engine.backend", f"{ce.backend!r}: the separate rollout "
-                      "receives buckets through the controller (Ray's object store on Ray); set it to naive")
-    if ce.update_weights_bucket_megabytes <= 0:
-        raise ConfigError("actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes: must be > 0, "
-                          f"got {ce.update_weights_bucket_megabytes}")
     if r.name == "vllm" and arr.model.lora_rank > 0:
         raise _refuse("actor_rollout_ref.hybrid_engine", "false with rollout.name=vllm and LoRA (the adapter hand-over "
                       "is built only for the colocated engine); set hybrid_engine=true or use rollout.name=hf")
@@ -171,6 +183,7 @@ def check_conditional(cfg: Any) -> None:
         ConfigError: "`<key>` is not supported yet: <what to do>".
     """
     arr = cfg.actor_rollout_ref
+    _check_checkpoint_engine(arr.rollout)
     _check_split_rollout(cfg)
     if arr.rollout.name == "hf" and arr.rollout.logprobs_mode != "processed_logprobs":
         raise _refuse("actor_rollout_ref.rollout.logprobs_mode", "the hf engine returns log-probs after temperature (processed_logprobs)")

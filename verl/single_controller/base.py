@@ -180,6 +180,32 @@ class BaseWorkerGroup:
         self.deadlines.record(name, time.monotonic() - start)
         return collect_results(mode, outputs, state)
 
+    def call_by_reference(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
+        """Run the registered method ``name`` like a plain call, but leave each rank's result where it was made.
+
+        Returns one handle per rank called (rank 0 only for ``RANK_ZERO``): on Ray an
+        ``ObjectRef`` to the result in the object store, owned by that rank's process; in process
+        the value itself. Passed as a positional argument of another group's method, a handle
+        reaches that group's ranks without the controller ever holding the object (one copy less
+        than fetching it and putting it back). Failures and hangs are reported as for a plain call.
+
+        Raises:
+            ValueError: a ``DP_COMPUTE_PROTO`` method (its results are merged by the controller).
+        """
+        mode = self._methods[name]
+        if mode is Dispatch.DP_COMPUTE_PROTO:
+            raise ValueError(f"call_by_reference({name!r}): a DP_COMPUTE_PROTO method's results are merged by the controller")
+        per_args, per_kwargs, _ = dispatch_args(mode, self.world_size, args, kwargs)
+        ranks = [0] if mode is Dispatch.RANK_ZERO else list(range(self.world_size))
+        start = time.monotonic()
+        handles = self._execute_by_reference(name, per_args, per_kwargs, ranks)
+        self.deadlines.record(name, time.monotonic() - start)
+        return handles
+
+    def _execute_by_reference(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
+        """`_execute` returning handles (see `call_by_reference`); in process the values are their own handles."""
+        return self._execute(name, per_args, per_kwargs, ranks)
+
     def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
         raise NotImplementedError
 

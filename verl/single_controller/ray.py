@@ -101,12 +101,16 @@ class _WorkerHost:
             torch.set_num_threads(max(1, int(env.get("OMP_NUM_THREADS", "1"))))
         self.worker = worker_cls(*args, **kwargs)
 
-    def call(self, name: str, args: tuple, kwargs: dict) -> Any:
+    def call(self, name: str, args: tuple, kwargs: dict, by_reference: bool = False) -> Any:
         import ray
 
-        # an argument stored once with `RayWorkerGroup.put` (one object-store copy for every rank)
+        # an argument already in the object store (another group's `call_by_reference` handle, or
+        # a `ray.put` reference): every rank fetches it from the store, not through the driver
         args = tuple(ray.get(a) if isinstance(a, ray.ObjectRef) else a for a in args)
-        return getattr(self.worker, name)(*args, **kwargs)
+        result = getattr(self.worker, name)(*args, **kwargs)
+        # by reference: the driver receives a small list holding a reference; the object stays
+        # in the store, owned by this process, until the driver and its borrowers drop it
+        return [ray.put(result)] if by_reference else result
 
     def pid(self) -> int:
         return os.getpid()
@@ -159,6 +163,10 @@ class RayWorkerGroup(BaseWorkerGroup):
         refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i]) for i, r in enumerate(ranks)]
         return self._wait(refs, ranks, name)
 
+    def _execute_by_reference(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
+        refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i], True) for i, r in enumerate(ranks)]
+        return [boxed[0] for boxed in self._wait(refs, ranks, name)]
+
     def _wait(self, refs: list[Any], ranks: list[int], name: str) -> list[Any]:
         import ray
 
@@ -201,14 +209,6 @@ class RayWorkerGroup(BaseWorkerGroup):
             f"rank(s) {pending}" + (f"; rank(s) {stopped} were stopped (SIGSTOP)" if stopped else "")
             + f"; every worker's stack is in {where}; the last checkpoint is intact"
         )
-
-    def put(self, obj: Any) -> Any:
-        """Store ``obj`` once in Ray's object store; pass the returned reference as a method's
-        positional argument and every rank receives the object (fetched from the store, not
-        pickled once per rank by the driver)."""
-        import ray
-
-        return ray.put(obj)
 
     def worker_pids(self) -> list[int]:
         """OS process ids of the ranks (for tests and diagnostics)."""

@@ -10,15 +10,19 @@ the same loop whether the rollout is colocated or not (STYLE.md 10):
   ``generate_sequences`` (training, validation, ReMax's greedy baseline) first syncs the weights,
   then generates on the rollout group. Syncing lazily, right before generation, is what the
   colocated `SyncedRollout` does, so a checkpoint load followed by validation is synced too.
-* A sync streams buckets: every actor rank joins the gather of a bucket (FSDP2), rank 0 returns
-  it, the driver puts it once into the transport (``ray.put`` on Ray: one object-store copy, the
-  same reference handed to every rollout rank; in process: the tensors themselves) and every
-  rollout rank loads it in place. Bucket size: ``rollout.checkpoint_engine.update_weights_bucket_megabytes``.
+* A sync streams buckets: the actor plans the buckets (``begin_weight_stream`` returns their
+  count), every actor rank joins the gather of a bucket (FSDP2), rank 0 keeps it where it was made
+  (`call_by_reference`: on Ray one object in the object store, owned by actor rank 0; in process
+  the tensors themselves) and the reference goes straight to every rollout rank, which fetches the
+  bucket from the store and loads it in place. The driver never holds a bucket's bytes. Bucket
+  size: ``rollout.checkpoint_engine.update_weights_bucket_megabytes``.
 * The first sync and every sync after a checkpoint load are full (all state-dict entries);
   later ones send only the trainable parameters, unless the engine holds its own weights
   (vLLM: always full, see `RolloutWorker`).
-* Metrics added to ``generate_sequences``'s output: ``timing_s/update_weights`` (seconds of this
-  call's sync, 0 when the rollout was current, verl's name), ``weight_sync/buckets``,
+* Metrics added to ``update_actor``'s output, so once per RL step whatever the step does
+  between two updates (validation, ReMax's second generation, several DAPO generation batches):
+  ``timing_s/update_weights`` (verl's name: seconds of every sync since the previous report, 0
+  when none ran; a sync that validation triggered counts in the next step), ``weight_sync/buckets``,
   ``weight_sync/tensors`` and ``weight_sync/megabytes`` (of the last sync).
 """
 
@@ -38,22 +42,20 @@ class SplitActorRollout:
     Args:
         actor_wg: group of `ActorRolloutRefWorker` built with ``hybrid_engine=false``.
         rollout_wg: group of `RolloutWorker` (``init_model`` already called).
-        put: ``put(obj) -> handle`` storing one bucket once for every rollout rank (the rollout
-            group's ``put`` on Ray; identity in process).
 
     Attributes:
         last_sync: what the last sync moved (``buckets``, ``tensors``, ``bytes``, ``seconds``).
         syncs: number of syncs done.
     """
 
-    def __init__(self, actor_wg: Any, rollout_wg: Any, put: Any = None) -> None:
+    def __init__(self, actor_wg: Any, rollout_wg: Any) -> None:
         self.actor_wg, self.rollout_wg = actor_wg, rollout_wg
         self.world_size = actor_wg.world_size
-        self.put = put or getattr(rollout_wg, "put", None) or (lambda obj: obj)
         self._stale, self._full = True, True
         self._full_always = bool(rollout_wg.streams_weights())
         self.last_sync: dict[str, float] = {}
         self.syncs = 0
+        self._unreported_s = 0.0  # sync seconds not yet in a step's metrics
         self._closed = False
 
     # ---------------------------------------------------------------------- weight sync
@@ -67,12 +69,12 @@ class SplitActorRollout:
             return 0.0
         start = time.perf_counter()
         full = self._full or force or self._full_always
-        n_tensors = self.actor_wg.begin_weight_stream(not full)[0]
+        n_tensors, buckets = self.actor_wg.begin_weight_stream(not full)[0]
         self.rollout_wg.begin_weight_update()
-        buckets = 0
-        while (bucket := self.actor_wg.next_weight_bucket()[0]) is not None:
-            self.rollout_wg.load_weight_bucket(self.put(bucket))
-            buckets += 1
+        for _ in range(buckets):
+            bucket = self.actor_wg.call_by_reference("next_weight_bucket")[0]  # every actor rank gathers, rank 0's result
+            self.rollout_wg.load_weight_bucket(bucket)
+            del bucket  # the last reference, dropped before the next gather: one bucket in the store at a time
         for stats in self.rollout_wg.finish_weight_update():  # every rollout rank got every bucket
             if int(stats["tensors"]) != n_tensors or int(stats["buckets"]) != buckets:
                 raise RuntimeError(f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, a rollout "
@@ -80,25 +82,25 @@ class SplitActorRollout:
         self._stale = self._full = False
         self.syncs += 1
         self.last_sync = {**stats, "seconds": time.perf_counter() - start}
+        self._unreported_s += self.last_sync["seconds"]
         return self.last_sync["seconds"]
 
     # ------------------------------------------------------------------ ActorRolloutGroup
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Sync if the actor changed, then generate on the rollout group."""
-        sync_s = self.sync_weights()
-        out = self.rollout_wg.generate_sequences(prompts)
+        self.sync_weights()
+        return self.rollout_wg.generate_sequences(prompts)
+
+    def update_actor(self, data: DataProto) -> DataProto:
+        """Update the actor (the rollout is stale until the next generation); adds the sync metrics."""
+        out = self.actor_wg.update_actor(data)
+        self._stale = True
         metrics = out.meta_info.setdefault("metrics", {})
-        metrics["timing_s/update_weights"] = sync_s
+        metrics["timing_s/update_weights"], self._unreported_s = self._unreported_s, 0.0
         if self.last_sync:
             metrics["weight_sync/buckets"] = self.last_sync["buckets"]
             metrics["weight_sync/tensors"] = self.last_sync["tensors"]
             metrics["weight_sync/megabytes"] = self.last_sync["bytes"] / 2**20
-        return out
-
-    def update_actor(self, data: DataProto) -> DataProto:
-        """Update the actor; the rollout is stale until the next generation."""
-        out = self.actor_wg.update_actor(data)
-        self._stale = True
         return out
 
     def load_checkpoint(self, in_dir: str) -> None:

@@ -52,7 +52,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor_engine: FSDPTrainingEngine | None = None
         self.ref_engine: FSDPTrainingEngine | None = None
         self.rollout: Any = None  # stays None with hybrid_engine=false
-        self._stream: dict[str, Any] = {"names": [], "pos": 0}  # the weight stream in progress (hybrid_engine=false)
+        self._stream: dict[str, Any] = {"names": [], "plan": [], "pos": 0}  # the weight stream in progress (hybrid_engine=false)
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int) -> None:
@@ -142,33 +142,42 @@ class ActorRolloutRefWorker(Worker):
         return DataProto(meta_info={"metrics": metrics})
 
     @register(Dispatch.ONE_TO_ALL)
-    def begin_weight_stream(self, trainable_only: bool) -> int:
-        """Start streaming the weights to a separate rollout (`next_weight_bucket`); returns the tensor count.
+    def begin_weight_stream(self, trainable_only: bool) -> tuple[int, int]:
+        """Start streaming the weights to a separate rollout (`next_weight_bucket`).
 
         Args:
             trainable_only: send only parameters with ``requires_grad`` (after the first full sync).
-        """
-        from verl.workers.weight_stream import stream_names
 
-        self._stream = {"names": stream_names(self.actor_engine.module, trainable_only), "pos": 0}
-        return len(self._stream["names"])
+        Returns:
+            ``(tensors, buckets)`` of this stream; the caller asks for exactly ``buckets`` buckets
+            (``rollout.checkpoint_engine.update_weights_bucket_megabytes`` each, `plan_buckets`).
+        """
+        from verl.workers.weight_stream import plan_buckets, stream_names
+
+        module = self.actor_engine.module
+        names = stream_names(module, trainable_only)
+        bucket_bytes = self.config.rollout.checkpoint_engine.update_weights_bucket_megabytes * 2**20
+        self._stream = {"names": names, "plan": plan_buckets(module, names, bucket_bytes), "pos": 0}
+        return len(names), len(self._stream["plan"])
 
     @register(Dispatch.ONE_TO_ALL)
-    def next_weight_bucket(self) -> list[tuple[str, torch.Tensor]] | None:
-        """The next bucket of full tensors (``rollout.checkpoint_engine.update_weights_bucket_megabytes``).
+    def next_weight_bucket(self) -> list[tuple[str, torch.Tensor]]:
+        """The next bucket of full tensors of the stream `begin_weight_stream` planned.
 
         Every rank joins the gathers (FSDP2); rank 0 returns the bucket (CPU tensors), the other
-        ranks an empty list; every rank returns None once the stream is exhausted.
+        ranks an empty list.
+
+        Raises:
+            RuntimeError: every planned bucket was already sent.
         """
         from verl.workers.weight_stream import gather_bucket
 
-        names, pos = self._stream["names"], self._stream["pos"]
-        if pos >= len(names):
-            return None
-        bucket_bytes = self.config.rollout.checkpoint_engine.update_weights_bucket_megabytes * 2**20
+        plan, pos = self._stream["plan"], self._stream["pos"]
+        if pos >= len(plan):
+            raise RuntimeError(f"next_weight_bucket: the stream has {len(plan)} buckets, all sent; call begin_weight_stream first")
+        self._stream["pos"] = pos + 1
         with self.actor_engine.on_device():
-            bucket, self._stream["pos"] = gather_bucket(self.actor_engine.module, names, pos, bucket_bytes, keep=self.rank == 0)
-        return bucket
+            return gather_bucket(self.actor_engine.module, self._stream["names"], *plan[pos], keep=self.rank == 0)
 
     @register(Dispatch.RANK_ZERO)
     def num_parameters(self) -> int:

@@ -2,10 +2,10 @@
 
 Used when ``actor_rollout_ref.hybrid_engine=false`` (see `verl.trainer.split_rollout`). The
 actor's module may be plain, peft (LoRA) or FSDP2-sharded (``DTensor`` parameters). A stream is
-a fixed list of tensor names (`stream_names`) walked in order; each `gather_bucket` call
-materialises the next tensors one at a time (``DTensor.full_tensor()``: a collective every
-actor rank enters in the same order, because every rank takes the same decisions from the
-*global* sizes) until the bucket would exceed ``bucket_bytes``. Only the rank that hands the
+a fixed list of tensor names (`stream_names`) cut into buckets up front (`plan_buckets`, from
+the *global* sizes, so every rank cuts the same way and the controller knows the bucket count
+before the first gather); each `gather_bucket` call materialises one bucket's tensors one at a
+time (``DTensor.full_tensor()``: a collective every actor rank enters in the same order). Only the rank that hands the
 bucket over keeps the full tensors; the others drop each one as soon as the gather returns. So an
 actor rank never holds more than one bucket (or one tensor larger than a bucket) of unsharded
 weights beyond its shard.
@@ -20,7 +20,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-__all__ = ["gather_bucket", "load_bucket_in_place", "stream_names"]
+__all__ = ["gather_bucket", "load_bucket_in_place", "plan_buckets", "stream_names"]
 
 
 def stream_names(module: nn.Module, trainable_only: bool) -> list[str]:
@@ -37,23 +37,16 @@ def stream_names(module: nn.Module, trainable_only: bool) -> list[str]:
     return list(module.state_dict(keep_vars=True).keys())
 
 
-@torch.no_grad()
-def gather_bucket(module: nn.Module, names: list[str], start: int, bucket_bytes: int,
-                  keep: bool) -> tuple[list[tuple[str, torch.Tensor]], int]:
-    """Gather the next bucket of full tensors, starting at ``names[start]``.
-
-    A collective under FSDP2: every rank calls it with the same arguments (``keep`` aside).
+def plan_buckets(module: nn.Module, names: list[str], bucket_bytes: int) -> list[tuple[int, int]]:
+    """Cut ``names`` into consecutive buckets of at most ``bucket_bytes`` (by global tensor size).
 
     Args:
-        module: the actor.
+        module: the actor (a ``DTensor`` reports its global, unsharded size).
         names: `stream_names` of this sync.
-        start: index of the first name of this bucket.
         bucket_bytes: bucket size in bytes (> 0); a single larger tensor forms its own bucket.
-        keep: this rank hands the bucket over (the tensors are returned on the CPU); other ranks
-            join the gathers and return an empty list.
 
     Returns:
-        ``([(name, full tensor), ...], next start)``; ``next start == len(names)`` at the end.
+        ``[(start, stop), ...]`` index ranges into ``names``, in order, covering every name once.
 
     Raises:
         ValueError: ``bucket_bytes <= 0``.
@@ -61,19 +54,43 @@ def gather_bucket(module: nn.Module, names: list[str], start: int, bucket_bytes:
     if bucket_bytes <= 0:
         raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
     tensors = module.state_dict(keep_vars=True)
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size, pos = 0, start
-    while pos < len(names):
-        tensor = tensors[names[pos]]
-        nbytes = tensor.numel() * tensor.element_size()  # a DTensor reports its global size
+    plan: list[tuple[int, int]] = []
+    start, size = 0, 0
+    for pos, name in enumerate(names):
+        nbytes = tensors[name].numel() * tensors[name].element_size()
         if pos > start and size + nbytes > bucket_bytes:
-            break
+            plan.append((start, pos))
+            start, size = pos, 0
+        size += nbytes
+    if names:
+        plan.append((start, len(names)))
+    return plan
+
+
+@torch.no_grad()
+def gather_bucket(module: nn.Module, names: list[str], start: int, stop: int, keep: bool) -> list[tuple[str, torch.Tensor]]:
+    """Gather the full tensors ``names[start:stop]`` (one bucket of `plan_buckets`).
+
+    A collective under FSDP2: every rank calls it with the same arguments (``keep`` aside).
+
+    Args:
+        module: the actor.
+        names: `stream_names` of this sync.
+        start, stop: the bucket's index range into ``names``.
+        keep: this rank hands the bucket over (the tensors are returned on the CPU); other ranks
+            join the gathers and return an empty list.
+
+    Returns:
+        ``[(name, full tensor), ...]`` (empty when not ``keep``).
+    """
+    tensors = module.state_dict(keep_vars=True)
+    bucket: list[tuple[str, torch.Tensor]] = []
+    for name in names[start:stop]:
+        tensor = tensors[name]
         full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
         if keep:
-            bucket.append((names[pos], full.detach().to("cpu")))
-        size += nbytes
-        pos += 1
-    return bucket, pos
+            bucket.append((name, full.detach().to("cpu")))
+    return bucket
 
 
 @torch.no_grad()

@@ -32,7 +32,7 @@ from torch import nn
 
 from verl.workers.rollout.request import TokenOutput, TokenRequest
 from verl.workers.rollout.vllm_config import eos_and_pad, lora_rank_of, prepare_engine, restore_process_state, vllm_sampling_params
-from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
+from verl.workers.rollout.vllm_weights import EngineWeightSync, bucket_bytes_of, is_lora_model
 
 __all__ = ["VLLMAsyncTokenEngine"]
 
@@ -62,7 +62,7 @@ class VLLMAsyncTokenEngine:
         with restore_process_state():  # vLLM lowers torch's thread count and re-seeds the global RNGs
             self.engine = self._call(self._start(args))
         self.weights = EngineWeightSync(self._rpc, lambda lora_id: self._call(self.engine.remove_lora(lora_id)),
-                                        lora=is_lora_model(module), via_files=True)
+                                        lora=is_lora_model(module), via_files=True, bucket_bytes=bucket_bytes_of(config))
 
     @staticmethod
     async def _start(args: dict[str, Any]) -> Any:

@@ -75,7 +75,7 @@ from verl.workers.rollout.vllm_config import (
     restore_process_state,
     vllm_sampling_params,
 )
-from verl.workers.rollout.vllm_weights import EngineWeightSync, is_lora_model
+from verl.workers.rollout.vllm_weights import EngineWeightSync, bucket_bytes_of, is_lora_model
 
 __all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of", "restore_process_state", "serves_agent_loops"]
 
@@ -111,6 +111,7 @@ class _OfflineLLM:
         self.weights = EngineWeightSync(
             lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
             self.llm.llm_engine.remove_lora, lora=is_lora_model(module), via_files=not in_process,
+            bucket_bytes=bucket_bytes_of(config),
         )
 
     def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:

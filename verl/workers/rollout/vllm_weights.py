@@ -22,10 +22,19 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "hf_config_of", "is_lora_model", "iter_weight_buckets", "lora_adapter_state"]
+__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "bucket_bytes_of", "hf_config_of", "is_lora_model", "iter_weight_buckets", "lora_adapter_state"]
 
 DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
 _PEFT_PREFIX = "base_model.model."
+
+
+def bucket_bytes_of(rollout_config: Any) -> int:
+    """Bytes of one bucket: ``rollout.checkpoint_engine.update_weights_bucket_megabytes`` MiB.
+
+    Args:
+        rollout_config: the ``actor_rollout_ref.rollout`` section (`RolloutConfig`).
+    """
+    return int(rollout_config.checkpoint_engine.update_weights_bucket_megabytes) * 2**20
 
 
 def is_lora_model(module: nn.Module) -> bool:
@@ -123,7 +132,8 @@ class EngineWeightSync:
 
     Attributes:
         synced: the engine holds actor weights (after the first `update`).
-        last_bytes / last_tensors: what the last `update` moved into the engine.
+        last_bytes / last_tensors / last_buckets: what the last `update` moved into the engine
+            (``last_buckets`` counts full-state buckets; a LoRA adapter is not one).
     """
 
     def __init__(self, rpc: Any, remove_lora: Any, lora: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
@@ -131,7 +141,7 @@ class EngineWeightSync:
         self.rpc, self.remove_lora, self.lora, self.bucket_bytes = rpc, remove_lora, lora, bucket_bytes
         self.via_files = via_files
         self.synced = False
-        self.last_bytes = self.last_tensors = 0
+        self.last_bytes = self.last_tensors = self.last_buckets = 0
         self.lora_id = 0
         self.lora_dir: str | None = None
 
@@ -141,7 +151,7 @@ class EngineWeightSync:
         Raises:
             RuntimeError: the engine has parameters the update did not cover.
         """
-        self.last_bytes = self.last_tensors = 0
+        self.last_bytes = self.last_tensors = self.last_buckets = 0
         if not isinstance(state_dict_or_model, nn.Module):
             self._load_buckets(iter([list(state_dict_or_model.items())]))
         elif not self.lora or not self.synced:
@@ -158,7 +168,7 @@ class EngineWeightSync:
 
     def begin(self) -> None:
         """Start a full-state update fed bucket by bucket (`load_bucket`, then `finish`)."""
-        self.last_bytes = self.last_tensors = 0
+        self.last_bytes = self.last_tensors = self.last_buckets = 0
         self.rpc("verl_begin_weight_update", ())
 
     def load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
@@ -168,6 +178,7 @@ class EngineWeightSync:
         else:
             self.rpc("verl_load_bucket", (bucket,))
         self.last_tensors += len(bucket)
+        self.last_buckets += 1
         self.last_bytes += sum(t.numel() * t.element_size() for _, t in bucket)
 
     def finish(self) -> None:
