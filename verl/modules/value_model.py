@@ -62,13 +62,18 @@ class ValueModel(nn.Module):
             **kwargs: forwarded to the backbone.
 
         Returns:
-            `(B, T)` float32 values, ``values[b, t] = V(tokens[b, :t + 1])``.
+            `(B, T)` float32 values, ``values[b, t] = V(tokens[b, :t + 1])``; a tensor of its own,
+            never a view (``values._base is None``), as FSDP2 expects of a root module's output.
         """
         out = self.backbone(
             input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False, **kwargs
         )
-        hidden = out.last_hidden_state
-        return self.value_head(hidden.to(self.value_head.weight.dtype)).squeeze(-1).float()
+        head = self.value_head
+        hidden = out.last_hidden_state.to(head.weight.dtype)
+        # `head(hidden).squeeze(-1)` would return a view of the (B, T, 1) output; FSDP2 warns that an
+        # in-place op on a root module's view output skips its pre-backward all-gather (wrong
+        # gradients). A linear map onto the 1-D weight row gives the same numbers as a fresh (B, T).
+        return nn.functional.linear(hidden, head.weight[0], head.bias[0]).float()
 
     def save_pretrained(self, out_dir: str | Path) -> Path:
         """Write the backbone (Hugging Face format) and ``value_head.safetensors`` to ``out_dir``.
