@@ -68,3 +68,21 @@ def test_shared_module_never_syncs():
     rollout.mark_stale()
     rollout.sync_weights(actor, force=True)
     assert engine.updates == 0
+
+
+def test_unreported_sync_seconds_add_up_until_taken_then_reset(monkeypatch):
+    import verl.workers.rollout_sync as rs
+
+    clock = iter([10.0, 10.5, 20.0, 20.25, 30.0, 31.0])  # start/end of three syncs: 0.5 s, 0.25 s, 1.0 s
+    monkeypatch.setattr(rs.time, "perf_counter", lambda: next(clock))
+    actor = _actor()
+    rollout = SyncedRollout(CopyEngine(actor.module), shared=False)
+    assert rollout.take_unreported_sync_s() == 0.0  # nothing synced yet
+    for _ in range(2):  # e.g. a validation generation, then the next step's training generation
+        rollout.mark_stale()
+        rollout.sync_weights(actor)
+    rollout.sync_weights(actor)  # current: no sync, no time
+    assert rollout.take_unreported_sync_s() == 0.75
+    assert rollout.take_unreported_sync_s() == 0.0  # reported once, never repeated
+    rollout.sync_weights(actor, force=True)
+    assert rollout.take_unreported_sync_s() == 1.0 and rollout.last_sync_s == 1.0

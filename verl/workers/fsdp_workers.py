@@ -102,7 +102,6 @@ class ActorRolloutRefWorker(Worker):
             out = self.rollout.generate_sequences(prompts)
         metrics = out.meta_info.setdefault("metrics", {})
         metrics["timing_s/generate_sequences"] = time.perf_counter() - start
-        metrics["timing_s/update_weights"] = self.rollout.last_sync_s
         return out
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -138,6 +137,8 @@ class ActorRolloutRefWorker(Worker):
         metrics = self.actor.update_policy(data, self.config.rollout.temperature, self.mini_batch_size)
         metrics["timing_s/update_actor_worker"] = time.perf_counter() - start
         if self.rollout is not None:
+            # the syncs of the weights this step generated with (see SyncedRollout.take_unreported_sync_s)
+            metrics["timing_s/update_weights"] = self.rollout.take_unreported_sync_s()
             self.rollout.mark_stale()
         return DataProto(meta_info={"metrics": metrics})
 

@@ -71,6 +71,7 @@ class SyncedRollout:
         self.engine, self.shared = engine, shared
         self._stale, self._synced_once = False, False
         self.last_sync_s = 0.0
+        self._unreported_s = 0.0
 
     def mark_stale(self) -> None:
         """The actor changed (an update or a checkpoint load): sync before the next generation."""
@@ -91,7 +92,18 @@ class SyncedRollout:
         else:
             self.engine.update_weights(actor.state_for_rollout())
         self.last_sync_s = time.perf_counter() - start
+        self._unreported_s += self.last_sync_s
         self._stale, self._synced_once = False, True
+
+    def take_unreported_sync_s(self) -> float:
+        """Seconds of every sync since the last call (0.0 if none), then reset.
+
+        The trainer reports this once per step with the actor update (``timing_s/update_weights``),
+        so a sync done in a generation whose metrics are not logged (validation, a dynamic-sampling
+        round) still counts, and a step without a sync reports 0 instead of an old value.
+        """
+        seconds, self._unreported_s = self._unreported_s, 0.0
+        return seconds
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Delegate to the engine."""
