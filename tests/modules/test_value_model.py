@@ -8,7 +8,8 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from verl.modules import ValueModel
+from verl.config.schema import CriticModelConfig
+from verl.modules import ValueModel, create_model
 
 
 class _FixedHidden(nn.Module):
@@ -79,3 +80,11 @@ def test_bf16_backbone_head_follows_its_dtype(tiny_model_dir: Path) -> None:
     assert model.value_head.weight.dtype == torch.bfloat16
     values = model(torch.tensor([[3, 4, 5]]))
     assert values.dtype == torch.float32 and values.shape == (1, 3) and values._base is None
+
+
+def test_lora_critic_forward_is_not_a_view_and_trains_the_head(tiny_model_dir: Path) -> None:
+    critic = create_model("critic", CriticModelConfig(path=str(tiny_model_dir), lora_rank=2))
+    values = critic(torch.tensor([[3, 4, 5, 6]]))
+    assert values.shape == (1, 4) and values._base is None
+    values.sum().backward()
+    assert critic.value_head.weight.grad is not None and critic.value_head.weight.grad.abs().sum() > 0
