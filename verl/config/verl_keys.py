@@ -199,8 +199,8 @@ CONDITIONAL: dict[str, str] = {
     "*.fsdp_config.offload_policy": "as param_offload (FSDP2's CPUOffloadPolicy)",
     "*.fsdp_config.fsdp_size": "-1 or the world size shards over all ranks; another size (HSDP) is refused",
     "actor_rollout_ref.hybrid_engine": ("true: the engine is colocated with the actor; false: the rollout runs on its own worker group / "
-                                        "resource pool with its own weights, streamed in buckets after every update (refused with "
-                                        "rollout.name=vllm + LoRA, and a rollout pool > 1 on the local backend)"),
+                                        "resource pool with its own weights, streamed in buckets after every update (LoRA: the base once, then "
+                                        "only the adapter, hf and vllm alike); a rollout pool > 1 needs the Ray backend"),
     "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive (in process when colocated, buckets through the controller with hybrid_engine=false) is the only backend; others are refused",
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
         "> 0; sizes the weight-sync buckets of vLLM (colocated: actor -> engine) and of hybrid_engine=false (actor -> rollout "

@@ -166,9 +166,6 @@ def _check_split_rollout(cfg: Any) -> None:
                           "actor_rollout_ref.hybrid_engine=false, or leave it 0 (the colocated rollout uses the actor's workers)")
     if arr.hybrid_engine:
         return
-    if r.name == "vllm" and arr.model.lora_rank > 0:
-        raise _refuse("actor_rollout_ref.hybrid_engine", "false with rollout.name=vllm and LoRA (the adapter hand-over "
-                      "is built only for the colocated engine); set hybrid_engine=true or use rollout.name=hf")
     size = (r.nnodes or t.nnodes) * (r.n_gpus_per_node or t.n_gpus_per_node)
     local = t.backend == "local" or (t.backend == "auto" and t.nnodes * t.n_gpus_per_node == 1)
     if local and size != 1:

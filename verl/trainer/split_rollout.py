@@ -17,8 +17,8 @@ the same loop whether the rollout is colocated or not (STYLE.md 10):
   bucket from the store and loads it in place. The driver never holds a bucket's bytes. Bucket
   size: ``rollout.checkpoint_engine.update_weights_bucket_megabytes``.
 * The first sync and every sync after a checkpoint load are full (all state-dict entries);
-  later ones send only the trainable parameters, unless the engine holds its own weights
-  (vLLM: always full, see `RolloutWorker`).
+  later ones send only the trainable parameters (LoRA: the adapter), except for vLLM without
+  LoRA (always full, see `RolloutWorker`).
 * Metrics added to ``update_actor``'s output, so once per RL step whatever the step does
   between two updates (validation, ReMax's second generation, several DAPO generation batches):
   ``timing_s/update_weights`` (verl's name: seconds of every sync since the previous report, 0
@@ -52,7 +52,7 @@ class SplitActorRollout:
         self.actor_wg, self.rollout_wg = actor_wg, rollout_wg
         self.world_size = actor_wg.world_size
         self._stale, self._full = True, True
-        self._full_always = bool(rollout_wg.streams_weights())
+        self._full_always = bool(rollout_wg.full_syncs_only())
         self.last_sync: dict[str, float] = {}
         self.syncs = 0
         self._unreported_s = 0.0  # sync seconds not yet in a step's metrics

@@ -16,10 +16,12 @@ Decisions:
   engine that holds its own weights (``streams_weights``: vLLM) receives each bucket through its
   ``begin/load/finish_weight_update`` calls and this worker drops its module after the engine is
   built (``load_format=dummy``: only the config was needed), so a rollout rank holds one copy.
-* Partial syncs: the ``hf`` engine takes only the trainable parameters after the first full sync
-  (LoRA: only the adapter; frozen base weights and buffers never change). vLLM takes the full
-  state on every sync (its layer-wise reload needs every weight of a layer); LoRA with vLLM on a
-  separate pool is refused at load time (`verl.config.verl_keys_checks`).
+* Partial syncs: after the first full sync (and the one after a checkpoint load) the engine
+  takes only the trainable parameters (LoRA: only the adapter; frozen base weights and buffers
+  never change) — except vLLM without LoRA, which takes the full state on every sync (its
+  layer-wise reload needs every weight of a layer). vLLM with LoRA gets the base weights on a full
+  sync and, on every sync, the adapter as a new ``LoRARequest`` (the colocated adapter path,
+  `verl.workers.rollout.vllm_weights.EngineWeightSync.begin_stream`).
 * World size: any (``actor_rollout_ref.rollout.nnodes x n_gpus_per_node`` on Ray, default the
   actor's world size); each rank generates its data-parallel chunk with a full copy. On the local
   backend it is a second in-process worker with its own copy of the weights (tests and
@@ -57,6 +59,7 @@ class RolloutWorker(Worker):
         self.engine: Any = None
         self.rollout: Any = None
         self.synced_once = False
+        self.lora = config.model.lora_rank > 0
         self._update: dict[str, float] = {}
 
     @register(Dispatch.ONE_TO_ALL)
@@ -77,8 +80,13 @@ class RolloutWorker(Worker):
 
     @register(Dispatch.RANK_ZERO)
     def streams_weights(self) -> bool:
-        """True when the engine holds its own weights (vLLM): every sync must be a full one."""
+        """True when the engine holds its own weights (vLLM): it takes buckets, not a module."""
         return bool(getattr(self.engine, "streams_weights", False))
+
+    @register(Dispatch.RANK_ZERO)
+    def full_syncs_only(self) -> bool:
+        """True when every sync must be a full one: vLLM without LoRA (see the module docstring)."""
+        return bool(getattr(self.engine, "streams_weights", False)) and not self.lora
 
     @register(Dispatch.ONE_TO_ALL)
     def begin_weight_update(self) -> None:

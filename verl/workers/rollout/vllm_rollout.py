@@ -75,7 +75,7 @@ from verl.workers.rollout.vllm_config import (
     restore_process_state,
     vllm_sampling_params,
 )
-from verl.workers.rollout.vllm_weights import EngineWeightSync, bucket_bytes_of, is_lora_model
+from verl.workers.rollout.vllm_weights import EngineWeightSync, bucket_bytes_of, is_lora_model, lora_adapter_spec
 
 __all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of", "restore_process_state", "serves_agent_loops"]
 
@@ -176,6 +176,7 @@ class VLLMRollout:
             self.backend = _OfflineLLM(module, config, in_process)
         self.in_process = not serve_async and in_process
         self.weights = self.backend.weights
+        self.weights.adapter = lora_adapter_spec(module) if is_lora_model(module) else None
         self.sleep_supported = bool(config.free_cache_engine) and engine_device() != "cpu"
         self.sleeping = False
         self.last_update_s = 0.0
@@ -237,22 +238,26 @@ class VLLMRollout:
 
     # bucket by bucket, from a rollout worker on its own resource pool (hybrid_engine=false)
     def begin_weight_update(self) -> None:
-        """Start a full-state update whose buckets arrive one call at a time (`load_weight_bucket`)."""
+        """Start an update whose buckets arrive one call at a time (`load_weight_bucket`).
+
+        Full state without LoRA; with LoRA the base weights on the first update, then only the adapter.
+        """
         self._update_start = time.perf_counter()
         self.wake_up()
-        self.weights.begin()
+        self.weights.begin_stream()
 
     def load_weight_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
-        """Load one bucket of ``(checkpoint name, full tensor)`` in place."""
-        self.weights.load_bucket(bucket)
+        """Load one bucket of ``(actor state-dict name, full tensor)``: base weights in place, adapter kept."""
+        self.weights.load_stream_bucket(bucket)
 
     def finish_weight_update(self) -> None:
-        """Repack the reloaded layers and drop the prefix cache (stale KV).
+        """Repack the reloaded layers, load the adapter (LoRA) and drop the prefix cache (stale KV).
 
         Raises:
-            RuntimeError: the engine has parameters the update did not cover.
+            RuntimeError: the engine has parameters the update did not cover, or (LoRA) the first
+                update had no base weights.
         """
-        self.weights.finish()
+        self.weights.finish_stream()
         self.backend.reset_prefix_cache()
         self.last_update_s = time.perf_counter() - getattr(self, "_update_start", time.perf_counter())
 

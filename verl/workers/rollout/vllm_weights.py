@@ -12,6 +12,12 @@ Names are Hugging Face checkpoint names (``model.layers.0.self_attn.q_proj.weigh
 model the base weights are unwrapped (``base_model.model.`` prefix and ``.base_layer`` removed)
 and the adapter tensors are skipped; `lora_adapter_state` returns the adapter alone in peft's
 own save format, which is all that moves after a LoRA update.
+
+A rollout worker on its own pool (``hybrid_engine=false``) receives the actor's tensors under
+their state-dict names instead (`EngineWeightSync.begin_stream`): under LoRA the base entries
+are renamed as above and go to vLLM, the adapter entries are renamed to peft's save naming
+(the adapter name dropped, as ``get_peft_model_state_dict`` does) and become the next
+``LoRARequest`` — the colocated adapter path, fed from buckets.
 """
 
 from __future__ import annotations
@@ -22,7 +28,8 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "bucket_bytes_of", "hf_config_of", "is_lora_model", "iter_weight_buckets", "lora_adapter_state"]
+__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "bucket_bytes_of", "hf_config_of", "is_lora_model", "iter_weight_buckets",
+           "lora_adapter_spec", "lora_adapter_state"]
 
 DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
 _PEFT_PREFIX = "base_model.model."
@@ -99,20 +106,30 @@ def iter_weight_buckets(
         yield bucket
 
 
+def lora_adapter_spec(module: nn.Module) -> tuple[str, dict[str, Any]]:
+    """The active LoRA adapter's name and ``adapter_config`` (a JSON-able dict).
+
+    Raises:
+        ValueError: ``module`` is not a peft model.
+    """
+    if not is_lora_model(module):
+        raise ValueError("lora_adapter_spec needs a peft (LoRA) model")
+    name = module.active_adapter if isinstance(module.active_adapter, str) else module.active_adapter[0]
+    config = module.peft_config[name].to_dict()
+    config["target_modules"] = sorted(config["target_modules"]) if isinstance(config.get("target_modules"), set) else config.get("target_modules")
+    return name, config
+
+
 def lora_adapter_state(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """The active LoRA adapter: (tensors in peft's save naming, ``adapter_config`` as a dict).
 
     Raises:
         ValueError: ``module`` is not a peft model.
     """
-    if not is_lora_model(module):
-        raise ValueError("lora_adapter_state needs a peft (LoRA) model")
     from peft import get_peft_model_state_dict
 
-    name = module.active_adapter if isinstance(module.active_adapter, str) else module.active_adapter[0]
+    name, config = lora_adapter_spec(module)
     state = {k: _full(v).to("cpu").contiguous() for k, v in get_peft_model_state_dict(module, adapter_name=name).items()}
-    config = module.peft_config[name].to_dict()
-    config["target_modules"] = sorted(config["target_modules"]) if isinstance(config.get("target_modules"), set) else config.get("target_modules")
     return state, config
 
 
@@ -144,6 +161,10 @@ class EngineWeightSync:
         self.last_bytes = self.last_tensors = self.last_buckets = 0
         self.lora_id = 0
         self.lora_dir: str | None = None
+        self.adapter: tuple[str, dict[str, Any]] | None = None  # `lora_adapter_spec`, for `begin_stream`
+        self._stream_base = False
+        self._stream_adapter: dict[str, torch.Tensor] = {}
+        self._adapter_keys: set[str] = set()
 
     def update(self, state_dict_or_model: Any) -> None:
         """Stream a module (buckets; LoRA: adapter only after the first call) or a full state dict.
@@ -192,6 +213,60 @@ class EngineWeightSync:
             raise RuntimeError(f"vLLM weight update left {len(missing)} engine parameters unset, e.g. {missing[:3]}")
         self.synced = True
 
+    # the actor's state-dict names, bucket by bucket (a rollout worker on its own pool)
+    def begin_stream(self) -> None:
+        """Start an update whose buckets carry the actor's own state-dict names (`load_stream_bucket`)."""
+        self.last_bytes = self.last_tensors = self.last_buckets = 0
+        self._stream_base, self._stream_adapter = not self.lora, {}
+        if not self.lora:
+            self.begin()
+
+    def load_stream_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
+        """Load one bucket: base weights into vLLM; LoRA adapter tensors kept for `finish_stream`.
+
+        Raises:
+            ValueError: a trainable non-LoRA entry of a peft model (``modules_to_save``).
+        """
+        if not self.lora:
+            self.load_bucket(bucket)
+            return
+        if self.adapter is None:
+            raise RuntimeError("EngineWeightSync.adapter (lora_adapter_spec of the actor) is unset")
+        base: list[tuple[str, torch.Tensor]] = []
+        for name, tensor in bucket:
+            target = _base_name(name, True)
+            if target is not None:
+                base.append((target, tensor))
+            elif "lora_" in name:  # peft's save naming: the adapter name dropped
+                self._stream_adapter[name.replace(f".{self.adapter[0]}", "")] = tensor.detach().to("cpu").contiguous()
+            else:
+                raise ValueError(f"{name!r} is not supported yet on a vLLM rollout with LoRA: train only the LoRA adapter (no modules_to_save)")
+        if base:
+            if not self._stream_base:
+                self.begin()
+                self._stream_base = True
+            self.load_bucket(base)
+
+    def finish_stream(self) -> None:
+        """End the update: repack reloaded layers (if base weights came), then load the adapter.
+
+        Raises:
+            RuntimeError: the engine has parameters the update did not cover; the first update
+                carried no base weights; the adapter's tensors differ from the first update's.
+        """
+        if self._stream_base:
+            self.finish()
+        if not self.lora:
+            return
+        if not self.synced:
+            raise RuntimeError("the first weight update of a vLLM LoRA rollout must carry the base weights (a full sync)")
+        keys = set(self._stream_adapter)
+        if self._adapter_keys and keys != self._adapter_keys:
+            raise RuntimeError(f"weight update carried {len(keys)} LoRA tensors, the adapter has {len(self._adapter_keys)}")
+        self._adapter_keys = keys
+        self._write_adapter(self._stream_adapter, self.adapter[1])
+        self._stream_adapter = {}
+
     def _load_bucket_file(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         import os
         import tempfile
@@ -207,6 +282,9 @@ class EngineWeightSync:
             os.unlink(path)
 
     def _load_adapter(self, module: nn.Module) -> None:
+        self._write_adapter(*lora_adapter_state(module))
+
+    def _write_adapter(self, state: dict[str, torch.Tensor], adapter_config: dict[str, Any]) -> None:
         """Write the adapter to a fresh in-memory directory; it becomes the active ``LoRARequest``."""
         import json
         import os
@@ -215,7 +293,6 @@ class EngineWeightSync:
 
         from safetensors.torch import save_file
 
-        state, adapter_config = lora_adapter_state(module)
         new_dir = tempfile.mkdtemp(prefix="verl-vllm-lora-", dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
         save_file(state, os.path.join(new_dir, "adapter_model.safetensors"))
         with open(os.path.join(new_dir, "adapter_config.json"), "w") as f:
