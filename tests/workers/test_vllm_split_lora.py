@@ -42,6 +42,7 @@ def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path):
     from verl.trainer.split_rollout import SplitActorRollout
 
     diffs: list[float] = []
+    off: list[float] = []  # engine vs the actor without its adapter
     seen: list[tuple[int, int, int]] = []  # per sync: tensors, adapter tensors, state-dict entries
     original = SplitActorRollout.sync_weights
 
@@ -49,7 +50,10 @@ def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path):
         seconds = original(self, force)
         if seconds:
             engine, actor = self.rollout_wg.workers[0].engine, self.actor_wg.workers[0].actor_engine.module
-            diffs.append(float((engine.score(FIXED) - _actor_log_probs(actor)).abs().max()))
+            scored = engine.score(FIXED)
+            diffs.append(float((scored - _actor_log_probs(actor)).abs().max()))
+            with actor.disable_adapter():
+                off.append(float((scored - _actor_log_probs(actor)).abs().max()))
             adapter = sum(1 for p in actor.parameters() if p.requires_grad)
             seen.append((int(self.last_sync["tensors"]), adapter, len(actor.state_dict())))
         return seconds
@@ -58,11 +62,13 @@ def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path):
         mp.setattr(SplitActorRollout, "sync_weights", checked)
         trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False})))
         trainer.fit()  # closes the in-process engine (SplitActorRollout.shutdown)
-    print("engine vs actor log-prob max abs diff per sync:", diffs, "tensors per sync:", seen)
+    print("engine vs actor log-prob max abs diff per sync:", diffs, "vs the base alone:", off, "tensors per sync:", seen)
     assert len(diffs) == 3 and max(diffs) <= 1e-3, diffs  # the sync before each of the 3 generations
+    assert min(off[1:]) > 0.1, off  # measured ~1.0 and ~1.4: the engine really applies the trained adapter
     assert seen[0][0] == seen[0][2] and all(t == a < n for t, a, n in seen[1:]), seen  # full once, then the adapter only
     split = read_metrics(tmp_path / "split")
     full_mb = split[1]["weight_sync/megabytes"]
+    print("weight_sync/megabytes per step:", [split[s]["weight_sync/megabytes"] for s in (1, 2, 3)])
     for step, m in split.items():
         assert all(math.isfinite(v) for v in m.values() if isinstance(v, float))
         assert m["training/rollout_probs_diff_max"] <= 1e-3, (step, m["training/rollout_probs_diff_max"])
