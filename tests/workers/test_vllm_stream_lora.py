@@ -82,6 +82,10 @@ def test_stream_sends_the_base_once_then_only_the_adapter_as_the_colocated_path_
         assert sync.last_bytes == sum(p.numel() * p.element_size() for p in lm.parameters() if p.requires_grad)
         assert sync.lora_id == 2 and engine.removed == [1] and not os.path.exists(first_dir)
         _assert_adapter_is(sync, lm)
+        _stream(sync, lm, trainable_only=False)  # after a checkpoint load: the base again, then the adapter
+        assert engine.calls[0] == "verl_begin_weight_update" and sync.last_tensors == len(colocated) + n_adapter
+        assert sync.lora_id == 3
+        _assert_adapter_is(sync, lm)
     finally:
         sync.close()
 

@@ -224,8 +224,12 @@ class EngineWeightSync:
     def load_stream_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
         """Load one bucket: base weights into vLLM; LoRA adapter tensors kept for `finish_stream`.
 
+        Args:
+            bucket: ``[(actor state-dict name, full tensor), ...]`` (`verl.workers.weight_stream.gather_bucket`).
+
         Raises:
             ValueError: a trainable non-LoRA entry of a peft model (``modules_to_save``).
+            RuntimeError: LoRA without ``adapter`` set (`lora_adapter_spec` of the actor).
         """
         if not self.lora:
             self.load_bucket(bucket)
