@@ -16,7 +16,12 @@ from peft import LoraConfig, get_peft_model
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from verl.workers.rollout.vllm_weights import EngineWeightSync, iter_weight_buckets, lora_adapter_spec, lora_adapter_state
+from verl.workers.rollout.vllm_weights import (
+    EngineWeightSync,
+    iter_weight_buckets,
+    lora_adapter_spec,
+    lora_adapter_state,
+)
 from verl.workers.weight_stream import gather_bucket, plan_buckets, stream_names
 
 
