@@ -12,31 +12,15 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
-from run_helpers import read_metrics, tiny_run_overrides
+from run_helpers import read_metrics
 
 from tests.trainer.test_split_rollout import assert_same_metrics, comparable
-from tests.workers.vllm_helpers import VLLM_MARKS
+from tests.workers.vllm_helpers import FIXED, VLLM_MARKS, actor_log_probs, split_vllm_overrides
 from verl.config import load_config
-from verl.modules.forward import compute_log_probs
 from verl.trainer import RLTrainer
 
 pytestmark = [*VLLM_MARKS, pytest.mark.e2e]
-FIXED = list(range(5, 20))
 LORA = {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8, "actor_rollout_ref.actor.optim.lr": 1e-2}
-
-
-def _actor_log_probs(module: torch.nn.Module) -> torch.Tensor:
-    ids = torch.tensor([FIXED])
-    with torch.no_grad():
-        return compute_log_probs(module, ids, torch.ones_like(ids), torch.arange(len(FIXED))[None], len(FIXED) - 1)[0]
-
-
-def _overrides(run_dir, **extra):
-    return tiny_run_overrides("builtin://tiny-arithmetic", run_dir, **{
-        "actor_rollout_ref.rollout.name": "vllm", "trainer.total_training_steps": 3,
-        "actor_rollout_ref.actor.reuse_old_log_probs": False,  # keep the rollout-vs-training mismatch metrics
-        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1, **LORA, **extra})
 
 
 @pytest.mark.parametrize("mode", ["sync", "async"])  # offline LLM (buckets by reference) / async engine (buckets via /dev/shm)
@@ -53,16 +37,16 @@ def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path, mode
         if seconds:
             engine, actor = self.rollout_wg.workers[0].engine, self.actor_wg.workers[0].actor_engine.module
             scored = engine.score(FIXED)
-            diffs.append(float((scored - _actor_log_probs(actor)).abs().max()))
+            diffs.append(float((scored - actor_log_probs(actor)).abs().max()))
             with actor.disable_adapter():
-                off.append(float((scored - _actor_log_probs(actor)).abs().max()))
+                off.append(float((scored - actor_log_probs(actor)).abs().max()))
             adapter = sum(1 for p in actor.parameters() if p.requires_grad)
             seen.append((int(self.last_sync["tensors"]), adapter, len(actor.state_dict())))
         return seconds
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SplitActorRollout, "sync_weights", checked)
-        trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False, "actor_rollout_ref.rollout.mode": mode})))
+        trainer = RLTrainer(config=load_config(None, split_vllm_overrides(**LORA, run_dir=tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False, "actor_rollout_ref.rollout.mode": mode})))
         trainer.fit()  # closes the in-process engine (SplitActorRollout.shutdown)
     print("engine vs actor log-prob max abs diff per sync:", diffs, "vs the base alone:", off, "tensors per sync:", seen)
     assert len(diffs) == 3 and max(diffs) <= 1e-3, diffs  # the sync before each of the 3 generations
@@ -79,7 +63,7 @@ def test_vllm_lora_on_its_own_worker_group_syncs_only_the_adapter(tmp_path, mode
     for step in (2, 3):  # the sync before steps 2 and 3: only the adapter
         assert split[step]["weight_sync/tensors"] == seen[0][1]
         assert split[step]["weight_sync/megabytes"] < 0.2 * full_mb, (step, split[step]["weight_sync/megabytes"], full_mb)
-    colocated_trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "colocated", **{"actor_rollout_ref.rollout.mode": mode})))
+    colocated_trainer = RLTrainer(config=load_config(None, split_vllm_overrides(**LORA, run_dir=tmp_path / "colocated", **{"actor_rollout_ref.rollout.mode": mode})))
     try:
         colocated_trainer.fit()
     finally:

@@ -10,30 +10,14 @@ from __future__ import annotations
 import math
 
 import pytest
-import torch
-from run_helpers import read_metrics, tiny_run_overrides
+from run_helpers import read_metrics
 
 from tests.trainer.test_split_rollout import assert_same_metrics
-from tests.workers.vllm_helpers import VLLM_MARKS
+from tests.workers.vllm_helpers import FIXED, VLLM_MARKS, actor_log_probs, split_vllm_overrides
 from verl.config import load_config
-from verl.modules.forward import compute_log_probs
 from verl.trainer import RLTrainer
 
 pytestmark = [*VLLM_MARKS, pytest.mark.e2e]
-FIXED = list(range(5, 20))
-
-
-def _actor_log_probs(module: torch.nn.Module) -> torch.Tensor:
-    ids = torch.tensor([FIXED])
-    with torch.no_grad():
-        return compute_log_probs(module, ids, torch.ones_like(ids), torch.arange(len(FIXED))[None], len(FIXED) - 1)[0]
-
-
-def _overrides(run_dir, **extra):
-    return tiny_run_overrides("builtin://tiny-arithmetic", run_dir, **{
-        "actor_rollout_ref.rollout.name": "vllm", "trainer.total_training_steps": 3,
-        "actor_rollout_ref.actor.reuse_old_log_probs": False,  # keep the rollout-vs-training mismatch metrics
-        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1, **extra})
 
 
 def test_vllm_on_its_own_worker_group_generates_with_the_trained_weights(tmp_path):
@@ -46,12 +30,12 @@ def test_vllm_on_its_own_worker_group_generates_with_the_trained_weights(tmp_pat
         seconds = original(self, force)
         if seconds:
             engine = self.rollout_wg.workers[0].engine
-            diffs.append(float((engine.score(FIXED) - _actor_log_probs(self.actor_wg.workers[0].actor_engine.module)).abs().max()))
+            diffs.append(float((engine.score(FIXED) - actor_log_probs(self.actor_wg.workers[0].actor_engine.module)).abs().max()))
         return seconds
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SplitActorRollout, "sync_weights", checked)
-        trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False})))
+        trainer = RLTrainer(config=load_config(None, split_vllm_overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False})))
         trainer.fit()  # closes the in-process engine (SplitActorRollout.shutdown)
     assert len(diffs) == 3 and max(diffs) <= 1e-3, diffs  # the sync before each of the 3 generations
     split = read_metrics(tmp_path / "split")
@@ -60,7 +44,7 @@ def test_vllm_on_its_own_worker_group_generates_with_the_trained_weights(tmp_pat
         assert m["timing_s/update_weights"] > 0 and m["training/rollout_probs_diff_max"] <= 1e-3
         assert m["weight_sync/buckets"] == 1  # the built-in model is 0.5 MB
         assert abs(m["actor/ppo_kl"]) < 1e-5  # on-policy: the engine sampled from the actor's weights
-    colocated_trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / "colocated")))
+    colocated_trainer = RLTrainer(config=load_config(None, split_vllm_overrides(tmp_path / "colocated")))
     try:
         colocated_trainer.fit()
     finally:

@@ -27,6 +27,7 @@ import torch
 
 from verl.engine import TrainingEngine
 from verl.protocol import DataProto
+from verl.workers.weight_stream import full_tensor, load_bucket_in_place
 
 
 @torch.no_grad()
@@ -46,17 +47,11 @@ def sync_in_place(source: torch.nn.Module, target: torch.nn.Module, trainable_on
     Raises:
         KeyError: a source tensor has no counterpart of the same name in ``target``.
     """
-    dst = dict(target.named_parameters())
-    dst.update(dict(target.named_buffers()))
     items = [(n, p) for n, p in source.named_parameters() if p.requires_grad or not trainable_only]
     if not trainable_only:
         items += list(source.named_buffers())
-    for name, tensor in items:
-        if name not in dst:
-            raise KeyError(f"rollout module has no tensor named {name!r}")
-        full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
-        dst[name].copy_(full)
-    return len(items)
+    # a generator: each parameter is gathered just before its copy, so one unsharded tensor at a time
+    return load_bucket_in_place(target, ((name, full_tensor(tensor)) for name, tensor in items))
 
 
 class SyncedRollout:

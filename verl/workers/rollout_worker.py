@@ -86,7 +86,7 @@ class RolloutWorker(Worker):
     @register(Dispatch.RANK_ZERO)
     def full_syncs_only(self) -> bool:
         """True when every sync must be a full one: vLLM without LoRA (see the module docstring)."""
-        return bool(getattr(self.engine, "streams_weights", False)) and not self.lora
+        return self.streams_weights() and not self.lora
 
     @register(Dispatch.ONE_TO_ALL)
     def begin_weight_update(self) -> None:

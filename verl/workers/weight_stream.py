@@ -17,10 +17,17 @@ Hugging Face checkpoint names, which vLLM's ``load_weights`` maps onto its fused
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import torch
 from torch import nn
 
-__all__ = ["gather_bucket", "load_bucket_in_place", "plan_buckets", "stream_names"]
+__all__ = ["full_tensor", "gather_bucket", "load_bucket_in_place", "plan_buckets", "stream_names"]
+
+
+def full_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    """The whole tensor: a ``DTensor`` (FSDP2) is all-gathered (a collective), a plain one returned as is."""
+    return tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
 
 
 def stream_names(module: nn.Module, trainable_only: bool) -> list[str]:
@@ -86,16 +93,19 @@ def gather_bucket(module: nn.Module, names: list[str], start: int, stop: int, ke
     tensors = module.state_dict(keep_vars=True)
     bucket: list[tuple[str, torch.Tensor]] = []
     for name in names[start:stop]:
-        tensor = tensors[name]
-        full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        full = full_tensor(tensors[name])
         if keep:
             bucket.append((name, full.detach().to("cpu")))
     return bucket
 
 
 @torch.no_grad()
-def load_bucket_in_place(target: nn.Module, bucket: list[tuple[str, torch.Tensor]]) -> int:
-    """Copy a bucket into ``target``'s tensors of the same names (dtype and device of ``target``).
+def load_bucket_in_place(target: nn.Module, bucket: Iterable[tuple[str, torch.Tensor]]) -> int:
+    """Copy ``(name, tensor)`` pairs into ``target``'s tensors of the same names (dtype and device of ``target``).
+
+    ``target``'s names are every parameter and buffer name, tied aliases and non-persistent
+    buffers included, so both a state-dict stream and a ``named_parameters`` / ``named_buffers``
+    walk match. ``bucket`` may be a generator: each pair is copied before the next is made.
 
     Returns:
         Number of tensors copied.
@@ -103,9 +113,12 @@ def load_bucket_in_place(target: nn.Module, bucket: list[tuple[str, torch.Tensor
     Raises:
         KeyError: a name has no tensor in ``target``.
     """
-    tensors = target.state_dict(keep_vars=True)
+    tensors = dict(target.named_parameters(remove_duplicate=False))
+    tensors.update(target.named_buffers(remove_duplicate=False))
+    copied = 0
     for name, value in bucket:
         if name not in tensors:
             raise KeyError(f"rollout module has no tensor named {name!r}")
         tensors[name].data.copy_(value)
-    return len(bucket)
+        copied += 1
+    return copied

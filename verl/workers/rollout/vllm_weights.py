@@ -216,9 +216,10 @@ class EngineWeightSync:
     # the actor's state-dict names, bucket by bucket (a rollout worker on its own pool)
     def begin_stream(self) -> None:
         """Start an update whose buckets carry the actor's own state-dict names (`load_stream_bucket`)."""
-        self.last_bytes = self.last_tensors = self.last_buckets = 0
         self._stream_base, self._stream_adapter = not self.lora, {}
-        if not self.lora:
+        if self.lora:  # base weights may or may not come: `load_stream_bucket` begins on the first
+            self.last_bytes = self.last_tensors = self.last_buckets = 0
+        else:
             self.begin()
 
     def load_stream_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> None:
