@@ -165,3 +165,28 @@ def test_fused_head_applies_only_to_plain_heads(model_dir):
     assert fused_lm_head(nn.Linear(2, 2)) is None  # not a transformers model
     module.config.final_logit_softcapping = 30.0  # logits are not hidden @ Wᵀ any more
     assert fused_lm_head(module) is None
+
+
+def _first_fit_from_row_zero(lengths: list[int], cap: int) -> tuple[list[int], list[int], list[int]]:
+    """Textbook first-fit decreasing: every sequence scans the rows from row 0."""
+    row_of, start_of, fill = [0] * len(lengths), [0] * len(lengths), []
+    for i in sorted(range(len(lengths)), key=lambda k: -lengths[k]):
+        row = next((r for r, f in enumerate(fill) if f + lengths[i] <= cap), len(fill))
+        if row == len(fill):
+            fill.append(0)
+        row_of[i], start_of[i] = row, fill[row]
+        fill[row] += lengths[i]
+    return row_of, start_of, fill
+
+
+def test_first_fit_skipping_full_rows_packs_like_the_textbook_scan():
+    import random
+
+    from verl.modules.packing import _first_fit
+
+    rng = random.Random(0)
+    for _ in range(2000):
+        lengths = [rng.randint(1, 30) for _ in range(rng.randint(0, 60))]
+        cap = max(lengths, default=1) + rng.choice([0, 0, 3, 20])
+        assert _first_fit(lengths, cap) == _first_fit_from_row_zero(lengths, cap), (lengths, cap)
+    assert _first_fit([3, 1, 4, 4], 4) == ([2, 2, 0, 1], [0, 3, 0, 0], [4, 4, 4])  # by hand: rows 4 | 4 | 3 + 1

@@ -112,3 +112,14 @@ def test_bench_writes_a_record(tmp_path):
     assert s["throughput"] > 0 and 0 < s["pct_of_bound"] < 100 and record["peak_rss_bytes"] > 100 * 2**20
     assert 0 < s["pct_of_attainable"] and set(record["shape_throughput"]) >= {"decode_head", "train_head"}
     assert len(record["steps_detail"]) == 2 and "stage_s/gen" in s and torch.isfinite(torch.tensor(s["flops"]))
+
+
+def test_trl_peer_gets_verls_kl_loss():
+    """The TRL peer mirrors the KL loss (k3 = TRL's estimator), so both sides do the same work."""
+    from verl.config import load_config
+    from verl.trainer.bench_trl import kl_beta
+
+    assert kl_beta(load_config("quickstart").actor_rollout_ref.actor) == 0.5  # the quick start's k3 KL loss
+    assert kl_beta(load_config("quickstart", ["actor_rollout_ref.actor.use_kl_loss=false"]).actor_rollout_ref.actor) == 0.0
+    with pytest.raises(ValueError, match="kl_loss_type='kl'"):
+        kl_beta(load_config("quickstart", ["actor_rollout_ref.actor.kl_loss_type=kl"]).actor_rollout_ref.actor)

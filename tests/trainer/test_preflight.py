@@ -42,8 +42,10 @@ def _failure(cfg, kind: type[UserError], *needles: str) -> str:
 
 def test_good_config_passes_every_check(tiny_model_dir, tmp_path):
     checks = run_preflight(_cfg(tiny_model_dir, tmp_path, **{"trainer.save_freq": 1}), raise_on_failure=False)
-    assert [c.name for c in checks] == ["paths", "checkpoint folder", "data", "reward function", "model", "pad token"]
-    assert all(c.ok for c in checks), checks
+    assert [c.name for c in checks] == ["paths", "checkpoint folder", "data", "reward function", "model", "pad token",
+                                        "half precision"]
+    assert all(c.ok for c in checks[:-1]), checks
+    assert checks[-1].ok is None and checks[-1].detail == "skipped"  # float32 run: no half precision to measure
     assert "compute_score(data_source, solution_str, ground_truth, extra_info=None)" in checks[3].detail
 
 
@@ -137,4 +139,4 @@ def test_checkpoint_estimate_counts_parameters(tiny_model_dir, tmp_path):
 
 def test_pad_token_choice_is_reported(tiny_model_dir, tmp_path, shared_dir):
     checks = run_preflight(_cfg(tiny_model_dir, tmp_path, **{"trainer.save_freq": -1}), raise_on_failure=False)
-    assert "pad token '<pad>'" in checks[-1].detail
+    assert "pad token '<pad>'" in checks[-2].detail

@@ -8,8 +8,12 @@ from there. The peer gets, from the verl config:
 - the same prompts (``data.train_files[0]``, chat template applied by TRL as by verl's dataset);
 - ``train_batch_size`` prompts x ``rollout.n`` generations per step, one optimizer step per batch
   (``per_device_train_batch_size = generation_batch_size = prompts x n``, no gradient accumulation,
-  ``num_iterations = 1``), no KL (``beta = 0``: no reference model), the same learning rate,
-  clip ratio and sampling temperature, and the same activation checkpointing setting;
+  ``num_iterations = 1``), the same learning rate, clip ratio and sampling temperature, and the
+  same activation checkpointing setting;
+- the same KL loss: with ``actor.use_kl_loss`` TRL's ``beta = kl_loss_coef`` (TRL's per-token KL is
+  the k3 estimator, verl's ``low_var_kl`` / ``k3``; other ``kl_loss_type`` values are refused) and
+  a reference model, else ``beta = 0`` (no reference model). The built-in quick start has a KL loss
+  (beta 0.5); the GSM8K shape has none;
 - responses of exactly ``max_response_length`` tokens when the verl rollout ignores EOS
   (``min_new_tokens = max_new_tokens``), else up to that length;
 - the same rule reward (`verl.reward.scorers.default_compute_score` on the row's data source).
@@ -30,7 +34,7 @@ import torch
 
 from verl.trainer.bench_measure import RssSampler, StepRecord, flop_model_of, step_flop_parts
 
-__all__ = ["run_trl"]
+__all__ = ["kl_beta", "run_trl"]
 
 
 def _dataset(path: str) -> Any:
@@ -55,6 +59,20 @@ def _reward(completions: list[Any], data_source: list[str], ground_truth: list[s
     return out
 
 
+def kl_beta(actor: Any) -> float:
+    """TRL's ``beta`` for verl's actor config: ``kl_loss_coef`` with a k3 KL loss, 0 without one.
+
+    Raises:
+        ValueError: ``use_kl_loss`` with a ``kl_loss_type`` other than k3 (TRL has only k3).
+    """
+    if not actor.use_kl_loss:
+        return 0.0
+    if actor.kl_loss_type not in ("low_var_kl", "k3"):
+        raise ValueError(f"verl bench --compare trl: TRL's GRPO KL is the k3 estimator; actor.kl_loss_type="
+                         f"{actor.kl_loss_type!r} has no TRL equivalent (use low_var_kl, or use_kl_loss=false)")
+    return float(actor.kl_loss_coef)
+
+
 def _grpo_config(cfg: Any, out_dir: str, steps: int) -> Any:
     from trl import GRPOConfig
 
@@ -63,7 +81,7 @@ def _grpo_config(cfg: Any, out_dir: str, steps: int) -> Any:
     length = cfg.data.max_response_length
     return GRPOConfig(
         output_dir=out_dir, max_steps=steps, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-        generation_batch_size=batch, num_generations=rollout.n, num_iterations=1, beta=0.0,
+        generation_batch_size=batch, num_generations=rollout.n, num_iterations=1, beta=kl_beta(actor),
         max_completion_length=length, learning_rate=actor.optim.lr, weight_decay=actor.optim.weight_decay,
         lr_scheduler_type="constant", warmup_steps=0, epsilon=actor.clip_ratio, temperature=rollout.temperature,
         top_p=rollout.top_p, top_k=rollout.top_k if rollout.top_k > 0 else 0,
@@ -123,7 +141,8 @@ def run_trl(cfg: Any, steps: int, after_each_step: Callable[[], None] | None = N
             tokens = float(state.num_input_tokens_seen) - self.tokens_seen
             self.tokens_seen = float(state.num_input_tokens_seen)
             generated = float(metrics["completions/mean_length"][-1]) * rows
-            parts = step_flop_parts(flops, tokens, generated, padded, {"gen", "update_actor"})
+            stages = {"gen", "update_actor"} | ({"ref"} if kl_beta(cfg.actor_rollout_ref.actor) else set())
+            parts = step_flop_parts(flops, tokens, generated, padded, stages)
             records.append(StepRecord(seconds=seconds, generated_tokens=generated, trained_tokens=tokens,
                                       flops=float(sum(parts.values())), stages={"step": seconds}, flop_parts=parts))
             print(f"  trl  step {len(records)}: {seconds:.3f} s, {records[-1].throughput:.1f} tokens/s", flush=True)

@@ -59,10 +59,25 @@ def devices() -> list[tuple[str, str]]:
         build = f"torch built with CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only torch build"
         rows.append(("cuda", f"not available ({build})"))
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    rows.append(("cpu", f"{os.cpu_count()} logical cores, {usable} usable here, torch threads {torch.get_num_threads()}"))
+    cpu = (f"{os.cpu_count()} logical cores, {usable} usable here, torch threads {torch.get_num_threads()}, "
+           f"{torch.backends.cpu.get_cpu_capability()} kernels")
+    rows.append(("cpu", cpu))
+    rows.append(("cpu half precision", _cpu_half()))
     mem = psutil.virtual_memory()
     rows.append(("memory", f"{mem.total / 2**30:.1f} GiB ({mem.available / 2**30:.1f} GiB available)"))
     return rows
+
+
+def _cpu_half() -> str:
+    """Measured bf16 / fp16 matmul time vs float32 on this CPU (`verl.utils.cpu_half`)."""
+    import torch
+
+    from verl.utils.cpu_half import SLOW_FACTOR, matmul_slowdown
+
+    factors = {name: matmul_slowdown(dtype) for name, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16))}
+    text = ", ".join(f"{name} matmul {f:.1f}x the float32 time" for name, f in factors.items())
+    slow = [name for name, f in factors.items() if f >= SLOW_FACTOR]
+    return text + (f" (no native {' / '.join(slow)} here: keep float32 on CPU)" if slow else "")
 
 
 def _gloo_fsdp2(tmp: Path) -> str:

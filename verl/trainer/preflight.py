@@ -20,6 +20,8 @@ model               ``config.json`` readable, weight files are weights (safetens
                     zip archive), tokenizer vocabulary ≤ embedding rows, prompt + response ≤ the
                     model's context (``max_position_embeddings`` / ``n_positions``)
 pad token           the tokenizer pads with its own pad token, or the eos token (logged once)
+half precision      on a CPU run, each bf16 / fp16 setting's matmul speed vs float32 here; a warning
+                    (never a failure) when it is emulated (`verl.utils.cpu_half`)
 ==================  ===============================================================================
 """
 
@@ -36,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from verl.utils.cpu_half import check_half_precision
 from verl.utils.errors import DataError, DiskError, ModelError, PreflightError, RewardFunctionError, UserError
 
 logger = logging.getLogger(__name__)
@@ -77,6 +80,7 @@ def run_preflight(cfg: Any, tokenizer: Any = None, raise_on_failure: bool = True
         ("reward function", lambda: check_reward_function(cfg)),
         ("model", lambda: check_model(cfg, tokenizer)),
         ("pad token", lambda: check_pad_token(cfg, tokenizer)),
+        ("half precision", lambda: check_half_precision(cfg)),
     ]
     out = []
     for name, fn in checks:
