@@ -9,7 +9,6 @@ timer (``timing_s/<stage>``).
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,8 @@ from verl.trainer.checkpoint import restore_checkpoint, write_checkpoint
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_memory_metrics,
-    compute_seqlen_balance_metrics,
     compute_rollout_entropy_metrics,
+    compute_seqlen_balance_metrics,
     compute_throughput_metrics,
     compute_timing_metrics,
     reduce_worker_metrics,
@@ -33,7 +32,7 @@ from verl.trainer.metrics import (
 from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.rollout_corr import rollout_correction_stage
 from verl.trainer.state import TrainerParts, TrainerState
-from verl.trainer.validation import validation_metrics
+from verl.trainer.val_loop import progress_bar, run_validation, update_bar
 from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
 
 logger = logging.getLogger(__name__)
@@ -126,7 +125,7 @@ class RLTrainer:
             p.history.append({"step": self.global_step, **val})
             if cfg.trainer.val_only:
                 return p.history
-        bar = self._progress_bar()
+        bar = progress_bar(cfg.trainer.progress_bar, p.total_training_steps, self.global_step)
         save_timing: dict[str, float] = {}
         while self.global_step < p.total_training_steps:
             for batch_dict in p.train_dataloader:
@@ -147,7 +146,7 @@ class RLTrainer:
                     with timer("save_checkpoint", t := {}):
                         self.save_checkpoint()
                     save_timing = {"timing_s/save_checkpoint": t["save_checkpoint"]}
-                self._update_bar(bar, metrics)
+                update_bar(bar, metrics)
                 if last:
                     break
             else:
@@ -379,53 +378,8 @@ class RLTrainer:
 
     # ---------------------------------------------------------------------------- validation
     def _validate(self) -> dict[str, float]:
-        """Generate on the validation set (``val_kwargs``), score, aggregate per data source.
-
-        Metrics are verl's (`verl.trainer.validation`) over ``reward`` and every per-sample value
-        the scorer reports (``acc``, ``pred`` for majority votes, ...), plus ``timing_s/testing``.
-        """
-        p, vk, tcfg = self._parts(), self.config.actor_rollout_ref.rollout.val_kwargs, self.config.trainer
-        sources, uids, infos, texts = [], [], defaultdict(list), ([], [])
-        timing: dict[str, float] = {}
-        with timer("testing", timing):
-            for batch_dict in p.val_dataloader:
-                batch = DataProto.from_single_dict(batch_dict)
-                batch.non_tensor_batch["uid"] = np.array([f"val-{len(uids)}-{i}" for i in range(len(batch))], dtype=object)
-                gen = self._gen_batch(batch, validate=True)
-                out = p.actor_rollout_wg.generate_sequences(self._with_seeds(gen.repeat(vk.n, interleave=True), f"val{len(uids)}"))
-                out.meta_info.pop("metrics", None)
-                batch = batch.repeat(vk.n, interleave=True)
-                batch.union(out)
-                reward = p.val_reward_fn(batch, return_dict=True)
-                n = len(batch)
-                infos["reward"] += reward["reward_tensor"].sum(-1).tolist()
-                for key, values in (reward.get("reward_extra_info") or {}).items():
-                    if len(values) == n and key != "reward":
-                        infos[key] += list(values)
-                sources += list(batch.non_tensor_batch.get("data_source", ["unknown"] * n))
-                uids += list(batch.non_tensor_batch["uid"])
-                if tcfg.log_val_generations or tcfg.validation_data_dir:
-                    from verl.trainer.ppo.dumps import decode_io
-
-                    inputs, outputs = decode_io(batch, p.tokenizer)
-                    texts[0].extend(inputs)
-                    texts[1].extend(outputs)
-        infos = {k: v for k, v in infos.items() if len(v) == len(uids)}
-        self._log_val_generations(texts, infos)
-        return {**validation_metrics(sources, uids, infos), "timing_s/testing": timing["testing"]}
-
-    def _log_val_generations(self, texts: tuple[list[str], list[str]], infos: dict[str, list[Any]]) -> None:
-        """``trainer.log_val_generations`` samples and the ``trainer.validation_data_dir`` dump."""
-        from verl.trainer.ppo.dumps import dump_generations, log_val_generations, pick_val_generations
-
-        tcfg = self.config.trainer
-        inputs, outputs = texts
-        if tcfg.log_val_generations:
-            samples = pick_val_generations(inputs, outputs, infos["reward"], tcfg.log_val_generations)
-            log_val_generations(samples, self.global_step, tcfg.output_dir)
-        if tcfg.validation_data_dir:
-            extra = {k: v for k, v in infos.items() if k != "reward"}
-            dump_generations(tcfg.validation_data_dir, self.global_step, inputs, outputs, infos["reward"], extra)
+        """Generate on the validation set, score, aggregate per data source (`val_loop.run_validation`)."""
+        return run_validation(self._parts(), self.config, self.global_step, self._gen_batch, self._with_seeds)
 
     # --------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:
@@ -453,22 +407,6 @@ class RLTrainer:
         if self.parts is None:
             self.parts = build_parts(self.config, dataloader=self._dataloader)
         return self.parts
-
-    def _progress_bar(self) -> Any:
-        if not self.config.trainer.progress_bar:
-            return None
-        from tqdm import tqdm
-
-        return tqdm(total=self._parts().total_training_steps, initial=self.global_step, desc="RL steps", dynamic_ncols=True)
-
-    @staticmethod
-    def _update_bar(bar: Any, metrics: dict[str, float]) -> None:
-        if bar is None:
-            return
-        keys = {"score": "critic/score/mean", "acc": "val/accuracy", "pg": "actor/pg_loss", "len": "response_length/mean",
-                "s/step": "timing_s/step"}
-        bar.set_postfix({k: f"{metrics[v]:.3g}" for k, v in keys.items() if v in metrics}, refresh=False)
-        bar.update(1)
 
 
 def _object_array(values: Any) -> np.ndarray:
