@@ -52,6 +52,8 @@ from torch import nn
 from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+from verl.workers.rollout.decode_head import decode_head, head_logits
+
 try:
     from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 except ImportError:  # older transformers build masks inside each model: there is no mask registry
@@ -123,12 +125,16 @@ class DecodeStep:
 
     def __init__(self, compiled: bool) -> None:
         self.compiled = compiled
+        self._head: nn.Linear | None = None
 
     @contextlib.contextmanager
     def session(self, module: nn.Module) -> Iterator[None]:
         """Context of one ``generate_sequences`` call: when compiled, a module on transformers'
         ``sdpa`` attention runs on `decode_sdpa_attention` inside it (restored on exit, also on
-        error). Eager, or any other attention implementation: nothing changes."""
+        error). Eager float32 on CPU: a large LM head runs in the faster matmul layout
+        (`verl.workers.rollout.decode_head`)."""
+        eager_fp32 = not self.compiled and not torch.is_autocast_enabled("cpu")
+        self._head = decode_head(module) if eager_fp32 else None
         config = getattr(module, "config", None)
         switch = (self.compiled and getattr(config, "_attn_implementation", None) == "sdpa"
                   and hasattr(module, "set_attn_implementation"))
@@ -161,4 +167,9 @@ class DecodeStep:
             # a column of the (B, R) responses has stride R, which Dynamo would specialise on: a
             # contiguous copy of the B ids keeps one graph across response lengths
             return _compiled_forward(module, input_ids.contiguous(), full_mask, position_ids, cache_kwarg)
+        if self._head is not None:
+            base = getattr(module, module.base_model_prefix)
+            out = base(input_ids=input_ids, attention_mask=full_mask[:, :filled], position_ids=position_ids,
+                       use_cache=True, **cache_kwarg)
+            return head_logits(self._head.weight, out.last_hidden_state[:, -1])
         return _forward_last_logits(module, input_ids, full_mask[:, :filled], position_ids, cache_kwarg)
