@@ -129,12 +129,18 @@ def compute_log_probs_and_entropy(
     )
 
 
+# Config fields by which a transformers causal LM changes its logits after the LM-head matmul
+# (soft-capping, a multiplier or a divisor); a value of None, 0 or 1 leaves them unchanged.
+LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier")
+
+
 def fused_lm_head(module: nn.Module) -> nn.Linear | None:
     """The LM head when the fused head + log-prob path applies to ``module``, else None.
 
     It applies to a plain (unwrapped, unsharded) transformers causal LM whose logits are exactly
     ``last_hidden_state @ lm_head.weightᵀ``: an ``nn.Linear`` head without bias, no logit
-    soft-capping or scaling in its config. Peft-wrapped models (LoRA may adapt the head) and FSDP2
+    soft-capping or scaling in its config or its ``text_config`` (`LOGIT_TRANSFORMS`: Gemma 2's
+    ``final_logit_softcapping``, Cohere's ``logit_scale``, Granite's ``logits_scaling``, ...). Peft-wrapped models (LoRA may adapt the head) and FSDP2
     shards (the root's unshard hook runs only when the whole model is called) take the unfused
     path: the model's own forward with ``logits_to_keep``, then the chunked log-prob. Under
     autocast the fused head runs in the autocast dtype, as the model's own head would.
@@ -147,9 +153,11 @@ def fused_lm_head(module: nn.Module) -> nn.Linear | None:
     head = module.get_output_embeddings()
     base = getattr(module, module.base_model_prefix, None)
     cfg = module.config
+    configs = [cfg, getattr(cfg, "text_config", None)]
+    transformed = any(getattr(c, k, None) not in (None, 1.0, 0.0)
+                      for c in configs if c is not None for k in LOGIT_TRANSFORMS)
     if (type(head) is not nn.Linear or head.bias is not None or base is None or base is module
-            or isinstance(head.weight, DTensor) or any(getattr(cfg, k, None) not in (None, 1.0, 0.0)
-                                                      for k in ("final_logit_softcapping", "logit_scale"))):
+            or isinstance(head.weight, DTensor) or transformed):
         return None
     return head
 

@@ -32,7 +32,8 @@ from verl.trainer.metrics import (
 from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.rollout_corr import rollout_correction_stage
 from verl.trainer.state import TrainerParts, TrainerState
-from verl.trainer.val_loop import progress_bar, run_validation, update_bar
+from verl.trainer.tracking import progress_bar, update_bar
+from verl.trainer.val_loop import run_validation
 from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
 
 logger = logging.getLogger(__name__)

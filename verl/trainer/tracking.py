@@ -2,7 +2,8 @@
 
 `Tracking.log(metrics, step)` fans out to every configured backend. The JSONL file
 (``<output_dir>/metrics.jsonl``, one object per step with ``"step"``) is the machine-readable
-record used by tests and plots.
+record used by tests and plots. `progress_bar` / `update_bar`: the tqdm bar over RL steps
+(``trainer.progress_bar``).
 """
 
 from __future__ import annotations
@@ -139,3 +140,22 @@ def _row_step(line: str) -> int | None:
         return int(json.loads(line)["step"])
     except (ValueError, KeyError, TypeError):
         return None
+
+
+def progress_bar(enabled: bool, total: int, initial: int) -> Any:
+    """A tqdm bar over the RL steps (``trainer.progress_bar``), or None when disabled."""
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, initial=initial, desc="RL steps", dynamic_ncols=True)
+
+
+def update_bar(bar: Any, metrics: dict[str, float]) -> None:
+    """Advance the bar by one step, showing the score, validation accuracy, loss, length and step time."""
+    if bar is None:
+        return
+    keys = {"score": "critic/score/mean", "acc": "val/accuracy", "pg": "actor/pg_loss", "len": "response_length/mean",
+            "s/step": "timing_s/step"}
+    bar.set_postfix({k: f"{metrics[v]:.3g}" for k, v in keys.items() if v in metrics}, refresh=False)
+    bar.update(1)

@@ -1,4 +1,4 @@
-"""The RL loop's validation pass and its progress bar (kept out of `verl.trainer.rl_trainer`).
+"""The RL loop's validation pass (kept out of `verl.trainer.rl_trainer`).
 
 `run_validation` generates on the validation set with ``rollout.val_kwargs`` (``n`` samples per
 prompt, its own sampling settings and per-row seeds), scores with the validation reward function
@@ -11,7 +11,8 @@ the ``trainer.validation_data_dir`` dump are written here too.
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -19,7 +20,7 @@ from verl.protocol import DataProto
 from verl.trainer.metrics import timer
 from verl.trainer.validation import validation_metrics
 
-__all__ = ["progress_bar", "run_validation", "update_bar"]
+__all__ = ["run_validation"]
 
 
 def run_validation(parts: Any, config: Any, global_step: int, gen_batch: Callable[..., DataProto],
@@ -44,7 +45,8 @@ def run_validation(parts: Any, config: Any, global_step: int, gen_batch: Callabl
             batch = DataProto.from_single_dict(batch_dict)
             batch.non_tensor_batch["uid"] = np.array([f"val-{len(uids)}-{i}" for i in range(len(batch))], dtype=object)
             gen = gen_batch(batch, validate=True)
-            out = parts.actor_rollout_wg.generate_sequences(with_seeds(gen.repeat(vk.n, interleave=True), f"val{len(uids)}"))
+            seeded = with_seeds(gen.repeat(vk.n, interleave=True), f"val{len(uids)}")
+            out = parts.actor_rollout_wg.generate_sequences(seeded)
             out.meta_info.pop("metrics", None)
             batch = batch.repeat(vk.n, interleave=True)
             batch.union(out)
@@ -67,7 +69,8 @@ def run_validation(parts: Any, config: Any, global_step: int, gen_batch: Callabl
     return {**validation_metrics(sources, uids, infos), "timing_s/testing": timing["testing"]}
 
 
-def _log_val_generations(tcfg: Any, global_step: int, texts: tuple[list[str], list[str]], infos: dict[str, list[Any]]) -> None:
+def _log_val_generations(tcfg: Any, global_step: int, texts: tuple[list[str], list[str]],
+                         infos: dict[str, list[Any]]) -> None:
     """``trainer.log_val_generations`` samples and the ``trainer.validation_data_dir`` dump."""
     from verl.trainer.ppo.dumps import (
         dump_generations,
@@ -82,22 +85,3 @@ def _log_val_generations(tcfg: Any, global_step: int, texts: tuple[list[str], li
     if tcfg.validation_data_dir:
         extra = {k: v for k, v in infos.items() if k != "reward"}
         dump_generations(tcfg.validation_data_dir, global_step, inputs, outputs, infos["reward"], extra)
-
-
-def progress_bar(enabled: bool, total: int, initial: int) -> Any:
-    """A tqdm bar over the RL steps (``trainer.progress_bar``), or None when disabled."""
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, initial=initial, desc="RL steps", dynamic_ncols=True)
-
-
-def update_bar(bar: Any, metrics: dict[str, float]) -> None:
-    """Advance the bar by one step, showing the score, validation accuracy, loss, length and step time."""
-    if bar is None:
-        return
-    keys = {"score": "critic/score/mean", "acc": "val/accuracy", "pg": "actor/pg_loss", "len": "response_length/mean",
-            "s/step": "timing_s/step"}
-    bar.set_postfix({k: f"{metrics[v]:.3g}" for k, v in keys.items() if v in metrics}, refresh=False)
-    bar.update(1)

@@ -4,8 +4,9 @@ A CPU runs bfloat16 / float16 matmuls natively only with the matching instructio
 or AMX for bf16, AVX-512 FP16 or AMX-FP16 for fp16); elsewhere PyTorch converts element by
 element and the matmul is orders of magnitude slower than float32. Measured with torch 2.13 on
 two machines of this project: an AMD EPYC with AVX2 only ran a 2048² bf16 matmul at 0.29 GFLOP/s
-against 119 GFLOP/s in float32 (~400x slower; the 256² check below measures ~300x there); an Intel CPU with AMX ran bf16 at ~860 GFLOP/s
-(3.6x faster than its float32) but fp16 ~100x slower. Rather than guess from CPU flags, the check
+against 119 GFLOP/s in float32 (~400x slower; the one-thread 256² check below measures 34-48x
+there, float32 being further from its peak at that size); an Intel CPU with AMX ran bf16 at
+~860 GFLOP/s (3.6x faster than its float32) but fp16 ~100x slower. Rather than guess from CPU flags, the check
 times one small matmul per dtype (a few ms; cached per process) and compares it with float32.
 
 A run is never refused for this: the setting works, it is only slow. When a half dtype is at least
@@ -53,7 +54,10 @@ def _best_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int = 3, budget_s: 
 
 @functools.cache
 def matmul_slowdown(dtype: torch.dtype) -> float:
-    """Time of a `(256, 256) @ (256, 256)` CPU matmul in ``dtype`` over its time in float32 (best of 3).
+    """Time of a `(256, 256) @ (256, 256)` CPU matmul in ``dtype`` over its time in float32.
+
+    Each is the best of up to 3 calls on one thread, stopping after 50 ms (an emulated dtype is
+    timed once).
 
     > 1 means slower than float32. Cached per process (the first call takes a few ms, ~0.1-0.2 s
     where ``dtype`` is emulated).
@@ -77,20 +81,25 @@ def _half(value: Any) -> torch.dtype | None:
 def half_settings(cfg: Any) -> list[tuple[str, torch.dtype]]:
     """(dotted key, dtype) of every compute-dtype setting of a root config that asks for bf16 / fp16.
 
-    Read: each model's ``dtype`` (actor, critic, reward model), each role's
-    ``fsdp_config.mixed_precision`` (actor, reference, critic, reward model) and the rollout's ``dtype``.
+    Read: the actor model's ``dtype``, the rollout's ``dtype``, the actor's
+    ``fsdp_config.mixed_precision``, and those of the roles that run: the reference (with a KL
+    loss or in-reward KL), the critic (``critic.enable``) and the reward model (``reward_model.enable``).
     """
     arr = cfg.actor_rollout_ref
     candidates: list[tuple[str, Any]] = [
         ("actor_rollout_ref.model.dtype", arr.model.dtype),
         ("actor_rollout_ref.rollout.dtype", arr.rollout.dtype),
         ("actor_rollout_ref.actor.fsdp_config.mixed_precision", arr.actor.fsdp_config.mixed_precision),
-        ("actor_rollout_ref.ref.fsdp_config.mixed_precision", arr.ref.fsdp_config.mixed_precision),
-        ("critic.model.dtype", cfg.critic.model.dtype),
-        ("critic.model.fsdp_config.mixed_precision", cfg.critic.model.fsdp_config.mixed_precision),
-        ("reward_model.model.dtype", cfg.reward_model.model.dtype),
-        ("reward_model.model.fsdp_config.mixed_precision", cfg.reward_model.model.fsdp_config.mixed_precision),
     ]
+    if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
+        candidates.append(("actor_rollout_ref.ref.fsdp_config.mixed_precision", arr.ref.fsdp_config.mixed_precision))
+    if cfg.critic.enable:
+        candidates += [("critic.model.dtype", cfg.critic.model.dtype),
+                       ("critic.model.fsdp_config.mixed_precision", cfg.critic.model.fsdp_config.mixed_precision)]
+    if cfg.reward_model.enable:
+        candidates += [("reward_model.model.dtype", cfg.reward_model.model.dtype),
+                       ("reward_model.model.fsdp_config.mixed_precision",
+                        cfg.reward_model.model.fsdp_config.mixed_precision)]
     return [(key, dtype) for key, value in candidates if (dtype := _half(value)) is not None]
 
 
@@ -116,6 +125,6 @@ def check_half_precision(cfg: Any) -> str | None:
         slow |= factor >= SLOW_FACTOR
     line = "; ".join(parts)
     if slow:
-        line += ": this CPU has no native support for that dtype; set float32 (or null) for a fast run"
+        line = f"WARNING: {line}: this CPU has no native support for that dtype; set float32 (or null) for a fast run"
         logger.warning("half precision: %s", line)
     return line

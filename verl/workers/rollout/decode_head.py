@@ -7,10 +7,11 @@ very differently depending on which operand is "tall": measured on an AMD EPYC (
 torch 2.13), ``F.linear(h, W)`` took 47-48 ms, ``(W @ hᵀ)ᵀ`` 27 ms plus a 2-3 ms transposing copy
 (1.6x faster, 64 decode steps per GSM8K rollout: ~1.1 s per step). Which layout wins depends
 on the BLAS and the CPU, so it is measured, not assumed: the first call for a given head shape,
-batch size and dtype times both (best of 3 each, with the real weight; ~0.3 s once per process)
-and keeps the faster. Both compute each logit as the same dot product, summed in another order by
-another BLAS kernel: the tests check that the sampled tokens are the same and the rollout
-log-probs within 1e-5 either way (measured: at most 2.4e-6 on a 151,936 x 32 head).
+dtype and batch size (rounded up to a power of two, so the agent-loop server's varying pass sizes
+share a few measurements) times both (best of 3 each, with the real weight; ~0.3 s per shape,
+once per process) and keeps the faster. Both compute each logit as the same dot product, summed in another order by
+another BLAS kernel: the tests check against the model's own forward that the sampled tokens are
+the same and the rollout log-probs within 2e-5 either way (measured: at most 7.9e-6).
 
 Applies to eager float32 decoding on CPU of a plain transformers causal LM whose logits are
 ``last_hidden_state @ lm_headᵀ`` (`verl.modules.forward.fused_lm_head`: no bias, soft-capping or
@@ -32,7 +33,7 @@ from verl.modules.forward import fused_lm_head
 __all__ = ["MIN_HEAD_ELEMENTS", "decode_head", "head_logits"]
 
 MIN_HEAD_ELEMENTS = 1 << 22  # 4M weights (16 MB float32): below this the layout cannot matter
-_WEIGHT_MAJOR: dict[tuple[Any, ...], bool] = {}  # (V, H, B, dtype) -> weight-major layout is faster
+_WEIGHT_MAJOR: dict[tuple[Any, ...], bool] = {}  # (V, H, rows bucket, dtype) -> weight-major is faster
 
 
 def _best_seconds(fn: Any, repeats: int = 3) -> float:
@@ -50,10 +51,12 @@ def _weight_major(weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def weight_major_is_faster(weight: torch.Tensor, rows: int) -> bool:
-    """Whether `(W @ hᵀ)ᵀ` beats ``F.linear(h, W)`` for ``rows`` rows here (measured once per shape)."""
-    key = (*weight.shape, rows, weight.dtype)
+    """Whether `(W @ hᵀ)ᵀ` beats ``F.linear(h, W)`` for ``rows`` rows here (measured once per shape,
+    rows rounded up to a power of two)."""
+    bucket = 1 << max(rows - 1, 0).bit_length()
+    key = (*weight.shape, bucket, weight.dtype)
     if key not in _WEIGHT_MAJOR:
-        h = torch.randn(rows, weight.shape[1], dtype=weight.dtype, generator=torch.Generator().manual_seed(0))
+        h = torch.randn(bucket, weight.shape[1], dtype=weight.dtype, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
             linear = _best_seconds(lambda: F.linear(h, weight))
             major = _best_seconds(lambda: _weight_major(weight, h))

@@ -138,14 +138,17 @@ class DecodeStep:
         config = getattr(module, "config", None)
         switch = (self.compiled and getattr(config, "_attn_implementation", None) == "sdpa"
                   and hasattr(module, "set_attn_implementation"))
-        if not switch:
-            yield
-            return
-        module.set_attn_implementation(DECODE_ATTENTION)
         try:
-            yield
+            if not switch:
+                yield
+                return
+            module.set_attn_implementation(DECODE_ATTENTION)
+            try:
+                yield
+            finally:
+                module.set_attn_implementation("sdpa")
         finally:
-            module.set_attn_implementation("sdpa")
+            self._head = None  # no reference to a module the engine may replace (update_weights)
 
     def __call__(self, module: nn.Module, input_ids: torch.Tensor, full_mask: torch.Tensor, filled: int,
                  position_ids: torch.Tensor, cache_kwarg: dict[str, Any]) -> torch.Tensor:
