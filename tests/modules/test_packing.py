@@ -165,6 +165,15 @@ def test_fused_head_applies_only_to_plain_heads(model_dir):
     assert fused_lm_head(nn.Linear(2, 2)) is None  # not a transformers model
     module.config.final_logit_softcapping = 30.0  # logits are not hidden @ Wᵀ any more
     assert fused_lm_head(module) is None
+    module.config.final_logit_softcapping = None
+    assert fused_lm_head(module) is not None
+    for key in ("logit_scale", "logits_scaling", "output_multiplier"):  # Cohere, Granite, ... scale after the head
+        setattr(module.config, key, 8.0)
+        assert fused_lm_head(module) is None, key
+        setattr(module.config, key, 1.0)  # 1 changes nothing
+        assert fused_lm_head(module) is not None, key
+    module.config.text_config = type(module.config)(logits_scaling=8.0)  # a multimodal model's text part
+    assert fused_lm_head(module) is None
 
 
 def _first_fit_from_row_zero(lengths: list[int], cap: int) -> tuple[list[int], list[int], list[int]]:
