@@ -140,3 +140,25 @@ def test_checkpoint_estimate_counts_parameters(tiny_model_dir, tmp_path):
 def test_pad_token_choice_is_reported(tiny_model_dir, tmp_path, shared_dir):
     checks = run_preflight(_cfg(tiny_model_dir, tmp_path, **{"trainer.save_freq": -1}), raise_on_failure=False)
     assert "pad token '<pad>'" in checks[-2].detail
+
+
+def test_missing_model_is_one_line_naming_the_key(tmp_path, monkeypatch):
+    """`verl train` loads the tokenizer first and `verl plan` the model config: a path that does
+    not exist is a ModelError naming the key (not transformers' multi-line OSError)."""
+    from verl.config import load_config
+    from verl.trainer.model_access import load_run_tokenizer
+    from verl.trainer.plan import ModelShape
+    from verl.utils.errors import ModelError
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    missing = str(tmp_path / "nomodel")
+    cfg = load_config("quickstart", [f"actor_rollout_ref.model.path={missing}"])
+    with pytest.raises(ModelError) as e:
+        load_run_tokenizer(cfg)
+    assert str(e.value).startswith(f"actor_rollout_ref.model.path: cannot load the tokenizer at {missing} (")
+    assert "no local directory" in str(e.value) and "hub is offline" in str(e.value) and "\n" not in str(e.value)
+    cfg = load_config("quickstart", [f"actor_rollout_ref.model.tokenizer_path={missing}"])
+    with pytest.raises(ModelError, match=r"^actor_rollout_ref\.model\.tokenizer_path: cannot load the tokenizer"):
+        load_run_tokenizer(cfg)
+    with pytest.raises(ModelError, match=r"^critic\.model\.path: cannot read the model config at .*no local directory"):
+        ModelShape.from_path(missing, "critic.model.path")

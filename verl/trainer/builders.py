@@ -138,7 +138,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     """Build every part of a run from the root config (models are loaded here, after validation)."""
     from verl.config import save_config
     from verl.data import RLDataLoader
-    from verl.modules import load_tokenizer
+    from verl.trainer.model_access import load_run_tokenizer
     from verl.trainer.preflight import prepare_run
     from verl.trainer.tracking import Tracking
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
@@ -148,8 +148,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
 
         raise ConfigError("trainer.device: 'cuda' but no CUDA device is available here; use trainer.device=cpu")
     seed_everything(cfg.trainer.seed)
-    tokenizer = load_tokenizer(cfg.data.tokenizer or cfg.actor_rollout_ref.model.tokenizer_path or cfg.actor_rollout_ref.model.path,
-                               trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
+    tokenizer = load_run_tokenizer(cfg)  # a missing tokenizer / model is a one-line error naming its key
     prepare_run(cfg, tokenizer)  # pre-flight checks (verl.trainer.preflight), before any model loads
     train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
     val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val") if cfg.data.val_files else None

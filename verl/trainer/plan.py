@@ -69,14 +69,18 @@ class ModelShape:
     vocab: int
 
     @classmethod
-    def from_path(cls, path: str) -> ModelShape:
-        """Read a model directory's (or ``builtin://`` name's) config; the model is built on the meta device."""
+    def from_path(cls, path: str, key: str = "actor_rollout_ref.model.path") -> ModelShape:
+        """Read a model directory's (or ``builtin://`` name's) config; the model is built on the meta device.
+
+        Raises:
+            ModelError: the config cannot be read (one line naming ``key``).
+        """
         import torch
-        from transformers import AutoConfig, AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM
 
-        from verl.modules.factory import resolve_model_path
+        from verl.trainer.model_access import read_model_config
 
-        c = AutoConfig.from_pretrained(resolve_model_path(path))
+        c = read_model_config(key, path)
         with torch.device("meta"):
             n = sum(p.numel() for p in AutoModelForCausalLM.from_config(c).parameters())
         hidden = int(getattr(c, "hidden_size", getattr(c, "n_embd", 0)))
@@ -227,10 +231,9 @@ def measure_runtime(cfg: Any) -> float:
 
     import verl.trainer.rl_trainer  # noqa: F401
     from verl.data import RLDataLoader
-    from verl.modules import load_tokenizer
+    from verl.trainer.model_access import load_run_tokenizer
 
-    m = cfg.actor_rollout_ref.model
-    tokenizer = load_tokenizer(cfg.data.tokenizer or m.tokenizer_path or m.path, trust_remote_code=m.trust_remote_code)
+    tokenizer = load_run_tokenizer(cfg)
     loader = RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
     next(iter(loader))
     return float(psutil.Process().memory_info().rss)
@@ -277,9 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     kind, device_bytes = parse_device(ns.device)
     positional = [a for a in ns.args if "=" not in a]
     cfg = load_config(positional[0] if positional else "quickstart", [a for a in ns.args if "=" in a])
-    actor = ModelShape.from_path(cfg.actor_rollout_ref.model.path)
+    actor = ModelShape.from_path(cfg.actor_rollout_ref.model.path, "actor_rollout_ref.model.path")
     use_critic = cfg.critic.enable if cfg.critic.enable is not None else cfg.algorithm.adv_estimator == "gae"
-    critic = ModelShape.from_path(cfg.critic.model.path or cfg.actor_rollout_ref.model.path) if use_critic else None
+    critic_key = "critic.model.path" if cfg.critic.model.path else "actor_rollout_ref.model.path"
+    critic = ModelShape.from_path(cfg.critic.model.path or cfg.actor_rollout_ref.model.path, critic_key) if use_critic else None
     runtime = measure_runtime(cfg) if kind == "cpu" else 0.5 * GIB
     plan = plan_memory(cfg, device_bytes, runtime, actor, critic)
     print(json.dumps(asdict(plan), indent=1) if ns.json else format_plan(plan))

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from verl.trainer.model_access import tokenizer_path, load_run_tokenizer, read_model_config
 from verl.utils.cpu_half import check_half_precision
 from verl.utils.errors import DataError, DiskError, ModelError, PreflightError, RewardFunctionError, UserError
 
@@ -323,23 +324,17 @@ def check_model(cfg: Any, tokenizer: Any = None) -> str:
     Raises:
         ModelError: naming the two numbers that disagree and the keys to change.
     """
-    from transformers import AutoConfig
-
     from verl.modules.factory import resolve_model_path
 
     mc = cfg.actor_rollout_ref.model
     path = resolve_model_path(mc.path)
-    try:
-        config = AutoConfig.from_pretrained(path, trust_remote_code=mc.trust_remote_code)
-    except Exception as e:  # noqa: BLE001 - transformers raises OSError / ValueError / KeyError
-        raise ModelError(f"actor_rollout_ref.model.path: cannot read the model config at {mc.path} "
-                         f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    config = read_model_config("actor_rollout_ref.model.path", mc.path, mc.trust_remote_code)
     n_weights = check_weight_files(Path(path)) if Path(path).is_dir() else 0
-    tokenizer = tokenizer or _load_tokenizer(cfg)
+    tokenizer = tokenizer or load_run_tokenizer(cfg)
     rows = getattr(config, "vocab_size", None)
     vocab = len(tokenizer)
     if isinstance(rows, int) and vocab > rows:
-        raise ModelError(f"tokenizer vocabulary ({vocab} tokens, {_tok_path(cfg)}) is larger than the model's "
+        raise ModelError(f"tokenizer vocabulary ({vocab} tokens, {tokenizer_path(cfg)}) is larger than the model's "
                          f"embedding ({rows} rows, vocab_size in {path}/config.json): token ids >= {rows} would "
                          f"index past the embedding; use the model's own tokenizer")
     rollout = cfg.actor_rollout_ref.rollout
@@ -355,18 +350,6 @@ def check_model(cfg: Any, tokenizer: Any = None) -> str:
             f"prompt + response {need} ≤ context {context}")
 
 
-def _tok_path(cfg: Any) -> str:
-    mc = cfg.actor_rollout_ref.model
-    return str(cfg.data.tokenizer or mc.tokenizer_path or mc.path)
-
-
-def _load_tokenizer(cfg: Any) -> Any:
-    from verl.modules import load_tokenizer
-
-    try:
-        return load_tokenizer(_tok_path(cfg), trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
-    except Exception as e:  # noqa: BLE001 - transformers raises many types for a missing tokenizer
-        raise ModelError(f"cannot load the tokenizer at {_tok_path(cfg)} ({type(e).__name__}: {e})") from None
 
 
 _PAD_LOGGED: set[str] = set()
@@ -375,15 +358,15 @@ _PAD_LOGGED: set[str] = set()
 def check_pad_token(cfg: Any, tokenizer: Any = None) -> str:
     """Say which token pads prompts (`verl.data.tokenizer` warns when it substitutes eos);
     logged at INFO once per tokenizer path and process, and shown by ``verl doctor``."""
-    tokenizer = tokenizer or _load_tokenizer(cfg)
+    tokenizer = tokenizer or load_run_tokenizer(cfg)
     pad, eos = tokenizer.pad_token, tokenizer.eos_token
     if pad is not None and pad == eos:
-        line = (f"tokenizer {_tok_path(cfg)} pads with its eos token {eos!r} (id {tokenizer.pad_token_id}); "
+        line = (f"tokenizer {tokenizer_path(cfg)} pads with its eos token {eos!r} (id {tokenizer.pad_token_id}); "
                 f"safe: masks come from positions, never from token values")
     else:
         line = f"pad token {pad!r} (id {tokenizer.pad_token_id})"
-    if _tok_path(cfg) not in _PAD_LOGGED:
-        _PAD_LOGGED.add(_tok_path(cfg))
+    if tokenizer_path(cfg) not in _PAD_LOGGED:
+        _PAD_LOGGED.add(tokenizer_path(cfg))
         logger.info("%s", line)  # the tokenizer loader already warns when it had to choose
     return line
 
