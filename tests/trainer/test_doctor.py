@@ -45,3 +45,14 @@ def test_console_script_one_screen(tiny_model_dir, tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(proc.stdout.splitlines()) <= 45  # one screen
     assert elapsed < 60, elapsed  # ≤ 15 s on an idle 2-core machine; this one is shared
+
+
+def test_a_slow_half_precision_check_shows_as_warn():
+    from verl.trainer.doctor import _check_row
+    from verl.trainer.preflight import Check
+
+    assert _check_row(Check("half precision", True, "WARNING: bfloat16 matmul 40.0x ...")) == \
+        ("half precision", "WARN", "bfloat16 matmul 40.0x ...")
+    assert _check_row(Check("pad token", True, "pad token '<pad>'")) == ("pad token", "ok", "pad token '<pad>'")
+    assert _check_row(Check("model", False, "bad")) == ("model", "FAIL", "bad")
+    assert _check_row(Check("reward function", None, "skipped")) == ("reward function", "--", "skipped")

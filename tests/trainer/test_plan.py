@@ -74,3 +74,16 @@ def test_predicted_peak_within_20_percent_of_measured(tmp_path):
     assert bench.returncode == 0, bench.stderr[-2000:]
     measured = json.loads(out.read_text())["peak_rss_bytes"]
     assert abs(predicted - measured) / measured <= 0.2, (predicted, measured)
+
+
+def test_recommendations_are_capped_at_what_one_step_uses():
+    """On a device far larger than the run, the budget is the whole step, not millions of tokens."""
+    from verl.config import load_config
+    from verl.trainer.plan import GIB, ModelShape, plan_memory
+
+    cfg = load_config("quickstart")
+    plan = plan_memory(cfg, 80 * GIB, 0.5 * GIB, ModelShape.from_path(cfg.actor_rollout_ref.model.path), None)
+    rows = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n  # 256 trajectories, one rank
+    seq = cfg.data.max_prompt_length + cfg.data.max_response_length
+    assert plan.recommend == {"ppo_max_token_len_per_gpu": rows * seq, "ppo_micro_batch_size_per_gpu": rows,
+                              "rollout.max_num_seqs": rows}

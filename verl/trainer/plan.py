@@ -36,7 +36,8 @@ Tokens per micro-batch are the real tokens under ``use_remove_padding`` (packed)
 response tokens (packed) or ``rows · (R + 1)`` (padded). The peak is runtime + static + the
 largest stage. The recommendation is the largest actor token budget (``ppo_max_token_len_per_gpu``
 and the matching ``ppo_micro_batch_size_per_gpu``) and ``rollout.max_num_seqs`` that keep the
-peak under 90 % of the device memory. Accuracy measured on this machine is in benchmarks/README.md.
+peak under 90 % of the device memory, capped at what one step can use (all of a rank's
+trajectories at full length; all of a rollout worker's sequences at once). Accuracy measured on this machine is in benchmarks/README.md.
 """
 
 from __future__ import annotations
@@ -195,33 +196,37 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
     if arr.actor.use_dynamic_bsz:
         tokens = min(tokens, arr.actor.ppo_max_token_len_per_gpu)
         scored = tokens * cfg.data.max_response_length / (cfg.data.max_prompt_length + cfg.data.max_response_length)
-    gen_rows = min(cfg.data.train_batch_size * arr.rollout.n // (rollout_world_size(cfg) if split else world), arr.rollout.max_num_seqs)
+    gen_per_worker = cfg.data.train_batch_size * arr.rollout.n // (rollout_world_size(cfg) if split else world)
+    gen_rows = min(gen_per_worker, arr.rollout.max_num_seqs)
     stages = _stage_bytes(cfg, actor, critic, world, gen_rows, tokens, scored)
     base = runtime_bytes + sum(static.values())
     totals = {k: base + v for k, v in stages.items()}
-    recommend = _recommend(cfg, actor, critic, world, device_bytes * HEADROOM - base, rows)
+    recommend = _recommend(cfg, actor, critic, world, device_bytes * HEADROOM - base, rows, gen_per_worker)
     if split:  # a rollout device holds the runtime, one whole copy of the weights and its stage only
         rollout_base = runtime_bytes + actor.n_params * pb
         totals["rollout"] = rollout_base + stages["rollout"]
         recommend["rollout.max_num_seqs"] = _recommend(cfg, actor, critic, world, device_bytes * HEADROOM - rollout_base,
-                                                       rows)["rollout.max_num_seqs"]
+                                                       rows, gen_per_worker)["rollout.max_num_seqs"]
     peak_stage = max(totals, key=totals.get)
     peak = totals[peak_stage]
     return MemoryPlan(device_bytes, runtime_bytes, static, stages, peak, peak_stage, peak <= device_bytes * HEADROOM,
                       recommend)
 
 
-def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, free: float, rows: int) -> dict[str, int]:
-    """Largest actor token budget and rollout batch whose stage fits in ``free`` bytes."""
+def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, free: float, rows: int,
+               gen_rows: int) -> dict[str, int]:
+    """Largest actor token budget and rollout batch whose stage fits in ``free`` bytes, capped at
+    what one step can use: ``rows`` trajectories of full length per rank, ``gen_rows`` sequences
+    per rollout worker (a larger value changes nothing)."""
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
     frac = cfg.data.max_response_length / seq
     pb = _dtype_bytes(cfg.actor_rollout_ref.model.dtype)
     per_scored, chunk = _train_logit_bytes(cfg, actor, fused_head_applies(cfg, world))
     per_token = actor.activation_bytes_per_token(pb) + frac * per_scored
-    budget = max(int((free - actor.n_params * pb / world - chunk) / per_token), 0)
+    budget = min(max(int((free - actor.n_params * pb / world - chunk) / per_token), 0), rows * seq)
     per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
     return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget // seq, rows),
-            "rollout.max_num_seqs": max(int(free // per_seq_gen), 0)}
+            "rollout.max_num_seqs": min(max(int(free // per_seq_gen), 0), gen_rows)}
 
 
 def measure_runtime(cfg: Any) -> float:
@@ -263,7 +268,8 @@ def format_plan(plan: MemoryPlan) -> str:
     lines += [f"stage   {k:<17}{g(v)}" for k, v in plan.stages.items()]
     lines.append(f"predicted peak           {g(plan.peak)}  (during {plan.peak_stage}) -> "
                  f"{'fits' if plan.fits else 'DOES NOT FIT'} in {HEADROOM:.0%} of the device")
-    lines += [f"recommend {k} = {v}" for k, v in plan.recommend.items()]
+    lines += [f"recommend actor_rollout_ref.{'' if k.startswith('rollout.') else 'actor.'}{k} = {v}"
+              for k, v in plan.recommend.items()]
     return "\n".join(lines)
 
 
