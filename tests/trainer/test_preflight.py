@@ -162,3 +162,11 @@ def test_missing_model_is_one_line_naming_the_key(tmp_path, monkeypatch):
         load_run_tokenizer(cfg)
     with pytest.raises(ModelError, match=r"^critic\.model\.path: cannot read the model config at .*no local directory"):
         ModelShape.from_path(missing, "critic.model.path")
+
+
+def test_a_missing_data_file_names_its_key(tiny_model_dir, tmp_path):
+    missing = tmp_path / "nope.jsonl"
+    _failure(_cfg(tiny_model_dir, tmp_path, **{"data.train_files": f"[{missing}]"}), DataError,
+             f"data.train_files: data file not found: {missing}")
+    _failure(_cfg(tiny_model_dir, tmp_path, **{"data.val_files": f"[{missing}]"}), DataError,
+             f"data.val_files: data file not found: {missing}")

@@ -216,6 +216,10 @@ def check_data(cfg: Any) -> str:
     from verl.reward.scorers import SCORERS
 
     key = cfg.data.reward_fn_key
+    for files_key in ("train_files", "val_files"):
+        for path in _files(getattr(cfg.data, files_key)):
+            if not path.startswith("builtin://") and not Path(path).expanduser().is_file():
+                raise DataError(f"data.{files_key}: data file not found: {path}")
     sources: dict[str, str] = {}
     for path in _files(cfg.data.train_files) + _files(cfg.data.val_files):
         for source in sorted(data_sources_of(path, key)):
