@@ -49,11 +49,11 @@ def test_both_layouts_give_the_same_logits():
 def test_layout_choice_is_measured_once_per_shape(monkeypatch):
     monkeypatch.setattr(dh, "_WEIGHT_MAJOR", {})
     calls = []
-    monkeypatch.setattr(dh, "_best_seconds", lambda fn, repeats=3: calls.append(fn) or (1.0 if len(calls) % 2 else 0.5))
+    monkeypatch.setattr(dh, "best_seconds", lambda fn: calls.append(fn) or (1.0 if len(calls) % 2 else 0.5))
     w = torch.zeros(8, 4)
     assert dh.weight_major_is_faster(w, 3) is True  # 0.5 s < 0.9 x 1.0 s
     assert dh.weight_major_is_faster(w, 3) is True and len(calls) == 2  # cached: no new measurement
-    monkeypatch.setattr(dh, "_best_seconds", lambda fn, repeats=3: 1.0)
+    monkeypatch.setattr(dh, "best_seconds", lambda fn: 1.0)
     assert dh.weight_major_is_faster(w, 5) is False  # a tie keeps the model's own layout
 
 

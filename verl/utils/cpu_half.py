@@ -19,12 +19,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import time
 from typing import Any
 
 import torch
 
 from verl.utils.dtypes import DTYPES
+from verl.utils.timing import best_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -36,20 +36,6 @@ SLOW_FACTOR = 4.0
 # understate the gap (float32 is far from its peak at 128²: measured 19x there vs ~300x at 256²).
 _SIZE = 256
 HALF = (torch.bfloat16, torch.float16)
-
-
-def _best_seconds(a: torch.Tensor, b: torch.Tensor, repeats: int = 3, budget_s: float = 0.05) -> float:
-    """Best time of ``a @ b`` over up to ``repeats`` calls, stopping once ``budget_s`` is spent."""
-    a[:16] @ b[:, :16]  # warm-up (first-call dispatch) at a negligible size
-    best, spent = float("inf"), 0.0
-    for _ in range(repeats):
-        t = time.perf_counter()
-        a @ b
-        elapsed = time.perf_counter() - t
-        best, spent = min(best, elapsed), spent + elapsed
-        if spent > budget_s:
-            break
-    return max(best, 1e-9)
 
 
 @functools.cache
@@ -67,7 +53,10 @@ def matmul_slowdown(dtype: torch.dtype) -> float:
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # one thread: a busy sibling core cannot stall a parallel region's barrier
     try:
-        return _best_seconds(a.to(dtype), b.to(dtype)) / _best_seconds(a, b)
+        half_a, half_b = a.to(dtype), b.to(dtype)
+        # warm-up at a negligible size: an emulated 256² matmul takes ~0.1 s
+        half = best_seconds(lambda: half_a @ half_b, budget_s=0.05, warmup=lambda: half_a[:16] @ half_b[:, :16])
+        return half / best_seconds(lambda: a @ b, budget_s=0.05)
     finally:
         torch.set_num_threads(threads)
 

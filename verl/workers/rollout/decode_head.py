@@ -21,7 +21,6 @@ such as the built-in models' 100 x 64, gain nothing). Everything else runs the m
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import torch
@@ -29,21 +28,12 @@ from torch import nn
 from torch.nn import functional as F
 
 from verl.modules.forward import fused_lm_head
+from verl.utils.timing import best_seconds
 
 __all__ = ["MIN_HEAD_ELEMENTS", "decode_head", "head_logits"]
 
 MIN_HEAD_ELEMENTS = 1 << 22  # 4M weights (16 MB float32): below this the layout cannot matter
 _WEIGHT_MAJOR: dict[tuple[Any, ...], bool] = {}  # (V, H, rows bucket, dtype) -> weight-major is faster
-
-
-def _best_seconds(fn: Any, repeats: int = 3) -> float:
-    fn()  # warm-up: first-call dispatch and allocation
-    best = float("inf")
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t)
-    return best
 
 
 def _weight_major(weight: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
@@ -58,8 +48,8 @@ def weight_major_is_faster(weight: torch.Tensor, rows: int) -> bool:
     if key not in _WEIGHT_MAJOR:
         h = torch.randn(bucket, weight.shape[1], dtype=weight.dtype, generator=torch.Generator().manual_seed(0))
         with torch.no_grad():
-            linear = _best_seconds(lambda: F.linear(h, weight))
-            major = _best_seconds(lambda: _weight_major(weight, h))
+            linear = best_seconds(lambda: F.linear(h, weight))
+            major = best_seconds(lambda: _weight_major(weight, h))
         _WEIGHT_MAJOR[key] = major < 0.9 * linear  # a clear win only: otherwise the model's own layout
     return _WEIGHT_MAJOR[key]
 
