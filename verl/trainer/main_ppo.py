@@ -96,10 +96,14 @@ def run(config_path: str | None, overrides: Sequence[str]) -> list[dict[str, Any
     from verl.config import load_config
     from verl.trainer.rl_trainer import RLTrainer
 
+    import time
+
+    start = time.perf_counter()
     cfg = load_config(config_path, overrides)
     trainer = RLTrainer(config=cfg)
     history = trainer.fit()
     report(history, cfg)
+    print(f"done in {time.perf_counter() - start:.1f} s (config, models, training, validation and report)", flush=True)
     return history
 
 
