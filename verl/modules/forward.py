@@ -140,10 +140,11 @@ def fused_lm_head(module: nn.Module) -> nn.Linear | None:
     It applies to a plain (unwrapped, unsharded) transformers causal LM whose logits are exactly
     ``last_hidden_state @ lm_head.weightᵀ``: an ``nn.Linear`` head without bias, no logit
     soft-capping or scaling in its config or its ``text_config`` (`LOGIT_TRANSFORMS`: Gemma 2's
-    ``final_logit_softcapping``, Cohere's ``logit_scale``, Granite's ``logits_scaling``, ...). Peft-wrapped models (LoRA may adapt the head) and FSDP2
-    shards (the root's unshard hook runs only when the whole model is called) take the unfused
-    path: the model's own forward with ``logits_to_keep``, then the chunked log-prob. Under
-    autocast the fused head runs in the autocast dtype, as the model's own head would.
+    ``final_logit_softcapping``, Cohere's ``logit_scale``, Granite's ``logits_scaling``, ...).
+    Peft-wrapped models (LoRA may adapt the head) and FSDP2 shards (the root's unshard hook runs
+    only when the whole model is called) take the unfused path: the model's own forward with
+    ``logits_to_keep``, then the chunked log-prob. Under autocast the fused head runs in the
+    autocast dtype, as the model's own head would.
     """
     from torch.distributed.tensor import DTensor
     from transformers import PreTrainedModel
