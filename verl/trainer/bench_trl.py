@@ -122,6 +122,7 @@ def run_trl(cfg: Any, steps: int, after_each_step: Callable[[], None] | None = N
     records: list[StepRecord] = []
     rows = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
     padded = rows * (cfg.data.max_response_length + 1)
+    stages = {"gen", "update_actor"} | ({"ref"} if kl_beta(cfg.actor_rollout_ref.actor) else set())  # FLOPs TRL spends
 
     class Alternate(TrainerCallback):
         """Times each TRL step and runs the verl step after it."""
@@ -141,7 +142,6 @@ def run_trl(cfg: Any, steps: int, after_each_step: Callable[[], None] | None = N
             tokens = float(state.num_input_tokens_seen) - self.tokens_seen
             self.tokens_seen = float(state.num_input_tokens_seen)
             generated = float(metrics["completions/mean_length"][-1]) * rows
-            stages = {"gen", "update_actor"} | ({"ref"} if kl_beta(cfg.actor_rollout_ref.actor) else set())
             parts = step_flop_parts(flops, tokens, generated, padded, stages)
             records.append(StepRecord(seconds=seconds, generated_tokens=generated, trained_tokens=tokens,
                                       flops=float(sum(parts.values())), stages={"step": seconds}, flop_parts=parts))

@@ -28,6 +28,7 @@ USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
 """
 
 import sys
+import time
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -95,8 +96,6 @@ def run(config_path: str | None, overrides: Sequence[str]) -> list[dict[str, Any
     """Load the config, train, report; returns the per-step metrics."""
     from verl.config import load_config
     from verl.trainer.rl_trainer import RLTrainer
-
-    import time
 
     start = time.perf_counter()
     cfg = load_config(config_path, overrides)

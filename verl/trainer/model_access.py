@@ -17,25 +17,31 @@ from verl.utils.errors import ModelError
 __all__ = ["load_run_tokenizer", "read_model_config", "tokenizer_path"]
 
 
+def _tokenizer_source(cfg: Any) -> tuple[str, str]:
+    """(key, path) of the run's tokenizer: ``data.tokenizer``, else the model's tokenizer path, else the model."""
+    mc = cfg.actor_rollout_ref.model
+    if cfg.data.tokenizer:
+        return "data.tokenizer", str(cfg.data.tokenizer)
+    if mc.tokenizer_path:
+        return "actor_rollout_ref.model.tokenizer_path", str(mc.tokenizer_path)
+    return "actor_rollout_ref.model.path", str(mc.path)
+
+
 def tokenizer_path(cfg: Any) -> str:
-    mc = cfg.actor_rollout_ref.model
-    return str(cfg.data.tokenizer or mc.tokenizer_path or mc.path)
+    """Where the run's tokenizer comes from (`_tokenizer_source`)."""
+    return _tokenizer_source(cfg)[1]
 
 
-def _tok_key(cfg: Any) -> str:
-    """The key whose value `tokenizer_path` is."""
-    mc = cfg.actor_rollout_ref.model
-    return "data.tokenizer" if cfg.data.tokenizer else "actor_rollout_ref.model.tokenizer_path" if mc.tokenizer_path \
-        else "actor_rollout_ref.model.path"
-
-
-def _not_found_hint(path: str) -> str:
-    """Why a model / tokenizer path may not load: no such directory, and the hub is off or unreachable."""
-    if str(path).startswith("builtin://") or Path(path).exists():
-        return ""
-    offline = any(os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-    hub = "the hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" if offline else "a hub id needs the hub or its cache"
-    return f"; no local directory {path!r} exists and {hub}"
+def _load_error(key: str, what: str, path: str, error: Exception) -> ModelError:
+    """One line: the key, what could not be loaded from where, the cause's first line and, for a
+    path that is not a local directory, that the hub is offline or needed."""
+    first = str(error).splitlines()[0] if str(error) else ""
+    hint = ""
+    if not (str(path).startswith("builtin://") or Path(path).exists()):
+        offline = any(os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+        hub = "the hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" if offline else "a hub id needs the hub or its cache"
+        hint = f"; no local directory {path!r} exists and {hub}"
+    return ModelError(f"{key}: cannot {what} at {path} ({type(error).__name__}: {first}){hint}")
 
 
 def read_model_config(key: str, path: str, trust_remote_code: bool = False) -> Any:
@@ -52,9 +58,7 @@ def read_model_config(key: str, path: str, trust_remote_code: bool = False) -> A
     try:
         return AutoConfig.from_pretrained(resolve_model_path(path), trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - transformers raises OSError / ValueError / KeyError
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise ModelError(f"{key}: cannot read the model config at {path} ({type(e).__name__}: {first})"
-                         f"{_not_found_hint(path)}") from None
+        raise _load_error(key, "read the model config", path, e) from None
 
 
 def load_run_tokenizer(cfg: Any) -> Any:
@@ -65,11 +69,9 @@ def load_run_tokenizer(cfg: Any) -> Any:
     """
     from verl.modules import load_tokenizer
 
-    path = tokenizer_path(cfg)
+    key, path = _tokenizer_source(cfg)
     try:
         return load_tokenizer(path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
     except Exception as e:  # noqa: BLE001 - transformers raises many types for a missing tokenizer
-        first = str(e).splitlines()[0] if str(e) else ""
-        raise ModelError(f"{_tok_key(cfg)}: cannot load the tokenizer at {path} ({type(e).__name__}: {first})"
-                         f"{_not_found_hint(path)}") from None
+        raise _load_error(key, "load the tokenizer", path, e) from None
 

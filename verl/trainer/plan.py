@@ -37,7 +37,8 @@ response tokens (packed) or ``rows · (R + 1)`` (padded). The peak is runtime + 
 largest stage. The recommendation is the largest actor token budget (``ppo_max_token_len_per_gpu``
 and the matching ``ppo_micro_batch_size_per_gpu``) and ``rollout.max_num_seqs`` that keep the
 peak under 90 % of the device memory, capped at what one step can use (all of a rank's
-trajectories at full length; all of a rollout worker's sequences at once). Accuracy measured on this machine is in benchmarks/README.md.
+trajectories at full length; all of a rollout worker's sequences at once). Accuracy measured on
+this machine is in benchmarks/README.md.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from verl.trainer.model_access import tokenizer_path, load_run_tokenizer, read_model_config
+from verl.trainer.model_access import load_run_tokenizer, read_model_config, tokenizer_path
 from verl.utils.cpu_half import check_half_precision
 from verl.utils.errors import DataError, DiskError, ModelError, PreflightError, RewardFunctionError, UserError
 
@@ -216,14 +216,15 @@ def check_data(cfg: Any) -> str:
     from verl.reward.scorers import SCORERS
 
     key = cfg.data.reward_fn_key
+    sources: dict[str, str] = {}
     for files_key in ("train_files", "val_files"):
         for path in _files(getattr(cfg.data, files_key)):
-            if not path.startswith("builtin://") and not Path(path).expanduser().is_file():
-                raise DataError(f"data.{files_key}: data file not found: {path}")
-    sources: dict[str, str] = {}
-    for path in _files(cfg.data.train_files) + _files(cfg.data.val_files):
-        for source in sorted(data_sources_of(path, key)):
-            sources.setdefault(source, path)
+            try:
+                found = data_sources_of(path, key)
+            except DataError as e:  # which key holds the bad file (a missing one, a bad row)
+                raise DataError(f"data.{files_key}: {e}") from None
+            for source in sorted(found):
+                sources.setdefault(source, path)
     if cfg.custom_reward_function.path or cfg.reward_model.enable:
         return f"{len(sources)} data source(s); scored by {'the reward model' if cfg.reward_model.enable else 'the custom function'}"
     valid = sorted(SCORERS.names())
@@ -352,8 +353,6 @@ def check_model(cfg: Any, tokenizer: Any = None) -> str:
                          f"data.max_response_length")
     return (f"{config.model_type}: {n_weights} weight file(s) ok, vocabulary {vocab} ≤ {rows} embedding rows, "
             f"prompt + response {need} ≤ context {context}")
-
-
 
 
 _PAD_LOGGED: set[str] = set()

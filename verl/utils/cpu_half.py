@@ -33,7 +33,7 @@ __all__ = ["SLOW_FACTOR", "check_half_precision", "half_settings", "matmul_slowd
 # A half dtype this much slower than float32 is worth a warning (native bf16 is ~0.3-1x the time).
 SLOW_FACTOR = 4.0
 # 34 MFLOP per matmul: ~0.1 s where bf16 is emulated, < 1 ms where it is native. Smaller sizes
-# understate the gap (float32 is far from its peak at 128²: measured 19x there vs ~300x at 256²).
+# understate the gap (float32 is far from its peak at 128²: measured 19x there vs 34-48x at 256²).
 _SIZE = 256
 HALF = (torch.bfloat16, torch.float16)
 
