@@ -199,3 +199,21 @@ def test_first_fit_skipping_full_rows_packs_like_the_textbook_scan():
         cap = max(lengths, default=1) + rng.choice([0, 0, 3, 20])
         assert _first_fit(lengths, cap) == _first_fit_from_row_zero(lengths, cap), (lengths, cap)
     assert _first_fit([3, 1, 4, 4], 4) == ([2, 2, 0, 1], [0, 3, 0, 0], [4, 4, 4])  # by hand: rows 4 | 4 | 3 + 1
+
+
+def test_pack_targets_example_by_hand():
+    # rows [a, b, c, pad] and [d, e, pad, pad]; targets c and e -> rows of 3 tokens, results in (B, T)
+    from verl.modules.packing import pack_targets
+
+    ids = torch.tensor([[11, 12, 13, 0], [14, 15, 0, 0]])
+    mask = (ids > 0).long()
+    targets = torch.tensor([[0, 0, 1, 0], [0, 1, 0, 0]]).bool()
+    packed = pack_targets(ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), targets)
+    assert packed.input_ids.tolist() == [[11, 12, 13], [14, 15, 0]]
+    assert packed.position_ids.tolist() == [[0, 1, 2], [0, 1, 0]]
+    assert packed.score_mask.nonzero().tolist() == [[0, 1], [1, 0]] and packed.labels.tolist() == [13, 15]
+    assert unpack_responses(torch.tensor([1.0, 2.0]), packed).tolist() == [[0, 0, 1.0, 0], [0, 2.0, 0, 0]]
+    with pytest.raises(ValueError, match="is padding"):
+        pack_targets(ids, mask, mask, torch.tensor([[0, 0, 0, 1], [0, 0, 0, 0]]).bool())
+    with pytest.raises(ValueError, match="no real token before"):
+        pack_targets(ids, mask, mask, torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0]]).bool())

@@ -137,7 +137,6 @@ def _check(cfg: SFTRootConfig) -> None:
         (t.resume_mode in ("auto", "disable", "resume_path"), f"trainer.resume_mode: must be auto | disable | resume_path, got {t.resume_mode!r}"),
         (t.device in ("cpu", "cuda"), f"trainer.device: must be cpu | cuda, got {t.device!r}"),
         (cfg.ulysses_sequence_parallel_size == 1, "ulysses_sequence_parallel_size is not supported yet: use 1"),
-        (not cfg.use_remove_padding, "use_remove_padding is not supported yet by the supervised trainers: set it to false"),
     ]
     for ok, message in rules:
         if not ok:

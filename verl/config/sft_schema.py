@@ -216,4 +216,6 @@ class SFTRootConfig:
     ulysses_sequence_parallel_size: int = 1
     # Sequence parallelism: only 1 is supported.
     use_remove_padding: bool = False
-    # Padding-free forward: not supported yet (must stay false).
+    # Padding-free forward: each micro-batch's real tokens packed into rows with per-sequence
+    # position ids (verl.modules.packing.pack_targets); same losses up to float rounding, no
+    # compute on padding. False as in verl's SFT trainer config.

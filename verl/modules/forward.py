@@ -18,13 +18,14 @@ from torch import nn
 
 from verl.algorithms.logprob import logprobs_and_entropy_from_logits
 from verl.algorithms.logprob_head import logprobs_from_hidden
-from verl.modules.packing import pack_responses, unpack_responses
+from verl.modules.packing import PackedResponses, pack_responses, pack_targets, unpack_responses
 from verl.utils.torch_functional import position_ids_from_attention_mask
 
 __all__ = [
     "compute_log_probs",
     "compute_log_probs_and_entropy",
     "compute_rm_scores",
+    "compute_token_log_probs",
     "compute_values",
     "position_ids_from_attention_mask",
     "response_logits",
@@ -100,22 +101,8 @@ def compute_log_probs_and_entropy(
     head = fused_lm_head(module)
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
-        device = input_ids.device
-        score_mask = packed.score_mask.to(device)
-        labels = packed.labels.to(device)
-        ids, pos = packed.input_ids.to(device), packed.position_ids.to(device)
-        if head is not None:
-            hidden = _last_hidden(module, ids, None, pos)[score_mask]  # row-major, the order of ``labels``
-            logp, ent = _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature,
-                                        head_recompute)
-        else:
-            mask_keep = _logits_to_keep_takes_masks()
-            out = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False,
-                         logits_to_keep=score_mask if mask_keep else 0)
-            logits = out.logits if mask_keep else out.logits[score_mask]  # same row-major order of the kept positions
-            logp, ent = logprobs_and_entropy_from_logits(logits.reshape(-1, logits.shape[-1]), labels,
-                                                         chunk_size=chunk_size, compute_entropy=compute_entropy,
-                                                         temperature=temperature)
+        logp, ent = _packed_logprobs(module, head, packed, input_ids.device, chunk_size, compute_entropy, temperature,
+                                     head_recompute)
         return unpack_responses(logp, packed), (unpack_responses(ent, packed) if ent is not None else None)
     labels = input_ids[:, -response_length:]
     if head is not None:
@@ -127,6 +114,82 @@ def compute_log_probs_and_entropy(
     return logprobs_and_entropy_from_logits(
         logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
     )
+
+
+def _packed_logprobs(module: nn.Module, head: nn.Linear | None, packed: PackedResponses, device: torch.device,
+                     chunk_size: int, compute_entropy: bool, temperature: float,
+                     head_recompute: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """`(K,)` log-probs (and entropies) of ``packed.labels``: one forward of the packed rows, the LM
+    head on the K scored positions only (fused with the log-prob where ``head`` is given)."""
+    score_mask, labels = packed.score_mask.to(device), packed.labels.to(device)
+    ids, pos = packed.input_ids.to(device), packed.position_ids.to(device)
+    if head is not None:
+        hidden = _last_hidden(module, ids, None, pos)[score_mask]  # row-major, the order of ``labels``
+        return _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature, head_recompute)
+    mask_keep = _logits_to_keep_takes_masks()
+    out = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False,
+                 logits_to_keep=score_mask if mask_keep else 0)
+    logits = out.logits if mask_keep else out.logits[score_mask]  # same row-major order of the kept positions
+    return logprobs_and_entropy_from_logits(logits.reshape(-1, logits.shape[-1]), labels, chunk_size=chunk_size,
+                                            compute_entropy=compute_entropy, temperature=temperature)
+
+
+def compute_token_log_probs(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    targets: torch.Tensor,
+    chunk_size: int = 1024,
+    remove_padding: bool = False,
+) -> torch.Tensor:
+    """``log π(x_t | x_<t)`` of the marked tokens of each row, the supervised trainers' forward (SFT, DPO).
+
+    Only the K target positions go through the LM head (fused with the log-prob where
+    `fused_lm_head` applies), so neither the `(B, T, V)` logits nor their log-softmax exist: the
+    head's memory is `chunk_size × V` floats, not `B × T × V` (same values as a full
+    ``log_softmax(logits)`` gathered at the targets, up to float rounding).
+
+    Args:
+        module: causal LM (transformers, peft or FSDP-wrapped).
+        input_ids, attention_mask, position_ids: `(B, T)` rows, any padding side.
+        targets: `(B, T)` bool, True on the real tokens to score (an SFT ``loss_mask``, a DPO
+            response); each needs a real token before it in its row.
+        chunk_size: rows per float32 log-softmax block.
+        remove_padding: packed forward of the real tokens only (`verl.modules.packing.pack_targets`).
+
+    Returns:
+        `(B, T)` float32, the log-prob of token t at column t where ``targets``, 0 elsewhere.
+
+    Raises:
+        ValueError: a target is padding or has no real token before it.
+    """
+    head = fused_lm_head(module)
+    targets = targets.bool()
+    if remove_padding:
+        packed = pack_targets(input_ids, attention_mask, position_ids, targets)
+        logp, _ = _packed_logprobs(module, head, packed, input_ids.device, chunk_size, False, 1.0, False)
+        return unpack_responses(logp, packed)
+    real = attention_mask.bool()
+    before = torch.zeros_like(real)
+    before[:, 1:] = real[:, :-1]
+    if bool((targets & ~(real & before)).any()):
+        raise ValueError("a scored token is padding or has no real token before it")
+    rows, cols = targets.nonzero(as_tuple=True)  # row-major
+    labels = input_ids[rows, cols]
+    if head is not None:
+        hidden = _last_hidden(module, input_ids, attention_mask, position_ids)[rows, cols - 1]
+        logp, _ = _fused_logprobs(hidden, head.weight, labels, chunk_size, False, 1.0, False)
+    else:
+        keep = torch.zeros_like(targets)
+        keep[:, :-1] = targets[:, 1:]  # the position before each target, in the same row-major order
+        mask_keep = _logits_to_keep_takes_masks()
+        out = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                     logits_to_keep=keep if mask_keep else 0)
+        logits = out.logits if mask_keep else out.logits[keep]
+        logp, _ = logprobs_and_entropy_from_logits(logits.reshape(-1, logits.shape[-1]), labels, chunk_size=chunk_size,
+                                                   compute_entropy=False)
+    return logp.new_zeros(targets.shape).index_put((rows, cols), logp)
 
 
 # Config fields by which a transformers causal LM changes its logits after the LM-head matmul

@@ -17,15 +17,16 @@ The LM head runs only on the K positions that score a real response token (``log
 as a boolean `(rows, L)` mask, which transformers >= 5 flattens to `(K, H)`), never on prompts or
 on the padded tail of short responses. Results are scattered back to verl's `(B, R)` layout, 0 on
 padding (the padded forward leaves finite garbage there; both are masked by ``response_mask``).
+`pack_targets` scores any marked tokens of a row (the supervised trainers' loss masks), results in `(B, T)`.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["PackedResponses", "pack_responses", "unpack_responses"]
+__all__ = ["PackedResponses", "pack_responses", "pack_targets", "unpack_responses"]
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class PackedResponses:
         score_mask: `(rows, L)` bool, True at the K positions whose output scores a response
             token (the position right before it); row-major order = the order of ``labels``.
         labels: `(K,)` the response tokens scored there.
-        rows: `(K,)` and cols: `(K,)` where each result goes in the `(B, R)` output.
-        shape: (B, R).
+        rows: `(K,)` and cols: `(K,)` where each result goes in the output of ``shape``.
+        shape: (B, R) for `pack_responses`, (B, T) for `pack_targets`.
     """
 
     input_ids: torch.Tensor
@@ -74,10 +75,67 @@ def _first_fit(lengths: list[int], cap: int) -> tuple[list[int], list[int], list
     return row_of, start_of, fill
 
 
+def pack_targets(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor,
+) -> PackedResponses:
+    """Pack the real tokens of `(B, T)` rows (any left / right padding) into rows; score the ``targets``.
+
+    The general form of `pack_responses`: ``targets`` marks the tokens whose log-probs are wanted
+    anywhere in a row (an SFT loss mask, a DPO response), not only the last R columns. Each target
+    token is scored by the output at the real token before it.
+
+    Example: rows ``[a, b, c, pad]`` and ``[d, e, pad, pad]`` with targets ``c`` and ``e``
+    (lengths 3 and 2, rows of 3 tokens) pack to ``[[a, b, c], [d, e, 0]]``, positions
+    ``[[0, 1, 2], [0, 1, 0]]``; c is scored at (0, 1), e at (1, 0), and the results go back to
+    (0, 2) and (1, 1) of the `(B, T)` output.
+
+    Args:
+        input_ids: `(B, T)` ids.
+        attention_mask: `(B, T)` 1 on real tokens.
+        position_ids: `(B, T)` positions (0 at each sequence's first real token).
+        targets: `(B, T)` bool, True on the real tokens to score.
+
+    Returns:
+        The `PackedResponses`, ``shape`` = (B, T), ``rows`` / ``cols`` in `(B, T)` coordinates.
+
+    Raises:
+        ValueError: a target is not a real token, or has no real token before it in its row.
+    """
+    # the packing plan is built on the CPU (a few small index tensors); the forward moves the rows
+    input_ids, position_ids, mask = input_ids.cpu(), position_ids.cpu(), attention_mask.cpu().bool()
+    targets = targets.cpu().bool()
+    if bool((targets & ~mask).any()):
+        raise ValueError("use_remove_padding: a scored token is padding (attention_mask 0)")
+    batch, total = input_ids.shape
+    lengths = mask.sum(dim=1)
+    row_l, start_l, fill = _first_fit(lengths.tolist(), max(int(lengths.max()), 1))
+    row_of, start_of = torch.tensor(row_l), torch.tensor(start_l)
+    width = max(fill)
+    # packed column of every real token: its sequence's start + its rank among the row's real tokens
+    col_at = start_of.unsqueeze(1) + mask.long().cumsum(dim=1) - 1
+    seq, tok = mask.nonzero(as_tuple=True)
+    ids = input_ids.new_zeros(len(fill), width)
+    ids[row_of[seq], col_at[seq, tok]] = input_ids[seq, tok]
+    pos = (torch.arange(width).unsqueeze(0) - torch.tensor(fill).unsqueeze(1)).clamp(min=0).to(position_ids.dtype)
+    pos[row_of[seq], col_at[seq, tok]] = position_ids[seq, tok]
+    rows, cols = targets.nonzero(as_tuple=True)
+    score_col = col_at[rows, cols] - 1
+    if bool((score_col < start_of[rows]).any()):
+        raise ValueError("use_remove_padding: a scored token has no real token before it (empty prompt?)")
+    order = torch.argsort(row_of[rows] * width + score_col)  # row-major, as transformers flattens the mask
+    rows, cols, score_col = rows[order], cols[order], score_col[order]
+    score_mask = torch.zeros(len(fill), width, dtype=torch.bool)
+    score_mask[row_of[rows], score_col] = True
+    return PackedResponses(input_ids=ids, position_ids=pos, score_mask=score_mask, labels=input_ids[rows, cols],
+                           rows=rows, cols=cols, shape=(batch, total))
+
+
 def pack_responses(
     input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, response_length: int,
 ) -> PackedResponses:
     """Pack the real tokens of `(B, T)` prompt + response rows (any left / right padding) into rows.
+
+    `pack_targets` with the real tokens of the last R columns as targets, results in `(B, R)`.
 
     Example: rows ``[pad, a, b | c, d]`` and ``[e, f, g | h, pad]`` (P = 3, R = 2; lengths 4, 4,
     so rows of 4 tokens) pack to ``[[a, b, c, d], [e, f, g, h]]`` with positions
@@ -92,39 +150,19 @@ def pack_responses(
         response_length: R.
 
     Returns:
-        The `PackedResponses`.
+        The `PackedResponses`, ``shape`` = (B, R).
 
     Raises:
         ValueError: a real response token has no real token before it in its row.
     """
-    # the packing plan is built on the CPU (a few small index tensors); the forward moves the rows
-    input_ids, position_ids, mask = input_ids.cpu(), position_ids.cpu(), attention_mask.cpu().bool()
     batch, total = input_ids.shape
-    lengths = mask.sum(dim=1)
-    row_l, start_l, fill = _first_fit(lengths.tolist(), max(int(lengths.max()), 1))
-    row_of, start_of = torch.tensor(row_l), torch.tensor(start_l)
-    width = max(fill)
-    # packed column of every real token: its sequence's start + its rank among the row's real tokens
-    col_at = start_of.unsqueeze(1) + mask.long().cumsum(dim=1) - 1
-    seq, tok = mask.nonzero(as_tuple=True)
-    ids = input_ids.new_zeros(len(fill), width)
-    ids[row_of[seq], col_at[seq, tok]] = input_ids[seq, tok]
-    pos = (torch.arange(width).unsqueeze(0) - torch.tensor(fill).unsqueeze(1)).clamp(min=0).to(position_ids.dtype)
-    pos[row_of[seq], col_at[seq, tok]] = position_ids[seq, tok]
-    rows, cols = mask[:, total - response_length:].nonzero(as_tuple=True)
-    score_col = col_at[rows, cols + total - response_length] - 1
-    if bool((score_col < start_of[rows]).any()):
-        raise ValueError("use_remove_padding: a response token has no real token before it (empty prompt?)")
-    order = torch.argsort(row_of[rows] * width + score_col)  # row-major, as transformers flattens the mask
-    rows, cols, score_col = rows[order], cols[order], score_col[order]
-    score_mask = torch.zeros(len(fill), width, dtype=torch.bool)
-    score_mask[row_of[rows], score_col] = True
-    return PackedResponses(input_ids=ids, position_ids=pos, score_mask=score_mask,
-                           labels=input_ids[rows, cols + total - response_length], rows=rows, cols=cols,
-                           shape=(batch, response_length))
+    targets = attention_mask.cpu().bool().clone()
+    targets[:, : total - response_length] = False
+    packed = pack_targets(input_ids, attention_mask, position_ids, targets)
+    return replace(packed, cols=packed.cols - (total - response_length), shape=(batch, response_length))
 
 
 def unpack_responses(values: torch.Tensor, packed: PackedResponses) -> torch.Tensor:
-    """Scatter `(K,)` per-response-token results back to `(B, R)`, 0 on padding (differentiable)."""
+    """Scatter `(K,)` per-target results back to ``packed.shape`` (`(B, R)` or `(B, T)`), 0 elsewhere (differentiable)."""
     out = values.new_zeros(packed.shape)
     return out.index_put((packed.rows.to(values.device), packed.cols.to(values.device)), values)

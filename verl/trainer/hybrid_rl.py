@@ -35,12 +35,13 @@ from verl.trainer.hybrid_streams import StepSampler
 __all__ = ["RLStream"]
 
 
-def _response_logps(module: torch.nn.Module, micro: DataProto) -> torch.Tensor:
-    from verl.modules.forward import compute_log_probs
+def _response_logps(module: torch.nn.Module, micro: DataProto, remove_padding: bool) -> torch.Tensor:
+    from verl.modules.forward import compute_log_probs_and_entropy
 
     b, dev = micro.batch, next(module.parameters()).device
     ids, attn, pos = (b[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids"))
-    return compute_log_probs(module, ids, attn, pos, b["responses"].shape[-1])
+    return compute_log_probs_and_entropy(module, ids, attn, pos, b["responses"].shape[-1], compute_entropy=False,
+                                         remove_padding=remove_padding)[0]
 
 
 class RLStream:
@@ -55,13 +56,14 @@ class RLStream:
         seed: ``trainer.seed``.
         max_length: ``data.max_length``: prompt + response tokens at most.
         device: compute device.
+        remove_padding: packed forwards (``use_remove_padding``).
     """
 
     kind = "rl"
     mask_key = "response_mask"
 
     def __init__(self, name: str, files: list[str], task: Any, tokenizer: Any, micro: MicroBatchSpec, seed: int,
-                 max_length: int, device: str) -> None:
+                 max_length: int, device: str, remove_padding: bool = False) -> None:
         from verl.config.schema import DataConfig, RolloutConfig
         from verl.data.loader import create_rl_dataset
         from verl.reward import create_reward_manager
@@ -77,7 +79,7 @@ class RLStream:
         self.reward_fn = create_reward_manager("naive", tokenizer)
         self.rollout_cfg = RolloutConfig(n=task.rollout_n, response_length=task.response_length, prompt_length=prompt_len,
                                          temperature=task.temperature, do_sample=True, seed=seed)
-        self.device = device
+        self.device, self.remove_padding = device, remove_padding
         self.engine: Any = None
         self.rollout: Any = None
 
@@ -116,7 +118,7 @@ class RLStream:
         mask = full.batch["response_mask"]
         adv, _ = compute_advantage("grpo", token_level_rewards=scores, response_mask=mask, index=full.non_tensor_batch["uid"])
         full.batch["advantages"] = adv
-        full.batch["old_log_probs"] = self.engine.infer_batch(full, lambda m, mb: {"lp": _response_logps(m, mb)}, self.micro)["lp"]
+        full.batch["old_log_probs"] = self.engine.infer_batch(full, lambda m, mb: {"lp": _response_logps(m, mb, self.remove_padding)}, self.micro)["lp"]
         seq_scores = scores.sum(-1)
         return full, {"score_mean": float(seq_scores.mean()), "response_length": float(mask.sum(-1).float().mean())}
 
@@ -126,7 +128,7 @@ class RLStream:
 
         def fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, float]]:
             b = micro.batch
-            log_prob = _response_logps(module, micro)
+            log_prob = _response_logps(module, micro, self.remove_padding)
             dev = log_prob.device
             mask = b["response_mask"].to(dev, torch.float32)
             pg_losses, _ = POLICY_LOSSES["vanilla"](b["old_log_probs"].to(dev), log_prob, b["advantages"].to(dev), mask,

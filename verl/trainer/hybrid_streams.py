@@ -21,7 +21,6 @@ from typing import Any, Callable
 import torch
 
 from verl.algorithms.dpo import dpo_loss, dpo_metric_sums
-from verl.algorithms.logprob import logprobs_and_entropy_from_logits
 from verl.algorithms.sft import sft_loss
 from verl.engine.base import GlobalCounts, MicroBatchSpec
 from verl.protocol import DataProto
@@ -63,40 +62,52 @@ class StepSampler:
 
 
 def token_log_probs(module: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    position_ids: torch.Tensor) -> torch.Tensor:
-    """log π(token t | tokens < t) for t = 1..T−1 of right-padded sequences, `(B, T − 1)` float32.
+                    position_ids: torch.Tensor, loss_mask: torch.Tensor, remove_padding: bool = False) -> torch.Tensor:
+    """log π(token t | tokens < t) of the loss tokens, `(B, T − 1)` float32 (column t − 1 scores
+    token t, aligned with ``loss_mask[:, 1:]``), 0 off the loss tokens.
 
-    Right padding keeps real tokens unaffected by the padding width (causal attention).
+    Only the loss tokens go through the LM head (`verl.modules.forward.compute_token_log_probs`):
+    no `(B, T, V)` logits. ``remove_padding`` packs the real tokens (``use_remove_padding``).
+    A loss token in column 0 has nothing before it and is not scored (as ``loss_mask[:, 1:]`` drops it).
     """
-    logits = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
-    logp, _ = logprobs_and_entropy_from_logits(logits[:, :-1], input_ids[:, 1:], compute_entropy=False)
-    return logp
+    from verl.modules.forward import compute_token_log_probs
+
+    targets = loss_mask.bool() & attention_mask.bool()
+    targets[:, 0] = False
+    return compute_token_log_probs(module, input_ids, attention_mask, position_ids, targets,
+                                   remove_padding=remove_padding)[:, 1:]
 
 
 def _device_of(module: torch.nn.Module) -> torch.device:
     return next(module.parameters()).device
 
 
-def sequence_logps(module: torch.nn.Module, micro: DataProto, prefix: str, length_normalize: bool) -> torch.Tensor:
+def sequence_logps(module: torch.nn.Module, micro: DataProto, prefix: str, length_normalize: bool,
+                   remove_padding: bool = False) -> torch.Tensor:
     """Σ (or mean, ``length_normalize``) of the response-token log-probs of each row, `(B,)`."""
     b, dev = micro.batch, _device_of(module)
     ids, attn, pos, mask = (b[f"{prefix}{k}"].to(dev) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask"))
-    lp = token_log_probs(module, ids, attn, pos)
+    lp = token_log_probs(module, ids, attn, pos, mask, remove_padding)
     m = mask[:, 1:].to(lp.dtype)
     total = (lp * m).sum(-1)
     return total / m.sum(-1).clamp(min=1) if length_normalize else total
 
 
 class SFTStream:
-    """SFT rows with the token-mean NLL over the global step's response tokens."""
+    """SFT rows with the token-mean NLL over the global step's response tokens.
+
+    ``remove_padding``: packed forwards of the real tokens (the root key ``use_remove_padding``);
+    equal to the padded forward up to float rounding.
+    """
 
     kind = "sft"
     mask_key = "loss_mask"
 
-    def __init__(self, name: str, dataset: Any, batch_size: int, micro: MicroBatchSpec, pad_id: int, seed: int, shuffle: bool = True) -> None:
+    def __init__(self, name: str, dataset: Any, batch_size: int, micro: MicroBatchSpec, pad_id: int, seed: int,
+                 shuffle: bool = True, remove_padding: bool = False) -> None:
         from verl.data.sft_dataset import collate_right_padded
 
-        self.name, self.dataset, self.micro = name, dataset, micro
+        self.name, self.dataset, self.micro, self.remove_padding = name, dataset, micro, remove_padding
         self.sampler = StepSampler(len(dataset), batch_size, seed, shuffle)
         self._collate: Callable[[list], dict] = lambda items: collate_right_padded(items, pad_id)
 
@@ -112,18 +123,21 @@ class SFTStream:
     def loss_fn(self, weight: float) -> Callable[[torch.nn.Module, DataProto, GlobalCounts], tuple[torch.Tensor, dict[str, float]]]:
         """``weight ·`` the SFT loss of a micro-batch; metric ``loss`` sums to the step's token-mean NLL."""
         def fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, float]]:
-            b, dev = micro.batch, _device_of(module)
-            lp = token_log_probs(module, *(b[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids")))
-            loss, m = sft_loss(lp, b["loss_mask"][:, 1:].to(dev), counts.tokens)
+            lp, mask = self._log_probs(module, micro)
+            loss, m = sft_loss(lp, mask[:, 1:], counts.tokens)
             return weight * loss, {"loss": float(loss.detach()), "tokens": m["tokens"]}
         return fn
 
-    @staticmethod
-    def eval_forward(module: torch.nn.Module, micro: DataProto) -> dict[str, torch.Tensor]:
-        """Per-row summed NLL and token count (validation loss = Σ nll / Σ tokens)."""
+    def _log_probs(self, module: torch.nn.Module, micro: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
+        """`token_log_probs` of a micro-batch `(b, T − 1)` and its ``loss_mask`` `(b, T)` on the module's device."""
         b, dev = micro.batch, _device_of(module)
-        lp = token_log_probs(module, *(b[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids")))
-        m = b["loss_mask"][:, 1:].to(dev, lp.dtype)
+        ids, attn, pos, mask = (b[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask"))
+        return token_log_probs(module, ids, attn, pos, mask, self.remove_padding), mask
+
+    def eval_forward(self, module: torch.nn.Module, micro: DataProto) -> dict[str, torch.Tensor]:
+        """Per-row summed NLL and token count (validation loss = Σ nll / Σ tokens)."""
+        lp, mask = self._log_probs(module, micro)
+        m = mask[:, 1:].to(lp.dtype)
         return {"nll": -(lp * m).sum(-1), "tokens": m.sum(-1)}
 
 
@@ -135,16 +149,19 @@ class DPOStream:
             evaluated without gradient before the step (a frozen copy of the initial policy, or
             the actor with its LoRA adapters disabled).
         dpo: the ``dpo`` config section (``beta``, ``loss_type``, ``label_smoothing``).
+        remove_padding: packed forwards (``use_remove_padding``), the reference's included.
     """
 
     kind = "dpo"
     mask_key = "chosen_loss_mask"
 
     def __init__(self, name: str, dataset: Any, batch_size: int, micro: MicroBatchSpec, pad_id: int, seed: int,
-                 reference: Callable[[DataProto], tuple[torch.Tensor, torch.Tensor]], dpo: Any, shuffle: bool = True) -> None:
+                 reference: Callable[[DataProto], tuple[torch.Tensor, torch.Tensor]], dpo: Any, shuffle: bool = True,
+                 remove_padding: bool = False) -> None:
         from verl.data.dpo_dataset import collate_pairs
 
         self.name, self.dataset, self.micro, self.reference, self.dpo = name, dataset, micro, reference, dpo
+        self.remove_padding = remove_padding
         self.sampler = StepSampler(len(dataset), batch_size, seed, shuffle)
         self._collate: Callable[[list], dict] = lambda items: collate_pairs(items, pad_id)
         # IPO is defined on length-normalised log-probs (as in TRL); DPO on summed ones
@@ -163,8 +180,8 @@ class DPOStream:
 
     def policy_forward(self, module: torch.nn.Module, micro: DataProto) -> dict[str, torch.Tensor]:
         """``chosen_logps`` and ``rejected_logps`` `(b,)` of ``module`` (the reference's forward too)."""
-        return {"chosen_logps": sequence_logps(module, micro, "chosen_", self.length_normalize),
-                "rejected_logps": sequence_logps(module, micro, "rejected_", self.length_normalize)}
+        return {side + "_logps": sequence_logps(module, micro, side + "_", self.length_normalize, self.remove_padding)
+                for side in ("chosen", "rejected")}
 
     def loss_fn(self, weight: float) -> Callable[[torch.nn.Module, DataProto, GlobalCounts], tuple[torch.Tensor, dict[str, float]]]:
         """``weight ·`` Σ pair losses / global pairs; metrics sum to the step's pair means."""

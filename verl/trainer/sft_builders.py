@@ -110,17 +110,19 @@ def _streams(cfg: SFTRootConfig, tok: Any, engine_box: dict[str, Any], device: s
     for name, loss, files, batch_size, mb in specs:
         _check_divisible(batch_size, f"batch size of stream {name!r}")
         if loss == "sft":
-            streams.append(SFTStream(name, SFTDataset(files, tok, d), batch_size, mb, tok.pad_token_id, t.seed, d.shuffle))
+            streams.append(SFTStream(name, SFTDataset(files, tok, d), batch_size, mb, tok.pad_token_id, t.seed, d.shuffle,
+                                     remove_padding=cfg.use_remove_padding))
         elif loss == "dpo":
             stream = DPOStream(name, PreferenceDataset(files, tok, d), batch_size, mb, tok.pad_token_id, t.seed,
-                               reference=None, dpo=cfg.dpo, shuffle=d.shuffle)  # type: ignore[arg-type]
+                               reference=None, dpo=cfg.dpo, shuffle=d.shuffle,  # type: ignore[arg-type]
+                               remove_padding=cfg.use_remove_padding)
             engine_box.setdefault("dpo_streams", []).append(stream)
             streams.append(stream)
         else:
             from verl.trainer.hybrid_rl import RLStream
 
             task = next(x for x in cfg.hybrid.tasks if x.name == name)
-            stream = RLStream(name, files, task, tok, mb, t.seed, d.max_length, device)
+            stream = RLStream(name, files, task, tok, mb, t.seed, d.max_length, device, cfg.use_remove_padding)
             engine_box.setdefault("rl_streams", []).append(stream)
             streams.append(stream)
     return streams
@@ -154,7 +156,7 @@ def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any]) ->
         from verl.algorithms.dpo import dpo_loss, dpo_metric_sums
 
         if not is_dpo:
-            out = engine.infer_batch(batch, SFTStream.eval_forward, micro)
+            out = engine.infer_batch(batch, stream.eval_forward, micro)
             s = sum_floats({"nll": float((out["nll"].double() * keep).sum()), "tokens": float((out["tokens"].double() * keep).sum())})
             return {"val/loss": s["nll"] / s["tokens"]}
         ref_c, ref_r = stream.reference(batch)
