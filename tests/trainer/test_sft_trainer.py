@@ -100,16 +100,20 @@ def _run(args: list[str], nproc: int = 1, wait: bool = True) -> subprocess.Popen
 
 @pytest.mark.e2e
 def test_sft_one_vs_two_workers_equal_losses(tmp_path: Path) -> None:
+    """1 process vs 2 FSDP2 ranks, and 2 ranks with packed forwards (``use_remove_padding=true``:
+    the sharded model takes the unfused packed path): the same losses."""
     common = [*BUILTIN, "data.val_files=builtin://arithmetic_answers/test", "data.train_batch_size=8",
               "data.micro_batch_size_per_gpu=2", "trainer.total_training_steps=4"]
-    for name, nproc in (("one", 1), ("two", 2)):
-        r = _run([*common, *dirs(tmp_path, name)], nproc)
+    for name, nproc, packed in (("one", 1, "false"), ("two", 2, "false"), ("two_packed", 2, "true")):
+        r = _run([*common, *dirs(tmp_path, name), f"use_remove_padding={packed}"], nproc)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    one, two = losses(tmp_path, "one"), losses(tmp_path, "two")
+    one = losses(tmp_path, "one")
     assert sorted(one) == [1, 2, 3, 4]
-    for step in one:
-        assert two[step] == pytest.approx(one[step], abs=1e-5)
-    assert losses(tmp_path, "two", "val/loss")[4] == pytest.approx(losses(tmp_path, "one", "val/loss")[4], abs=1e-5)
+    for other in ("two", "two_packed"):
+        got = losses(tmp_path, other)
+        for step in one:
+            assert got[step] == pytest.approx(one[step], abs=1e-5), (other, step)
+        assert losses(tmp_path, other, "val/loss")[4] == pytest.approx(losses(tmp_path, "one", "val/loss")[4], abs=1e-5)
     assert one[4] != one[1]  # the weights did change
 
 
