@@ -23,6 +23,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("verl.trainer.main_ppo:train_cli", "run RL training (PPO, GRPO, ...): verl train [CONFIG] [key=value ...]"),
     "sft": ("verl.trainer.sft_trainer:main", "supervised fine-tuning (or trainer.algorithm=hybrid): verl sft [CONFIG] [key=value ...]"),
     "dpo": ("verl.trainer.sft_trainer:dpo_main", "DPO / IPO on preference pairs: verl dpo [CONFIG] [key=value ...]"),
+    "generate": ("verl.trainer.main_generation", "sample responses for a prompts file: verl generate [CONFIG] data.path=F data.output_path=G model.path=M"),
+    "eval": ("verl.trainer.main_eval", "score generated responses (mean@n, best@n per data source): verl eval [CONFIG] data.path=G"),
     "config": ("verl.config.cli", "inspect configs: verl config show [CONFIG] [key=value ...]"),
     "prepare": ("verl.data.prepare", "raw data -> training parquet: verl prepare gsm8k|math500 --input F --out DIR"),
     "init-model": ("verl.modules.init_model", "write a randomly initialised model: verl init-model --arch qwen2 ..."),

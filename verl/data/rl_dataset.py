@@ -96,6 +96,35 @@ def read_rows(path: str) -> tuple[list[dict[str, Any]], list[str]]:
 
 
 # ------------------------------------------------------------------------------------ validation
+def prompt_error(row: dict[str, Any], prompt_key: str = "prompt") -> str | None:
+    """Say what is wrong with a row's chat messages (a non-empty list of ``{role, content}``), or None."""
+    prompt = row.get(prompt_key)
+    if not isinstance(prompt, list) or not prompt:
+        return f"field '{prompt_key}' must be a non-empty list of {{role, content}} messages, got {prompt!r:.80}"
+    for j, msg in enumerate(prompt):
+        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or not isinstance(msg.get("content"), str):
+            return f"field '{prompt_key}[{j}]' must be {{'role': str, 'content': str}}, got {msg!r:.80}"
+    return None
+
+
+def render_prompts(tokenizer: Any, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any],
+                   processor: Any = None) -> list[list[int]]:
+    """Chat-template and tokenize prompts, exactly as the rollout engine will see them.
+
+    The template is rendered to text (which already holds any BOS it needs) and encoded with
+    ``add_special_tokens=False``, so BOS appears once (known fault B27). ``processor``: a
+    multimodal processor whose ``apply_chat_template`` renders the text instead.
+
+    Returns:
+        One list of token ids per conversation (unpadded, untruncated).
+    """
+    templater = processor if processor is not None else tokenizer
+    texts = templater.apply_chat_template(conversations, add_generation_prompt=True, tokenize=False, **chat_template_kwargs)
+    if isinstance(texts, str):
+        texts = [texts]
+    return [list(x) for x in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+
+
 def row_error(row: Any, prompt_key: str = "prompt") -> str | None:
     """Say what is wrong with one row, or None when it follows verl's RL schema.
 
@@ -110,12 +139,9 @@ def row_error(row: Any, prompt_key: str = "prompt") -> str | None:
         return f"row is a {type(row).__name__}, expected an object"
     if not isinstance(row.get("data_source"), str):
         return f"field 'data_source' must be a string, got {row.get('data_source')!r}"
-    prompt = row.get(prompt_key)
-    if not isinstance(prompt, list) or not prompt:
-        return f"field '{prompt_key}' must be a non-empty list of {{role, content}} messages, got {prompt!r:.80}"
-    for j, msg in enumerate(prompt):
-        if not isinstance(msg, dict) or not isinstance(msg.get("role"), str) or not isinstance(msg.get("content"), str):
-            return f"field '{prompt_key}[{j}]' must be {{'role': str, 'content': str}}, got {msg!r:.80}"
+    err = prompt_error(row, prompt_key)
+    if err is not None:
+        return err
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or rm.get("ground_truth") is None:
         return f"field 'reward_model.ground_truth' is missing (reward_model = {rm!r:.80})"
@@ -237,21 +263,8 @@ class RLHFDataset(Dataset):
             raise ValueError(f"no prompts left in {self.files} (filtered as overlong: {self.num_filtered})")
 
     def render(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
-        """Chat-template and tokenize prompts, exactly as the rollout engine will see them.
-
-        The template is rendered to text (which already holds any BOS it needs) and encoded with
-        ``add_special_tokens=False``, so BOS appears once (known fault B27).
-
-        Returns:
-            One list of token ids per conversation (unpadded, untruncated).
-        """
-        templater = self.processor if self.processor is not None else self.tokenizer
-        texts = templater.apply_chat_template(
-            conversations, add_generation_prompt=True, tokenize=False, **self.config.apply_chat_template_kwargs
-        )
-        if isinstance(texts, str):
-            texts = [texts]
-        return [list(x) for x in self.tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
+        """`render_prompts` with this dataset's tokenizer, processor and ``data.apply_chat_template_kwargs``."""
+        return render_prompts(self.tokenizer, conversations, self.config.apply_chat_template_kwargs, self.processor)
 
     def _add_file(self, path: str) -> None:
         rows, labels = read_rows(path)

@@ -1,0 +1,242 @@
+"""Config of the offline tools: ``verl generate`` (verl's ``main_generation``) and ``verl eval`` (``main_eval``).
+
+Both read a YAML file (optional) and Hydra-grammar overrides (``a.b=c``, ``+a.b=c``, ``~a.b``)
+with the same rules as the trainers: unknown keys are refused with the closest valid one, values
+are type-checked, every failure is one `ConfigError` line naming the dotted key.
+
+``verl generate`` keeps verl's ``generation.yaml`` layout: ``data.*`` is its own section
+(`GenerationDataConfig`); ``model.*``, ``rollout.*``, ``actor.*``, ``trainer.*`` and
+``ray_kwargs.*`` are the RL schema's ``actor_rollout_ref.{model,rollout,actor}``, ``trainer``
+and ``ray_kwargs`` sections, checked by the RL loader (`verl.config.loader.config_from_dict`),
+so a rollout key means exactly what it means in training. ``verl eval`` keeps verl's
+``evaluation.yaml`` layout (`EvalConfig`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from verl.config._tree import get_path, set_path
+from verl.config.errors import ConfigError, did_you_mean
+
+__all__ = ["EvalConfig", "GenerationConfig", "GenerationDataConfig", "load_eval_config", "load_generation_config"]
+
+TRUNCATION = ("error", "left", "right", "middle")
+
+
+@dataclass
+class GenerationDataConfig:
+    path: Optional[str] = None
+    # Prompts file: .parquet, .jsonl or builtin://<task>/<split> (verl's RL rows; only prompt_key is read).
+    prompt_key: str = "prompt"
+    # Column of chat messages [{role, content}, ...].
+    n_samples: int = 1
+    # Responses per prompt.
+    output_path: Optional[str] = None
+    # The input rows plus a `responses` column (a list of n_samples strings): .parquet or .jsonl.
+    batch_size: int = 128
+    # Prompts per engine call (memory only: the samples do not depend on it).
+    trust_remote_code: bool = False
+    # Tokenizer code from the model directory (as model.trust_remote_code).
+    apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Extra chat-template arguments, e.g. {enable_thinking: false}.
+    truncation: str = "error"
+    # A prompt longer than rollout.prompt_length: error | left | right | middle (as data.truncation).
+
+
+@dataclass
+class GenerationConfig:
+    """``verl generate``: ``data`` (this tool's) and the RL config holding model / rollout / trainer."""
+
+    data: GenerationDataConfig
+    rl: Any
+    # verl.config.schema.RootConfig: actor_rollout_ref.{model,rollout}, trainer.device, trainer.seed.
+
+
+@dataclass
+class EvalDataConfig:
+    path: Optional[str] = None
+    # The generated file (verl generate's output): .parquet or .jsonl.
+    prompt_key: str = "prompt"
+    response_key: str = "responses"
+    # Column of generated responses: a list of strings per row (or one string).
+    data_source_key: str = "data_source"
+    # Column naming the scorer (built-in scorers are routed by data source).
+    reward_model_key: str = "reward_model"
+    # Column of dicts holding `ground_truth`.
+
+
+@dataclass
+class EvalRewardFunctionConfig:
+    path: Optional[str] = None
+    # Python file defining the scorer; None = built-in scorers routed by data_source.
+    name: str = "compute_score"
+    reward_kwargs: Dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class EvalRewardModelConfig:
+    timeout_s: float = 30.0
+    # Seconds a scorer may take per response; over it the score is 0 and counted (as in training).
+
+
+@dataclass
+class EvalConfig:
+    data: EvalDataConfig = field(default_factory=EvalDataConfig)
+    custom_reward_function: EvalRewardFunctionConfig = field(default_factory=EvalRewardFunctionConfig)
+    reward_model: EvalRewardModelConfig = field(default_factory=EvalRewardModelConfig)
+    ray_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Accepted for verl's scripts with null values only: scoring runs in this process, not on Ray.
+
+
+def _read_tree(path: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
+    """The YAML file's tree with the overrides applied (no schema check yet)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    tree: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise ConfigError(f"config '{path}' not found")
+        try:
+            loaded = OmegaConf.to_container(OmegaConf.load(p), resolve=False)
+        except Exception as e:  # yaml errors
+            raise ConfigError(f"{p}: cannot parse YAML: {' '.join(str(e).split())}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{p}: the top level must be a mapping of config sections")
+        tree = loaded  # type: ignore[assignment]
+    try:
+        parsed = OverridesParser.create().parse_overrides(list(overrides))
+    except HydraException as e:
+        raise ConfigError(f"bad override: {e}") from None
+    for o in parsed:
+        if o.package is not None or o.is_sweep_override():
+            raise ConfigError(f"override '{o.input_line}': sweeps and package overrides are not supported")
+        key = o.key_or_group
+        if o.is_delete():
+            parent, leaf = get_path(tree, key)
+            if parent is not None:
+                parent.pop(leaf, None)
+            continue
+        set_path(tree, key, o.value())
+    return tree
+
+
+def _structured(cls: type, tree: dict[str, Any], prefix: str) -> Any:
+    """``tree`` merged over ``cls``'s defaults: unknown keys (did-you-mean) and type errors name the key."""
+    from verl.config.sft_loader import _check_keys
+
+    _check_keys(tree, cls, prefix)
+    try:
+        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), tree))
+    except OmegaConfBaseException as e:
+        key = str(getattr(e, "full_key", "") or "")
+        raise ConfigError(f"{prefix}{key or 'config'}: {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
+
+
+def _check_sections(tree: dict[str, Any], valid: Sequence[str]) -> None:
+    for key, value in tree.items():
+        if key not in valid:
+            raise ConfigError(f"unknown key '{key}'" + did_you_mean(str(key), valid))
+        if value is not None and not isinstance(value, dict):
+            raise ConfigError(f"{key}: expected a mapping (config section), got {value!r}")
+
+
+GENERATION_SECTIONS = ("data", "model", "rollout", "actor", "trainer", "ray_kwargs")
+_RL_PLACE = {"model": "actor_rollout_ref.model", "rollout": "actor_rollout_ref.rollout", "actor": "actor_rollout_ref.actor"}
+
+
+def load_generation_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> GenerationConfig:
+    """Load ``verl generate``'s config (verl's ``generation.yaml`` keys; see the module docstring).
+
+    ``rollout.prompt_length`` / ``response_length`` also set the RL ``data.max_prompt_length`` /
+    ``max_response_length`` they default to (the RL defaults otherwise). ``model.path`` defaults
+    to the RL default, the built-in model.
+
+    Raises:
+        ConfigError: unknown key (with the closest valid one), wrong type, a missing
+            ``data.path`` / ``data.output_path``, ``data.n_samples`` < 1, greedy
+            decoding with ``n_samples`` > 1, more than one process, or a setting of the RL
+            sections that the RL loader refuses (its message, with the key as written here).
+    """
+    from verl.config.loader import config_from_dict
+
+    tree = _read_tree(path, overrides)
+    _check_sections(tree, GENERATION_SECTIONS)
+    data = _structured(GenerationDataConfig, tree.get("data") or {}, "data.")
+    rl: dict[str, Any] = {}
+    for section in ("model", "rollout", "actor", "trainer", "ray_kwargs"):
+        if tree.get(section):
+            set_path(rl, _RL_PLACE.get(section, section), tree[section])
+    rollout = tree.get("rollout") or {}
+    for ours, theirs in (("prompt_length", "max_prompt_length"), ("response_length", "max_response_length")):
+        if rollout.get(ours) is not None:
+            set_path(rl, f"data.{theirs}", rollout[ours])
+    try:
+        cfg = config_from_dict(rl)
+    except ConfigError as e:
+        message = str(e)
+        for section, place in _RL_PLACE.items():
+            message = message.replace(place + ".", section + ".")
+        raise ConfigError(message) from None
+    ro, t = cfg.actor_rollout_ref.rollout, cfg.trainer
+    rules = [
+        (data.path, "data.path: set the prompts file (.parquet, .jsonl or builtin://<task>/<split>)"),
+        (data.output_path, "data.output_path: set where the generated file goes (.parquet or .jsonl)"),
+        (str(data.output_path or "").endswith((".parquet", ".jsonl")), f"data.output_path: must end in .parquet or .jsonl, got {data.output_path!r}"),
+        (data.n_samples >= 1, f"data.n_samples: must be >= 1, got {data.n_samples}"),
+        (data.batch_size >= 1, f"data.batch_size: must be >= 1, got {data.batch_size}"),
+        (data.truncation in TRUNCATION, f"data.truncation: must be one of {TRUNCATION}, got {data.truncation!r}"),
+        (ro.do_sample or data.n_samples == 1,  # (the RL loader refuses temperature 0 with do_sample)
+         f"data.n_samples={data.n_samples} with greedy decoding (rollout.do_sample=false) gives identical samples: "
+         "set data.n_samples=1 or rollout.do_sample=true"),
+        (t.nnodes * t.n_gpus_per_node == 1, f"trainer.n_gpus_per_node={t.n_gpus_per_node}, trainer.nnodes={t.nnodes} is not "
+         "supported yet: verl generate runs one engine in this process; use 1 and 1 (split the file to run several)"),
+        (ro.name == "hf", f"rollout.name={ro.name} is not supported yet by verl generate: use rollout.name=hf"),
+        (not ro.multi_turn.enable, "rollout.multi_turn.enable is not supported yet by verl generate: it samples single-turn responses"),
+    ]
+    for ok, message in rules:
+        if not ok:
+            raise ConfigError(message)
+    return GenerationConfig(data=data, rl=cfg)
+
+
+EVAL_SECTIONS = ("data", "custom_reward_function", "reward_model", "ray_kwargs")
+
+
+def _null_leaves(tree: Any, prefix: str) -> str | None:
+    """The first key under ``tree`` with a non-null value, or None."""
+    if isinstance(tree, dict):
+        for k, v in tree.items():
+            found = _null_leaves(v, f"{prefix}.{k}")
+            if found:
+                return found
+        return None
+    return None if tree is None else prefix
+
+
+def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> EvalConfig:
+    """Load ``verl eval``'s config (verl's ``evaluation.yaml`` keys).
+
+    Raises:
+        ConfigError: unknown key (with the closest valid one), wrong type, no ``data.path``, a
+            non-null ``ray_kwargs`` value (scoring runs in this process), ``timeout_s`` <= 0.
+    """
+    tree = _read_tree(path, overrides)
+    _check_sections(tree, EVAL_SECTIONS)
+    cfg = _structured(EvalConfig, tree, "")
+    set_key = _null_leaves(cfg.ray_kwargs, "ray_kwargs")
+    if set_key:
+        raise ConfigError(f"{set_key} is not supported yet: verl eval scores in this process, not on Ray; remove it")
+    if not cfg.data.path:
+        raise ConfigError("data.path: set the generated file to score (verl generate's data.output_path)")
+    if cfg.reward_model.timeout_s <= 0:
+        raise ConfigError(f"reward_model.timeout_s: must be > 0, got {cfg.reward_model.timeout_s}")
+    return cfg

@@ -1,0 +1,139 @@
+"""Offline scoring of generated responses (verl's ``main_eval``): ``verl eval [CONFIG] data.path=gen.parquet``.
+
+    verl eval data.path=gen.parquet [custom_reward_function.path=my_reward.py]
+    python -m verl.trainer.main_eval ...             # verl's entry point, same keys
+
+Keys are verl's ``evaluation.yaml`` (`verl.config.offline.load_eval_config`): ``data.path``,
+``data.{prompt_key,response_key,data_source_key,reward_model_key}``,
+``custom_reward_function.{path,name,reward_kwargs}``, plus ``reward_model.timeout_s``.
+
+Each row's responses (a list of strings, `verl.trainer.main_generation`'s ``responses``) are
+scored against ``row[reward_model_key]["ground_truth"]`` by the custom function, or by the
+built-in scorer routed by the row's data source (`verl.reward.scorers.default_compute_score`), as
+in training: the same ``fn(data_source=, solution_str=, ground_truth=, extra_info=)`` call, a
+float or a dict with ``score``. A scorer that raises, returns a non-number or NaN, or runs past
+``reward_model.timeout_s`` scores 0 and is counted (``num_errors`` / ``num_timeouts``); after 3
+timeouts in a row the rest are counted as timeouts without waiting, as the reward managers do.
+
+Metrics, per data source ``ds`` (rows with n responses each):
+
+* ``test_score/<ds>``: mean over rows of the mean score of the row's responses — verl's
+  ``main_eval`` figure (mean@n);
+* ``test_score/<ds>/best@n``: mean over rows of the best score of the row's responses (pass@n for
+  0/1 scores), with n the responses per row (``best@var`` when rows differ);
+* ``num_rows/<ds>``, and overall ``num_errors``, ``num_timeouts``, ``num_nonfinite``.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
+
+__all__ = ["evaluate", "main"]
+
+USAGE = __doc__.split("\n\n")[1]
+
+
+def _responses(value: Any) -> list[str] | None:
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, (list, tuple)) and value and all(isinstance(x, str) for x in value):
+        return list(value)
+    try:  # numpy arrays of strings (pandas-written parquet)
+        items = list(value)
+    except TypeError:
+        return None
+    return items if items and all(isinstance(x, str) for x in items) else None
+
+
+def evaluate(cfg: Any) -> dict[str, float]:
+    """Score ``cfg.data.path`` (a loaded `verl.config.offline.EvalConfig`); returns the metrics above.
+
+    Raises:
+        DataError: a row without a data source, responses or ground truth (file and row named);
+        RegistryError: with the built-in scorers, a data source none of them handles;
+        RewardFunctionError: a custom reward file or function that cannot be loaded.
+    """
+    from verl.trainer.main_generation import read_data_rows
+    from verl.reward.loader import load_custom_reward_fn
+    from verl.reward.manager_steps import check_data_sources, outcome_to_result
+    from verl.reward.managers import _stuck
+    from verl.reward.scorers import default_compute_score
+    from verl.reward.timeout import CallOutcome, TimeoutCaller
+    from verl.utils.errors import DataError
+
+    d, f = cfg.data, cfg.custom_reward_function
+    rows, labels = read_data_rows(d.path)
+    parsed = []
+    for row, label in zip(rows, labels, strict=True):
+        where = f"{d.path}: {label}"
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: row is a {type(row).__name__}, expected an object")
+        source, responses, rm = row.get(d.data_source_key), _responses(row.get(d.response_key)), row.get(d.reward_model_key)
+        if not isinstance(source, str):
+            raise DataError(f"{where}: field '{d.data_source_key}' (data.data_source_key) must be a string, got {source!r:.80}")
+        if responses is None:
+            raise DataError(f"{where}: field '{d.response_key}' (data.response_key) must be a non-empty list of strings, "
+                            f"got {row.get(d.response_key)!r:.80}")
+        if not isinstance(rm, dict) or rm.get("ground_truth") is None:
+            raise DataError(f"{where}: field '{d.reward_model_key}.ground_truth' (data.reward_model_key) is missing")
+        parsed.append((source, responses, rm["ground_truth"], row.get("extra_info")))
+    fn = load_custom_reward_fn(f.path, f.name, dict(f.reward_kwargs))
+    if fn is None:
+        check_data_sources([p[0] for p in parsed])
+        fn = default_compute_score
+    caller = TimeoutCaller(cfg.reward_model.timeout_s)
+    means, bests, counts = defaultdict(list), defaultdict(list), defaultdict(set)
+    failures = {"error": 0, "timeout": 0, "nonfinite": 0}
+    outcomes: list[CallOutcome] = []
+    for source, responses, truth, extra in parsed:
+        scores = []
+        for text in responses:
+            if _stuck(outcomes):
+                outcome = CallOutcome("timeout", error="skipped: the scorer kept timing out")
+            else:
+                outcome = caller(fn, data_source=source, solution_str=text, ground_truth=truth, extra_info=extra)
+            outcomes.append(outcome)
+            result = outcome_to_result(outcome)
+            if result.status != "ok":
+                failures["nonfinite" if result.nonfinite else result.status] += 1
+            scores.append(result.score)
+        means[source].append(sum(scores) / len(scores))
+        bests[source].append(max(scores))
+        counts[source].add(len(scores))
+    metrics: dict[str, float] = {}
+    for source in means:
+        n = counts[source]
+        metrics[f"test_score/{source}"] = sum(means[source]) / len(means[source])
+        metrics[f"test_score/{source}/best@{n.pop() if len(n) == 1 else 'var'}"] = sum(bests[source]) / len(bests[source])
+        metrics[f"num_rows/{source}"] = float(len(means[source]))
+    metrics.update({f"num_{k}s" if k != "nonfinite" else "num_nonfinite": float(v) for k, v in failures.items()})
+    return metrics
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``verl eval [CONFIG] [key=value ...]``: prints the metrics as one JSON object; returns the exit status."""
+    from verl.config.cli import split_config_arg
+    from verl.config.offline import load_eval_config
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    config_path, overrides = split_config_arg(argv, None)
+    metrics = evaluate(load_eval_config(config_path, overrides))
+    failed = metrics["num_errors"] + metrics["num_timeouts"] + metrics["num_nonfinite"]
+    if failed:
+        print(f"warning: {int(failed)} responses scored 0 because the scorer failed (num_errors / num_timeouts / "
+              "num_nonfinite)", file=sys.stderr)
+    print(json.dumps(metrics), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from verl.cli import run_reporting_user_errors
+
+    sys.exit(run_reporting_user_errors("python -m verl.trainer.main_eval", main, sys.argv[1:]))

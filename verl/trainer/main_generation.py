@@ -1,0 +1,196 @@
+"""Offline generation: ``data.n_samples`` responses for every prompt of a file (verl's ``main_generation``).
+
+    verl generate [CONFIG] data.path=test.parquet data.output_path=gen.parquet model.path=DIR \\
+        data.n_samples=4 rollout.temperature=1.0 rollout.response_length=256
+    python -m verl.trainer.main_generation ...        # verl's entry point, same keys
+    verl eval data.path=gen.parquet                    # then score them (`verl.trainer.main_eval`)
+
+Keys are verl's ``generation.yaml`` (`verl.config.offline.load_generation_config`): ``data.*``
+(``path``, ``prompt_key``, ``n_samples``, ``output_path``, ``batch_size``, ``trust_remote_code``,
+``apply_chat_template_kwargs``, and ``truncation``), and the RL schema's ``model.*``,
+``rollout.*`` (sampling: ``temperature``, ``top_k``, ``top_p``, ``do_sample``,
+``prompt_length``, ``response_length``, ``seed``, ``dtype``, ...), ``trainer.device``.
+
+What it does: reads the rows (parquet, jsonl or ``builtin://``; only ``data.prompt_key`` is
+required, a chat list), renders each prompt with the tokenizer's chat template exactly as RL
+training does (`verl.data.rl_dataset.render_prompts`), and samples with the product's rollout
+engine (``rollout.name=hf``) from ``model.path``. Output: every input row, unchanged, plus
+``responses``: a list of ``n_samples`` decoded strings (special tokens skipped), written to
+``data.output_path`` (parquet or jsonl) through a temporary file and a rename, so an interrupted
+run never leaves a half-written file under that name.
+
+Seeds: sample s of row i is drawn with its own generator seeded from ``(rollout.seed — or
+trainer.seed when unset —, i, s)`` (`numpy.random.SeedSequence`): a sample depends only on the
+seed, its row and its sample index, never on ``data.batch_size``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+__all__ = ["generate", "main", "read_data_rows", "sample_seeds"]
+
+USAGE = __doc__.split("\n\n")[1]
+
+
+def sample_seeds(seed: int, rows: Sequence[int], n_samples: int) -> torch.Tensor:
+    """`(len(rows) · n,)` int64 seeds, row-major (row i's samples 0..n−1 together): ``SeedSequence((seed, i, s))``."""
+    out = [np.random.SeedSequence([seed, i, s]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
+           for i in rows for s in range(n_samples)]
+    return torch.tensor(np.array(out, dtype=np.uint64).astype(np.int64))
+
+
+def read_data_rows(path: str, key: str = "data.path") -> tuple[list[dict[str, Any]], list[str]]:
+    """`verl.data.rl_dataset.read_rows` with its errors as one `DataError` line naming ``key``; no rows is an error too."""
+    from verl.data.rl_dataset import read_rows
+    from verl.utils.errors import DataError
+
+    try:
+        rows, labels = read_rows(path)
+    except DataError as e:
+        raise DataError(f"{key}: {e}") from None
+    except (FileNotFoundError, ValueError) as e:
+        raise DataError(f"{key}: {e}") from None
+    if not rows:
+        raise DataError(f"{key}: {path} has no rows")
+    return rows, labels
+
+
+def _prompt_ids(cfg: Any, tokenizer: Any, rows: list[dict[str, Any]], labels: list[str]) -> list[list[int]]:
+    from verl.data.rl_dataset import prompt_error, render_prompts, truncate_prompt
+    from verl.utils.errors import DataError
+
+    d = cfg.data
+    for row, label in zip(rows, labels, strict=True):
+        err = prompt_error(row, d.prompt_key) if isinstance(row, dict) else f"row is a {type(row).__name__}, expected an object"
+        if err is not None:
+            raise DataError(f"{d.path}: {label}: {err}")
+    ids = render_prompts(tokenizer, [row[d.prompt_key] for row in rows], dict(d.apply_chat_template_kwargs))
+    limit = cfg.rl.actor_rollout_ref.rollout.prompt_length
+    out = []
+    for one, label in zip(ids, labels, strict=True):
+        if len(one) > limit:
+            try:
+                one = truncate_prompt(one, limit, d.truncation)
+            except ValueError as e:
+                raise DataError(f"{d.path}: {label}: {e} (set data.truncation=left|right|middle or a larger "
+                                "rollout.prompt_length)") from None
+        out.append(one)
+    return out
+
+
+def _write(rows: list[dict[str, Any]], path: str) -> None:
+    """Write ``rows`` to ``path`` (.parquet or .jsonl) via a temporary file and an atomic rename."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    out = Path(path).expanduser()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    try:
+        if out.suffix == ".parquet":
+            pq.write_table(pa.Table.from_pylist(rows), tmp)
+        else:
+            with tmp.open("w", encoding="utf-8") as f:
+                for row in rows:
+                    f.write(json.dumps(row, ensure_ascii=False, default=str) + "\n")
+        os.replace(tmp, out)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def generate(cfg: Any, log: Any = print) -> dict[str, float]:
+    """Run generation for a loaded `verl.config.offline.GenerationConfig`; returns its figures.
+
+    Returns:
+        ``rows``, ``samples``, ``response_tokens`` (generated, EOS included), ``mean_response_length``,
+        ``clip_ratio`` (share of samples that reached ``rollout.response_length`` without EOS),
+        ``time_s`` and ``tokens_per_s``.
+
+    Raises:
+        DataError: a row without a usable prompt, or an overlong prompt under ``truncation=error``
+            (file and row named); ModelError: a model or tokenizer that cannot be loaded.
+    """
+    from verl.data.rl_dataset import left_pad, pad_token_id
+    from verl.modules import create_model
+    from verl.protocol import DataProto
+    from verl.trainer.model_access import load_run_tokenizer, read_model_config
+    from verl.utils.errors import ModelError
+    from verl.workers.rollout import build_rollout_engine
+
+    d, rl = cfg.data, cfg.rl
+    model_cfg, ro = rl.actor_rollout_ref.model, rl.actor_rollout_ref.rollout
+    model_cfg.trust_remote_code = model_cfg.trust_remote_code or d.trust_remote_code
+    rows, labels = read_data_rows(d.path)
+    try:  # a missing model is one line naming model.path (this tool's key), before anything is built
+        read_model_config("model.path", model_cfg.path, model_cfg.trust_remote_code)
+        tokenizer = load_run_tokenizer(rl)
+    except ModelError as e:
+        raise ModelError(str(e).replace("actor_rollout_ref.model.", "model.")) from None
+    ids = _prompt_ids(cfg, tokenizer, rows, labels)
+    device = rl.trainer.device
+    torch.manual_seed(rl.trainer.seed)
+    module = create_model("actor", model_cfg, device=device).requires_grad_(False).eval()
+    engine = build_rollout_engine(module, ro, tokenizer)
+    seed = ro.seed if ro.seed is not None else rl.trainer.seed
+    pad, n = pad_token_id(tokenizer), d.n_samples
+    responses: list[list[str]] = []
+    tokens = clipped = 0
+    start = time.perf_counter()
+    batches = range(0, len(rows), d.batch_size)
+    for k, first in enumerate(batches):
+        index = list(range(first, min(first + d.batch_size, len(rows))))
+        width = max(len(ids[i]) for i in index)
+        padded = [left_pad(ids[i], width, pad) for i in index for _ in range(n)]
+        batch = DataProto.from_dict(tensors={
+            "input_ids": torch.stack([p[0] for p in padded]), "attention_mask": torch.stack([p[1] for p in padded]),
+            "position_ids": torch.stack([p[2] for p in padded]), "sample_seeds": sample_seeds(seed, index, n)},
+            meta_info={"pad_token_id": pad, "validate": False})
+        out = engine.generate_sequences(batch)
+        lengths = out.batch["response_mask"].sum(-1).tolist()
+        resp = out.batch["responses"].tolist()
+        texts = [tokenizer.decode(r[:int(length)], skip_special_tokens=True) for r, length in zip(resp, lengths, strict=True)]
+        responses += [texts[j * n:(j + 1) * n] for j in range(len(index))]
+        tokens += int(sum(lengths))
+        # a sample that used the whole budget stopped on length (an EOS in the last slot also counts)
+        clipped += sum(int(length) >= ro.response_length for length in lengths)
+        log(f"[{k + 1}/{len(batches)}] {len(index)} prompts x {n} samples, {time.perf_counter() - start:.1f} s")
+    elapsed = time.perf_counter() - start
+    _write([{**row, "responses": r} for row, r in zip(rows, responses, strict=True)], d.output_path)
+    samples = len(rows) * n
+    return {"rows": float(len(rows)), "samples": float(samples), "response_tokens": float(tokens),
+            "mean_response_length": tokens / samples, "clip_ratio": clipped / samples, "time_s": elapsed,
+            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``verl generate [CONFIG] [key=value ...]``; returns the exit status (user errors: see `verl.cli`)."""
+    from verl.config.cli import split_config_arg
+    from verl.config.offline import load_generation_config
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0
+    config_path, overrides = split_config_arg(argv, None)
+    cfg = load_generation_config(config_path, overrides)
+    figures = generate(cfg)
+    print(f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
+          f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
+          f"rollout.response_length), {figures['tokens_per_s']:.0f} tokens/s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    from verl.cli import run_reporting_user_errors
+
+    sys.exit(run_reporting_user_errors("python -m verl.trainer.main_generation", main, sys.argv[1:]))
