@@ -152,3 +152,13 @@ def test_verl_entry_points_run_as_modules(tmp_path: Path) -> None:
     assert json.loads(ev.stdout.strip().splitlines()[-1])["test_score/builtin/arithmetic"] == pytest.approx(144 / 512)
     bad = subprocess.run([sys.executable, "-m", "verl.cli", "eval", "data.pth=x"], capture_output=True, text=True, env=env)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "did you mean 'path'" in bad.stderr
+
+
+def test_unset_lengths_fit_the_model_and_set_ones_are_checked(tmp_path: Path) -> None:
+    # the built-in model has 128 positions: unset lengths become the longest prompt + what is left
+    _, figures = _gen(tmp_path, "a.jsonl", "rollout.do_sample=false")
+    assert figures["prompt_length"] + figures["response_length"] == 128 and figures["prompt_length"] < 40
+    _, figures = _gen(tmp_path, "b.jsonl", "rollout.do_sample=false", "rollout.response_length=8")
+    assert figures["response_length"] == 8
+    with pytest.raises(ConfigError, match=r"rollout.prompt_length 100 \+ rollout.response_length 100 = 200 .*max_position_embeddings=128"):
+        _gen(tmp_path, "c.jsonl", "rollout.prompt_length=100", "rollout.response_length=100")

@@ -57,6 +57,8 @@ class GenerationConfig:
     data: GenerationDataConfig
     rl: Any
     # verl.config.schema.RootConfig: actor_rollout_ref.{model,rollout}, trainer.device, trainer.seed.
+    lengths_set: tuple[bool, bool] = (False, False)
+    # Whether rollout.prompt_length / rollout.response_length were set (else generate derives them).
 
 
 @dataclass
@@ -157,8 +159,8 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     """Load ``verl generate``'s config (verl's ``generation.yaml`` keys; see the module docstring).
 
     ``rollout.prompt_length`` / ``response_length`` also set the RL ``data.max_prompt_length`` /
-    ``max_response_length`` they default to (the RL defaults otherwise). ``model.path`` defaults
-    to the RL default, the built-in model.
+    ``max_response_length`` they default to; unset, `verl.trainer.main_generation` derives them
+    from the file and the model. ``model.path`` defaults to the RL default, the built-in model.
 
     Raises:
         ConfigError: unknown key (with the closest valid one), wrong type, a missing
@@ -199,13 +201,14 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
          "set data.n_samples=1 or rollout.do_sample=true"),
         (t.nnodes * t.n_gpus_per_node == 1, f"trainer.n_gpus_per_node={t.n_gpus_per_node}, trainer.nnodes={t.nnodes} is not "
          "supported yet: verl generate runs one engine in this process; use 1 and 1 (split the file to run several)"),
-        (ro.name == "hf", f"rollout.name={ro.name} is not supported yet by verl generate: use rollout.name=hf"),
+        (ro.name in ("hf", "vllm"), f"rollout.name={ro.name} is not supported yet by verl generate: use hf or vllm"),
         (not ro.multi_turn.enable, "rollout.multi_turn.enable is not supported yet by verl generate: it samples single-turn responses"),
     ]
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)
-    return GenerationConfig(data=data, rl=cfg)
+    set_ = (rollout.get("prompt_length") is not None, rollout.get("response_length") is not None)
+    return GenerationConfig(data=data, rl=cfg, lengths_set=set_)
 
 
 EVAL_SECTIONS = ("data", "custom_reward_function", "reward_model", "ray_kwargs")

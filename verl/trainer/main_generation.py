@@ -14,7 +14,8 @@ Keys are verl's ``generation.yaml`` (`verl.config.offline.load_generation_config
 What it does: reads the rows (parquet, jsonl or ``builtin://``; only ``data.prompt_key`` is
 required, a chat list), renders each prompt with the tokenizer's chat template exactly as RL
 training does (`verl.data.rl_dataset.render_prompts`), and samples with the product's rollout
-engine (``rollout.name=hf``) from ``model.path``. Output: every input row, unchanged, plus
+engine from ``model.path``: ``rollout.name=hf`` (default) or ``vllm`` (an installed vLLM; the
+engine starts from the model's config and receives its weights once, as in training). Output: every input row, unchanged, plus
 ``responses``: a list of ``n_samples`` decoded strings (special tokens skipped), written to
 ``data.output_path`` (parquet or jsonl) through a temporary file and a rename, so an interrupted
 run never leaves a half-written file under that name.
@@ -65,8 +66,9 @@ def read_data_rows(path: str, key: str = "data.path") -> tuple[list[dict[str, An
     return rows, labels
 
 
-def _prompt_ids(cfg: Any, tokenizer: Any, rows: list[dict[str, Any]], labels: list[str]) -> list[list[int]]:
-    from verl.data.rl_dataset import prompt_error, render_prompts, truncate_prompt
+def _render(cfg: Any, tokenizer: Any, rows: list[dict[str, Any]], labels: list[str]) -> list[list[int]]:
+    """Each row's prompt ids (chat template as in training); a row without a usable prompt is a DataError."""
+    from verl.data.rl_dataset import prompt_error, render_prompts
     from verl.utils.errors import DataError
 
     d = cfg.data
@@ -74,8 +76,42 @@ def _prompt_ids(cfg: Any, tokenizer: Any, rows: list[dict[str, Any]], labels: li
         err = prompt_error(row, d.prompt_key) if isinstance(row, dict) else f"row is a {type(row).__name__}, expected an object"
         if err is not None:
             raise DataError(f"{d.path}: {label}: {err}")
-    ids = render_prompts(tokenizer, [row[d.prompt_key] for row in rows], dict(d.apply_chat_template_kwargs))
-    limit = cfg.rl.actor_rollout_ref.rollout.prompt_length
+    return render_prompts(tokenizer, [row[d.prompt_key] for row in rows], dict(d.apply_chat_template_kwargs))
+
+
+def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
+    """Fill unset ``rollout.prompt_length`` / ``response_length``; refuse lengths the model cannot take.
+
+    Decision: unset, ``prompt_length`` is the file's longest prompt and ``response_length`` is the RL
+    default (``data.max_response_length``, 512) or what the model's ``max_position_embeddings``
+    leaves after the prompt, whichever is smaller, so that ``verl generate`` runs on any model without
+    length keys. Set lengths are kept; prompt + response beyond ``max_position_embeddings`` is refused.
+
+    Raises:
+        ConfigError: set lengths longer than the model's positions, or no room left for a response.
+    """
+    from verl.config.errors import ConfigError
+
+    ro = cfg.rl.actor_rollout_ref.rollout
+    prompt_set, response_set = cfg.lengths_set
+    positions = getattr(model_config, "max_position_embeddings", None)
+    if not prompt_set:
+        ro.prompt_length = max(len(x) for x in ids)
+    if not response_set and positions:
+        ro.response_length = min(ro.response_length, positions - ro.prompt_length)
+    total = ro.prompt_length + ro.response_length
+    if ro.response_length < 1 or (positions and total > positions):
+        raise ConfigError(f"rollout.prompt_length {ro.prompt_length} + rollout.response_length {ro.response_length} = "
+                          f"{total} tokens: the model takes at most max_position_embeddings={positions}; set shorter "
+                          "lengths (with data.truncation for longer prompts)")
+
+
+def _truncate(cfg: Any, ids: list[list[int]], labels: list[str]) -> list[list[int]]:
+    """Prompts cut to ``rollout.prompt_length`` by ``data.truncation`` (error: a DataError naming the row)."""
+    from verl.data.rl_dataset import truncate_prompt
+    from verl.utils.errors import DataError
+
+    d, limit = cfg.data, cfg.rl.actor_rollout_ref.rollout.prompt_length
     out = []
     for one, label in zip(ids, labels, strict=True):
         if len(one) > limit:
@@ -114,15 +150,13 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     Returns:
         ``rows``, ``samples``, ``response_tokens`` (generated, EOS included), ``mean_response_length``,
         ``clip_ratio`` (share of samples that reached ``rollout.response_length`` without EOS),
-        ``time_s`` and ``tokens_per_s``.
+        ``time_s``, ``tokens_per_s``, and the ``prompt_length`` / ``response_length`` used.
 
     Raises:
         DataError: a row without a usable prompt, or an overlong prompt under ``truncation=error``
             (file and row named); ModelError: a model or tokenizer that cannot be loaded.
     """
-    from verl.data.rl_dataset import left_pad, pad_token_id
     from verl.modules import create_model
-    from verl.protocol import DataProto
     from verl.trainer.model_access import load_run_tokenizer, read_model_config
     from verl.utils.errors import ModelError
     from verl.workers.rollout import build_rollout_engine
@@ -132,23 +166,48 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     model_cfg.trust_remote_code = model_cfg.trust_remote_code or d.trust_remote_code
     rows, labels = read_data_rows(d.path)
     try:  # a missing model is one line naming model.path (this tool's key), before anything is built
-        read_model_config("model.path", model_cfg.path, model_cfg.trust_remote_code)
+        model_config = read_model_config("model.path", model_cfg.path, model_cfg.trust_remote_code)
         tokenizer = load_run_tokenizer(rl)
     except ModelError as e:
         raise ModelError(str(e).replace("actor_rollout_ref.model.", "model.")) from None
-    ids = _prompt_ids(cfg, tokenizer, rows, labels)
+    rendered = _render(cfg, tokenizer, rows, labels)
+    _set_lengths(cfg, rendered, model_config)
+    ids = _truncate(cfg, rendered, labels)
     device = rl.trainer.device
     torch.manual_seed(rl.trainer.seed)
     module = create_model("actor", model_cfg, device=device).requires_grad_(False).eval()
     engine = build_rollout_engine(module, ro, tokenizer)
+    if ro.name != "hf":  # an engine with weights of its own starts from the config: give it the model's
+        engine.update_weights(module)
+    try:
+        responses, tokens, clipped, elapsed = _sample(cfg, engine, tokenizer, ids, log)
+    finally:
+        close = getattr(engine, "close", None)
+        if close is not None:
+            close()
+    _write([{**row, "responses": r} for row, r in zip(rows, responses, strict=True)], d.output_path)
+    samples = len(rows) * d.n_samples
+    return {"rows": float(len(rows)), "samples": float(samples), "response_tokens": float(tokens),
+            "mean_response_length": tokens / samples, "clip_ratio": clipped / samples, "time_s": elapsed,
+            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+            "prompt_length": float(ro.prompt_length), "response_length": float(ro.response_length)}
+
+
+def _sample(cfg: Any, engine: Any, tokenizer: Any, ids: list[list[int]], log: Any) -> tuple[list[list[str]], int, int, float]:
+    """(responses per row, generated tokens, samples that hit ``response_length``, seconds)."""
+    from verl.data.rl_dataset import left_pad, pad_token_id
+    from verl.protocol import DataProto
+
+    d, rl = cfg.data, cfg.rl
+    ro = rl.actor_rollout_ref.rollout
     seed = ro.seed if ro.seed is not None else rl.trainer.seed
     pad, n = pad_token_id(tokenizer), d.n_samples
     responses: list[list[str]] = []
     tokens = clipped = 0
     start = time.perf_counter()
-    batches = range(0, len(rows), d.batch_size)
+    batches = range(0, len(ids), d.batch_size)
     for k, first in enumerate(batches):
-        index = list(range(first, min(first + d.batch_size, len(rows))))
+        index = list(range(first, min(first + d.batch_size, len(ids))))
         width = max(len(ids[i]) for i in index)
         padded = [left_pad(ids[i], width, pad) for i in index for _ in range(n)]
         batch = DataProto.from_dict(tensors={
@@ -164,12 +223,7 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
         # a sample that used the whole budget stopped on length (an EOS in the last slot also counts)
         clipped += sum(int(length) >= ro.response_length for length in lengths)
         log(f"[{k + 1}/{len(batches)}] {len(index)} prompts x {n} samples, {time.perf_counter() - start:.1f} s")
-    elapsed = time.perf_counter() - start
-    _write([{**row, "responses": r} for row, r in zip(rows, responses, strict=True)], d.output_path)
-    samples = len(rows) * n
-    return {"rows": float(len(rows)), "samples": float(samples), "response_tokens": float(tokens),
-            "mean_response_length": tokens / samples, "clip_ratio": clipped / samples, "time_s": elapsed,
-            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0}
+    return responses, tokens, clipped, time.perf_counter() - start
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -186,7 +240,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     figures = generate(cfg)
     print(f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
           f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
-          f"rollout.response_length), {figures['tokens_per_s']:.0f} tokens/s", flush=True)
+          f"rollout.response_length={int(figures['response_length'])}; prompt_length={int(figures['prompt_length'])}), "
+          f"{figures['tokens_per_s']:.0f} tokens/s", flush=True)
     return 0
 
 
