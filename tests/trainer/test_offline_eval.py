@@ -20,7 +20,7 @@ from verl.config.errors import ConfigError
 from verl.config.offline import load_eval_config, load_generation_config
 from verl.trainer.main_eval import evaluate
 from verl.trainer.main_generation import generate
-from verl.utils.errors import DataError, ModelError
+from verl.utils.errors import DataError, ModelError, RewardFunctionError
 
 REPO = Path(__file__).resolve().parents[2]
 TEST = "builtin://arithmetic/test"
@@ -74,8 +74,10 @@ def test_samples_depend_on_their_seeds_not_on_the_batch_size(tmp_path: Path) -> 
 def test_eval_metrics_by_hand_and_failing_scorers_are_counted(tmp_path: Path) -> None:
     rows = [
         {"data_source": "a", "reward_model": {"ground_truth": "1"}, "responses": ["1", "2", "1", "1"]},  # mean 3/4, best 1
-        {"data_source": "a", "reward_model": {"ground_truth": "5"}, "responses": ["4", "4", "4", "4"]},  # mean 0, best 0
+        {"data_source": "a", "reward_model": {"ground_truth": "5"}, "responses": ["4", "4"]},  # mean 0, best 0
         {"data_source": "b", "reward_model": {"ground_truth": "7"}, "responses": ["7", "raise", "hang"]},  # 1/3, best 1
+        {"data_source": "c", "reward_model": {"ground_truth": "7"}, "responses": ["hang"] * 4},  # 3 timeouts, 1 skipped
+        {"data_source": "c", "reward_model": {"ground_truth": "7"}, "responses": ["7", "7"]},  # scored after a stuck row
     ]
     data = tmp_path / "gen.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -88,16 +90,29 @@ def test_eval_metrics_by_hand_and_failing_scorers_are_counted(tmp_path: Path) ->
         "    return {'score': float(solution_str == ground_truth) + bonus}\n")
     cfg = load_eval_config(None, [f"data.path={data}", f"custom_reward_function.path={reward}",
                                   "custom_reward_function.name=score", "reward_model.timeout_s=0.5"])
-    m = evaluate(cfg)
-    assert m["test_score/a"] == pytest.approx((0.75 + 0.0) / 2) and m["test_score/a/best@4"] == pytest.approx(0.5)
+    logged: list[str] = []
+    m = evaluate(cfg, log=logged.append)
+    # the mean of the rows' means (3/4 and 0), not the pooled 3/6; rows of 4 and 2 responses: best@var
+    assert m["test_score/a"] == pytest.approx((0.75 + 0.0) / 2) and m["test_score/a/best@var"] == pytest.approx(0.5)
     assert m["test_score/b"] == pytest.approx(1 / 3) and m["test_score/b/best@3"] == 1.0
-    assert m["num_rows/a"] == 2 and m["num_rows/b"] == 1
-    assert m["num_errors"] == 1 and m["num_timeouts"] == 1 and m["num_nonfinite"] == 0
+    assert m["test_score/c"] == pytest.approx(0.5) and m["test_score/c/best@var"] == pytest.approx(0.5)
+    assert m["num_rows/a"] == 2 and m["num_rows/b"] == 1 and m["num_rows/c"] == 2
+    assert m["num_errors"] == 1 and m["num_timeouts"] == 1 + 4 and m["num_nonfinite"] == 0
+    assert any("num_errors" in x and "broken scorer" in x for x in logged)  # the first error, with its message
     # reward_kwargs reach the function
     m2 = evaluate(load_eval_config(None, [f"data.path={data}", f"custom_reward_function.path={reward}",
                                           "custom_reward_function.name=score", "reward_model.timeout_s=0.5",
                                           "+custom_reward_function.reward_kwargs.bonus=1.0"]))
     assert m2["test_score/a"] == pytest.approx(m["test_score/a"] + 1.0)
+    # a scorer that fails on every response is an error, not a score of 0
+    wrong = tmp_path / "wrong.py"
+    wrong.write_text("def score(solution_str, ground_truth):\n    return 1.0\n")  # verl's keywords missing
+    with pytest.raises(RewardFunctionError, match="failed on every one of the 15 responses.*unexpected keyword"):
+        evaluate(load_eval_config(None, [f"data.path={data}", f"custom_reward_function.path={wrong}",
+                                         "custom_reward_function.name=score"]), log=lambda *_: None)
+    # a data source no built-in scorer handles: one line naming the row
+    with pytest.raises(DataError, match=r"gen.jsonl: row 0 \(line 1\): .*'a'"):
+        evaluate(load_eval_config(None, [f"data.path={data}"]))
 
 
 def test_config_and_data_errors_are_one_line_naming_the_key(tmp_path: Path) -> None:
@@ -115,6 +130,22 @@ def test_config_and_data_errors_are_one_line_naming_the_key(tmp_path: Path) -> N
         load_generation_config(None, [f"data.path={TEST}", out, "data.n_samples=2", "rollout.do_sample=false"])
     with pytest.raises(ConfigError, match="n_gpus_per_node=2.*not supported yet"):
         load_generation_config(None, [f"data.path={TEST}", out, "trainer.n_gpus_per_node=2"])
+    # keys generation does not read are refused unless at their default; RL messages use this tool's keys
+    for key, message in [("rollout.n=2", "rollout.n=2 has no effect in verl generate: set data.n_samples"),
+                         ("rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.do_sample=True has no effect"),
+                         ("actor.ppo_mini_batch_size=7", "actor.ppo_mini_batch_size=7 has no effect in verl generate: remove"),
+                         ("model.lora_rank=8", "model.lora_rank=8 has no effect"),
+                         ("trainer.project_name=x", "trainer.project_name='x' has no effect"),
+                         ("rollout.response_length=0", "^rollout.response_length: must be >= 1"),
+                         ("actor.modl=1", "unknown key 'actor.modl'"),
+                         ("trainer.seed=-5", "trainer.seed: must be >= 0"), ("rollout.seed=-1", "rollout.seed: must be >= 0")]:
+        with pytest.raises(ConfigError, match=message) as e:
+            load_generation_config(None, [f"data.path={TEST}", out, key])
+        assert "actor_rollout_ref" not in str(e.value) and "data.max_" not in str(e.value), str(e.value)
+    load_generation_config(None, [f"data.path={TEST}", out, "rollout.n=1", "actor.strategy=fsdp2"])  # defaults: accepted
+    (tmp_path / "isdir.parquet").mkdir()
+    with pytest.raises(ConfigError, match="data.output_path: .*isdir.parquet is a directory"):
+        generate(load_generation_config(None, [f"data.path={TEST}", f"data.output_path={tmp_path / 'isdir.parquet'}"]))
     with pytest.raises(DataError, match=r"data.path: .*not found"):
         generate(load_generation_config(None, [f"data.path={tmp_path / 'missing.parquet'}", out]))
     with pytest.raises(ModelError, match=r"^model.path: cannot read the model config"):
@@ -126,6 +157,19 @@ def test_config_and_data_errors_are_one_line_naming_the_key(tmp_path: Path) -> N
         generate(load_generation_config(None, [f"data.path={long}", out, "rollout.prompt_length=32"]), log=lambda *_: None)
     rows, _ = _gen(tmp_path, "t.jsonl", f"data.path={long}", "rollout.prompt_length=32", "data.truncation=left")
     assert len(rows) == 2 and set(rows[1]) == {"prompt", "responses"}  # only the prompt column is required
+    # a prompt longer than the model's 128 positions: unset lengths, cut by data.truncation
+    huge = tmp_path / "huge.jsonl"
+    huge.write_text(json.dumps({"prompt": [{"role": "user", "content": "1+1 " * 400}]}) + "\n")
+    with pytest.raises(ConfigError, match=r"no room for the responses: the longest prompt has \d+ tokens .* set data.truncation"):
+        _gen(tmp_path, "h.jsonl", f"data.path={huge}")
+    _, figures = _gen(tmp_path, "h.jsonl", f"data.path={huge}", "data.truncation=left")
+    assert figures["prompt_length"] == figures["response_length"] == 64
+    # rows parquet cannot hold as one table: one line, and the samples kept as jsonl beside it
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": "1+2"}], "extra": v}) + "\n" for v in (1, "a")))
+    with pytest.raises(DataError, match=r"data.output_path: the rows do not fit one parquet table.*wrote them to .*mixed_out.jsonl"):
+        _gen(tmp_path, "mixed_out.parquet", f"data.path={mixed}")
+    assert len((tmp_path / "mixed_out.jsonl").read_text().splitlines()) == 2
     assert not list(tmp_path.glob(".*.tmp*"))  # the temporary files were renamed away
     with pytest.raises(ConfigError, match="ray_kwargs.ray_init.num_cpus is not supported yet"):
         load_eval_config(None, [f"data.path={long}", "+ray_kwargs.ray_init.num_cpus=4"])
@@ -160,5 +204,6 @@ def test_unset_lengths_fit_the_model_and_set_ones_are_checked(tmp_path: Path) ->
     assert figures["prompt_length"] + figures["response_length"] == 128 and figures["prompt_length"] < 40
     _, figures = _gen(tmp_path, "b.jsonl", "rollout.do_sample=false", "rollout.response_length=8")
     assert figures["response_length"] == 8
-    with pytest.raises(ConfigError, match=r"rollout.prompt_length 100 \+ rollout.response_length 100 = 200 .*max_position_embeddings=128"):
+    with pytest.raises(ConfigError, match=r"max_position_embeddings is 128 \(rollout.prompt_length 100 as set, "
+                                          r"rollout.response_length 100 as set\); set rollout.prompt_length \+ rollout.response_length <= 128"):
         _gen(tmp_path, "c.jsonl", "rollout.prompt_length=100", "rollout.response_length=100")

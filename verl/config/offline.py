@@ -66,6 +66,7 @@ class EvalDataConfig:
     path: Optional[str] = None
     # The generated file (verl generate's output): .parquet or .jsonl.
     prompt_key: str = "prompt"
+    # Accepted for verl's evaluation.yaml; not read (another value is refused).
     response_key: str = "responses"
     # Column of generated responses: a list of strings per row (or one string).
     data_source_key: str = "data_source"
@@ -153,41 +154,96 @@ def _check_sections(tree: dict[str, Any], valid: Sequence[str]) -> None:
 
 GENERATION_SECTIONS = ("data", "model", "rollout", "actor", "trainer", "ray_kwargs")
 _RL_PLACE = {"model": "actor_rollout_ref.model", "rollout": "actor_rollout_ref.rollout", "actor": "actor_rollout_ref.actor"}
+# Keys of the RL sections that take effect in verl generate (a key, or the top of a mapping key);
+# any other key set to a value other than its RL default is refused as having no effect here.
+GENERATION_KEYS = {
+    "model": {"path", "tokenizer_path", "trust_remote_code", "dtype", "override_config", "external_lib"},
+    "rollout": {"name", "temperature", "top_k", "top_p", "do_sample", "prompt_length", "response_length", "dtype",
+                "ignore_eos", "max_num_seqs", "max_model_len", "enforce_eager", "seed",
+                # read by the vllm engine
+                "gpu_memory_utilization", "tensor_model_parallel_size", "enable_chunked_prefill",
+                "enable_prefix_caching", "max_num_batched_tokens", "load_format", "engine_kwargs", "disable_log_stats"},
+    "trainer": {"device", "seed", "nnodes", "n_gpus_per_node"},
+    "actor": set(),
+    "ray_kwargs": set(),
+}
+_HINTS = {"rollout.n": "set data.n_samples (responses per prompt)",
+          "rollout.val_kwargs": "verl generate samples with rollout.temperature / top_k / top_p / do_sample"}
+# Placeholders the RL loader sees for unset lengths (its checks must not use its 512 defaults);
+# `verl.trainer.main_generation` derives the real lengths from the file and the model.
+_UNSET_LENGTH = 1
+
+
+def _leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for k, v in tree.items():
+        if isinstance(v, dict) and v:
+            out += _leaves(v, f"{prefix}{k}.")
+        else:
+            out.append((f"{prefix}{k}", v))
+    return out
+
+
+def _refuse_unused(tree: dict[str, Any]) -> None:
+    """A key of the RL sections that verl generate does not read, set to a non-default value, is an error."""
+    from verl.config.schema import RootConfig
+
+    defaults = OmegaConf.to_container(OmegaConf.structured(RootConfig), resolve=False)
+    for section, allowed in GENERATION_KEYS.items():
+        for key, value in _leaves(tree.get(section) or {}):
+            if key.split(".")[0] in allowed:
+                continue
+            parent, leaf = get_path(defaults, f"{_RL_PLACE.get(section, section)}.{key}")  # type: ignore[arg-type]
+            if parent is None or leaf not in parent:
+                continue  # an unknown key: the RL loader names it with the closest valid one
+            if value != parent[leaf]:
+                full = f"{section}.{key}"
+                hint = next((h for k, h in _HINTS.items() if full == k or full.startswith(k + ".")), "remove it")
+                raise ConfigError(f"{full}={value!r} has no effect in verl generate: {hint}")
+
+
+def _rl_message(message: str) -> str:
+    """The RL loader's message with this tool's key names."""
+    for section, place in _RL_PLACE.items():
+        message = message.replace(place, section)
+    return message.replace("data.max_prompt_length", "rollout.prompt_length").replace(
+        "data.max_response_length", "rollout.response_length")
 
 
 def load_generation_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> GenerationConfig:
     """Load ``verl generate``'s config (verl's ``generation.yaml`` keys; see the module docstring).
 
-    ``rollout.prompt_length`` / ``response_length`` also set the RL ``data.max_prompt_length`` /
-    ``max_response_length`` they default to; unset, `verl.trainer.main_generation` derives them
-    from the file and the model. ``model.path`` defaults to the RL default, the built-in model.
+    ``rollout.prompt_length`` / ``response_length``, when set, are the RL ``data.max_prompt_length`` /
+    ``max_response_length`` too; unset, `verl.trainer.main_generation` derives them from the file
+    and the model. ``model.path`` defaults to the RL default, the built-in model. Keys of the RL
+    sections that generation does not read (`GENERATION_KEYS`) are refused when set to anything
+    but their default.
 
     Raises:
-        ConfigError: unknown key (with the closest valid one), wrong type, a missing
-            ``data.path`` / ``data.output_path``, ``data.n_samples`` < 1, greedy
-            decoding with ``n_samples`` > 1, more than one process, or a setting of the RL
-            sections that the RL loader refuses (its message, with the key as written here).
+        ConfigError: unknown key (with the closest valid one), wrong type, a key with no effect
+            here, a missing ``data.path`` / ``data.output_path``, ``data.n_samples`` < 1, greedy
+            decoding with ``n_samples`` > 1, a negative seed, more than one process, or a setting
+            of the RL sections that the RL loader refuses (its message, with the keys as written here).
     """
     from verl.config.loader import config_from_dict
 
     tree = _read_tree(path, overrides)
     _check_sections(tree, GENERATION_SECTIONS)
     data = _structured(GenerationDataConfig, tree.get("data") or {}, "data.")
+    _refuse_unused(tree)
     rl: dict[str, Any] = {}
     for section in ("model", "rollout", "actor", "trainer", "ray_kwargs"):
         if tree.get(section):
             set_path(rl, _RL_PLACE.get(section, section), tree[section])
     rollout = tree.get("rollout") or {}
-    for ours, theirs in (("prompt_length", "max_prompt_length"), ("response_length", "max_response_length")):
-        if rollout.get(ours) is not None:
-            set_path(rl, f"data.{theirs}", rollout[ours])
+    lengths_set = (rollout.get("prompt_length") is not None, rollout.get("response_length") is not None)
+    for (ours, theirs), is_set in zip((("prompt_length", "max_prompt_length"), ("response_length", "max_response_length")),
+                                      lengths_set):
+        set_path(rl, f"data.{theirs}", rollout[ours] if is_set else _UNSET_LENGTH)
     try:
         cfg = config_from_dict(rl)
     except ConfigError as e:
-        message = str(e)
-        for section, place in _RL_PLACE.items():
-            message = message.replace(place + ".", section + ".")
-        raise ConfigError(message) from None
+        raise ConfigError(_rl_message(str(e))) from None
     ro, t = cfg.actor_rollout_ref.rollout, cfg.trainer
     rules = [
         (data.path, "data.path: set the prompts file (.parquet, .jsonl or builtin://<task>/<split>)"),
@@ -199,6 +255,8 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
         (ro.do_sample or data.n_samples == 1,  # (the RL loader refuses temperature 0 with do_sample)
          f"data.n_samples={data.n_samples} with greedy decoding (rollout.do_sample=false) gives identical samples: "
          "set data.n_samples=1 or rollout.do_sample=true"),
+        (t.seed >= 0, f"trainer.seed: must be >= 0, got {t.seed}"),
+        (ro.seed is None or ro.seed >= 0, f"rollout.seed: must be >= 0, got {ro.seed}"),
         (t.nnodes * t.n_gpus_per_node == 1, f"trainer.n_gpus_per_node={t.n_gpus_per_node}, trainer.nnodes={t.nnodes} is not "
          "supported yet: verl generate runs one engine in this process; use 1 and 1 (split the file to run several)"),
         (ro.name in ("hf", "vllm"), f"rollout.name={ro.name} is not supported yet by verl generate: use hf or vllm"),
@@ -207,18 +265,17 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)
-    set_ = (rollout.get("prompt_length") is not None, rollout.get("response_length") is not None)
-    return GenerationConfig(data=data, rl=cfg, lengths_set=set_)
+    return GenerationConfig(data=data, rl=cfg, lengths_set=lengths_set)
 
 
 EVAL_SECTIONS = ("data", "custom_reward_function", "reward_model", "ray_kwargs")
 
 
-def _null_leaves(tree: Any, prefix: str) -> str | None:
+def _set_leaf(tree: Any, prefix: str) -> str | None:
     """The first key under ``tree`` with a non-null value, or None."""
     if isinstance(tree, dict):
         for k, v in tree.items():
-            found = _null_leaves(v, f"{prefix}.{k}")
+            found = _set_leaf(v, f"{prefix}.{k}")
             if found:
                 return found
         return None
@@ -235,11 +292,13 @@ def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = 
     tree = _read_tree(path, overrides)
     _check_sections(tree, EVAL_SECTIONS)
     cfg = _structured(EvalConfig, tree, "")
-    set_key = _null_leaves(cfg.ray_kwargs, "ray_kwargs")
+    set_key = _set_leaf(cfg.ray_kwargs, "ray_kwargs")
     if set_key:
         raise ConfigError(f"{set_key} is not supported yet: verl eval scores in this process, not on Ray; remove it")
     if not cfg.data.path:
         raise ConfigError("data.path: set the generated file to score (verl generate's data.output_path)")
+    if cfg.data.prompt_key != "prompt":
+        raise ConfigError("data.prompt_key has no effect in verl eval (scores depend on the responses only): remove it")
     if cfg.reward_model.timeout_s <= 0:
         raise ConfigError(f"reward_model.timeout_s: must be > 0, got {cfg.reward_model.timeout_s}")
     return cfg

@@ -12,8 +12,10 @@ scored against ``row[reward_model_key]["ground_truth"]`` by the custom function,
 built-in scorer routed by the row's data source (`verl.reward.scorers.default_compute_score`), as
 in training: the same ``fn(data_source=, solution_str=, ground_truth=, extra_info=)`` call, a
 float or a dict with ``score``. A scorer that raises, returns a non-number or NaN, or runs past
-``reward_model.timeout_s`` scores 0 and is counted (``num_errors`` / ``num_timeouts``); after 3
-timeouts in a row the rest are counted as timeouts without waiting, as the reward managers do.
+``reward_model.timeout_s`` scores 0 and is counted (``num_errors`` / ``num_timeouts``; the first of
+each kind is printed with its message); after 3 timeouts in a row the rest of that row's responses
+are counted as timeouts without waiting, as the reward managers do within a batch. A scorer that
+fails on every response is an error, not a score of 0.
 
 Metrics, per data source ``ds`` (rows with n responses each):
 
@@ -49,13 +51,17 @@ def _responses(value: Any) -> list[str] | None:
     return items if items and all(isinstance(x, str) for x in items) else None
 
 
-def evaluate(cfg: Any) -> dict[str, float]:
+def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
     """Score ``cfg.data.path`` (a loaded `verl.config.offline.EvalConfig`); returns the metrics above.
 
     Raises:
         DataError: a row without a data source, responses or ground truth (file and row named);
         RegistryError: with the built-in scorers, a data source none of them handles;
-        RewardFunctionError: a custom reward file or function that cannot be loaded.
+        RewardFunctionError: a custom reward file or function that cannot be loaded, or a
+            scorer that failed on every response (its first failure of each kind named).
+
+    Failures on some responses are reported through ``log`` (default: stderr), the first of each
+    kind with its message, and counted in the metrics.
     """
     from verl.trainer.main_generation import read_data_rows
     from verl.reward.loader import load_custom_reward_fn
@@ -63,8 +69,12 @@ def evaluate(cfg: Any) -> dict[str, float]:
     from verl.reward.managers import _stuck
     from verl.reward.scorers import default_compute_score
     from verl.reward.timeout import CallOutcome, TimeoutCaller
-    from verl.utils.errors import DataError
+    from verl.utils.errors import DataError, RewardFunctionError
+    from verl.utils.registry import RegistryError
 
+    if log is None:
+        def log(message: str) -> None:
+            print(message, file=sys.stderr, flush=True)
     d, f = cfg.data, cfg.custom_reward_function
     rows, labels = read_data_rows(d.path)
     parsed = []
@@ -83,23 +93,29 @@ def evaluate(cfg: Any) -> dict[str, float]:
         parsed.append((source, responses, rm["ground_truth"], row.get("extra_info")))
     fn = load_custom_reward_fn(f.path, f.name, dict(f.reward_kwargs))
     if fn is None:
-        check_data_sources([p[0] for p in parsed])
+        for i, (source, *_rest) in enumerate(parsed):
+            try:
+                check_data_sources([source])
+            except RegistryError as e:
+                raise DataError(f"{d.path}: {labels[i]}: {e}") from None
         fn = default_compute_score
     caller = TimeoutCaller(cfg.reward_model.timeout_s)
     means, bests, counts = defaultdict(list), defaultdict(list), defaultdict(set)
     failures = {"error": 0, "timeout": 0, "nonfinite": 0}
-    outcomes: list[CallOutcome] = []
+    first_failure: dict[str, str] = {}
     for source, responses, truth, extra in parsed:
-        scores = []
+        scores, outcomes = [], []  # a scorer stuck on one row's responses skips that row's rest only
         for text in responses:
             if _stuck(outcomes):
-                outcome = CallOutcome("timeout", error="skipped: the scorer kept timing out")
+                outcome = CallOutcome("timeout", error="skipped: the scorer kept timing out on this row")
             else:
                 outcome = caller(fn, data_source=source, solution_str=text, ground_truth=truth, extra_info=extra)
             outcomes.append(outcome)
             result = outcome_to_result(outcome)
             if result.status != "ok":
-                failures["nonfinite" if result.nonfinite else result.status] += 1
+                kind = "nonfinite" if result.nonfinite else result.status
+                failures[kind] += 1
+                first_failure.setdefault(kind, f"data_source={source!r}: {result.message}")
             scores.append(result.score)
         means[source].append(sum(scores) / len(scores))
         bests[source].append(max(scores))
@@ -111,6 +127,14 @@ def evaluate(cfg: Any) -> dict[str, float]:
         metrics[f"test_score/{source}/best@{n.pop() if len(n) == 1 else 'var'}"] = sum(bests[source]) / len(bests[source])
         metrics[f"num_rows/{source}"] = float(len(means[source]))
     metrics.update({f"num_{k}s" if k != "nonfinite" else "num_nonfinite": float(v) for k, v in failures.items()})
+    total = sum(len(p[1]) for p in parsed)
+    if sum(failures.values()) == total:
+        first = "; ".join(f"{k}: {v}" for k, v in first_failure.items())
+        raise RewardFunctionError(f"the scorer failed on every one of the {total} responses, so there is no score "
+                                  f"(first failure of each kind: {first})")
+    for kind, message in first_failure.items():
+        counter = {"error": "num_errors", "timeout": "num_timeouts"}.get(kind, "num_nonfinite")
+        log(f"warning: {failures[kind]} responses scored 0 ({counter}); the first: {message}")
     return metrics
 
 
@@ -124,11 +148,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0
     config_path, overrides = split_config_arg(argv, None)
-    metrics = evaluate(load_eval_config(config_path, overrides))
-    failed = metrics["num_errors"] + metrics["num_timeouts"] + metrics["num_nonfinite"]
-    if failed:
-        print(f"warning: {int(failed)} responses scored 0 because the scorer failed (num_errors / num_timeouts / "
-              "num_nonfinite)", file=sys.stderr)
+    try:
+        metrics = evaluate(load_eval_config(config_path, overrides))
+    except KeyboardInterrupt:
+        print("verl eval: interrupted", file=sys.stderr)
+        return 130
     print(json.dumps(metrics), flush=True)
     return 0
 

@@ -21,8 +21,11 @@ engine starts from the model's config and receives its weights once, as in train
 run never leaves a half-written file under that name.
 
 Seeds: sample s of row i is drawn with its own generator seeded from ``(rollout.seed — or
-trainer.seed when unset —, i, s)`` (`numpy.random.SeedSequence`): a sample depends only on the
-seed, its row and its sample index, never on ``data.batch_size``.
+trainer.seed when unset —, i, s)`` (`numpy.random.SeedSequence`): a sample's random draws depend
+only on the seed, its row and its sample index, never on ``data.batch_size``. Greedy responses are
+the same for every batch size; a sampled one can still change with it where the float rounding of
+another batch shape moves a draw across a token boundary (seen on 3 of 80 samples of a random
+model with a 151k vocabulary, whose near-uniform distribution makes such boundaries dense).
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["generate", "main", "read_data_rows", "sample_seeds"]
+__all__ = ["check_output_path", "generate", "main", "read_data_rows", "sample_seeds"]
 
 USAGE = __doc__.split("\n\n")[1]
 
@@ -79,31 +82,47 @@ def _render(cfg: Any, tokenizer: Any, rows: list[dict[str, Any]], labels: list[s
     return render_prompts(tokenizer, [row[d.prompt_key] for row in rows], dict(d.apply_chat_template_kwargs))
 
 
+DEFAULT_RESPONSE_LENGTH = 512  # the RL default (data.max_response_length)
+
+
 def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
     """Fill unset ``rollout.prompt_length`` / ``response_length``; refuse lengths the model cannot take.
 
-    Decision: unset, ``prompt_length`` is the file's longest prompt and ``response_length`` is the RL
-    default (``data.max_response_length``, 512) or what the model's ``max_position_embeddings``
-    leaves after the prompt, whichever is smaller, so that ``verl generate`` runs on any model without
-    length keys. Set lengths are kept; prompt + response beyond ``max_position_embeddings`` is refused.
+    Decision: the budget is the model's ``max_position_embeddings`` (and ``rollout.max_model_len``
+    when set), the smaller of the two. Unset, ``response_length`` is 512 (the RL default) or what
+    the budget leaves after the prompts, whichever is smaller, and ``prompt_length`` is the file's
+    longest prompt; with ``data.truncation`` other than ``error``, a prompt too long to leave room
+    is cut: ``prompt_length`` = budget − ``response_length`` (half the budget each when neither is
+    set). Set lengths are kept as they are.
 
     Raises:
-        ConfigError: set lengths longer than the model's positions, or no room left for a response.
+        ConfigError: lengths that exceed the budget, or leave no room for a prompt or a response.
     """
     from verl.config.errors import ConfigError
 
-    ro = cfg.rl.actor_rollout_ref.rollout
+    ro, cut = cfg.rl.actor_rollout_ref.rollout, cfg.data.truncation != "error"
     prompt_set, response_set = cfg.lengths_set
-    positions = getattr(model_config, "max_position_embeddings", None)
+    limits = {name: v for name, v in (("the model's max_position_embeddings", getattr(model_config, "max_position_embeddings", None)),
+                                      ("rollout.max_model_len", ro.max_model_len)) if v}
+    budget_name, budget = min(limits.items(), key=lambda kv: kv[1]) if limits else ("", None)
+    longest = max(len(x) for x in ids)
+    if not response_set:
+        room = budget - (ro.prompt_length if prompt_set else longest) if budget else DEFAULT_RESPONSE_LENGTH
+        ro.response_length = min(DEFAULT_RESPONSE_LENGTH, room)
+        if ro.response_length < 1 and not prompt_set and cut and budget:
+            ro.response_length = min(DEFAULT_RESPONSE_LENGTH, budget // 2)
     if not prompt_set:
-        ro.prompt_length = max(len(x) for x in ids)
-    if not response_set and positions:
-        ro.response_length = min(ro.response_length, positions - ro.prompt_length)
+        ro.prompt_length = longest
+        if budget and cut and longest + ro.response_length > budget:
+            ro.prompt_length = budget - ro.response_length
     total = ro.prompt_length + ro.response_length
-    if ro.response_length < 1 or (positions and total > positions):
-        raise ConfigError(f"rollout.prompt_length {ro.prompt_length} + rollout.response_length {ro.response_length} = "
-                          f"{total} tokens: the model takes at most max_position_embeddings={positions}; set shorter "
-                          "lengths (with data.truncation for longer prompts)")
+    if ro.prompt_length < 1 or ro.response_length < 1 or (budget and total > budget):
+        fix = "set data.truncation=left|right|middle to cut long prompts, or " if not (cut or prompt_set) else ""
+        raise ConfigError(
+            f"no room for the responses: the longest prompt has {longest} tokens and {budget_name} is {budget} "
+            f"(rollout.prompt_length {ro.prompt_length} {'as set' if prompt_set else 'derived'}, rollout.response_length "
+            f"{ro.response_length} {'as set' if response_set else 'derived'}); {fix}set rollout.prompt_length + "
+            f"rollout.response_length <= {budget}")
 
 
 def _truncate(cfg: Any, ids: list[list[int]], labels: list[str]) -> list[list[int]]:
@@ -124,17 +143,54 @@ def _truncate(cfg: Any, ids: list[list[int]], labels: list[str]) -> list[list[in
     return out
 
 
+def _temporary(path: str) -> Path:
+    out = Path(path).expanduser()
+    return out.with_name(f".{out.name}.tmp{os.getpid()}")
+
+
+def check_output_path(path: str) -> None:
+    """Fail before any work when ``data.output_path`` cannot be written (its directory is created).
+
+    Raises:
+        ConfigError: one line naming ``data.output_path`` and why (a directory, no permission, ...).
+    """
+    from verl.config.errors import ConfigError
+
+    out, tmp = Path(path).expanduser(), _temporary(path)
+    if out.is_dir():
+        raise ConfigError(f"data.output_path: {path} is a directory; name a .parquet or .jsonl file")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_bytes(b"")
+    except OSError as e:
+        raise ConfigError(f"data.output_path: cannot write {path} ({type(e).__name__}: {e.strerror or e})") from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def _write(rows: list[dict[str, Any]], path: str) -> None:
-    """Write ``rows`` to ``path`` (.parquet or .jsonl) via a temporary file and an atomic rename."""
+    """Write ``rows`` to ``path`` (.parquet or .jsonl) via a temporary file and an atomic rename.
+
+    jsonl: values JSON cannot hold (dates, bytes, decimals from a parquet input) are written as
+    their ``str``. Raises DataError (one line) for rows parquet cannot hold as one table (a column
+    whose type differs between rows): the file is written as jsonl beside it instead, so no sample is lost.
+    """
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    out = Path(path).expanduser()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f".{out.name}.tmp{os.getpid()}")
+    from verl.utils.errors import DataError
+
+    out, tmp = Path(path).expanduser(), _temporary(path)
     try:
         if out.suffix == ".parquet":
-            pq.write_table(pa.Table.from_pylist(rows), tmp)
+            try:
+                table = pa.Table.from_pylist(rows)
+            except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
+                rescue = out.with_suffix(".jsonl")
+                _write(rows, str(rescue))
+                raise DataError(f"data.output_path: the rows do not fit one parquet table ({type(e).__name__}: "
+                                f"{str(e).splitlines()[0]}); wrote them to {rescue} instead") from None
+            pq.write_table(table, tmp)
         else:
             with tmp.open("w", encoding="utf-8") as f:
                 for row in rows:
@@ -164,6 +220,11 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     d, rl = cfg.data, cfg.rl
     model_cfg, ro = rl.actor_rollout_ref.model, rl.actor_rollout_ref.rollout
     model_cfg.trust_remote_code = model_cfg.trust_remote_code or d.trust_remote_code
+    check_output_path(d.output_path)
+    if rl.trainer.device == "cuda" and not torch.cuda.is_available():
+        from verl.config.errors import ConfigError
+
+        raise ConfigError("trainer.device=cuda: this torch sees no CUDA device; use trainer.device=cpu")
     rows, labels = read_data_rows(d.path)
     try:  # a missing model is one line naming model.path (this tool's key), before anything is built
         model_config = read_model_config("model.path", model_cfg.path, model_cfg.trust_remote_code)
@@ -237,7 +298,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     config_path, overrides = split_config_arg(argv, None)
     cfg = load_generation_config(config_path, overrides)
-    figures = generate(cfg)
+    try:
+        figures = generate(cfg)
+    except KeyboardInterrupt:
+        print("verl generate: interrupted (nothing written)", file=sys.stderr)
+        return 130
     print(f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
           f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
           f"rollout.response_length={int(figures['response_length'])}; prompt_length={int(figures['prompt_length'])}), "
