@@ -217,3 +217,30 @@ def test_pack_targets_example_by_hand():
         pack_targets(ids, mask, mask, torch.tensor([[0, 0, 0, 1], [0, 0, 0, 0]]).bool())
     with pytest.raises(ValueError, match="no real token before"):
         pack_targets(ids, mask, mask, torch.tensor([[1, 0, 0, 0], [0, 0, 0, 0]]).bool())
+
+
+def test_packing_refuses_a_model_whose_packed_sequences_attend_to_each_other(model_dir, monkeypatch):
+    """A model that builds a plain causal mask over a packed row (as custom / remote code may) is
+    refused, on the fused-head, unfused (peft) and value paths; transformers' own models pass."""
+    import transformers.masking_utils as mu
+
+    from verl.config.errors import ConfigError
+    from verl.modules.forward import compute_token_log_probs
+
+    b = _batch()
+    args = (b["input_ids"], b["attention_mask"], b["position_ids"])
+    actor = create_model("actor", ModelConfig(path=str(model_dir)))
+    peft_actor = create_model("actor", ModelConfig(path=str(model_dir), lora_rank=4, lora_alpha=8))
+    critic = create_model("critic", ModelConfig(path=str(model_dir)))
+    calls = [lambda: compute_log_probs_and_entropy(actor, *args, R, remove_padding=True),
+             lambda: compute_token_log_probs(peft_actor, *args, b["response_mask"].new_zeros(b["input_ids"].shape).bool()
+                                             | (b["attention_mask"].cumsum(-1) > 1) & b["attention_mask"].bool(),
+                                             remove_padding=True),
+             lambda: compute_values(critic, *args, R, remove_padding=True)]
+    monkeypatch.setattr(mu, "find_packed_sequence_indices", lambda position_ids: None)  # boundaries ignored
+    for call in calls:
+        with pytest.raises(ConfigError, match="use_remove_padding=true: .* lets packed sequences attend to each other"):
+            call()
+    monkeypatch.undo()
+    for call in calls:  # the same models with transformers' boundary detection: accepted (and checked once)
+        call()

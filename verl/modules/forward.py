@@ -18,7 +18,7 @@ from torch import nn
 
 from verl.algorithms.logprob import logprobs_and_entropy_from_logits
 from verl.algorithms.logprob_head import logprobs_from_hidden
-from verl.modules.packing import PackedResponses, pack_responses, pack_targets, unpack_responses
+from verl.modules.packing import PackedResponses, check_packing_separates, pack_responses, pack_targets, unpack_responses
 from verl.utils.torch_functional import position_ids_from_attention_mask
 
 __all__ = [
@@ -124,8 +124,11 @@ def _packed_logprobs(module: nn.Module, head: nn.Linear | None, packed: PackedRe
     score_mask, labels = packed.score_mask.to(device), packed.labels.to(device)
     ids, pos = packed.input_ids.to(device), packed.position_ids.to(device)
     if head is not None:
+        check_packing_separates(module, lambda i, m, p: _last_hidden(module, i, m, p), device)
         hidden = _last_hidden(module, ids, None, pos)[score_mask]  # row-major, the order of ``labels``
         return _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature, head_recompute)
+    check_packing_separates(module, lambda i, m, p: module(input_ids=i, attention_mask=m, position_ids=p,
+                                                            use_cache=False).logits, device)
     mask_keep = _logits_to_keep_takes_masks()
     out = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False,
                  logits_to_keep=score_mask if mask_keep else 0)
@@ -274,6 +277,23 @@ def compute_log_probs(
     return logp
 
 
+def _critic_probe(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                  position_ids: torch.Tensor) -> torch.Tensor:
+    """`(rows, L, H)` hidden states of the critic's backbone (a fresh value head is zero, so the values
+    alone cannot show attention across sequences), captured by a hook while the whole critic runs
+    (an FSDP2 root unshards its parameters only when it is called itself); `(rows, L, 1)` values
+    when the critic has no ``backbone``."""
+    backbone = getattr(critic, "backbone", None)
+    captured: list[torch.Tensor] = []
+    handle = backbone.register_forward_hook(lambda _m, _i, out: captured.append(out.last_hidden_state)) if backbone else None
+    try:
+        values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
+    finally:
+        if handle is not None:
+            handle.remove()
+    return captured[0] if captured else values[..., None]
+
+
 def compute_values(
     critic: nn.Module,
     input_ids: torch.Tensor,
@@ -297,6 +317,7 @@ def compute_values(
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
         device = input_ids.device
+        check_packing_separates(critic, lambda i, m, p: _critic_probe(critic, i, m, p), device)
         values = critic(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device))
         return unpack_responses(values[packed.score_mask.to(device)], packed)
     values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)

@@ -22,11 +22,13 @@ padding (the padded forward leaves finite garbage there; both are masked by ``re
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 
-__all__ = ["PackedResponses", "pack_responses", "pack_targets", "unpack_responses"]
+__all__ = ["PackedResponses", "check_packing_separates", "pack_responses", "pack_targets", "unpack_responses"]
 
 
 @dataclass(frozen=True)
@@ -166,3 +168,52 @@ def unpack_responses(values: torch.Tensor, packed: PackedResponses) -> torch.Ten
     """Scatter `(K,)` per-target results back to ``packed.shape`` (`(B, R)` or `(B, T)`), 0 elsewhere (differentiable)."""
     out = values.new_zeros(packed.shape)
     return out.index_put((packed.rows.to(values.device), packed.cols.to(values.device)), values)
+
+
+_SEPARATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> checked
+
+
+def check_packing_separates(module: torch.nn.Module, run: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor],
+                            device: torch.device) -> None:
+    """Refuse a model that lets packed sequences attend to each other (once per module object).
+
+    Packing relies on the model reading sequence boundaries from the position ids (transformers'
+    masking utilities do, for its own models and attention implementations); a model that builds
+    a plain causal mask instead (custom or remote code) would silently train on attention across
+    sequences. The probe: two short sequences (5 and 4 tokens) packed in one row must give the
+    second one the outputs it gets alone, within 1e-3 (float32; 5e-2 under half precision) of the
+    outputs' scale. Run in eval mode without gradient: it draws no random numbers (dropout off),
+    so training and exact resume are unchanged; deterministic, so every data-parallel rank reaches
+    the same verdict. Cost: two forwards of 9 and 4 tokens, once per model object.
+
+    Args:
+        module: the model (the cache key).
+        run: ``run(input_ids, attention_mask, position_ids) -> (rows, L, ...)`` the forward to probe.
+        device: where the probe's ids go.
+
+    Raises:
+        ConfigError: naming ``use_remove_padding`` and the largest difference.
+    """
+    if _SEPARATES.get(module):
+        return
+    first, second = torch.arange(1, 6, device=device), torch.arange(6, 10, device=device)
+    packed_pos = torch.cat([torch.arange(5, device=device), torch.arange(4, device=device)])[None]
+    modes = [(m, m.training) for m in module.modules()]
+    module.eval()  # no dropout: the probe draws no random numbers (exact resume) and compares like with like
+    try:
+        with torch.no_grad():
+            together = run(torch.cat([first, second])[None], None, packed_pos)[0, 5:].float()
+            alone = run(second[None], None, torch.arange(4, device=device)[None])[0].float()
+    finally:
+        for m, training in modes:
+            m.training = training
+    half = together.dtype != torch.float32 or torch.is_autocast_enabled(device.type)
+    diff, scale = float((together - alone).abs().max()), 1.0 + float(alone.abs().max())
+    if diff > (5e-2 if half else 1e-3) * scale:
+        from verl.config.errors import ConfigError
+
+        raise ConfigError(f"use_remove_padding=true: {type(module).__name__} lets packed sequences attend to each other "
+                         f"(a sequence's outputs change by {diff:.3g} when packed after another one); this model or "
+                         "attention implementation does not read sequence boundaries from position ids: set "
+                         "use_remove_padding=false")
+    _SEPARATES[module] = True
