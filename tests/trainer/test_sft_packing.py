@@ -37,7 +37,8 @@ def _model(lora: bool = False) -> torch.nn.Module:
 
 
 def _rows(left: bool) -> dict[str, torch.Tensor]:
-    """Rows of 3, 21, 9 and 30 real tokens (very different lengths), loss on a suffix of each."""
+    """Rows of 3, 21, 9 and 30 real tokens (very different lengths), loss on a suffix of each (with a
+    gap in the longer ones, as multi-turn rows have)."""
     g = torch.Generator().manual_seed(1)
     lengths, prompts, width = [3, 21, 9, 30], [1, 15, 2, 4], 30
     ids = torch.zeros(4, width, dtype=torch.long)
@@ -48,6 +49,8 @@ def _rows(left: bool) -> dict[str, torch.Tensor]:
         mask[i, cols] = 1
         start = (width - n if left else 0) + p
         loss[i, start : start + n - p] = 1
+        if n - p > 6:  # multi-turn: two assistant spans with a user turn between them
+            loss[i, start + 2 : start + 5] = 0
     return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "loss_mask": loss}
 
 
