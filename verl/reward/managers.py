@@ -134,30 +134,16 @@ class NaiveRewardManager(_ManagerSettings):
         batch = gather_inputs(data, self.tokenizer, self.reward_fn_key)
         if self.uses_default_scorer:
             check_data_sources(batch.data_sources)
-        outcomes: list[CallOutcome] = []
-        for i in range(len(batch.solution_strs)):
-            if _stuck(outcomes):
-                # a scorer that timed out MAX_CONSECUTIVE_TIMEOUTS times in a row is hung: do not
-                # wait timeout_s for every remaining sample of the batch
-                outcomes.append(CallOutcome("timeout", error="skipped: the scorer kept timing out in this batch"))
-                continue
-            outcomes.append(self._caller(
-                self.compute_score,
-                data_source=batch.data_sources[i],
-                solution_str=batch.solution_strs[i],
-                ground_truth=batch.ground_truths[i],
-                extra_info=batch.extra_infos[i],
-            ))
+        calls = [{"data_source": batch.data_sources[i], "solution_str": batch.solution_strs[i],
+                  "ground_truth": batch.ground_truths[i], "extra_info": batch.extra_infos[i]}
+                 for i in range(len(batch.solution_strs))]
+        # one thread handoff for the batch, a deadline per sample; a scorer that timed out
+        # MAX_CONSECUTIVE_TIMEOUTS times in a row is hung: the rest of the batch is not waited for
+        outcomes = self._caller.call_many(self.compute_score, calls, stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS)
         return self._finish(batch, outcomes, return_dict)
 
 
 MAX_CONSECUTIVE_TIMEOUTS = 3
-
-
-def _stuck(outcomes: Sequence[CallOutcome]) -> bool:
-    """The last `MAX_CONSECUTIVE_TIMEOUTS` calls all timed out."""
-    tail = outcomes[-MAX_CONSECUTIVE_TIMEOUTS:]
-    return len(tail) == MAX_CONSECUTIVE_TIMEOUTS and all(o.status == "timeout" for o in tail)
 
 
 REWARD_MANAGERS.add("dapo", NaiveRewardManager)

@@ -103,3 +103,74 @@ class TimeoutCaller:
                 self._inbox.put(_STOP)
                 self._inbox = self._outbox = None
                 return CallOutcome("timeout", error=f"no result within {self.timeout_s} s")
+
+    def call_many(self, fn: Callable[..., Any], kwargs_list: list[dict[str, Any]],
+                  stop_after_timeouts: int | None = None) -> list[CallOutcome]:
+        """``fn(**kw)`` for each ``kw`` in order, each under its own ``timeout_s`` deadline; one outcome each.
+
+        The calls run one after another in one fresh daemon thread per batch, and the caller
+        sleeps until the batch is done or the call in progress passes its deadline: one thread
+        handoff per batch instead of one per call (a queue round trip is ~70 µs per call, 30x a
+        rule scorer's own time). Per call the result is what `__call__` gives: ``ok``, ``error``
+        (it raised) or ``timeout`` (the call in progress ran past ``timeout_s`` from its own start;
+        its thread is abandoned and the next call starts in a new one).
+
+        Args:
+            fn: The function (e.g. a scorer).
+            kwargs_list: Its keyword arguments, one dict per call.
+            stop_after_timeouts: After this many timeouts in a row, the remaining calls are not
+                made and count as timeouts (a hung scorer); None = never.
+
+        Returns:
+            One `CallOutcome` per call, in order.
+        """
+        if self.timeout_s is None:
+            return [self(fn, **kw) for kw in kwargs_list]
+        outcomes: list[CallOutcome] = []
+        while len(outcomes) < len(kwargs_list):
+            if stop_after_timeouts and len(outcomes) >= stop_after_timeouts and all(
+                    o.status == "timeout" for o in outcomes[-stop_after_timeouts:]):
+                outcomes += [CallOutcome("timeout", error="skipped: the scorer kept timing out")] * (len(kwargs_list) - len(outcomes))
+                break
+            outcomes += self._run_until_timeout(fn, kwargs_list[len(outcomes):])
+        return outcomes
+
+    def _run_until_timeout(self, fn: Callable[..., Any], kwargs_list: list[dict[str, Any]]) -> list[CallOutcome]:
+        """Outcomes of the calls in one thread, up to and including the first that times out."""
+        import time
+
+        state = _Batch(time.monotonic())
+
+        def work() -> None:
+            for kw in kwargs_list:
+                try:
+                    outcome = CallOutcome("ok", fn(**kw))
+                except BaseException as exc:  # noqa: BLE001 - a scorer calling sys.exit must not kill us either
+                    outcome = CallOutcome("error", error=repr(exc))
+                with state.lock:
+                    if state.cancelled:  # the caller declared this call timed out
+                        return
+                    state.results.append(outcome)
+                    state.started = time.monotonic()
+            state.done.set()
+
+        threading.Thread(target=work, name="verl-reward-batch", daemon=True).start()
+        assert self.timeout_s is not None
+        while not state.done.wait(timeout=max(0.0, state.started + self.timeout_s - time.monotonic())):
+            with state.lock:
+                if time.monotonic() >= state.started + self.timeout_s:
+                    state.cancelled = True
+                    return state.results + [CallOutcome("timeout", error=f"no result within {self.timeout_s} s")]
+        return state.results
+
+
+class _Batch:
+    """Progress of one `TimeoutCaller.call_many` thread: results so far, when the current call started."""
+
+    def __init__(self, started: float) -> None:
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+        self.results: list[CallOutcome] = []
+        self.started = started
+        self.cancelled = False
+

@@ -66,9 +66,9 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
     from verl.trainer.main_generation import read_data_rows
     from verl.reward.loader import load_custom_reward_fn
     from verl.reward.manager_steps import check_data_sources, outcome_to_result
-    from verl.reward.managers import _stuck
+    from verl.reward.managers import MAX_CONSECUTIVE_TIMEOUTS
     from verl.reward.scorers import default_compute_score
-    from verl.reward.timeout import CallOutcome, TimeoutCaller
+    from verl.reward.timeout import TimeoutCaller
     from verl.utils.errors import DataError, RewardFunctionError
     from verl.utils.registry import RegistryError
 
@@ -104,13 +104,9 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
     failures = {"error": 0, "timeout": 0, "nonfinite": 0}
     first_failure: dict[str, str] = {}
     for source, responses, truth, extra in parsed:
-        scores, outcomes = [], []  # a scorer stuck on one row's responses skips that row's rest only
-        for text in responses:
-            if _stuck(outcomes):
-                outcome = CallOutcome("timeout", error="skipped: the scorer kept timing out on this row")
-            else:
-                outcome = caller(fn, data_source=source, solution_str=text, ground_truth=truth, extra_info=extra)
-            outcomes.append(outcome)
+        scores = []  # a scorer stuck on one row's responses skips that row's rest only
+        calls = [{"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": extra} for text in responses]
+        for outcome in caller.call_many(fn, calls, stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS):
             result = outcome_to_result(outcome)
             if result.status != "ok":
                 kind = "nonfinite" if result.nonfinite else result.status

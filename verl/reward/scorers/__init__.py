@@ -6,16 +6,6 @@ ones return ``{"score", "acc", "pred"}`` (``pred`` = the extracted answer, so va
 the data to its scorer, as verl routes them (the sources verl's ``default_compute_score``
 knows that run on CPU without a sandbox or a service):
 
-data_source                                                            scorer
-=====================================================================  =====================
-``openai/gsm8k``, ``gsm8k``                                            :mod:`.gsm8k` (strict)
-``math``, ``math500``, ``lighteval/MATH``, ``HuggingFaceH4/MATH-500``,  :mod:`.math_answer`
-``DigitalLearningGmbH/MATH-lighteval``
-``builtin/arithmetic``, ``arithmetic``                                 :mod:`.arithmetic`
-``json_schema``, ``builtin/json_schema``                               :mod:`.json_schema`
-``builtin/calculator``                                                 :mod:`.tool_answer`
-=====================================================================  =====================
-=======
 ==========================================================================  =====================
 data_source                                                                 scorer
 ==========================================================================  =====================
