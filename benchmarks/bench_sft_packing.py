@@ -67,49 +67,69 @@ def run_arm(arm: str, model: str, data: str, steps: int, batch: int, work: str) 
             "threads": torch.get_num_threads()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parse_args(doc: str, arms: tuple[str, ...]) -> argparse.Namespace:
+    """The options shared by the SFT benches (``--arm`` / ``--model``: one arm in a child process)."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--shared", default="../shared")
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--size", default="small")
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--out", default=None, help="write the JSON record here")
-    ap.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)
+    ap.add_argument("--arm", choices=arms, help=argparse.SUPPRESS)
     ap.add_argument("--model", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    shared = Path(args.shared)
-    data = str(shared / "data" / "gsm8k" / "train.jsonl")
-    if args.arm:  # one arm in this process
-        with tempfile.TemporaryDirectory() as work:
-            print(json.dumps(run_arm(args.arm, args.model, data, args.steps, args.batch, work)))
-        return
+    return ap.parse_args()
+
+
+def run_rounds(script: str, arms: tuple[str, ...], args: argparse.Namespace) -> dict[str, list[dict]]:
+    """Each arm in a child process of ``script``, arms alternated for ``args.rounds`` rounds, on one
+    random Qwen2 of ``args.size``; returns the JSON records per arm and prints a line per run."""
     from verl.modules.init_model import init_random_model
 
+    shared = Path(args.shared)
+    results: dict[str, list[dict]] = {a: [] for a in arms}
     with tempfile.TemporaryDirectory() as tmp:
         model = init_random_model("qwen2", args.size, shared / "tokenizers" / "qwen2.5", Path(tmp) / "model", seed=0)
-        results: dict[str, list[dict]] = {a: [] for a in ARMS}
         for r in range(args.rounds):
-            for arm in ARMS:
-                out = subprocess.run([sys.executable, __file__, "--arm", arm, "--model", str(model), "--shared", str(shared),
-                                      "--steps", str(args.steps), "--batch", str(args.batch)],
-                                     check=True, capture_output=True, text=True).stdout
-                res = json.loads(out.strip().splitlines()[-1])
+            for arm in arms:
+                proc = subprocess.run([sys.executable, script, "--arm", arm, "--model", str(model), "--shared", str(shared),
+                                       "--steps", str(args.steps), "--batch", str(args.batch)], capture_output=True, text=True)
+                if proc.returncode:
+                    raise SystemExit(f"{arm} failed:\n{proc.stderr[-3000:]}")
+                res = json.loads(proc.stdout.strip().splitlines()[-1])
                 results[arm].append(res)
                 print(f"round {r + 1} {arm:12s} step {res['step_s']:.3f} s  peak RSS {res['peak_rss_MiB']:.0f} MiB "
-                      f"(before training {res['rss_before_MiB']:.0f})  loss {res['losses'][-1]:.4f}", flush=True)
+                      f"(before training {res['rss_before_MiB']:.0f})  losses {[round(x, 4) for x in res['losses'][:3]]}",
+                      flush=True)
+    return results
+
+
+def summarize(results: dict[str, list[dict]], args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Medians per arm (step time, peak RSS, RSS growth while training), printed as a table; JSON to ``args.out``."""
     summary = {a: {"step_s": statistics.median(x["step_s"] for x in v),
                    "peak_rss_MiB": statistics.median(x["peak_rss_MiB"] for x in v),
-                   "rss_before_MiB": statistics.median(x["rss_before_MiB"] for x in v)} for a, v in results.items()}
-    first = results["padded"][0]
-    print(f"\nreal tokens per step {statistics.mean(first['real_tokens']):.0f} of {first['padded_tokens']} padded")
-    print("| arm | median step s | peak RSS MiB | training's RSS growth MiB |\n|---|---|---|---|")
+                   "growth_MiB": statistics.median(x["peak_rss_MiB"] - x["rss_before_MiB"] for x in v)} for a, v in results.items()}
+    print("\n| arm | median step s | peak RSS MiB | RSS growth while training MiB |\n|---|---|---|---|")
     for a, s in summary.items():
-        print(f"| {a} | {s['step_s']:.3f} | {s['peak_rss_MiB']:.0f} | {s['peak_rss_MiB'] - s['rss_before_MiB']:.0f} |")
-    base = summary["full-logits"]["step_s"]
-    print(f"speed-up vs full-logits: padded {base / summary['padded']['step_s']:.2f}x, packed {base / summary['packed']['step_s']:.2f}x")
+        print(f"| {a} | {s['step_s']:.3f} | {s['peak_rss_MiB']:.0f} | {s['growth_MiB']:.0f} |")
     if args.out:
         Path(args.out).write_text(json.dumps({"summary": summary, "runs": results, "args": vars(args)}, indent=1))
+    return summary
+
+
+def main() -> None:
+    args = parse_args(__doc__, ARMS)
+    if args.arm:  # one arm in this process
+        with tempfile.TemporaryDirectory() as work:
+            data = str(Path(args.shared) / "data" / "gsm8k" / "train.jsonl")
+            print(json.dumps(run_arm(args.arm, args.model, data, args.steps, args.batch, work)))
+        return
+    results = run_rounds(__file__, ARMS, args)
+    first = results["padded"][0]
+    print(f"\nreal tokens per step {statistics.mean(first['real_tokens']):.0f} of {first['padded_tokens']} padded")
+    summary = summarize(results, args)
+    base = summary["full-logits"]["step_s"]
+    print(f"speed-up vs full-logits: padded {base / summary['padded']['step_s']:.2f}x, packed {base / summary['packed']['step_s']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -17,12 +17,9 @@ Needs TRL (not in the project's pins): run it in a venv with ``trl`` and this re
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -102,50 +99,19 @@ def run_trl(model: str, data: str, steps: int, batch: int, work: str) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shared", default="../shared")
-    ap.add_argument("--steps", type=int, default=6)
-    ap.add_argument("--rounds", type=int, default=2)
-    ap.add_argument("--size", default="small")
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--out", default=None, help="write the JSON record here")
-    ap.add_argument("--arm", choices=ARMS, help=argparse.SUPPRESS)
-    ap.add_argument("--model", help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    shared = Path(args.shared)
-    data = str(shared / "data" / "gsm8k" / "train.jsonl")
-    if args.arm:
+    from bench_sft_packing import parse_args, run_rounds, summarize  # this folder is on sys.path
+
+    args = parse_args(__doc__, ARMS)
+    if args.arm:  # one arm in this process
+        data = str(Path(args.shared) / "data" / "gsm8k" / "train.jsonl")
         with tempfile.TemporaryDirectory() as work:
             res = (run_trl(args.model, data, args.steps, args.batch, work) if args.arm == "trl" else
                    run_verl(args.model, data, args.steps, args.batch, work, args.arm == "verl-packed"))
         print(json.dumps({"arm": args.arm, "step_s": statistics.median(res["times"][1:]), **res}))
         return
-    from verl.modules.init_model import init_random_model
-
-    with tempfile.TemporaryDirectory() as tmp:
-        model = init_random_model("qwen2", args.size, shared / "tokenizers" / "qwen2.5", Path(tmp) / "model", seed=0)
-        results: dict[str, list[dict]] = {a: [] for a in ARMS}
-        for r in range(args.rounds):
-            for arm in ARMS:
-                proc = subprocess.run([sys.executable, __file__, "--arm", arm, "--model", str(model), "--shared", str(shared),
-                                       "--steps", str(args.steps), "--batch", str(args.batch)], capture_output=True, text=True)
-                if proc.returncode:
-                    raise SystemExit(f"{arm} failed:\n{proc.stderr[-3000:]}")
-                res = json.loads(proc.stdout.strip().splitlines()[-1])
-                results[arm].append(res)
-                print(f"round {r + 1} {arm:12s} step {res['step_s']:.3f} s  peak RSS {res['peak_rss_MiB']:.0f} MiB "
-                      f"(before training {res['rss_before_MiB']:.0f})  losses {[round(x, 4) for x in res['losses'][:3]]}",
-                      flush=True)
-    summary = {a: {"step_s": statistics.median(x["step_s"] for x in v),
-                   "peak_rss_MiB": statistics.median(x["peak_rss_MiB"] for x in v),
-                   "growth_MiB": statistics.median(x["peak_rss_MiB"] - x["rss_before_MiB"] for x in v)} for a, v in results.items()}
-    print("\n| arm | median step s | peak RSS MiB | RSS growth while training MiB |\n|---|---|---|---|")
-    for a, s in summary.items():
-        print(f"| {a} | {s['step_s']:.3f} | {s['peak_rss_MiB']:.0f} | {s['growth_MiB']:.0f} |")
+    summary = summarize(run_rounds(__file__, ARMS, args), args)
     trl = summary["trl"]["step_s"]
     print(f"speed vs TRL: verl {trl / summary['verl']['step_s']:.2f}x, verl packed {trl / summary['verl-packed']['step_s']:.2f}x")
-    if args.out:
-        Path(args.out).write_text(json.dumps({"summary": summary, "runs": results, "args": vars(args)}, indent=1))
 
 
 if __name__ == "__main__":

@@ -13,12 +13,12 @@ error to stderr and exits with status 2, without a traceback.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from verl.config.errors import ConfigError
 from verl.config.loader import config_to_yaml, list_presets, load_config
 
-__all__ = ["main"]
+__all__ = ["config_command", "main", "split_config_arg"]
 
 USAGE = """usage: verl config show [CONFIG] [key=value ...]
        verl config list
@@ -41,6 +41,22 @@ def split_config_arg(args: Sequence[str], default: str | None = None) -> tuple[s
     if args and "=" not in args[0] and not args[0].startswith(("~", "+")):
         return args[0], args[1:]
     return default, args
+
+
+def config_command(argv: Sequence[str] | None, usage: str, prog: str,
+                   body: Callable[[str | None, list[str]], int]) -> int:
+    """Run ``prog [CONFIG] [key=value ...]``: ``-h`` / ``--help`` prints ``usage``; otherwise
+    ``body(config_path, overrides)``, whose Ctrl-C prints ``<prog>: interrupted`` and returns 130."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(usage)
+        return 0
+    config_path, overrides = split_config_arg(args, None)
+    try:
+        return body(config_path, overrides)
+    except KeyboardInterrupt:
+        print(f"{prog}: interrupted", file=sys.stderr)
+        return 130
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,6 +24,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from verl.config._tree import get_path, set_path
 from verl.config.errors import ConfigError, did_you_mean
+from verl.config.schema import CustomRewardFunctionConfig
 
 __all__ = ["EvalConfig", "GenerationConfig", "GenerationDataConfig", "load_eval_config", "load_generation_config"]
 
@@ -76,14 +77,6 @@ class EvalDataConfig:
 
 
 @dataclass
-class EvalRewardFunctionConfig:
-    path: Optional[str] = None
-    # Python file defining the scorer; None = built-in scorers routed by data_source.
-    name: str = "compute_score"
-    reward_kwargs: Dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass
 class EvalRewardModelConfig:
     timeout_s: float = 30.0
     # Seconds a scorer may take per response; over it the score is 0 and counted (as in training).
@@ -92,7 +85,8 @@ class EvalRewardModelConfig:
 @dataclass
 class EvalConfig:
     data: EvalDataConfig = field(default_factory=EvalDataConfig)
-    custom_reward_function: EvalRewardFunctionConfig = field(default_factory=EvalRewardFunctionConfig)
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    # The RL schema's section: path (None = built-in scorers by data_source), name, reward_kwargs.
     reward_model: EvalRewardModelConfig = field(default_factory=EvalRewardModelConfig)
     ray_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Accepted for verl's scripts with null values only: scoring runs in this process, not on Ray.
@@ -103,18 +97,9 @@ def _read_tree(path: str | Path | None, overrides: Sequence[str]) -> dict[str, A
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
-    tree: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise ConfigError(f"config '{path}' not found")
-        try:
-            loaded = OmegaConf.to_container(OmegaConf.load(p), resolve=False)
-        except Exception as e:  # yaml errors
-            raise ConfigError(f"{p}: cannot parse YAML: {' '.join(str(e).split())}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping of config sections")
-        tree = loaded  # type: ignore[assignment]
+    from verl.config.sft_loader import read_yaml_tree
+
+    tree: dict[str, Any] = read_yaml_tree(path) if path is not None else {}
     try:
         parsed = OverridesParser.create().parse_overrides(list(overrides))
     except HydraException as e:

@@ -21,7 +21,7 @@ from verl.config._tree import get_path, merge_trees, nested, set_path
 from verl.config.errors import ConfigError, did_you_mean
 from verl.config.sft_schema import SFTRootConfig
 
-__all__ = ["load_sft_config", "sft_config_to_yaml"]
+__all__ = ["load_sft_config", "read_yaml_tree", "sft_config_to_yaml"]
 
 ALGORITHMS = ("sft", "dpo", "hybrid")
 HYBRID_LOSSES = ("sft", "dpo", "rl")
@@ -171,6 +171,24 @@ def _check_hybrid(cfg: SFTRootConfig) -> None:
             raise ConfigError(f"{where}.rollout_n: GRPO needs at least 2 responses per prompt")
 
 
+def read_yaml_tree(path: str | Path) -> dict[str, Any]:
+    """A config file's tree (interpolations unresolved).
+
+    Raises:
+        ConfigError: the file is missing, is not YAML, or its top level is not a mapping.
+    """
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"config '{path}' not found")
+    try:
+        loaded = OmegaConf.to_container(OmegaConf.load(p), resolve=False)
+    except Exception as e:  # yaml errors
+        raise ConfigError(f"{p}: cannot parse YAML: {' '.join(str(e).split())}") from None
+    if not isinstance(loaded, dict):
+        raise ConfigError(f"{p}: the top level must be a mapping of config sections")
+    return loaded  # type: ignore[return-value]
+
+
 def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (), algorithm: str | None = None) -> SFTRootConfig:
     """Load, override, type-check and validate a supervised-trainer config.
 
@@ -188,18 +206,9 @@ def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (
     """
     tree: dict[str, Any] = {}
     if path is not None:
-        p = Path(path).expanduser()
-        if not p.is_file():
-            raise ConfigError(f"config '{path}' not found")
-        try:
-            loaded = OmegaConf.to_container(OmegaConf.load(p), resolve=False)
-        except Exception as e:  # yaml errors
-            raise ConfigError(f"{p}: cannot parse YAML: {' '.join(str(e).split())}") from None
-        if not isinstance(loaded, dict):
-            raise ConfigError(f"{p}: the top level must be a mapping of config sections")
-        tree = loaded  # type: ignore[assignment]
+        tree = read_yaml_tree(path)
         if "experiment_name" not in (tree.get("trainer") or {}):
-            tree.setdefault("trainer", {})["experiment_name"] = p.stem
+            tree.setdefault("trainer", {})["experiment_name"] = Path(path).expanduser().stem
     if algorithm and "algorithm" not in (tree.get("trainer") or {}):
         tree.setdefault("trainer", {})["algorithm"] = algorithm
     tree = _apply_overrides(tree, overrides)

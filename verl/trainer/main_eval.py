@@ -136,21 +136,13 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``verl eval [CONFIG] [key=value ...]``: prints the metrics as one JSON object; returns the exit status."""
-    from verl.config.cli import split_config_arg
+    from verl.config.cli import config_command
     from verl.config.offline import load_eval_config
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        print(USAGE)
+    def body(config_path: str | None, overrides: list[str]) -> int:
+        print(json.dumps(evaluate(load_eval_config(config_path, overrides))), flush=True)
         return 0
-    config_path, overrides = split_config_arg(argv, None)
-    try:
-        metrics = evaluate(load_eval_config(config_path, overrides))
-    except KeyboardInterrupt:
-        print("verl eval: interrupted", file=sys.stderr)
-        return 130
-    print(json.dumps(metrics), flush=True)
-    return 0
+    return config_command(argv, USAGE, "verl eval", body)
 
 
 if __name__ == "__main__":

@@ -288,26 +288,20 @@ def _sample(cfg: Any, engine: Any, tokenizer: Any, ids: list[list[int]], log: An
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``verl generate [CONFIG] [key=value ...]``; returns the exit status (user errors: see `verl.cli`)."""
-    from verl.config.cli import split_config_arg
+    """``verl generate [CONFIG] [key=value ...]``; returns the exit status (user errors: see `verl.cli`;
+    Ctrl-C: 130, nothing written)."""
+    from verl.config.cli import config_command
     from verl.config.offline import load_generation_config
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        print(USAGE)
-        return 0
-    config_path, overrides = split_config_arg(argv, None)
-    cfg = load_generation_config(config_path, overrides)
-    try:
+    def body(config_path: str | None, overrides: list[str]) -> int:
+        cfg = load_generation_config(config_path, overrides)
         figures = generate(cfg)
-    except KeyboardInterrupt:
-        print("verl generate: interrupted (nothing written)", file=sys.stderr)
-        return 130
-    print(f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
-          f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
-          f"rollout.response_length={int(figures['response_length'])}; prompt_length={int(figures['prompt_length'])}), "
-          f"{figures['tokens_per_s']:.0f} tokens/s", flush=True)
-    return 0
+        print(f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
+              f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
+              f"rollout.response_length={int(figures['response_length'])}; prompt_length={int(figures['prompt_length'])}), "
+              f"{figures['tokens_per_s']:.0f} tokens/s", flush=True)
+        return 0
+    return config_command(argv, USAGE, "verl generate", body)
 
 
 if __name__ == "__main__":

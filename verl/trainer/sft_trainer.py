@@ -93,31 +93,28 @@ def run(config_path: str | None, overrides: Sequence[str], algorithm: str = "sft
 
 
 def main(argv: Sequence[str] | None = None, algorithm: str = "sft") -> int:
-    """``verl sft`` (``algorithm="sft"``) / ``verl dpo`` (``"dpo"``); returns the exit status."""
+    """``verl sft`` (``algorithm="sft"``) / ``verl dpo`` (``"dpo"``); returns the exit status (Ctrl-C: 130)."""
     from verl.config import ConfigError
-    from verl.config.cli import split_config_arg
+    from verl.config.cli import config_command
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and argv[0] in ("-h", "--help"):
-        print(USAGE)
+    def body(config_path: str | None, overrides: list[str]) -> int:
+        try:
+            run(config_path, overrides, algorithm)
+        except ConfigError as e:
+            print(f"verl {algorithm}: config error: {e}", file=sys.stderr)
+            return 2
+        except (FileNotFoundError, ValueError, ImportError, OSError) as e:
+            if os.environ.get("VERL_TRACEBACK"):
+                raise
+            print(f"verl {algorithm}: error: {type(e).__name__}: {e}\n(set VERL_TRACEBACK=1 for the traceback)", file=sys.stderr)
+            return 1
+        finally:
+            import torch.distributed as dist
+
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
         return 0
-    config_path, overrides = split_config_arg(argv, None)
-    try:
-        run(config_path, overrides, algorithm)
-    except ConfigError as e:
-        print(f"verl {algorithm}: config error: {e}", file=sys.stderr)
-        return 2
-    except (FileNotFoundError, ValueError, ImportError, OSError) as e:
-        if os.environ.get("VERL_TRACEBACK"):
-            raise
-        print(f"verl {algorithm}: error: {type(e).__name__}: {e}\n(set VERL_TRACEBACK=1 for the traceback)", file=sys.stderr)
-        return 1
-    finally:
-        import torch.distributed as dist
-
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    return 0
+    return config_command(argv, USAGE, f"verl {algorithm}", body)
 
 
 def dpo_main(argv: Sequence[str] | None = None) -> int:
