@@ -244,3 +244,27 @@ def test_packing_refuses_a_model_whose_packed_sequences_attend_to_each_other(mod
     monkeypatch.undo()
     for call in calls:  # the same models with transformers' boundary detection: accepted (and checked once)
         call()
+
+
+def test_packing_probe_tolerance_follows_the_output_dtype():
+    """A bf16 forward differs from itself by rounding between kernels: tolerated (5e-2 of the scale);
+    the same difference in float32 is refused (1e-3)."""
+    from verl.config.errors import ConfigError
+    from verl.modules.packing import check_packing_separates
+
+    def run_with(dtype, delta):
+        def run(ids, mask, pos):
+            out = torch.full((1, ids.shape[1], 3), 4.0)
+            if ids.shape[1] == 9:  # the packed row: the second sequence's outputs are off by delta
+                out[0, 5:] += delta
+            return out.to(dtype)
+        return run
+
+    check_packing_separates(torch.nn.Linear(2, 2), run_with(torch.bfloat16, 0.03125), torch.device("cpu"))
+    with pytest.raises(ConfigError, match="attend to each other"):
+        check_packing_separates(torch.nn.Linear(2, 2), run_with(torch.float32, 0.03125), torch.device("cpu"))
+    module = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.5))
+    module.train()
+    module[0].eval()  # mixed modes come back as they were
+    check_packing_separates(module, run_with(torch.float32, 0.0), torch.device("cpu"))
+    assert module.training and not module[0].training and module[1].training

@@ -5,10 +5,12 @@ with the same rules as the trainers: unknown keys are refused with the closest v
 are type-checked, every failure is one `ConfigError` line naming the dotted key.
 
 ``verl generate`` keeps verl's ``generation.yaml`` layout: ``data.*`` is its own section
-(`GenerationDataConfig`); ``model.*``, ``rollout.*``, ``actor.*``, ``trainer.*`` and
-``ray_kwargs.*`` are the RL schema's ``actor_rollout_ref.{model,rollout,actor}``, ``trainer``
-and ``ray_kwargs`` sections, checked by the RL loader (`verl.config.loader.config_from_dict`),
-so a rollout key means exactly what it means in training. ``verl eval`` keeps verl's
+(`GenerationDataConfig`); ``model.*``, ``rollout.*``, ``trainer.*`` and ``ray_kwargs.*`` are the
+RL schema's ``actor_rollout_ref.{model,rollout}``, ``trainer`` and ``ray_kwargs`` sections,
+checked by the RL loader (`verl.config.loader.config_from_dict`), so a rollout key means exactly
+what it means in training. Keys generation does not read are refused unless at their default
+(`GENERATION_KEYS`), except those of verl's own ``generation.yaml`` that configure work it does
+not do — ``actor.*`` and ``rollout.log_prob_*`` (`GENERATION_NOOPS`) — accepted and named in a note. ``verl eval`` keeps verl's
 ``evaluation.yaml`` layout (`EvalConfig`).
 """
 
@@ -60,6 +62,8 @@ class GenerationConfig:
     # verl.config.schema.RootConfig: actor_rollout_ref.{model,rollout}, trainer.device, trainer.seed.
     lengths_set: tuple[bool, bool] = (False, False)
     # Whether rollout.prompt_length / rollout.response_length were set (else generate derives them).
+    ignored: tuple[str, ...] = ()
+    # The documented no-ops found in the config (GENERATION_NOOPS), named in a note when generating.
 
 
 @dataclass
@@ -143,15 +147,23 @@ _RL_PLACE = {"model": "actor_rollout_ref.model", "rollout": "actor_rollout_ref.r
 # any other key set to a value other than its RL default is refused as having no effect here.
 GENERATION_KEYS = {
     "model": {"path", "tokenizer_path", "trust_remote_code", "dtype", "override_config", "external_lib"},
-    "rollout": {"name", "temperature", "top_k", "top_p", "do_sample", "prompt_length", "response_length", "dtype",
-                "ignore_eos", "max_num_seqs", "max_model_len", "enforce_eager", "seed",
-                # read by the vllm engine
-                "gpu_memory_utilization", "tensor_model_parallel_size", "enable_chunked_prefill",
-                "enable_prefix_caching", "max_num_batched_tokens", "load_format", "engine_kwargs", "disable_log_stats"},
+    "rollout": {"name", "mode", "temperature", "top_k", "top_p", "do_sample", "prompt_length", "response_length", "dtype",
+                "ignore_eos", "max_num_seqs", "max_model_len", "enforce_eager", "seed", "calculate_log_probs",
+                "free_cache_engine",
+                # read by the vllm engine (verl.workers.rollout.vllm_config: its keys, passed through or
+                # refused there in one line when the adapter cannot honour them)
+                "gpu_memory_utilization", "tensor_model_parallel_size", "load_format", "engine_kwargs",
+                "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "scheduling_policy",
+                "disable_log_stats", "quantization", "cudagraph_capture_sizes", "data_parallel_size",
+                "expert_parallel_size", "pipeline_model_parallel_size", "logprobs_mode", "skip_tokenizer_init",
+                "quantization_config_file", "multi_stage_wake_up", "layered_summon"},
     "trainer": {"device", "seed", "nnodes", "n_gpus_per_node"},
-    "actor": set(),
     "ray_kwargs": set(),
 }
+# Keys of verl's own generation.yaml that configure work generation does not do (the training
+# side's log-prob micro-batching, the actor): documented no-ops, accepted and named in a note.
+GENERATION_NOOPS = ("actor", "rollout.log_prob_micro_batch_size", "rollout.log_prob_micro_batch_size_per_gpu",
+                    "rollout.log_prob_use_dynamic_bsz", "rollout.log_prob_max_token_len_per_gpu")
 _HINTS = {"rollout.n": "set data.n_samples (responses per prompt)",
           "rollout.val_kwargs": "verl generate samples with rollout.temperature / top_k / top_p / do_sample"}
 # Placeholders the RL loader sees for unset lengths (its checks must not use its 512 defaults);
@@ -167,6 +179,17 @@ def _leaves(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
         else:
             out.append((f"{prefix}{k}", v))
     return out
+
+
+def _drop_noops(tree: dict[str, Any]) -> list[str]:
+    """Remove the `GENERATION_NOOPS` from ``tree``; returns the dotted keys removed."""
+    dropped = []
+    for key in GENERATION_NOOPS:
+        parent, leaf = get_path(tree, key)
+        if parent is not None and leaf in parent:
+            dropped += [f"{key}.{k}" for k, _ in _leaves(parent[leaf])] if isinstance(parent[leaf], dict) and parent[leaf] else [key]
+            del parent[leaf]
+    return dropped
 
 
 def _refuse_unused(tree: dict[str, Any]) -> None:
@@ -215,12 +238,16 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     tree = _read_tree(path, overrides)
     _check_sections(tree, GENERATION_SECTIONS)
     data = _structured(GenerationDataConfig, tree.get("data") or {}, "data.")
+    ignored = _drop_noops(tree)
     _refuse_unused(tree)
     rl: dict[str, Any] = {}
-    for section in ("model", "rollout", "actor", "trainer", "ray_kwargs"):
+    for section in ("model", "rollout", "trainer", "ray_kwargs"):
         if tree.get(section):
             set_path(rl, _RL_PLACE.get(section, section), tree[section])
     rollout = tree.get("rollout") or {}
+    # the model's budget is checked once the lengths are known (`main_generation._set_lengths`),
+    # never against the RL loader's placeholders below
+    max_model_len = (rl.get("actor_rollout_ref", {}).get("rollout") or {}).pop("max_model_len", None)
     lengths_set = (rollout.get("prompt_length") is not None, rollout.get("response_length") is not None)
     for (ours, theirs), is_set in zip((("prompt_length", "max_prompt_length"), ("response_length", "max_response_length")),
                                       lengths_set):
@@ -230,6 +257,10 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     except ConfigError as e:
         raise ConfigError(_rl_message(str(e))) from None
     ro, t = cfg.actor_rollout_ref.rollout, cfg.trainer
+    if max_model_len is not None:
+        if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or max_model_len < 2:
+            raise ConfigError(f"rollout.max_model_len: must be an integer >= 2, got {max_model_len!r}")
+        ro.max_model_len = max_model_len
     rules = [
         (data.path, "data.path: set the prompts file (.parquet, .jsonl or builtin://<task>/<split>)"),
         (data.output_path, "data.output_path: set where the generated file goes (.parquet or .jsonl)"),
@@ -250,7 +281,7 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)
-    return GenerationConfig(data=data, rl=cfg, lengths_set=lengths_set)
+    return GenerationConfig(data=data, rl=cfg, lengths_set=lengths_set, ignored=tuple(ignored))
 
 
 EVAL_SECTIONS = ("data", "custom_reward_function", "reward_model", "ray_kwargs")

@@ -202,12 +202,13 @@ def check_packing_separates(module: torch.nn.Module, run: Callable[[torch.Tensor
     module.eval()  # no dropout: the probe draws no random numbers (exact resume) and compares like with like
     try:
         with torch.no_grad():
-            together = run(torch.cat([first, second])[None], None, packed_pos)[0, 5:].float()
-            alone = run(second[None], None, torch.arange(4, device=device)[None])[0].float()
+            together = run(torch.cat([first, second])[None], None, packed_pos)[0, 5:]
+            alone = run(second[None], None, torch.arange(4, device=device)[None])[0]
     finally:
-        for m, training in modes:
-            m.training = training
+        for m, training in modes:  # parents first: each module gets its own mode back, through its train()
+            m.train(training)
     half = together.dtype != torch.float32 or torch.is_autocast_enabled(device.type)
+    together, alone = together.float(), alone.float()
     diff, scale = float((together - alone).abs().max()), 1.0 + float(alone.abs().max())
     if diff > (5e-2 if half else 1e-3) * scale:
         from verl.config.errors import ConfigError

@@ -152,12 +152,15 @@ class TimeoutCaller:
                         return
                     state.results.append(outcome)
                     state.started = time.monotonic()
-            state.done.set()
+                    if len(state.results) == len(kwargs_list):
+                        state.done.set()  # under the lock: the caller never sees all results without it
 
         threading.Thread(target=work, name="verl-reward-batch", daemon=True).start()
         assert self.timeout_s is not None
         while not state.done.wait(timeout=max(0.0, state.started + self.timeout_s - time.monotonic())):
             with state.lock:
+                if state.done.is_set():
+                    break
                 if time.monotonic() >= state.started + self.timeout_s:
                     state.cancelled = True
                     return state.results + [CallOutcome("timeout", error=f"no result within {self.timeout_s} s")]

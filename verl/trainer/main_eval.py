@@ -13,9 +13,11 @@ built-in scorer routed by the row's data source (`verl.reward.scorers.default_co
 in training: the same ``fn(data_source=, solution_str=, ground_truth=, extra_info=)`` call, a
 float or a dict with ``score``. A scorer that raises, returns a non-number or NaN, or runs past
 ``reward_model.timeout_s`` scores 0 and is counted (``num_errors`` / ``num_timeouts``; the first of
-each kind is printed with its message); after 3 timeouts in a row the rest of that row's responses
-are counted as timeouts without waiting, as the reward managers do within a batch. A scorer that
-fails on every response is an error, not a score of 0.
+each kind is printed with its message). Decision: 3 timeouts in a row anywhere in the file stop the
+evaluation with an error naming the row (a hung scorer would otherwise cost ``timeout_s`` per
+remaining response, hours on a large file, or silently score them 0); a scorer that fails on
+every response is an error too, not a score of 0. The responses are scored in one scorer thread
+(`verl.reward.timeout.TimeoutCaller.call_many`), each with its own deadline.
 
 Metrics, per data source ``ds`` (rows with n responses each):
 
@@ -103,10 +105,21 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
     means, bests, counts = defaultdict(list), defaultdict(list), defaultdict(set)
     failures = {"error": 0, "timeout": 0, "nonfinite": 0}
     first_failure: dict[str, str] = {}
-    for source, responses, truth, extra in parsed:
-        scores = []  # a scorer stuck on one row's responses skips that row's rest only
-        calls = [{"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": extra} for text in responses]
-        for outcome in caller.call_many(fn, calls, stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS):
+    calls = [{"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": extra}
+             for source, responses, truth, extra in parsed for text in responses]
+    row_of = [i for i, p in enumerate(parsed) for _ in p[1]]
+    flat = caller.call_many(fn, calls, stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS)  # one scorer thread for the file
+    skipped = next((j for j, o in enumerate(flat) if o.status == "timeout" and o.error.startswith("skipped")), None)
+    if skipped is not None:
+        raise RewardFunctionError(
+            f"the scorer timed out on {MAX_CONSECUTIVE_TIMEOUTS} responses in a row, the last at {d.path}: "
+            f"{labels[row_of[skipped - 1]]}: it looks hung; fix it or raise reward_model.timeout_s "
+            f"(now {cfg.reward_model.timeout_s} s)")
+    outcomes = iter(flat)
+    for source, responses, _truth, _extra in parsed:
+        scores = []
+        for _ in responses:
+            outcome = next(outcomes)
             result = outcome_to_result(outcome)
             if result.status != "ok":
                 kind = "nonfinite" if result.nonfinite else result.status

@@ -88,12 +88,13 @@ DEFAULT_RESPONSE_LENGTH = 512  # the RL default (data.max_response_length)
 def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
     """Fill unset ``rollout.prompt_length`` / ``response_length``; refuse lengths the model cannot take.
 
-    Decision: the budget is the model's ``max_position_embeddings`` (and ``rollout.max_model_len``
-    when set), the smaller of the two. Unset, ``response_length`` is 512 (the RL default) or what
-    the budget leaves after the prompts, whichever is smaller, and ``prompt_length`` is the file's
-    longest prompt; with ``data.truncation`` other than ``error``, a prompt too long to leave room
-    is cut: ``prompt_length`` = budget − ``response_length`` (half the budget each when neither is
-    set). Set lengths are kept as they are.
+    Decision: the budget is the model's ``max_position_embeddings`` (its ``text_config``'s for
+    multimodal configs; and ``rollout.max_model_len`` when set), the smaller of the two. Unset,
+    ``response_length`` is 512 (the RL default) or what the budget leaves after the prompts,
+    whichever is smaller, and ``prompt_length`` is the file's longest prompt. With
+    ``data.truncation`` other than ``error`` and ``prompt_length`` unset, the response keeps at
+    least min(512, budget / 2) and longer prompts are cut to the rest (e.g. budget 2,048: any
+    prompt over 1,536 tokens is cut to 1,536, the responses get 512). Set lengths are kept as they are.
 
     Raises:
         ConfigError: lengths that exceed the budget, or leave no room for a prompt or a response.
@@ -102,19 +103,21 @@ def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
 
     ro, cut = cfg.rl.actor_rollout_ref.rollout, cfg.data.truncation != "error"
     prompt_set, response_set = cfg.lengths_set
-    limits = {name: v for name, v in (("the model's max_position_embeddings", getattr(model_config, "max_position_embeddings", None)),
+    text = getattr(model_config, "text_config", None)
+    positions = getattr(model_config, "max_position_embeddings", None) or getattr(text, "max_position_embeddings", None)
+    limits = {name: v for name, v in (("the model's max_position_embeddings", positions),
                                       ("rollout.max_model_len", ro.max_model_len)) if v}
     budget_name, budget = min(limits.items(), key=lambda kv: kv[1]) if limits else ("", None)
     longest = max(len(x) for x in ids)
     if not response_set:
-        room = budget - (ro.prompt_length if prompt_set else longest) if budget else DEFAULT_RESPONSE_LENGTH
-        ro.response_length = min(DEFAULT_RESPONSE_LENGTH, room)
-        if ro.response_length < 1 and not prompt_set and cut and budget:
-            ro.response_length = min(DEFAULT_RESPONSE_LENGTH, budget // 2)
+        if not budget:
+            ro.response_length = DEFAULT_RESPONSE_LENGTH
+        else:
+            room = budget - (ro.prompt_length if prompt_set else longest)
+            # with truncation, long prompts are cut rather than the responses squeezed: at least half the budget
+            ro.response_length = min(DEFAULT_RESPONSE_LENGTH, max(room, budget // 2) if cut and not prompt_set else room)
     if not prompt_set:
-        ro.prompt_length = longest
-        if budget and cut and longest + ro.response_length > budget:
-            ro.prompt_length = budget - ro.response_length
+        ro.prompt_length = min(longest, budget - ro.response_length) if budget and cut else longest
     total = ro.prompt_length + ro.response_length
     if ro.prompt_length < 1 or ro.response_length < 1 or (budget and total > budget):
         fix = "set data.truncation=left|right|middle to cut long prompts, or " if not (cut or prompt_set) else ""
@@ -137,8 +140,8 @@ def _truncate(cfg: Any, ids: list[list[int]], labels: list[str]) -> list[list[in
             try:
                 one = truncate_prompt(one, limit, d.truncation)
             except ValueError as e:
-                raise DataError(f"{d.path}: {label}: {e} (set data.truncation=left|right|middle or a larger "
-                                "rollout.prompt_length)") from None
+                raise DataError(f"{d.path}: {label}: {str(e).replace('data.max_prompt_length', 'rollout.prompt_length')} "
+                                "(set data.truncation=left|right|middle or a larger rollout.prompt_length)") from None
         out.append(one)
     return out
 
@@ -146,6 +149,15 @@ def _truncate(cfg: Any, ids: list[list[int]], labels: list[str]) -> list[list[in
 def _temporary(path: str) -> Path:
     out = Path(path).expanduser()
     return out.with_name(f".{out.name}.tmp{os.getpid()}")
+
+
+def _free_name(path: Path) -> Path:
+    """``path``, or ``<stem>.1<suffix>``, ``.2``, ... : the first that does not exist."""
+    k, candidate = 0, path
+    while candidate.exists():
+        k += 1
+        candidate = path.with_name(f"{path.stem}.{k}{path.suffix}")
+    return candidate
 
 
 def check_output_path(path: str) -> None:
@@ -173,7 +185,8 @@ def _write(rows: list[dict[str, Any]], path: str) -> None:
 
     jsonl: values JSON cannot hold (dates, bytes, decimals from a parquet input) are written as
     their ``str``. Raises DataError (one line) for rows parquet cannot hold as one table (a column
-    whose type differs between rows): the file is written as jsonl beside it instead, so no sample is lost.
+    whose type differs between rows): the rows are written to a new ``<stem>.rows.jsonl`` beside it
+(never over an existing file), so no sample is lost.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -186,7 +199,7 @@ def _write(rows: list[dict[str, Any]], path: str) -> None:
             try:
                 table = pa.Table.from_pylist(rows)
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
-                rescue = out.with_suffix(".jsonl")
+                rescue = _free_name(out.with_name(f"{out.stem}.rows.jsonl"))
                 _write(rows, str(rescue))
                 raise DataError(f"data.output_path: the rows do not fit one parquet table ({type(e).__name__}: "
                                 f"{str(e).splitlines()[0]}); wrote them to {rescue} instead") from None
@@ -220,11 +233,13 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     d, rl = cfg.data, cfg.rl
     model_cfg, ro = rl.actor_rollout_ref.model, rl.actor_rollout_ref.rollout
     model_cfg.trust_remote_code = model_cfg.trust_remote_code or d.trust_remote_code
-    check_output_path(d.output_path)
     if rl.trainer.device == "cuda" and not torch.cuda.is_available():
         from verl.config.errors import ConfigError
 
         raise ConfigError("trainer.device=cuda: this torch sees no CUDA device; use trainer.device=cpu")
+    check_output_path(d.output_path)
+    if cfg.ignored:
+        log(f"note: ignored by verl generate (they configure training-side work it does not do): {', '.join(cfg.ignored)}")
     rows, labels = read_data_rows(d.path)
     try:  # a missing model is one line naming model.path (this tool's key), before anything is built
         model_config = read_model_config("model.path", model_cfg.path, model_cfg.trust_remote_code)
