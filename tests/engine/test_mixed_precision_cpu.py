@@ -46,7 +46,9 @@ def test_bf16_mixed_precision_runs_matmuls_in_bf16_with_float32_master(tiny_mode
         assert all(p.dtype == torch.float32 for p in engine.module.parameters())  # float32 master weights
         assert all(s["exp_avg"].dtype == torch.float32 for s in engine.optimizer.state.values())
         results[mixed] = (lp, step.grad_norm)
-    assert seen == [torch.float32] * 2 + [torch.bfloat16] * 2  # inference and training forwards
+    # per engine: the packing probe's two forwards (once per model, under the same autocast), then
+    # the inference and the training forward
+    assert seen == [torch.float32] * 4 + [torch.bfloat16] * 4
     (lp32, gn32), (lp16, gn16) = results[None], results["bfloat16"]
     diff = (lp32 - lp16).abs().max()
     assert 0 < diff < 0.1  # really bf16, and close to float32
