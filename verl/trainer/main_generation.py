@@ -15,8 +15,9 @@ What it does: reads the rows (parquet, jsonl or ``builtin://``; only ``data.prom
 required, a chat list), renders each prompt with the tokenizer's chat template exactly as RL
 training does (`verl.data.rl_dataset.render_prompts`), and samples with the product's rollout
 engine from ``model.path``: ``rollout.name=hf`` (default) or ``vllm`` (an installed vLLM; the
-engine starts from the model's config and receives its weights once, as in training). Output: every input row, unchanged, plus
-``responses``: a list of ``n_samples`` decoded strings (special tokens skipped), written to
+engine starts from the model's config and receives its weights once, as in training). Output:
+every input row, unchanged, plus ``responses``: a list of ``n_samples`` decoded strings (special
+tokens skipped), written to
 ``data.output_path`` (parquet or jsonl) through a temporary file and a rename, so an interrupted
 run never leaves a half-written file under that name.
 
@@ -60,9 +61,7 @@ def read_data_rows(path: str, key: str = "data.path") -> tuple[list[dict[str, An
 
     try:
         rows, labels = read_rows(path)
-    except DataError as e:
-        raise DataError(f"{key}: {e}") from None
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError) as e:  # DataError is a ValueError
         raise DataError(f"{key}: {e}") from None
     if not rows:
         raise DataError(f"{key}: {path} has no rows")
@@ -218,12 +217,15 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
 
     Returns:
         ``rows``, ``samples``, ``response_tokens`` (generated, EOS included), ``mean_response_length``,
-        ``clip_ratio`` (share of samples that reached ``rollout.response_length`` without EOS),
-        ``time_s``, ``tokens_per_s``, and the ``prompt_length`` / ``response_length`` used.
+        ``clip_ratio`` (share of samples whose response used all of ``rollout.response_length``,
+        an EOS in the last slot included), ``time_s``, ``tokens_per_s``, and the ``prompt_length`` /
+        ``response_length`` used.
 
     Raises:
         DataError: a row without a usable prompt, or an overlong prompt under ``truncation=error``
-            (file and row named); ModelError: a model or tokenizer that cannot be loaded.
+            (file and row named); ModelError: a model or tokenizer that cannot be loaded;
+        ConfigError: an output path that cannot be written, lengths the model cannot take,
+            ``trainer.device=cuda`` without CUDA.
     """
     from verl.modules import create_model
     from verl.trainer.model_access import load_run_tokenizer, read_model_config
