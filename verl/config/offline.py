@@ -97,28 +97,10 @@ class EvalConfig:
 
 
 def _read_tree(path: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
-    """The YAML file's tree with the overrides applied (no schema check yet)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
+    """The YAML file's tree with the overrides applied (the sections are checked by the caller)."""
+    from verl.config.sft_loader import apply_tree_overrides, read_yaml_tree
 
-    from verl.config.sft_loader import read_yaml_tree
-
-    tree: dict[str, Any] = read_yaml_tree(path) if path is not None else {}
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as e:
-        raise ConfigError(f"bad override: {e}") from None
-    for o in parsed:
-        if o.package is not None or o.is_sweep_override():
-            raise ConfigError(f"override '{o.input_line}': sweeps and package overrides are not supported")
-        key = o.key_or_group
-        if o.is_delete():
-            parent, leaf = get_path(tree, key)
-            if parent is not None:
-                parent.pop(leaf, None)
-            continue
-        set_path(tree, key, o.value())
-    return tree
+    return apply_tree_overrides(read_yaml_tree(path) if path is not None else {}, overrides, check_keys=False)
 
 
 def _structured(cls: type, tree: dict[str, Any], prefix: str) -> Any:
@@ -287,17 +269,6 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
 EVAL_SECTIONS = ("data", "custom_reward_function", "reward_model", "ray_kwargs")
 
 
-def _set_leaf(tree: Any, prefix: str) -> str | None:
-    """The first key under ``tree`` with a non-null value, or None."""
-    if isinstance(tree, dict):
-        for k, v in tree.items():
-            found = _set_leaf(v, f"{prefix}.{k}")
-            if found:
-                return found
-        return None
-    return None if tree is None else prefix
-
-
 def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> EvalConfig:
     """Load ``verl eval``'s config (verl's ``evaluation.yaml`` keys).
 
@@ -308,7 +279,7 @@ def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = 
     tree = _read_tree(path, overrides)
     _check_sections(tree, EVAL_SECTIONS)
     cfg = _structured(EvalConfig, tree, "")
-    set_key = _set_leaf(cfg.ray_kwargs, "ray_kwargs")
+    set_key = next((f"ray_kwargs.{k}" for k, v in _leaves(cfg.ray_kwargs) if v not in (None, {})), None)
     if set_key:
         raise ConfigError(f"{set_key} is not supported yet: verl eval scores in this process, not on Ray; remove it")
     if not cfg.data.path:

@@ -27,10 +27,11 @@ from verl.config.verl_keys import check_unknown_owned
 from verl.config.errors import ConfigError
 from verl.config.introspect import free_form_keys, key_kind, unknown_key_message
 
-__all__ = ["apply_overrides"]
+__all__ = ["apply_overrides", "parse_overrides"]
 
 
-def _parse(overrides: Sequence[str]) -> list[Any]:
+def parse_overrides(overrides: Sequence[str]) -> list[Any]:
+    """Hydra's parse of ``overrides``; a syntax error is a one-line `ConfigError`."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
@@ -71,7 +72,7 @@ def apply_overrides(
     if not overrides:
         return tree
     tree = merge_trees({}, tree)
-    for override in _parse(overrides):
+    for override in parse_overrides(overrides):
         key = override.key_or_group
         text = override.input_line or key
         if override.package is not None:

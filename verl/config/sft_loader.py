@@ -21,7 +21,7 @@ from verl.config._tree import get_path, merge_trees, nested, set_path
 from verl.config.errors import ConfigError, did_you_mean
 from verl.config.sft_schema import SFTRootConfig
 
-__all__ = ["load_sft_config", "read_yaml_tree", "sft_config_to_yaml"]
+__all__ = ["apply_tree_overrides", "load_sft_config", "read_yaml_tree", "sft_config_to_yaml"]
 
 ALGORITHMS = ("sft", "dpo", "hybrid")
 HYBRID_LOSSES = ("sft", "dpo", "rl")
@@ -79,20 +79,21 @@ def _key_type(key: str) -> Any:
     return cls
 
 
-def _apply_overrides(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
+def apply_tree_overrides(tree: dict[str, Any], overrides: Sequence[str], check_keys: bool = True) -> dict[str, Any]:
+    """Hydra-grammar overrides on a plain tree (not modified): ``a.b=v`` (a mapping merges into a
+    mapping), ``+a.b=v``, ``~a.b``; sweeps and package overrides are refused.
 
-    try:
-        parsed = OverridesParser.create().parse_overrides(list(overrides))
-    except HydraException as e:
-        raise ConfigError(f"bad override: {e}") from None
+    ``check_keys``: refuse keys of no `SFTRootConfig` section (with the closest valid one); the
+    offline tools (`verl.config.offline`) check their sections themselves.
+    """
+    from verl.config.overrides import parse_overrides
+
     tree = merge_trees({}, tree)
-    for o in parsed:
+    for o in parse_overrides(overrides):
         key = o.key_or_group
         if o.package is not None or o.is_sweep_override():
             raise ConfigError(f"override '{o.input_line}': sweeps and package overrides are not supported")
-        if _key_type(key) is None:
+        if check_keys and _key_type(key) is None:
             parent, _, leaf = key.rpartition(".")
             siblings = _fields(_key_type(parent)) if parent and dataclasses.is_dataclass(_key_type(parent)) else _fields(SFTRootConfig)
             raise ConfigError(f"unknown key '{key}'" + did_you_mean(leaf, siblings))
@@ -211,7 +212,7 @@ def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (
             tree.setdefault("trainer", {})["experiment_name"] = Path(path).expanduser().stem
     if algorithm and "algorithm" not in (tree.get("trainer") or {}):
         tree.setdefault("trainer", {})["algorithm"] = algorithm
-    tree = _apply_overrides(tree, overrides)
+    tree = apply_tree_overrides(tree, overrides)
     _check_keys(tree, SFTRootConfig, "")
     try:
         cfg = OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(SFTRootConfig), tree))

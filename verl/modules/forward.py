@@ -129,12 +129,21 @@ def _packed_logprobs(module: nn.Module, head: nn.Linear | None, packed: PackedRe
         return _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature, head_recompute)
     check_packing_separates(module, lambda i, m, p: module(input_ids=i, attention_mask=m, position_ids=p,
                                                             use_cache=False).logits, device)
+    logits = _kept_logits(module, ids, None, pos, score_mask)
+    return logprobs_and_entropy_from_logits(logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy,
+                                            temperature=temperature)
+
+
+def _kept_logits(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                 position_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+    """`(K, V)` logits of the model's own forward at the K positions of the boolean `(rows, L)`
+    ``keep``, in row-major order: through ``logits_to_keep`` where this transformers takes a mask,
+    else from the full logits (`_logits_to_keep_takes_masks`)."""
     mask_keep = _logits_to_keep_takes_masks()
-    out = module(input_ids=ids, attention_mask=None, position_ids=pos, use_cache=False,
-                 logits_to_keep=score_mask if mask_keep else 0)
-    logits = out.logits if mask_keep else out.logits[score_mask]  # same row-major order of the kept positions
-    return logprobs_and_entropy_from_logits(logits.reshape(-1, logits.shape[-1]), labels, chunk_size=chunk_size,
-                                            compute_entropy=compute_entropy, temperature=temperature)
+    out = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
+                 logits_to_keep=keep if mask_keep else 0)
+    logits = out.logits if mask_keep else out.logits[keep]
+    return logits.reshape(-1, logits.shape[-1])
 
 
 def compute_token_log_probs(
@@ -186,12 +195,8 @@ def compute_token_log_probs(
     else:
         keep = torch.zeros_like(targets)
         keep[:, :-1] = targets[:, 1:]  # the position before each target, in the same row-major order
-        mask_keep = _logits_to_keep_takes_masks()
-        out = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-                     logits_to_keep=keep if mask_keep else 0)
-        logits = out.logits if mask_keep else out.logits[keep]
-        logp, _ = logprobs_and_entropy_from_logits(logits.reshape(-1, logits.shape[-1]), labels, chunk_size=chunk_size,
-                                                   compute_entropy=False)
+        logits = _kept_logits(module, input_ids, attention_mask, position_ids, keep)
+        logp, _ = logprobs_and_entropy_from_logits(logits, labels, chunk_size=chunk_size, compute_entropy=False)
     return logp.new_zeros(targets.shape).index_put((rows, cols), logp)
 
 

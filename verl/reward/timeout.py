@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -137,8 +138,6 @@ class TimeoutCaller:
 
     def _run_until_timeout(self, fn: Callable[..., Any], kwargs_list: list[dict[str, Any]]) -> list[CallOutcome]:
         """Outcomes of the calls in one thread, up to and including the first that times out."""
-        import time
-
         state = _Batch(time.monotonic())
 
         def work() -> None:

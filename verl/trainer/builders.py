@@ -134,6 +134,14 @@ def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
     return build(cfg, tokenizer)
 
 
+def check_device(cfg: RootConfig) -> None:
+    """Refuse ``trainer.device=cuda`` where torch sees no CUDA device (a one-line `ConfigError`)."""
+    if cfg.trainer.device == "cuda" and not torch.cuda.is_available():
+        from verl.config import ConfigError
+
+        raise ConfigError("trainer.device: 'cuda' but no CUDA device is available here; use trainer.device=cpu")
+
+
 def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     """Build every part of a run from the root config (models are loaded here, after validation)."""
     from verl.config import save_config
@@ -143,10 +151,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     from verl.trainer.tracking import Tracking
     from verl.workers.fsdp_workers import ActorRolloutRefWorker, CriticWorker, RewardModelWorker
 
-    if cfg.trainer.device == "cuda" and not torch.cuda.is_available():
-        from verl.config import ConfigError
-
-        raise ConfigError("trainer.device: 'cuda' but no CUDA device is available here; use trainer.device=cpu")
+    check_device(cfg)
     seed_everything(cfg.trainer.seed)
     tokenizer = load_run_tokenizer(cfg)  # a missing tokenizer / model is a one-line error naming its key
     prepare_run(cfg, tokenizer)  # pre-flight checks (verl.trainer.preflight), before any model loads

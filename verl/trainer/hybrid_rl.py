@@ -31,6 +31,7 @@ from verl.engine.base import GlobalCounts, MicroBatchSpec
 from verl.engine.dist import dp_rank, dp_world_size
 from verl.protocol import DataProto, collate_fn
 from verl.trainer.hybrid_streams import StepSampler
+from verl.workers.rollout.sampling import derive_seeds
 
 __all__ = ["RLStream"]
 
@@ -105,9 +106,7 @@ class RLStream:
         gen = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=["uid"])
         gen = gen.repeat(n, interleave=True)
         # one seed per (step, global trajectory index): samples do not depend on the number of ranks
-        state = np.random.SeedSequence([self.seed, step, 7]).generate_state(len(gen) * dp_world_size(), dtype=np.uint64)
-        state = state[first * n : first * n + len(gen)]
-        gen.batch["sample_seeds"] = torch.from_numpy((state >> np.uint64(1)).astype(np.int64))
+        gen.batch["sample_seeds"] = derive_seeds([self.seed, step, 7], len(gen) * dp_world_size())[first * n : first * n + len(gen)]
         gen.meta_info.update({"pad_token_id": self.tokenizer.pad_token_id, "validate": False, "global_step": step})
         self.rollout.sync_weights(self.engine, force=True)
         out = self.rollout.generate_sequences(gen)

@@ -82,12 +82,19 @@ def _device_of(module: torch.nn.Module) -> torch.device:
     return next(module.parameters()).device
 
 
+def _micro_log_probs(module: torch.nn.Module, micro: DataProto, prefix: str,
+                     remove_padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """`token_log_probs` `(b, T − 1)` of a micro-batch's ``<prefix>`` rows and their ``loss_mask`` `(b, T)`,
+    on the module's device."""
+    b, dev = micro.batch, _device_of(module)
+    ids, attn, pos, mask = (b[f"{prefix}{k}"].to(dev) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask"))
+    return token_log_probs(module, ids, attn, pos, mask, remove_padding), mask
+
+
 def sequence_logps(module: torch.nn.Module, micro: DataProto, prefix: str, length_normalize: bool,
                    remove_padding: bool = False) -> torch.Tensor:
     """Σ (or mean, ``length_normalize``) of the response-token log-probs of each row, `(B,)`."""
-    b, dev = micro.batch, _device_of(module)
-    ids, attn, pos, mask = (b[f"{prefix}{k}"].to(dev) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask"))
-    lp = token_log_probs(module, ids, attn, pos, mask, remove_padding)
+    lp, mask = _micro_log_probs(module, micro, prefix, remove_padding)
     m = mask[:, 1:].to(lp.dtype)
     total = (lp * m).sum(-1)
     return total / m.sum(-1).clamp(min=1) if length_normalize else total
@@ -123,20 +130,14 @@ class SFTStream:
     def loss_fn(self, weight: float) -> Callable[[torch.nn.Module, DataProto, GlobalCounts], tuple[torch.Tensor, dict[str, float]]]:
         """``weight ·`` the SFT loss of a micro-batch; metric ``loss`` sums to the step's token-mean NLL."""
         def fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, float]]:
-            lp, mask = self._log_probs(module, micro)
+            lp, mask = _micro_log_probs(module, micro, "", self.remove_padding)
             loss, m = sft_loss(lp, mask[:, 1:], counts.tokens)
             return weight * loss, {"loss": float(loss.detach()), "tokens": m["tokens"]}
         return fn
 
-    def _log_probs(self, module: torch.nn.Module, micro: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
-        """`token_log_probs` of a micro-batch `(b, T − 1)` and its ``loss_mask`` `(b, T)` on the module's device."""
-        b, dev = micro.batch, _device_of(module)
-        ids, attn, pos, mask = (b[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask"))
-        return token_log_probs(module, ids, attn, pos, mask, self.remove_padding), mask
-
     def eval_forward(self, module: torch.nn.Module, micro: DataProto) -> dict[str, torch.Tensor]:
         """Per-row summed NLL and token count (validation loss = Σ nll / Σ tokens)."""
-        lp, mask = self._log_probs(module, micro)
+        lp, mask = _micro_log_probs(module, micro, "", self.remove_padding)
         m = mask[:, 1:].to(lp.dtype)
         return {"nll": -(lp * m).sum(-1), "tokens": m.sum(-1)}
 

@@ -42,11 +42,11 @@ USAGE = __doc__.split("\n\n")[1]
 
 
 def _responses(value: Any) -> list[str] | None:
+    """A row's responses as a list: one string, or a non-empty sequence of strings (a list, or the
+    numpy array a pandas-written parquet gives); None for anything else."""
     if isinstance(value, str):
         return [value]
-    if isinstance(value, (list, tuple)) and value and all(isinstance(x, str) for x in value):
-        return list(value)
-    try:  # numpy arrays of strings (pandas-written parquet)
+    try:
         items = list(value)
     except TypeError:
         return None
@@ -95,7 +95,10 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
         parsed.append((source, responses, rm["ground_truth"], row.get("extra_info")))
     fn = load_custom_reward_fn(f.path, f.name, dict(f.reward_kwargs))
     if fn is None:
+        first_row: dict[str, int] = {}  # each data source once, at its first row (file order)
         for i, (source, *_rest) in enumerate(parsed):
+            first_row.setdefault(source, i)
+        for source, i in first_row.items():
             try:
                 check_data_sources([source])
             except RegistryError as e:

@@ -39,7 +39,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
 __all__ = ["check_output_path", "generate", "main", "read_data_rows", "sample_seeds"]
@@ -49,9 +48,9 @@ USAGE = __doc__.split("\n\n")[1]
 
 def sample_seeds(seed: int, rows: Sequence[int], n_samples: int) -> torch.Tensor:
     """`(len(rows) · n,)` int64 seeds, row-major (row i's samples 0..n−1 together): ``SeedSequence((seed, i, s))``."""
-    out = [np.random.SeedSequence([seed, i, s]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1)
-           for i in rows for s in range(n_samples)]
-    return torch.tensor(np.array(out, dtype=np.uint64).astype(np.int64))
+    from verl.workers.rollout.sampling import derive_seeds
+
+    return torch.cat([derive_seeds([seed, i, s], 1) for i in rows for s in range(n_samples)])
 
 
 def read_data_rows(path: str, key: str = "data.path") -> tuple[list[dict[str, Any]], list[str]]:
@@ -228,6 +227,7 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
             ``trainer.device=cuda`` without CUDA.
     """
     from verl.modules import create_model
+    from verl.trainer.builders import check_device
     from verl.trainer.model_access import load_run_tokenizer, read_model_config
     from verl.utils.errors import ModelError
     from verl.workers.rollout import build_rollout_engine
@@ -235,10 +235,7 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     d, rl = cfg.data, cfg.rl
     model_cfg, ro = rl.actor_rollout_ref.model, rl.actor_rollout_ref.rollout
     model_cfg.trust_remote_code = model_cfg.trust_remote_code or d.trust_remote_code
-    if rl.trainer.device == "cuda" and not torch.cuda.is_available():
-        from verl.config.errors import ConfigError
-
-        raise ConfigError("trainer.device=cuda: this torch sees no CUDA device; use trainer.device=cpu")
+    check_device(rl)
     check_output_path(d.output_path)
     if cfg.ignored:
         log(f"note: ignored by verl generate (they configure training-side work it does not do): {', '.join(cfg.ignored)}")

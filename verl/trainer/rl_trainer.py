@@ -34,6 +34,7 @@ from verl.trainer.rollout_corr import rollout_correction_stage
 from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.tracking import progress_bar, update_bar
 from verl.trainer.val_loop import run_validation
+from verl.workers.rollout.sampling import derive_seeds
 from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
 
 logger = logging.getLogger(__name__)
@@ -253,8 +254,7 @@ class RLTrainer:
         number of workers, or on whether the run was resumed (see `verl.workers.rollout.sampling`).
         """
         key = [self.config.trainer.seed, self.global_step, sum(map(ord, purpose)) * 131 + len(purpose)]
-        state = np.random.SeedSequence(key).generate_state(len(gen), dtype=np.uint64)
-        gen.batch["sample_seeds"] = torch.from_numpy((state >> np.uint64(1)).astype(np.int64))
+        gen.batch["sample_seeds"] = derive_seeds(key, len(gen))
         return gen
 
     def _greedy_baselines(self, gen_batch: DataProto, batch: DataProto) -> torch.Tensor:

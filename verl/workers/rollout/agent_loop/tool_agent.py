@@ -27,11 +27,11 @@ import asyncio
 import uuid
 from typing import Any
 
-import numpy as np
 
 from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
 from verl.workers.rollout.agent_loop.chat import ChatTemplate
 from verl.workers.rollout.request import TokenRequest
+from verl.workers.rollout.sampling import derive_seeds
 
 __all__ = ["ToolAgentLoop", "turn_seed"]
 
@@ -40,7 +40,7 @@ def turn_seed(seed: int | None, turn: int) -> int | None:
     """Sampling seed of assistant turn ``turn`` (0-based): the row's own seed for turn 0."""
     if seed is None or turn == 0:
         return seed
-    return int(np.random.SeedSequence([int(seed) % (2**63), turn]).generate_state(1, dtype=np.uint64)[0] >> np.uint64(1))
+    return int(derive_seeds([int(seed) % (2**63), turn], 1)[0])
 
 
 @AGENT_LOOPS.register("tool_agent")
