@@ -123,6 +123,10 @@ class DataProtoItem:
     non_tensor_batch: dict[str, Any] = field(default_factory=dict)
     meta_info: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.non_tensor_batch = {} if self.non_tensor_batch is None else self.non_tensor_batch
+        self.meta_info = {} if self.meta_info is None else self.meta_info
+
 
 @dataclass(eq=False)
 class DataProto:
@@ -130,8 +134,10 @@ class DataProto:
 
     Attributes:
         batch: TensorDict with ``batch_size=[N]`` (or None when there are no tensors).
-        non_tensor_batch: per-sample values, each an ``np.ndarray`` of length N.
-        meta_info: batch-level information; ``meta_info["metrics"]`` is merged by `concat`.
+        non_tensor_batch: per-sample values, each an ``np.ndarray`` of length N (None is
+            taken as ``{}``, as in verl).
+        meta_info: batch-level information; ``meta_info["metrics"]`` is merged by `concat`
+            (None is taken as ``{}``).
 
     Indexing with a slice, an index list/array/tensor or a boolean mask returns a new
     DataProto. Indexing with an int raises TypeError: use ``data[i:i + 1]`` for a one-row
@@ -143,7 +149,10 @@ class DataProto:
     meta_info: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.non_tensor_batch = {k: _to_object_array(v) for k, v in self.non_tensor_batch.items()}
+        # verl accepts None for the optional dicts (``DataProto(batch=td, non_tensor_batch=None)``)
+        self.non_tensor_batch = {k: _to_object_array(v) for k, v in (self.non_tensor_batch or {}).items()}
+        if self.meta_info is None:
+            self.meta_info = {}
         self.check_consistency()
 
     # ----------------------------------------------------------------- construction

@@ -319,3 +319,13 @@ def test_from_verl_import_data_proto():
     from verl import DataProto as Exported
 
     assert Exported is DataProto
+
+
+def test_none_optional_dicts_are_empty():
+    td = TensorDict({"x": torch.arange(3)}, batch_size=[3])
+    d = DataProto(batch=td, non_tensor_batch=None, meta_info=None)
+    assert len(d) == 3 and d.non_tensor_batch == {} and d.meta_info == {}
+    assert len(d[0:2]) == 2 and len(DataProto.concat([d, d])) == 6
+    assert len(DataProto(non_tensor_batch=None)) == 0
+    item = protocol.DataProtoItem(batch=None, non_tensor_batch=None, meta_info=None)
+    assert item.non_tensor_batch == {} and item.meta_info == {}
