@@ -6,7 +6,8 @@ expected to reproduce it. Answers are compared as exact numbers, so ``"42.0"``, 
 (``9{,}500``, ``9\,500``) is part of the number. A ground truth that is not a number is a data
 error (ValueError, counted by the reward manager as a reward error), never a silent 0.
 
-The whole response is always searched (known fault B19: a scorer that only looked at the last N
+Reasoning is removed first (:func:`verl.utils.reasoning.strip_reasoning`): a ``#### N`` inside
+``<think>...</think>`` is a draft, not the answer. The rest of the response is always searched (known fault B19: a scorer that only looked at the last N
 characters dropped a correct ``#### 42`` followed by a long tail).
 
 Reference: Cobbe et al., "Training Verifiers to Solve Math Word Problems", 2021
@@ -19,6 +20,7 @@ import re
 from typing import Literal
 
 from verl.reward.scorers._numbers import NUMBER_PATTERN, find_numbers, parse_number
+from verl.utils.reasoning import strip_reasoning
 
 # "#### $1,000" or "####-3": optional spaces and dollar sign between the marker and the number.
 _MARKER = "####"
@@ -35,6 +37,8 @@ def normalize_separators(text: str) -> str:
 def extract_answer(solution_str: str, method: Literal["strict", "flexible"] = "strict") -> str | None:
     """Extracts the final answer string of a GSM8K-style response.
 
+    Reasoning blocks are removed first (:func:`~verl.utils.reasoning.strip_reasoning`).
+
     Args:
         solution_str: Decoded response text (never the prompt, see B21).
         method: ``"strict"`` takes the number right after the LAST ``####`` marker (None when
@@ -47,7 +51,7 @@ def extract_answer(solution_str: str, method: Literal["strict", "flexible"] = "s
     Raises:
         ValueError: If ``method`` is not ``"strict"`` or ``"flexible"``.
     """
-    solution_str = normalize_separators(solution_str)
+    solution_str = normalize_separators(strip_reasoning(solution_str))
     if method == "strict":
         pos = solution_str.rfind(_MARKER)
         if pos < 0:

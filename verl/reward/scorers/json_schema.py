@@ -7,8 +7,10 @@ The ground truth (``reward_model.ground_truth``) is a dict, or a JSON string of 
 Three parts, each in [0, 1], reported as ``reward/json_valid``, ``reward/schema_valid`` and
 ``reward/fields_correct``:
 
-* ``json_valid``: the response is JSON — the whole text, else the last fenced block
-  (`````json ... ````` or ````` ... `````);
+* ``json_valid``: the answer is JSON — the whole text, else the last fenced block
+  (`````json ... ````` or ````` ... `````); the answer is the response without its reasoning
+  (:func:`verl.utils.reasoning.strip_reasoning`: a draft inside ``<think>...</think>`` never
+  counts, an unclosed ``<think>`` leaves no answer);
 * ``schema_valid``: that JSON validates against ``schema`` (the ``jsonschema`` library, the
   draft the schema's ``$schema`` names, else the latest);
 * ``fields_correct``: the share of ``expected``'s leaf fields (nested objects are walked; lists
@@ -29,6 +31,8 @@ from typing import Any
 
 import jsonschema
 
+from verl.utils.reasoning import strip_reasoning
+
 __all__ = ["compute_score", "extract_json", "field_accuracy"]
 
 _FENCE_RE = re.compile(r"```(?:json|JSON)?\s*\n(.*?)```", re.DOTALL)
@@ -36,11 +40,15 @@ _MISSING = object()
 
 
 def extract_json(text: str) -> tuple[bool, Any]:
-    """Parses the JSON of a response: the whole stripped text, else the last fenced block.
+    """Parses the JSON answer of a response: the whole text, else the last fenced block.
+
+    Reasoning is removed first (:func:`~verl.utils.reasoning.strip_reasoning`), so JSON inside
+    ``<think>...</think>`` is never read and a bare JSON answer after ``</think>`` is.
 
     Returns:
         ``(True, value)`` when parsed, else ``(False, None)``.
     """
+    text = strip_reasoning(text)
     candidates = [text.strip()] + [m.group(1).strip() for m in reversed(list(_FENCE_RE.finditer(text)))]
     for candidate in candidates:
         if not candidate:

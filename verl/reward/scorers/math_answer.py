@@ -2,6 +2,8 @@
 
 Pipeline (each step short-circuits the next):
 
+0. Reasoning is removed (:func:`verl.utils.reasoning.strip_reasoning`): a box inside
+   ``<think>...</think>`` is a draft, never the answer.
 1. Extraction: the LAST ``\\boxed{...}`` or ``\\fbox{...}`` with a balanced brace scan, so nested
    answers like ``\\boxed{\\frac{1}{2}}`` are kept whole (B22). An unbalanced last box yields no
    answer (score 0.0, never an exception).
@@ -26,6 +28,7 @@ from __future__ import annotations
 import re
 
 from verl.reward.scorers._numbers import numbers_equal, parse_number
+from verl.utils.reasoning import strip_reasoning
 
 _BOX_COMMANDS = ("\\boxed", "\\fbox")
 _UNWRAP_RE = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
@@ -162,7 +165,7 @@ def compute_score(
 ) -> float:
     """Scores a response whose final answer is in ``\\boxed{}`` against the reference.
 
-    ``score`` if the last box is equivalent to ``ground_truth``; ``format_score`` (a format
+    ``score`` if the last box outside reasoning is equivalent to ``ground_truth``; ``format_score`` (a format
     bonus, default 0) if a box is present but wrong; 0.0 without a box. The bonus only ever
     looks at ``solution_str``, which the reward manager decodes from response tokens only (B21).
 
@@ -176,7 +179,7 @@ def compute_score(
     Returns:
         The reward.
     """
-    answer = last_boxed_answer(solution_str)
+    answer = last_boxed_answer(strip_reasoning(solution_str))
     if answer is None:
         return 0.0
     return score if is_equiv(answer, str(ground_truth)) else format_score
@@ -191,7 +194,7 @@ def compute_score_with_pred(solution_str: str, ground_truth: str, format_score: 
     """
     if not str(ground_truth).strip():
         raise ValueError("math: the ground truth is empty")
-    answer = last_boxed_answer(solution_str)
+    answer = last_boxed_answer(strip_reasoning(solution_str))
     correct = answer is not None and is_equiv(answer, str(ground_truth))
     value = score if correct else (format_score if answer is not None else 0.0)
     return {"score": value, "acc": bool(correct), "pred": normalize_answer(answer) if answer is not None else ""}

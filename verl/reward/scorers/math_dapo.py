@@ -4,8 +4,10 @@ DAPO's prompts (Yu et al. 2025, arXiv 2503.14476, the DAPO-Math-17k data) end wi
 line of your response should be of the form Answer: $Answer". The reward is the binary
 correctness of that line mapped to {+1, -1} (a missing or wrong answer is -1); the scorer
 reports ``acc`` (bool) and ``pred`` (the extracted answer, "[INVALID]" when none) so that
-validation can take majority votes on answers. Only the last 300 characters of the response
-are searched, as in verl's ``math_dapo`` (the answer line is the last line by instruction).
+validation can take majority votes on answers. Reasoning is removed first
+(:func:`verl.utils.reasoning.strip_reasoning`: an ``Answer:`` line inside ``<think>...</think>``
+is a draft); then only the last 300 characters are searched, as in verl's ``math_dapo`` (the
+answer line is the last line by instruction).
 
 Answers are normalised before comparison (``$``, ``\\boxed{}``, ``\\text{}``, units and words
 such as "degrees", spaces, a trailing period, thousands commas), then compared as strings, and
@@ -20,6 +22,7 @@ from typing import Any
 
 from verl.reward.scorers._numbers import numbers_equal, parse_number
 from verl.reward.scorers.math_answer import last_boxed_answer
+from verl.utils.reasoning import strip_reasoning
 
 __all__ = ["compute_score", "extract_answer", "normalize_final_answer"]
 
@@ -51,8 +54,8 @@ def normalize_final_answer(answer: str) -> str:
 
 
 def extract_answer(solution_str: str, strict_box_verify: bool = False) -> str | None:
-    """The normalised answer of the last ``Answer:`` line (or last ``\\boxed{}`` when strict)."""
-    tail = solution_str[-TAIL_CHARS:]
+    """The normalised answer of the last ``Answer:`` line (or last ``\\boxed{}`` when strict), outside reasoning."""
+    tail = strip_reasoning(solution_str)[-TAIL_CHARS:]
     if strict_box_verify:
         boxed = last_boxed_answer(tail)
         return None if boxed is None else normalize_final_answer(boxed)

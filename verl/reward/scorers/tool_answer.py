@@ -6,6 +6,8 @@ Only the model's own words may earn the reward: every ``<tool_call>...</tool_cal
 ``<tool_response>...</tool_response>`` block (Hermes / Qwen2.5 markup; an unclosed block runs to
 the end) is removed first, then the last integer left must equal ``ground_truth`` (1.0, else
 0.0). So a trajectory that stops right after the tool answered scores 0, not the tool's number.
+Reasoning (``<think>...</think>``, :func:`verl.utils.reasoning.strip_reasoning`) is removed
+before the tool blocks, so a draft call inside it never swallows the answer after it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import re
 
 from verl.reward.scorers.arithmetic import extract_answer
+from verl.utils.reasoning import strip_reasoning
 
 __all__ = ["compute_score", "strip_tool_blocks"]
 
@@ -25,10 +28,10 @@ def strip_tool_blocks(text: str) -> str:
 
 
 def compute_score(solution_str: str, ground_truth: str, **kwargs: object) -> float:
-    """1.0 if the last integer outside tool blocks equals ``int(ground_truth)``, else 0.0.
+    """1.0 if the last integer outside reasoning and tool blocks equals ``int(ground_truth)``, else 0.0.
 
     Raises:
         ValueError: ``ground_truth`` is not an integer string (a data bug).
     """
-    answer = extract_answer(strip_tool_blocks(solution_str))
+    answer = extract_answer(strip_tool_blocks(strip_reasoning(solution_str)))
     return 1.0 if answer is not None and answer == int(str(ground_truth).strip()) else 0.0
