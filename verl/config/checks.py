@@ -217,6 +217,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         one_of("resume_mode", C.RESUME_MODES),
         ge("max_actor_ckpt_to_keep", 1),
         ge("max_critic_ckpt_to_keep", 1),
+        ge("rollout_data_max_rows", 1),
     ],
 }
 

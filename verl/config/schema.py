@@ -850,7 +850,12 @@ class TrainerConfig:
     # Write a PNG plot of reward and accuracy over steps at the end.
     rollout_data_dir: Optional[str] = None
     # Directory for each step's trajectories as <step>.jsonl (prompt, response, turns, tool calls,
-    # score); None = not written.
+    # score, score details) and <step>.tokens.npz (token ids and pieces, response_mask, rollout and
+    # training log-probs, entropy, advantages), read by `verl view DIR`; None = not written. Set,
+    # it makes the old-log-prob forward run on every step (the dump needs its log-probs and entropy).
+    rollout_data_max_rows: Optional[int] = None
+    # At most this many trajectories per step in those dumps (>= 1), whole groups of a prompt
+    # first in batch order; None = every trajectory.
     hang_timeout_s: Optional[float] = None
     # Hang watchdog floor F in seconds: a worker-group call is hung after max(F, 10 x the median
     # of that method's earlier calls), a method's first call after 10 x F; then every worker's

@@ -29,13 +29,14 @@ from verl.trainer.metrics import (
     reduce_worker_metrics,
     timer,
 )
+from verl.trainer.ppo.dumps import dump_rollout_data
 from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.rollout_corr import rollout_correction_stage
 from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.tracking import progress_bar, update_bar
 from verl.trainer.val_loop import run_validation
 from verl.workers.rollout.sampling import derive_seeds
-from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
+from verl.workers.rollout.trajectories import agent_loop_metrics
 
 logger = logging.getLogger(__name__)
 REWARD_FAILURE_PATIENCE = 3
@@ -197,10 +198,12 @@ class RLTrainer:
                 self._pending_timing = {}
             if cfg.trainer.balance_batch and p.world_size > 1:
                 metrics.update(self._balance_batch(batch))
+            entropys = None
             if not self._reuse_old_log_probs():
                 with timer("old_log_prob", timing):
                     old = p.actor_rollout_wg.compute_log_prob(batch)
-                metrics.update(compute_rollout_entropy_metrics(old.batch["entropys"], batch.batch["response_mask"]))
+                entropys = old.batch["entropys"]
+                metrics.update(compute_rollout_entropy_metrics(entropys, batch.batch["response_mask"]))
                 batch.union(old.select(batch_keys=["old_log_probs"]))
             if self._use_reference():
                 with timer("ref", timing):
@@ -220,7 +223,9 @@ class RLTrainer:
                     out = p.actor_rollout_wg.update_actor(batch)
                 metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
         if cfg.trainer.rollout_data_dir:
-            dump_trajectories(batch, p.tokenizer, cfg.trainer.rollout_data_dir, self.global_step + 1)
+            dump_rollout_data(batch, p.tokenizer, cfg.trainer.rollout_data_dir, self.global_step + 1,
+                              max_rows=cfg.trainer.rollout_data_max_rows, entropys=entropys,
+                              score_keys=sorted(self._reward_keys), policy_version=self.global_step)
         metrics.update(compute_data_metrics(batch, use_critic=p.critic_wg is not None))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_memory_metrics(cfg.trainer.device))
@@ -363,13 +368,14 @@ class RLTrainer:
         """On-policy steps take old log-probs from the update forward (`reuses_old_log_probs`).
 
         Never with ``algorithm.rollout_correction`` active: its weights compare the recomputed
-        old log-probs with the rollout's, which must exist before the update.
+        old log-probs with the rollout's, which must exist before the update; nor with
+        ``trainer.rollout_data_dir``, whose dump holds the training log-probs and entropy.
         """
         from verl.workers.actor import reuses_old_log_probs
 
         cfg = self.config
         rc = cfg.algorithm.rollout_correction
-        if rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode:
+        if rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode or cfg.trainer.rollout_data_dir:
             return False
         return reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
 

@@ -5,6 +5,14 @@ Each dump is ``<dir>/<global_step>.jsonl``, one JSON object per trajectory with 
 (prompt text), ``output`` (response text), ``score`` (sequence score), ``step`` and, when known,
 ``gts`` (ground truth) and every per-sample value the reward manager reported.
 
+Rollout dumps (`dump_rollout_data`) add, per trajectory, ``prompt_length``, ``response_length``
+(valid tokens), ``truncated`` (the response filled ``max_response_length``, verl's clip-ratio
+test), ``policy_version`` (the number of optimizer steps before the rollout; with verl's async
+keys ``min_global_steps`` / ``max_global_steps`` those are written instead) and, beside the
+JSONL, ``<dir>/<global_step>.tokens.npz`` (`TOKEN_ARRAYS`), the token-level view of the same
+rows in the same order, read by ``verl view``. ``trainer.rollout_data_max_rows`` bounds both
+files (`select_dump_rows`).
+
 ``log_val_generations = N`` logs N validation samples per validation: the samples are sorted
 by input, shuffled with ``RandomState(42)`` (the same N prompts every time, as in verl) and the
 first N are printed and appended to ``<trainer.output_dir>/val_generations.jsonl``.
@@ -19,8 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
-__all__ = ["decode_io", "dump_generations", "pick_val_generations"]
+__all__ = ["TOKEN_ARRAYS", "decode_io", "dump_generations", "dump_rollout_data", "pick_val_generations", "select_dump_rows"]
 
 logger = logging.getLogger(__name__)
 
@@ -79,3 +88,121 @@ def log_val_generations(samples: list[tuple[str, str, float]], step: int, output
             f.write(json.dumps({"step": step, "input": inp, "output": outp, "score": score}, ensure_ascii=False) + "\n")
     for inp, outp, score in samples:
         print(f"[val generation step {step}] score={score:.3g}\n  input: {inp!r}\n  output: {outp!r}", flush=True)
+
+
+TOKEN_ARRAYS: dict[str, str] = {
+    "prompt_ids": "(sum P_i,) int32 valid prompt tokens of every row, concatenated",
+    "prompt_offsets": "(B+1,) int64 row i's prompt tokens are prompt_ids[prompt_offsets[i]:prompt_offsets[i+1]]",
+    "response_ids": "(sum R_i,) int32 valid response tokens (model, tool and user turns), concatenated",
+    "response_offsets": "(B+1,) int64 row i's slice of every per-response-token array",
+    "response_mask": "(sum R_i,) uint8 1 on tokens the loss trains on, 0 on tool / user turns",
+    "response_pad": "(B,) int32 padding positions after the valid response (max_response_length - R_i)",
+    "rollout_log_probs": "(sum R_i,) float32 log-prob of each token under the rollout engine (when it reports them)",
+    "old_log_probs": "(sum R_i,) float32 log-prob under the training engine before the update",
+    "entropys": "(sum R_i,) float32 entropy (nats) of the training policy at each position",
+    "advantages": "(sum R_i,) float32 advantage of each token",
+    "vocab_ids": "(V_d,) int32 the distinct token ids of the dump, sorted",
+    "vocab_offsets": "(V_d+1,) int64 piece j is vocab_bytes[vocab_offsets[j]:vocab_offsets[j+1]] (UTF-8)",
+    "vocab_bytes": "(sum,) uint8 the decoded text piece of every distinct token id",
+}
+"""Arrays of ``<step>.tokens.npz``; the four float arrays are present when the batch has them."""
+
+_FLOAT_KEYS = ("rollout_log_probs", "old_log_probs", "entropys", "advantages")
+
+
+def select_dump_rows(uids: Sequence[Any], max_rows: int | None) -> np.ndarray:
+    """Rows to dump: whole groups (same ``uid``) in order of first appearance, at most ``max_rows``.
+
+    Args:
+        uids: `(B,)` group id of every row.
+        max_rows: the bound (``trainer.rollout_data_max_rows``); None = every row. When the first
+            group alone is larger, its first ``max_rows`` rows are kept.
+
+    Returns:
+        `(K,)` int64 row indices, grouped by uid, each group in batch order.
+    """
+    groups: dict[Any, list[int]] = {}
+    for i, u in enumerate(uids):
+        groups.setdefault(u, []).append(i)
+    out: list[int] = []
+    for rows in groups.values():
+        if max_rows is not None and len(out) + len(rows) > max_rows:
+            if not out:
+                out = rows[:max_rows]
+            break
+        out.extend(rows)
+    return np.asarray(out, dtype=np.int64)
+
+
+def _pieces(tokenizer: Any, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """UTF-8 text piece of each id (``decode([id])``, special tokens kept) as (offsets, bytes)."""
+    pieces = tokenizer.batch_decode([[int(i)] for i in ids], skip_special_tokens=False) if len(ids) else []
+    blobs = [p.encode("utf-8", "replace") for p in pieces]
+    offsets = np.zeros(len(blobs) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in blobs])
+    return offsets, np.frombuffer(b"".join(blobs), dtype=np.uint8)
+
+
+def _ragged(rows: list[torch.Tensor], dtype: Any) -> np.ndarray:
+    return np.concatenate([r.cpu().numpy().astype(dtype) for r in rows]) if rows else np.zeros(0, dtype)
+
+
+def dump_rollout_data(batch: Any, tokenizer: Any, directory: str | Path, step: int, *, max_rows: int | None = None,
+                      entropys: torch.Tensor | None = None, score_keys: Sequence[str] = (),
+                      policy_version: int | None = None) -> tuple[Path, Path]:
+    """Write ``<directory>/<step>.jsonl`` and ``<directory>/<step>.tokens.npz`` (module docstring).
+
+    Args:
+        batch: the step's trained `DataProto`: ``prompts`` `(B, P)`, ``responses`` /
+            ``response_mask`` `(B, R)`, ``attention_mask`` `(B, P+R)`, and any of
+            ``rollout_log_probs``, ``old_log_probs``, ``advantages`` `(B, R)`.
+        tokenizer: decodes texts and token pieces.
+        directory: ``trainer.rollout_data_dir``.
+        step: the global step (1-based) that trained on this batch; names the files.
+        max_rows: ``trainer.rollout_data_max_rows`` (`select_dump_rows`).
+        entropys: `(B, R)` per-token entropy from the old-log-prob forward, when it ran.
+        score_keys: per-sample reward values in ``non_tensor_batch`` (acc, pred, ...), written
+            under their names, as verl writes the reward's extra infos.
+        policy_version: optimizer steps applied before this rollout (``global_step - 1``).
+
+    Returns:
+        The JSONL and the NPZ paths.
+    """
+    from verl.workers.rollout.trajectories import dump_trajectories
+
+    keep = select_dump_rows(batch.non_tensor_batch["uid"] if "uid" in batch.non_tensor_batch else range(len(batch)), max_rows)
+    sub = batch[keep] if len(keep) < len(batch) else batch
+    b, ntb = sub.batch, sub.non_tensor_batch
+    width = b["prompts"].shape[1]
+    pmask, rmask = b["attention_mask"][:, :width].bool(), b["attention_mask"][:, width:].bool()
+    prompts = [b["prompts"][i][pmask[i]] for i in range(len(sub))]
+    valid = [rmask[i] for i in range(len(sub))]
+    responses = [b["responses"][i][valid[i]] for i in range(len(sub))]
+    resp_len = np.asarray([len(r) for r in responses], dtype=np.int64)
+    extra: dict[str, Any] = {k: ntb[k] for k in score_keys if k in ntb}
+    extra.update(prompt_length=[len(p) for p in prompts], response_length=resp_len.tolist(),
+                 truncated=[bool(n >= b["responses"].shape[1]) for n in resp_len])
+    if "min_global_steps" in ntb:  # verl's async trainers: the policy versions a trajectory spans
+        extra.update(min_global_steps=ntb["min_global_steps"], max_global_steps=ntb.get("max_global_steps", ntb["min_global_steps"]))
+    elif policy_version is not None:
+        extra["policy_version"] = [policy_version] * len(sub)
+    jsonl = dump_trajectories(sub, tokenizer, directory, step, extra=extra)
+
+    arrays: dict[str, np.ndarray] = {
+        "prompt_ids": _ragged(prompts, np.int32), "response_ids": _ragged(responses, np.int32),
+        "prompt_offsets": np.concatenate([[0], np.cumsum([len(p) for p in prompts])]).astype(np.int64),
+        "response_offsets": np.concatenate([[0], np.cumsum(resp_len)]).astype(np.int64),
+        "response_pad": (b["responses"].shape[1] - resp_len).astype(np.int32),
+        "response_mask": _ragged([b["response_mask"][i][valid[i]] for i in range(len(sub))], np.uint8),
+    }
+    per_token = {k: b[k] for k in _FLOAT_KEYS if k in b.keys()}
+    if entropys is not None:
+        per_token["entropys"] = entropys[torch.as_tensor(keep)] if len(keep) < len(batch) else entropys
+    for key, value in per_token.items():
+        arrays[key] = _ragged([value[i][valid[i]].float() for i in range(len(sub))], np.float32)
+    vocab = np.unique(np.concatenate([arrays["prompt_ids"], arrays["response_ids"]]))
+    arrays["vocab_ids"] = vocab.astype(np.int32)
+    arrays["vocab_offsets"], arrays["vocab_bytes"] = _pieces(tokenizer, vocab)
+    npz = Path(directory) / f"{step}.tokens.npz"
+    np.savez_compressed(npz, **arrays)
+    return jsonl, npz

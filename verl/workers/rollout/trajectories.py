@@ -55,7 +55,8 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
-def dump_trajectories(batch: DataProto, tokenizer: Any, out_dir: str | Path, step: int) -> Path:
+def dump_trajectories(batch: DataProto, tokenizer: Any, out_dir: str | Path, step: int,
+                      extra: dict[str, Any] | None = None) -> Path:
     """Write ``<out_dir>/<step>.jsonl``: one line per trajectory of the scored batch.
 
     verl's fields: ``input`` (prompt text), ``output`` (every response token after the prompt,
@@ -63,6 +64,10 @@ def dump_trajectories(batch: DataProto, tokenizer: Any, out_dir: str | Path, ste
     ``token_level_scores``), ``step``; then ``uid``, ``data_source``, ``num_turns`` and, for
     agent-loop batches, ``tool_calls`` (name, arguments, status), ``messages`` (the conversation),
     ``tool_rewards`` and ``turn_scores``.
+
+    Args:
+        extra: more per-row fields, each a sequence of length ``len(batch)`` written under its
+            key (as verl writes the reward's extra infos); other lengths are skipped.
 
     Returns:
         The file written.
@@ -91,5 +96,8 @@ def dump_trajectories(batch: DataProto, tokenizer: Any, out_dir: str | Path, ste
             for key in ("tool_calls", "messages", "tool_rewards", "turn_scores"):
                 if key in ntb:
                     row[key] = _jsonable(ntb[key][i])
+            for key, values in (extra or {}).items():
+                if len(values) == len(batch):
+                    row[key] = _jsonable(values[i])
             f.write(json.dumps(row, default=str, ensure_ascii=False) + "\n")
     return file
