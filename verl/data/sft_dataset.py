@@ -31,10 +31,14 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from verl.utils.errors import DataError
+
 __all__ = [
     "SFTDataset",
+    "check_rows",
     "collate_right_padded",
     "extract_field",
+    "read_labelled_sft_rows",
     "read_sft_rows",
     "tokenize_conversation",
     "tokenize_prompt_response",
@@ -45,28 +49,49 @@ SFT_TRUNCATION_MODES = ("error", "left", "right")
 
 
 def read_sft_rows(files: Sequence[str]) -> list[dict[str, Any]]:
-    """Rows of every file (parquet, jsonl or ``builtin://``), in order.
+    """Rows of every file (parquet, jsonl or ``builtin://``), in order."""
+    return read_labelled_sft_rows(files)[0]
+
+
+def read_labelled_sft_rows(files: Sequence[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    """Rows of every file, in order, and one label per row naming its file and row
+    (``"train.jsonl: row 3 (line 5)"``) for error messages.
 
     Built-in SFT / preference sets (`verl.data.builtin_preference`) are read here; other
     ``builtin://`` paths and files go through `verl.data.rl_dataset.read_rows`.
+
+    Raises:
+        DataError: a missing or unreadable file (naming it).
     """
     from verl.data.builtin_preference import is_builtin_supervised, load_builtin_supervised
     from verl.data.rl_dataset import read_rows
 
     rows: list[dict[str, Any]] = []
+    labels: list[str] = []
     for path in files:
-        rows.extend(load_builtin_supervised(path) if is_builtin_supervised(path) else read_rows(path)[0])
-    return rows
+        if is_builtin_supervised(path):
+            got = load_builtin_supervised(path)
+            where = [f"row {i}" for i in range(len(got))]
+        else:
+            try:
+                got, where = read_rows(path)
+            except FileNotFoundError as e:
+                raise DataError(str(e)) from None
+        rows.extend(got)
+        labels.extend(f"{path}: {w}" for w in where)
+    return rows, labels
 
 
-def extract_field(row: dict[str, Any], key: str, dict_keys: Sequence[str], where: str) -> str:
+def extract_field(row: dict[str, Any], key: str, dict_keys: Sequence[str], where: str, setting: str = "") -> str:
     """``row[key]``, descending into nested dicts through ``dict_keys`` when the column holds a dict.
+
+    ``setting`` (e.g. ``data.prompt_key``) is the config key that names the column, for messages.
 
     Raises:
         ValueError: a missing key, or a value that is not a string at the end.
     """
     if key not in row:
-        raise ValueError(f"{where}: no column {key!r} (columns: {sorted(row)})")
+        raise DataError(f"{where}: no column {key!r} ({f'{setting}; ' if setting else ''}columns: {sorted(row)})")
     value = row[key]
     for k in dict_keys or ():
         if not isinstance(value, dict):
@@ -163,7 +188,7 @@ def truncate(ids: list[int], mask: list[int], max_length: int, mode: str, where:
     if len(ids) <= max_length:
         return ids, mask
     if mode == "error":
-        raise ValueError(f"{where}: {len(ids)} tokens > data.max_length={max_length} "
+        raise DataError(f"{where}: {len(ids)} tokens > data.max_length={max_length} "
                          "(raise data.max_length or set data.truncation=left|right)")
     if mode == "left":
         return ids[-max_length:], mask[-max_length:]
@@ -173,35 +198,63 @@ def truncate(ids: list[int], mask: list[int], max_length: int, mode: str, where:
 class SFTDataset(Dataset):
     """Rows of SFT files, tokenized on access.
 
+    Every row is tokenized once when the dataset is built (before any model is loaded), so a
+    missing column (``data.prompt_key`` / ``response_key`` / ``multiturn.messages_key``) or a row
+    longer than ``data.max_length`` under ``truncation=error`` is reported at once, naming the
+    file and row.
+
     Args:
         files: parquet / jsonl paths or ``builtin://`` SFT sets.
         tokenizer: the model's tokenizer.
         config: the ``data`` section (`verl.config.sft_schema.SFTDataConfig`).
+
+    Raises:
+        DataError: no rows, or a row that cannot be tokenized (naming file, row and key).
     """
 
     def __init__(self, files: Sequence[str], tokenizer: Any, config: Any) -> None:
         self.tokenizer, self.config = tokenizer, config
-        self.rows = read_sft_rows(files)
+        self.rows, self.labels = read_labelled_sft_rows(files)
         if not self.rows:
-            raise ValueError(f"no rows in {list(files)}")
+            raise DataError(f"no rows in {list(files)}")
+        check_rows(self, len(self.rows))
 
     def __len__(self) -> int:
         return len(self.rows)
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
-        cfg, row, where = self.config, self.rows[index], f"SFT row {index}"
+        cfg, row, where = self.config, self.rows[index], self.labels[index]
         if cfg.multiturn.enable:
             if cfg.multiturn.messages_key not in row:
-                raise ValueError(f"{where}: no column {cfg.multiturn.messages_key!r} (data.multiturn.messages_key)")
+                raise DataError(f"{where}: no column {cfg.multiturn.messages_key!r} (data.multiturn.messages_key; "
+                                f"columns: {sorted(row)})")
             tools = row.get(cfg.multiturn.tools_key) if cfg.multiturn.tools_key else None
             ids, mask = tokenize_conversation(self.tokenizer, list(row[cfg.multiturn.messages_key]), tools)
         else:
-            prompt = extract_field(row, cfg.prompt_key, cfg.prompt_dict_keys, where)
-            response = extract_field(row, cfg.response_key, cfg.response_dict_keys, where)
+            prompt = extract_field(row, cfg.prompt_key, cfg.prompt_dict_keys, where, "data.prompt_key")
+            response = extract_field(row, cfg.response_key, cfg.response_dict_keys, where, "data.response_key")
             ids, mask = tokenize_prompt_response(self.tokenizer, prompt, response)
         ids, mask = truncate(ids, mask, cfg.max_length, cfg.truncation, where)
         mask[0] = 0  # the first token has no predecessor, so it can never be a target
         return sequence_item(ids, mask)
+
+
+def check_rows(dataset: Any, n: int) -> None:
+    """Tokenize rows ``0..n-1`` of ``dataset`` once; the first failure becomes a `DataError`
+    naming its file and row (``dataset.labels``).
+
+    Raises:
+        DataError: the first row whose tokenization raises ``ValueError`` / ``KeyError`` /
+            ``TypeError``.
+    """
+    for i in range(n):
+        try:
+            dataset[i]
+        except DataError:
+            raise
+        except (ValueError, KeyError, TypeError) as e:
+            text = str(e)
+            raise DataError(text if text.startswith(dataset.labels[i]) else f"{dataset.labels[i]}: {text}") from None
 
 
 def sequence_item(ids: list[int], mask: list[int]) -> dict[str, torch.Tensor]:

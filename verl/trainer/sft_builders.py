@@ -136,17 +136,26 @@ def _shard_rows(n: int) -> tuple[list[int], list[bool]]:
     return [i if i < n else n - 1 for i in idx], [i < n for i in idx]
 
 
-def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any]) -> Callable[[], dict[str, float]] | None:
-    """Validation on ``data.val_files``: token-mean NLL (sft) or DPO loss and reward metrics (dpo)."""
-    from verl.data.dpo_dataset import PreferenceDataset, collate_pairs
-    from verl.data.sft_dataset import SFTDataset, collate_right_padded
+def _val_dataset(cfg: SFTRootConfig, tok: Any) -> Any:
+    """The ``data.val_files`` dataset (built with the training data, before the model: its rows are checked then)."""
+    from verl.data.dpo_dataset import PreferenceDataset
+    from verl.data.sft_dataset import SFTDataset
 
     if not cfg.data.val_files or cfg.trainer.algorithm == "hybrid":
+        return None
+    return (PreferenceDataset if cfg.trainer.algorithm == "dpo" else SFTDataset)(cfg.data.val_files, tok, cfg.data)
+
+
+def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any], ds: Any) -> Callable[[], dict[str, float]] | None:
+    """Validation on ``ds`` (`_val_dataset`): token-mean NLL (sft) or DPO loss and reward metrics (dpo)."""
+    from verl.data.dpo_dataset import collate_pairs
+    from verl.data.sft_dataset import collate_right_padded
+
+    if ds is None:
         return None
     micro = MicroBatchSpec(size=_micro_size(cfg))
     stream = streams[0]
     is_dpo = cfg.trainer.algorithm == "dpo"
-    ds = (PreferenceDataset if is_dpo else SFTDataset)(cfg.data.val_files, tok, cfg.data)
     rows, real = _shard_rows(len(ds))
     items = [ds[i] for i in rows]
     batch = DataProto.from_dict(tensors=collate_pairs(items, tok.pad_token_id) if is_dpo else collate_right_padded(items, tok.pad_token_id))
@@ -208,6 +217,7 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
     tok = _tokenizer(cfg)
     box: dict[str, Any] = {}
     streams = _streams(cfg, tok, box, device)
+    val_ds = _val_dataset(cfg, tok)
     total = t.total_training_steps or t.total_epochs * streams[0].sampler.steps_per_epoch
     module = create_model("actor", model_config_of(cfg), device=device)
     engine = build_engine(module, _fsdp_config(cfg), dp_world_size(), optim=_optim_config(cfg), total_steps=total,
@@ -217,5 +227,5 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
     for s in box.get("rl_streams", []):
         s.attach(engine, lambda: create_model("actor", model_config_of(cfg), device=device))
     weights = normalised_weights(t.task_weights, len(streams))
-    return SupervisedTrainer(cfg, engine, streams, weights, tok, total, _validator(cfg, tok, engine, streams),
+    return SupervisedTrainer(cfg, engine, streams, weights, tok, total, _validator(cfg, tok, engine, streams, val_ds),
                              _hf_exporter(cfg, tok, engine))
