@@ -1,23 +1,26 @@
-"""Bootstrap of a sandboxed Python process (run as ``python -I -B _sandbox_child.py CONFIG_JSON``).
+"""Bootstrap of a sandboxed Python process (run as ``python -I -B -c <this source> CONFIG_JSON``).
 
-Standalone on purpose (no ``verl`` import: ``-I`` drops the caller's paths). In order it:
-1. enters a new network namespace (``unshare(CLONE_NEWNET)``, or with ``CLONE_NEWUSER`` when not
-   root) so the kernel offers no route out; records whether that worked;
-2. sets resource limits: ``RLIMIT_CPU`` (CPU seconds), ``RLIMIT_AS`` (address space),
-   ``RLIMIT_FSIZE`` (largest file written), ``RLIMIT_CORE`` = 0;
-3. reads the code from stdin, then installs a PEP 578 audit hook that refuses sockets, writes /
-   deletes / renames / chmods outside the working directory, new processes (fork, exec,
-   subprocess, os.system), signals to other processes and ctypes foreign calls;
-4. runs the code as ``__main__`` in the working directory; an uncaught exception prints its
-   traceback to stderr and exits with 1.
-
-See `verl.tools.sandbox` for what this does and does not stop.
+Standalone on purpose (no ``verl`` import: inside the sandbox the repository is not mounted).
+In order it:
+1. without OS isolation only (``unsafe_no_isolation``): enters a new network namespace when the
+   kernel allows (``unshare(CLONE_NEWNET)``, with ``CLONE_NEWUSER`` when not root) and sets the
+   rlimits itself (under bubblewrap ``prlimit`` has set them from outside before it started);
+2. sets ``RLIMIT_NPROC`` when asked (it must be set once inside the sandbox's user namespace:
+   set before, the kernel counts every process of the calling user against it);
+3. reads the code from stdin (a warm worker waits here), then — unless ``audit_hook`` is false —
+   installs a PEP 578 audit hook that refuses sockets, writes outside the working directory,
+   new processes, signals and ctypes calls, with a clear ``PermissionError``. The hook is
+   defence in depth and a readable message for the model, **not a security boundary**: native
+   code steps around it. The boundary is the bubblewrap sandbox (`verl.tools.isolation`);
+4. runs the code as a fresh ``__main__`` module in the working directory; an uncaught exception
+   prints its traceback (the code's frames only) to stderr and exits with 1.
 """
 
 import json
 import os
 import resource
 import sys
+import types
 
 CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
@@ -29,15 +32,15 @@ def _write(path, text):
 
 
 def _isolate_network():
-    """Returns the mechanism that cut the network: 'netns', 'userns+netns' or 'none'."""
+    """Cuts the network without bubblewrap where the kernel allows (best effort)."""
     try:
         import ctypes
 
         libc = ctypes.CDLL(None, use_errno=True)
     except OSError:
-        return "none"
+        return
     if libc.unshare(CLONE_NEWNET) == 0:
-        return "netns"
+        return
     uid, gid = os.getuid(), os.getgid()
     if libc.unshare(CLONE_NEWUSER | CLONE_NEWNET) == 0:
         try:  # map ourselves to the same ids so the working directory stays writable
@@ -46,8 +49,6 @@ def _isolate_network():
             _write("/proc/self/gid_map", f"{gid} {gid} 1")
         except OSError:
             pass
-        return "userns+netns"
-    return "none"
 
 
 def _set_limits(cfg):
@@ -55,6 +56,7 @@ def _set_limits(cfg):
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (int(cfg["max_file_bytes"]),) * 2)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (int(cfg["max_open_files"]),) * 2)
     mem = int(cfg["memory_bytes"])
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
 
@@ -62,33 +64,33 @@ def _set_limits(cfg):
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _PATH_EVENTS = {
     "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.truncate": 1,
-    "os.utime": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "shutil.rmtree": 1, "shutil.copyfile": 2,
-    "shutil.copytree": 2, "shutil.move": 2,
+    "os.utime": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "os.mkfifo": 1, "os.mknod": 1,
+    "shutil.rmtree": 1, "shutil.copyfile": 2, "shutil.copytree": 2, "shutil.move": 2, "sqlite3.connect": 1,
 }
-_FORBIDDEN = {
+_FORBIDDEN = frozenset({
     "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
     "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym",
     "ctypes.dlsym/handle", "ctypes.call_function", "sys.remote_exec",
-}
+})
 
 
-def _install_hook(workdir):
+def _install_hook(workdir, path_events=tuple(_PATH_EVENTS.items()), forbidden=_FORBIDDEN):
     root = os.path.realpath(workdir)
-    allowed_files = {"/dev/null"}
+    path_events = dict(path_events)  # a private copy: the code cannot edit the module's tables into the hook
 
     def inside(path):
         if isinstance(path, int):
-            return True  # an already-open descriptor: its opening was checked
+            return False  # a descriptor (or dir_fd) could point anywhere
         try:
             real = os.path.realpath(os.fsdecode(path))
         except (TypeError, ValueError):
             return False
-        return real == root or real.startswith(root + os.sep) or real in allowed_files
+        return real == root or real.startswith(root + os.sep) or real == "/dev/null" or path == ":memory:"
 
     def hook(event, args):
         if event.startswith("socket."):
             raise PermissionError(f"sandbox: network access is disabled ({event})")
-        if event in _FORBIDDEN:
+        if event in forbidden:
             raise PermissionError(f"sandbox: {event} is not allowed")
         if event == "open":
             path, mode, flags = args
@@ -97,8 +99,8 @@ def _install_hook(workdir):
             )
             if writing and path is not None and not inside(path):
                 raise PermissionError(f"sandbox: writing outside the working directory is not allowed: {path!r}")
-        elif event in _PATH_EVENTS:
-            for path in args[: _PATH_EVENTS[event]]:
+        elif event in path_events:
+            for path in args[: path_events[event]]:
                 if path is not None and not inside(path):
                     raise PermissionError(f"sandbox: {event} outside the working directory is not allowed: {path!r}")
 
@@ -107,28 +109,32 @@ def _install_hook(workdir):
 
 def main():
     cfg = json.loads(sys.argv[1])
-    network = _isolate_network() if cfg.get("isolate_network", True) else "none"
+    if cfg.get("set_limits"):
+        if cfg.get("isolate_network"):
+            _isolate_network()
+        _set_limits(cfg)
+    if cfg.get("max_processes"):
+        n = int(cfg["max_processes"])
+        resource.setrlimit(resource.RLIMIT_NPROC, (n, n))
     code = sys.stdin.read()
-    os.chdir(cfg["workdir"])
-    _set_limits(cfg)
+    workdir = cfg["workdir"]
+    os.chdir(workdir)
     sys.stdin = open(os.devnull)
     sys.argv = ["<sandbox>"]
-    sys.path.insert(0, cfg["workdir"])
-    report_fd = cfg.get("report_fd")
-    if report_fd is not None:  # tell the parent which network barrier is in place, then let go of the pipe
-        os.write(report_fd, network.encode())
-        os.close(report_fd)
-    _install_hook(cfg["workdir"])
-    namespace = {"__name__": "__main__", "__builtins__": __builtins__}
+    sys.path.insert(0, workdir)
+    if cfg.get("audit_hook", True):
+        _install_hook(workdir)
+    module = types.ModuleType("__main__")  # the code's own module, not this bootstrap's globals
+    sys.modules["__main__"] = module
     try:
-        exec(compile(code, "<code>", "exec"), namespace)
+        exec(compile(code, "<code>", "exec"), module.__dict__)
     except SystemExit:
         raise
     except BaseException as e:  # the user's error goes to stderr as a traceback, like `python file.py`
         import traceback
 
         # hide the bootstrap's own frames (exec call, audit hook): the model should see its code only
-        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != __file__]
+        frames = [f for f in traceback.extract_tb(e.__traceback__) if f.filename != "<string>"]
         sys.stderr.write("Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)))
         sys.stderr.write("".join(traceback.format_exception_only(type(e), e)))
         sys.stderr.flush()

@@ -1,47 +1,65 @@
-"""Running untrusted Python code from a model in a contained child process.
+"""Running untrusted Python code from a model, isolated by the operating system.
 
-Each run gets (see `verl.tools._sandbox_child` for the child side):
+Each run is one fresh process that runs one snippet and is then discarded (never reused: state
+would leak between snippets). The boundary is **bubblewrap** (`verl.tools.isolation`): new user,
+mount, PID, IPC, UTS and network namespaces, a read-only interpreter, a private ``/tmp`` tmpfs
+as the only writable path and working directory, its own ``/proc``, ``/dev/null`` and
+``/dev/urandom`` only, an allow-listed environment. Limits are enforced from outside the
+sandboxed process:
 
-* **a separate process** (``python -I -B``: no user site, no ``PYTHON*`` variables, no
-  bytecode writes) in its **own session / process group**, with a clean environment;
-* **a fresh temporary working directory** (``TMPDIR`` and ``HOME`` point into it), deleted after;
-* **limits**: CPU seconds (``RLIMIT_CPU``: SIGXCPU), address space (``RLIMIT_AS``: MemoryError),
-  largest written file (``RLIMIT_FSIZE``), no core dumps, and a **wall-clock timeout** after
-  which the whole process group is SIGKILLed (also when the caller's task is cancelled);
-* **no network**: a new, empty network namespace (``unshare(CLONE_NEWNET)``; as a non-root user
-  together with a user namespace) — a kernel barrier: only a loopback device that is down; and a
-  Python audit hook (PEP 578) refusing every ``socket.*`` event with a clear PermissionError;
-* **writes only inside the working directory**: the audit hook refuses ``open`` for writing,
-  remove, rename, mkdir, chmod, link and similar outside it; it also refuses new processes
-  (fork, exec, subprocess, os.system), signals (os.kill) and ctypes foreign calls, which would
-  otherwise step around the hook;
+* **rlimits** set by ``prlimit`` before ``bwrap`` starts: CPU seconds (``RLIMIT_CPU``: SIGXCPU),
+  address space (``RLIMIT_AS``: MemoryError), largest written file (``RLIMIT_FSIZE``), open files,
+  no core dumps; the process count by a pids cgroup where one can be made (and ``RLIMIT_NPROC``);
+* a **wall-clock timeout** (also the caller's cancellation) that SIGKILLs the outer ``bwrap``: its
+  ``--die-with-parent`` child is PID 1 of the sandbox's PID namespace, so the kernel kills every
+  process in it, however it forked or ``setsid``-ed;
 * **bounded output**: stdout and stderr are read as they come, keeping at most
   ``max_output_bytes`` of each (head and tail), so a flood costs the parent no memory.
 
-Honest limits: the write and process rules are Python-level (PEP 578 hooks are not a security
-boundary against native code: a C extension already importable, e.g. numpy, can still write
-files through its own C calls); reads anywhere the user can read are allowed. When the kernel
-refuses namespaces (some containers), only the audit hook blocks the network, and
-`SandboxResult.network_isolation` says ``"none"``. For hostile code use a container or VM
-sandbox in addition (what verl's SandboxFusion service provides).
+A Python audit hook inside (`verl.tools._sandbox_child`) stays as defence in depth and gives the
+model readable refusals; it is not a boundary.
+
+**Warm pool.** Starting ``bwrap`` + Python costs ~20-40 ms of wall time here (more on a loaded
+machine; measured in ``benchmarks/bench_sandbox.py``), so `SandboxPool` keeps ``warm`` workers
+started ahead: each is an isolated interpreter blocked on reading its snippet from stdin; a run
+takes one, and a replacement is started in the background. All sandbox processes are started by
+one long-lived thread: ``--die-with-parent`` fires when the *thread* that started ``bwrap`` exits.
+
+Without bubblewrap, `SandboxPool` raises `IsolationError` (one line naming the package) unless
+``unsafe_no_isolation=True``: then the code runs in a plain child process (own session, rlimits
+set by the child itself, a network namespace when the kernel allows, the audit hook) — not safe
+against hostile code, and logged loudly once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import collections
+import concurrent.futures
 import json
+import logging
 import os
+import queue
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
+import threading
 import time
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
-__all__ = ["SandboxLimits", "SandboxResult", "run_python"]
+from verl.tools.isolation import IsolationError, IsolationInfo, PidsCgroup, check_isolation, sandbox_command, sandbox_env
 
-_CHILD = Path(__file__).with_name("_sandbox_child.py")
+__all__ = ["IsolationError", "SandboxLimits", "SandboxPool", "SandboxResult", "run_python"]
+
+logger = logging.getLogger(__name__)
+_BOOTSTRAP = Path(__file__).with_name("_sandbox_child.py").read_text()
+_SANDBOX_WORKDIR = "/tmp"  # the private tmpfs inside bubblewrap
 
 
 @dataclass(frozen=True)
@@ -49,12 +67,16 @@ class SandboxLimits:
     """Resource limits of one run.
 
     Attributes:
-        timeout_s: wall-clock seconds before the process group is killed.
+        timeout_s: wall-clock seconds from handing over the code until the sandbox is killed.
         cpu_time_s: CPU seconds (``RLIMIT_CPU``), whole seconds ≥ 1.
         memory_mb: address space in MiB (``RLIMIT_AS``); the interpreter itself needs ~30.
         max_output_bytes: bytes kept per stream (half from the start, half from the end).
         max_file_bytes: largest file the code may write (``RLIMIT_FSIZE``).
-        isolate_network: enter a new network namespace (the audit hook refuses sockets anyway).
+        tmpfs_mb: size of the private writable ``/tmp`` in MiB (all files together).
+        max_processes: processes and threads at once (pids cgroup, ``RLIMIT_NPROC``), ≥ 4.
+        max_open_files: ``RLIMIT_NOFILE``, ≥ 16.
+        isolate_network: without bubblewrap only: try a network namespace (bubblewrap always has one).
+        audit_hook: install the Python-level refusals (defence in depth, not a boundary).
     """
 
     timeout_s: float = 10.0
@@ -62,11 +84,22 @@ class SandboxLimits:
     memory_mb: int = 512
     max_output_bytes: int = 64 * 1024
     max_file_bytes: int = 16 * 1024 * 1024
+    tmpfs_mb: int = 64
+    max_processes: int = 64
+    max_open_files: int = 256
     isolate_network: bool = True
+    audit_hook: bool = True
 
     def __post_init__(self) -> None:
-        if self.timeout_s <= 0 or self.cpu_time_s < 1 or self.memory_mb < 64 or self.max_output_bytes < 2:
-            raise ValueError(f"invalid sandbox limits: {self} (need timeout_s > 0, cpu_time_s >= 1, memory_mb >= 64)")
+        if (self.timeout_s <= 0 or self.cpu_time_s < 1 or self.memory_mb < 64 or self.max_output_bytes < 2
+                or self.tmpfs_mb < 1 or self.max_processes < 4 or self.max_open_files < 16):
+            raise ValueError(f"invalid sandbox limits: {self} (need timeout_s > 0, cpu_time_s >= 1, memory_mb >= 64, "
+                             "tmpfs_mb >= 1, max_processes >= 4, max_open_files >= 16)")
+
+    def rlimits(self) -> dict[str, int]:
+        """The rlimit values `verl.tools.isolation.sandbox_command` and the bootstrap take."""
+        return {"memory_bytes": self.memory_mb * 1024 * 1024, "cpu_time_s": self.cpu_time_s,
+                "max_file_bytes": self.max_file_bytes, "max_open_files": self.max_open_files}
 
 
 @dataclass
@@ -76,11 +109,11 @@ class SandboxResult:
     Attributes:
         stdout: decoded output (UTF-8, invalid bytes replaced), possibly cut in the middle.
         stderr: likewise (tracebacks of the code land here).
-        exit_code: the process's exit status; negative = killed by that signal.
+        exit_code: the code's exit status; negative = killed by that signal.
         status: ``ok`` (exit 0), ``error`` (non-zero exit), ``timeout`` (wall or CPU limit).
         output_truncated: True if either stream exceeded ``max_output_bytes``.
-        duration_s: wall seconds.
-        network_isolation: ``netns`` | ``userns+netns`` | ``none`` (audit hook only).
+        duration_s: wall seconds from taking a worker to the result.
+        isolation: ``bubblewrap`` | ``none`` (``unsafe_no_isolation``).
     """
 
     stdout: str
@@ -89,7 +122,7 @@ class SandboxResult:
     status: str
     output_truncated: bool
     duration_s: float
-    network_isolation: str
+    isolation: str
 
 
 class _Capture:
@@ -126,108 +159,312 @@ class _Capture:
         )
 
 
-async def _drain(stream: asyncio.StreamReader, capture: _Capture) -> None:
-    while chunk := await stream.read(65536):
-        capture.feed(chunk)
+class _Spawner:
+    """The one daemon thread that starts (and reaps) every sandbox process."""
+
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._loop, name="verl-sandbox-spawner", daemon=True).start()
+
+    def submit(self, fn: Callable[[], object]) -> concurrent.futures.Future:
+        fut: concurrent.futures.Future = concurrent.futures.Future()
+        self._jobs.put((fn, fut))
+        return fut
+
+    def _loop(self) -> None:
+        while True:
+            fn, fut = self._jobs.get()
+            try:
+                fut.set_result(fn())
+            except BaseException as e:  # noqa: BLE001 - handed to the waiting caller
+                fut.set_exception(e)
 
 
-def _kill_group(pid: int) -> None:
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass  # already gone
+_SPAWNER: _Spawner | None = None
+_SPAWNER_LOCK = threading.Lock()
 
 
-async def _reap(proc: asyncio.subprocess.Process) -> None:
-    """Waits for the killed child and closes its pipes, so nothing is left for the loop's shutdown."""
-    try:
-        await asyncio.shield(asyncio.wait_for(proc.wait(), timeout=5.0))
-    except (asyncio.CancelledError, asyncio.TimeoutError):
-        pass  # cancelled again while reaping: the SIGKILL is already sent
-    transport = getattr(proc, "_transport", None)
-    if transport is not None:
-        # asyncio closes the pipe transports only after both reached EOF; a cancelled run may stop
-        # reading first, and an unclosed transport warns (and raises) when the loop is gone
-        transport.close()
+def _spawner() -> _Spawner:
+    global _SPAWNER
+    with _SPAWNER_LOCK:
+        if _SPAWNER is None:
+            _SPAWNER = _Spawner()
+        return _SPAWNER
 
 
-def _env(workdir: str) -> dict[str, str]:
-    # one BLAS thread: each extra thread reserves address space that RLIMIT_AS counts
-    threads = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    return {"PATH": "/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8", **threads}
+@dataclass
+class _Worker:
+    """One started sandbox, waiting for its snippet on stdin."""
+
+    proc: subprocess.Popen
+    cgroup: PidsCgroup | None
+    workdir: str | None  # the host temporary directory without bubblewrap
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # prlimit/bwrap (or the plain child) and its group
+        except (ProcessLookupError, PermissionError):
+            pass  # already gone
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    def dispose(self) -> None:
+        """Kill, reap, close the pipes and remove the cgroup and folder (blocking: spawner thread)."""
+        self.kill()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            logger.warning("sandbox process %d did not exit after SIGKILL", self.proc.pid)
+        for f in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
+        if self.cgroup is not None:
+            self.cgroup.remove()
+        if self.workdir is not None:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-async def run_python(code: str, limits: SandboxLimits | None = None) -> SandboxResult:
-    """Runs ``code`` as a script in a fresh sandboxed Python process.
+_POOLS: weakref.WeakSet = weakref.WeakSet()
+_UNSAFE_LOGGED = False
+
+
+def _warn_unsafe_once() -> None:
+    global _UNSAFE_LOGGED
+    if not _UNSAFE_LOGGED:
+        _UNSAFE_LOGGED = True
+        msg = ("UNSAFE: unsafe_no_isolation=true: model code runs WITHOUT OS isolation (no bubblewrap): "
+               "it can read this machine's files and other processes' environment")
+        logger.warning(msg)
+        print(f"WARNING: {msg}", file=sys.stderr, flush=True)
+
+
+class SandboxPool:
+    """Starts isolated one-shot Python workers, ``warm`` of them ahead of need.
+
+    Usable from any thread and any event loop (asyncio.run per rollout step is fine): workers
+    are plain processes whose pipes are attached to the loop of the run that takes them.
+
+    Args:
+        limits: the limits of every run of this pool.
+        warm: workers kept started and waiting (0 = start one per run: cold).
+        unsafe_no_isolation: run without bubblewrap (see the module docstring); logged once.
+
+    Raises:
+        IsolationError: bubblewrap is missing or cannot create a sandbox here (one line naming
+            the package), unless ``unsafe_no_isolation``.
+    """
+
+    def __init__(self, limits: SandboxLimits | None = None, warm: int = 0, unsafe_no_isolation: bool = False) -> None:
+        if warm < 0:
+            raise ValueError(f"warm must be >= 0, got {warm}")
+        self.limits = limits or SandboxLimits()
+        self.warm = warm
+        self.info: IsolationInfo | None = None
+        if unsafe_no_isolation:
+            _warn_unsafe_once()
+        else:
+            self.info = check_isolation()
+        self.isolation = "bubblewrap" if self.info else "none"
+        self._ready: collections.deque[_Worker] = collections.deque()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._closed = False
+        _POOLS.add(self)
+        self._refill()
+
+    def _start(self) -> _Worker:
+        limits = self.limits
+        cfg = {"max_processes": limits.max_processes, "audit_hook": limits.audit_hook}
+        if self.info is None:
+            workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
+            cfg.update(limits.rlimits(), workdir=workdir, set_limits=True, isolate_network=limits.isolate_network)
+            argv = [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(cfg)]
+            env = sandbox_env({"HOME": workdir, "TMPDIR": workdir})
+            cgroup = None
+        else:
+            workdir = None
+            cfg["workdir"] = _SANDBOX_WORKDIR
+            cgroup = PidsCgroup(self.info.pids_cgroup, limits.max_processes) if self.info.pids_cgroup else None
+            python = [sys.executable, "-I", "-B", "-c", _BOOTSTRAP, json.dumps(cfg)]
+            argv = sandbox_command(self.info, python, limits.rlimits(), limits.tmpfs_mb * 1024 * 1024, cgroup)
+            env = {"PATH": "/usr/bin:/bin"}  # for prlimit / bwrap themselves; the sandbox's is set by --setenv
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    cwd=workdir or "/", env=env, start_new_session=True, close_fds=True)
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+            raise
+        return _Worker(proc, cgroup, workdir)
+
+    def _refill(self) -> None:
+        with self._lock:
+            missing = 0 if self._closed else self.warm - len(self._ready) - self._pending
+            self._pending += max(0, missing)
+        for _ in range(max(0, missing)):
+            _spawner().submit(self._start).add_done_callback(self._started)
+
+    def _started(self, fut: concurrent.futures.Future) -> None:
+        with self._lock:
+            self._pending -= 1
+            if fut.exception() is None:
+                if self._closed:
+                    _spawner().submit(fut.result().dispose)
+                else:
+                    self._ready.append(fut.result())
+                return
+        logger.warning("could not start a warm sandbox worker: %s", fut.exception())
+
+    async def _take(self) -> _Worker:
+        with self._lock:
+            worker = self._ready.popleft() if self._ready else None
+        self._refill()
+        if worker is not None and worker.proc.poll() is None:
+            return worker
+        if worker is not None:  # died while waiting (e.g. killed from outside): start a fresh one
+            _spawner().submit(worker.dispose)
+        return await asyncio.wrap_future(_spawner().submit(self._start))
+
+    async def run(self, code: str) -> SandboxResult:
+        """Runs ``code`` as a script in a fresh isolated worker, then discards the worker.
+
+        Args:
+            code: Python source.
+
+        Returns:
+            A `SandboxResult`. Failures of the code (exceptions, limits, refused operations) are
+            in the result, never raised.
+
+        Raises:
+            OSError: no sandbox process could be started at all.
+            asyncio.CancelledError: the caller was cancelled (the sandbox is killed first).
+        """
+        start = time.monotonic()
+        worker = await self._take()
+        try:
+            return await _supervise(worker, code, self.limits, start, self.isolation)
+        finally:
+            worker.kill()  # also on cancellation; with bubblewrap the whole PID namespace goes
+            _spawner().submit(worker.dispose)
+
+    def close(self) -> None:
+        """Kills the waiting workers; later runs start cold ones."""
+        with self._lock:
+            self._closed = True
+            ready, self._ready = list(self._ready), collections.deque()
+        for w in ready:
+            w.kill()
+            _spawner().submit(w.dispose)
+
+
+@atexit.register
+def _close_pools() -> None:
+    for pool in list(_POOLS):
+        pool.close()
+
+
+async def run_python(code: str, limits: SandboxLimits | None = None, unsafe_no_isolation: bool = False) -> SandboxResult:
+    """Runs ``code`` in one cold isolated worker (`SandboxPool` with ``warm=0``).
 
     Args:
         code: Python source.
         limits: resource limits; default `SandboxLimits()`.
+        unsafe_no_isolation: run without bubblewrap (not safe; logged once).
 
     Returns:
-        A `SandboxResult`. Failures of the code (exceptions, limits, refused operations) are
-        in the result, never raised.
+        A `SandboxResult` (see `SandboxPool.run`).
 
     Raises:
-        OSError: the child process could not be started at all.
-        asyncio.CancelledError: the caller was cancelled (the process group is killed first).
+        IsolationError: no bubblewrap here and not ``unsafe_no_isolation``.
+        OSError: the process could not be started at all.
+        asyncio.CancelledError: the caller was cancelled (the sandbox is killed first).
     """
-    limits = limits or SandboxLimits()
-    workdir = tempfile.mkdtemp(prefix="verl-sandbox-")
-    report_r, report_w = os.pipe()
-    cfg = {
-        "workdir": workdir,
-        "cpu_time_s": limits.cpu_time_s,
-        "memory_bytes": limits.memory_mb * 1024 * 1024,
-        "max_file_bytes": limits.max_file_bytes,
-        "isolate_network": limits.isolate_network,
-        "report_fd": report_w,
-    }
-    start = time.monotonic()
-    proc = None
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-I", "-B", str(_CHILD), json.dumps(cfg),
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=workdir, env=_env(workdir), start_new_session=True, pass_fds=(report_w,),
-        )
-        os.close(report_w)
-        report_w = -1
-        return await _supervise(proc, code, limits, start, report_r)
-    finally:
-        if proc is not None:
-            _kill_group(proc.pid)  # also on cancellation, and any grandchild left behind
-            await _reap(proc)
-        for fd in (report_r, report_w):
-            if fd >= 0:
-                os.close(fd)
-        shutil.rmtree(workdir, ignore_errors=True)
+    return await SandboxPool(limits, warm=0, unsafe_no_isolation=unsafe_no_isolation).run(code)
 
 
-async def _supervise(proc: asyncio.subprocess.Process, code: str, limits: SandboxLimits, start: float, report_r: int) -> SandboxResult:
+def _attach_reader(loop: asyncio.AbstractEventLoop, fd: int, capture: _Capture) -> asyncio.Future:
+    """Feeds ``fd`` into ``capture`` from the loop; the future is done at EOF."""
+    done = loop.create_future()
+    os.set_blocking(fd, False)
+
+    def readable() -> None:
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            return
+        except OSError:
+            chunk = b""
+        if chunk:
+            capture.feed(chunk)
+            return
+        loop.remove_reader(fd)
+        if not done.done():
+            done.set_result(None)
+
+    loop.add_reader(fd, readable)
+    done.add_done_callback(lambda _: loop.remove_reader(fd))  # also when cancelled
+    return done
+
+
+async def _write_all(loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> None:
+    """Writes ``data`` to the non-blocking pipe ``fd`` as the reader drains it."""
+    os.set_blocking(fd, False)
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except BlockingIOError:
+            ready = loop.create_future()
+            loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+            try:
+                await ready
+            finally:
+                loop.remove_writer(fd)
+
+
+def _exit_status(returncode: int | None, isolated: bool) -> int | None:
+    # bwrap reports a child killed by signal N as exit status 128 + N: map it back to -N
+    if isolated and returncode is not None and 128 < returncode < 128 + 65:
+        return -(returncode - 128)
+    return returncode
+
+
+async def _supervise(worker: _Worker, code: str, limits: SandboxLimits, start: float, isolation: str) -> SandboxResult:
+    loop = asyncio.get_running_loop()
+    proc = worker.proc
     out, err = _Capture(limits.max_output_bytes), _Capture(limits.max_output_bytes)
-    readers = [asyncio.ensure_future(_drain(proc.stdout, out)), asyncio.ensure_future(_drain(proc.stderr, err))]
+    readers = [_attach_reader(loop, proc.stdout.fileno(), out), _attach_reader(loop, proc.stderr.fileno(), err)]
+    pidfd = os.pidfd_open(proc.pid)
+    exited = loop.create_future()
+    loop.add_reader(pidfd, lambda: exited.done() or exited.set_result(None))
     timed_out = False
+    handed_over = time.monotonic()  # the wall clock counts from here, not from a cold start
     try:
         try:
-            proc.stdin.write(code.encode("utf-8", "replace"))
-            await proc.stdin.drain()
-            proc.stdin.close()
+            await _write_all(loop, proc.stdin.fileno(), code.encode("utf-8", "replace"))
         except (BrokenPipeError, ConnectionResetError):
             pass  # the child died before reading all of it: its stderr says why
+        proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), timeout=max(0.0, limits.timeout_s - (time.monotonic() - start)))
+            await asyncio.wait_for(asyncio.shield(exited), timeout=max(0.0, limits.timeout_s - (time.monotonic() - handed_over)))
         except asyncio.TimeoutError:
             timed_out = True
-            _kill_group(proc.pid)
-            await proc.wait()
-        _kill_group(proc.pid)  # a grandchild holding the pipes open would block the readers
+        worker.kill()  # the timeout; else leftovers of the PID namespace / cgroup holding the pipes open
+        await asyncio.wait_for(asyncio.shield(exited), timeout=10.0)
         await asyncio.wait_for(asyncio.gather(*readers), timeout=2.0)
     finally:
+        loop.remove_reader(pidfd)
+        os.close(pidfd)
         for r in readers:
             r.cancel()
-    network = os.read(report_r, 64).decode() or "none"
-    code_ = proc.returncode
+    code_ = _exit_status(proc.poll(), isolation == "bubblewrap")
+    if timed_out:
+        code_ = -signal.SIGKILL
     cpu_killed = code_ is not None and code_ in (-signal.SIGXCPU, -signal.SIGKILL) and not timed_out
     status = "timeout" if timed_out or cpu_killed else ("ok" if code_ == 0 else "error")
     stderr = err.text()
@@ -237,6 +474,5 @@ async def _supervise(proc: asyncio.subprocess.Process, code: str, limits: Sandbo
         stderr += f"\n[killed: CPU time limit of {limits.cpu_time_s} s]"
     return SandboxResult(
         stdout=out.text(), stderr=stderr, exit_code=code_, status=status,
-        output_truncated=out.truncated or err.truncated, duration_s=time.monotonic() - start,
-        network_isolation=network,
+        output_truncated=out.truncated or err.truncated, duration_s=time.monotonic() - start, isolation=isolation,
     )
