@@ -158,15 +158,31 @@ def _free_name(path: Path) -> Path:
     return candidate
 
 
-def check_output_path(path: str) -> None:
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` are one file (hard or symbolic links included)."""
+    if a.exists() and b.exists():
+        return os.path.samefile(a, b)
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output_path(path: str, data_path: str | None = None) -> None:
     """Fail before any work when ``data.output_path`` cannot be written (its directory is created).
 
+    Args:
+        path: ``data.output_path``.
+        data_path: ``data.path``; the output must not be that file (after resolving links),
+            which the output's rename would replace.
+
     Raises:
-        ConfigError: one line naming ``data.output_path`` and why (a directory, no permission, ...).
+        ConfigError: one line naming ``data.output_path`` and why (a directory, the input file,
+            no permission, ...).
     """
     from verl.config.errors import ConfigError
 
     out, tmp = Path(path).expanduser(), _temporary(path)
+    if data_path and "://" not in data_path and _same_file(out, Path(data_path).expanduser()):
+        raise ConfigError(f"data.output_path: {path} is the prompts file data.path ({data_path}); writing the "
+                          "samples there would replace the prompts: name another file")
     if out.is_dir():
         raise ConfigError(f"data.output_path: {path} is a directory; name a .parquet or .jsonl file")
     try:
@@ -236,7 +252,7 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     model_cfg, ro = rl.actor_rollout_ref.model, rl.actor_rollout_ref.rollout
     model_cfg.trust_remote_code = model_cfg.trust_remote_code or d.trust_remote_code
     check_device(rl)
-    check_output_path(d.output_path)
+    check_output_path(d.output_path, d.path)
     if cfg.ignored:
         log(f"note: ignored by verl generate (they configure training-side work it does not do): {', '.join(cfg.ignored)}")
     rows, labels = read_data_rows(d.path)
