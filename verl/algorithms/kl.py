@@ -52,22 +52,30 @@ def _kl_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> 
     return torch.clamp(torch.exp(neg) - neg - 1.0, max=K3_MAX)
 
 
-def kl_penalty(logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str) -> torch.Tensor:
+def kl_penalty(
+    logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str, response_mask: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference (see module docstring).
 
     Args:
         logprob: `(B, R)` log π_θ(y_t) (or the old/rollout policy's log-probs).
         ref_logprob: `(B, R)` log π_ref(y_t).
         kl_penalty: estimator name, one of `KL_PENALTY_TYPES`.
+        response_mask: `(B, R)`, optional. When given, both inputs are selected on it first
+            (masked slots set to 0 by ``torch.where``), so the estimate *and its gradient* are
+            exactly 0 there whatever the slots held; a later masked reduction alone cannot stop
+            a NaN in ``ref_logprob`` from reaching ``logprob``'s gradient (``0 · NaN = NaN``).
 
     Returns:
-        `(B, R)` per-token estimate (not masked; reduce with a mask).
+        `(B, R)` per-token estimate (without ``response_mask``: not masked; reduce with a mask).
 
     Raises:
         ValueError: unknown estimator (lists the valid names).
     """
     if kl_penalty not in KL_PENALTY_TYPES:
         raise ValueError(f"unknown kl_penalty {kl_penalty!r}; valid: {', '.join(KL_PENALTY_TYPES)}")
+    if response_mask is not None:
+        logprob, ref_logprob = zero_masked(logprob, response_mask), zero_masked(ref_logprob, response_mask)
     straight_through = kl_penalty.endswith("+")
     kind = kl_penalty.rstrip("+")
     forward = _kl_forward(logprob, ref_logprob, kind)
@@ -173,7 +181,7 @@ def apply_kl_penalty(
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """In-reward KL: r_t = score_t − β · kl_t, then update the controller.
 
-    kl_t is exactly 0 on padded positions whatever the log-probs hold there. The quantity fed
+    kl_t and r_t are exactly 0 on padded positions whatever the inputs hold there. The quantity fed
     to the controller (and logged as ``actor/reward_kl_penalty``) is the batch mean over
     sequences of each sequence's masked per-token mean KL; ``n_steps`` = number of sequences B.
     ``actor/reward_kl_penalty_coeff`` is the β used for these rewards (before the update).
@@ -189,10 +197,9 @@ def apply_kl_penalty(
     Returns:
         (token_level_rewards `(B, R)`, metrics).
     """
-    kld = kl_penalty(old_log_prob, ref_log_prob, kl_penalty_type)
-    kld = zero_masked(kld, response_mask)
+    kld = kl_penalty(old_log_prob, ref_log_prob, kl_penalty_type, response_mask)
     beta = kl_ctrl.value
-    rewards = token_level_scores - beta * kld
+    rewards = zero_masked(token_level_scores, response_mask) - beta * kld
     has_tokens = (response_mask != 0).any(-1)
     per_seq = masked_mean(kld, response_mask, axis=-1)
     current_kl = float(masked_mean(per_seq, has_tokens))

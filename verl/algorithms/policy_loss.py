@@ -13,6 +13,9 @@ Every entry is called as::
 ``pg_losses`` is the `(B, R)` per-token loss, exactly 0 on masked positions and NOT reduced:
 reduction is `agg_loss`'s job. ``metrics`` holds detached 0-d tensors ``pg_clipfrac``,
 ``pg_clipfrac_lower`` and ``ppo_kl`` (= masked mean of log π_old − log π_θ), all masked means.
+Each loss first selects its `(B, R)` inputs with `valid_only` (masked slots set to 0 by
+``torch.where``), so whatever padded slots hold (NaN, ±inf) reaches neither a loss, a metric nor
+a gradient: ``0 · NaN`` is NaN, in the backward pass too.
 The covariance-based losses (clip_cov, kl_cov) are in `policy_loss_cov`.
 """
 
@@ -61,6 +64,11 @@ POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
 def frac(condition: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Detached masked fraction of tokens where ``condition`` holds."""
     return masked_mean(condition.float(), mask).detach()
+
+
+def valid_only(response_mask: torch.Tensor, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each `(B, R)` tensor with its masked slots set to 0 by selection (gradient 0 there too)."""
+    return tuple(zero_masked(t, response_mask) for t in tensors)
 
 
 def log_ratio(old_log_prob: torch.Tensor, log_prob: torch.Tensor) -> torch.Tensor:
@@ -112,6 +120,7 @@ def compute_policy_loss_vanilla(
     """
     if clip_ratio_c <= 1.0:
         raise ValueError(f"dual-clip constant clip_ratio_c must be > 1, got {clip_ratio_c}")
+    old_log_prob, log_prob, advantages = valid_only(response_mask, old_log_prob, log_prob, advantages)
     ratio = torch.exp(log_ratio(old_log_prob, log_prob))
     loss_unclipped = -advantages * ratio
     loss_clipped = -advantages * torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high)
@@ -149,6 +158,7 @@ def compute_policy_loss_gspo(
     The paper's GSPO uses tiny ε (e.g. 3e-4 / 4e-4) and ``seq-mean-token-mean`` aggregation.
     The log of s_{i,t} is clamped at 10 against overflow.
     """
+    old_log_prob, log_prob, advantages = valid_only(response_mask, old_log_prob, log_prob, advantages)
     mask_f = (response_mask != 0).to(log_prob.dtype)
     token_log_ratio = zero_masked(log_prob - old_log_prob, response_mask)
     seq_log_ratio = token_log_ratio.sum(-1) / mask_f.sum(-1).clamp(min=1)
@@ -180,6 +190,7 @@ def compute_policy_loss_gpg(
 
     No ratio and no clipping (the clip arguments are ignored); clip fractions are 0.
     """
+    old_log_prob, log_prob, advantages = valid_only(response_mask, old_log_prob, log_prob, advantages)
     pg_losses = -advantages * log_prob
     return zero_masked(pg_losses, response_mask), metrics(old_log_prob, log_prob, response_mask)
 
@@ -203,6 +214,7 @@ def compute_policy_loss_cispo(
     (a large ε_low). Metrics: ``pg_clipfrac`` = fraction with r > 1 + ε_high,
     ``pg_clipfrac_lower`` = fraction with r < 1 − ε_low.
     """
+    old_log_prob, log_prob, advantages = valid_only(response_mask, old_log_prob, log_prob, advantages)
     ratio = torch.exp(log_ratio(old_log_prob, log_prob))
     weight = torch.clamp(ratio, 1 - clip_ratio_low, 1 + clip_ratio_high).detach()
     pg_losses = -weight * advantages * log_prob

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from verl.algorithms.masked import masked_mean, zero_masked
-from verl.algorithms.policy_loss import POLICY_LOSSES, frac, log_ratio, metrics
+from verl.algorithms.policy_loss import POLICY_LOSSES, frac, log_ratio, metrics, valid_only
 
 __all__ = ["compute_policy_loss_clip_cov", "compute_policy_loss_kl_cov", "token_covariance"]
 
@@ -62,6 +62,7 @@ def compute_policy_loss_clip_cov(
     generator: torch.Generator | None = extra.get("generator")
     if ratio_frac <= 0:
         raise ValueError(f"clip_cov_ratio must be > 0, got {ratio_frac}")
+    old_log_prob, log_prob, advantages = valid_only(response_mask, old_log_prob, log_prob, advantages)
     valid = response_mask != 0
     ratio = torch.exp(log_ratio(old_log_prob, log_prob))
     loss_unclipped = -advantages * ratio
@@ -109,6 +110,7 @@ def compute_policy_loss_kl_cov(
     coef = float(extra.get("ppo_kl_coef", 0.1))
     if ratio_frac <= 0:
         raise ValueError(f"kl_cov_ratio must be > 0, got {ratio_frac}")
+    old_log_prob, log_prob, advantages = valid_only(response_mask, old_log_prob, log_prob, advantages)
     lr = log_ratio(old_log_prob, log_prob)
     loss_pg = -advantages * torch.exp(lr)
     cov = token_covariance(advantages, log_prob, response_mask).flatten()

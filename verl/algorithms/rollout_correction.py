@@ -18,6 +18,8 @@ https://richardli.xyz/rl-collapse):
 
 Every function here is pure: tensors in, tensors and a metrics dict out. Shapes: `(B, R)`.
 log ρ = log π_train − log π_rollout; exps are of log ρ clamped to [−20, 20] so they never overflow.
+Masked slots (``response_mask == 0``) are *selected* away (``torch.where``), never multiplied by
+0: whatever they hold (NaN, ±inf, an engine's sentinel), no weight, mask or metric changes.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dataclasses import dataclass
 
 import torch
 
-from verl.algorithms.masked import masked_mean
+from verl.algorithms.masked import masked_mean, masked_sum, zero_masked
 
 __all__ = [
     "RolloutCorrectionParams",
@@ -88,13 +90,14 @@ def parse_ratio_bounds(spec: float | str | None, key: str) -> tuple[float, float
     return low, high
 
 
-def _log_ratio(train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor) -> torch.Tensor:
-    return (train_log_probs.float() - rollout_log_probs.float()).detach()
+def _log_ratio(train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Detached log ρ `(B, R)` in float32, exactly 0 on masked slots (selected, so NaN there never spreads)."""
+    return zero_masked(train_log_probs.float() - rollout_log_probs.float(), mask).detach()
 
 
 def _seq_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, mean: bool) -> torch.Tensor:
     """Σ (or mean) over valid tokens of log ρ, `(B,)`; 0 for an empty row."""
-    total = (log_ratio * mask).sum(-1)
+    total = masked_sum(log_ratio, mask, axis=-1)
     return total / mask.sum(-1).clamp(min=1) if mean else total
 
 
@@ -132,7 +135,7 @@ def rollout_is_weights(
     mask = (response_mask != 0).float()
     if mask.sum() == 0:
         raise ValueError("rollout_is_weights: response_mask has no valid token")
-    log_ratio = _log_ratio(train_log_probs, rollout_log_probs)
+    log_ratio = _log_ratio(train_log_probs, rollout_log_probs, mask)
     if level == "token":
         raw_log = log_ratio
         seq_rows = None
@@ -140,13 +143,13 @@ def rollout_is_weights(
         seq_rows = mask.sum(-1) > 0
         raw_log = _seq_log_ratio(log_ratio, mask, mean=False).unsqueeze(-1).expand_as(log_ratio)
     raw = torch.exp(raw_log.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
-    weights = raw.clamp(max=threshold) * mask
+    weights = zero_masked(raw.clamp(max=threshold), mask)
     metrics = _is_metrics(weights, raw_log, mask, threshold, seq_rows)
     if batch_normalize:
         if seq_rows is None:
             mean = masked_mean(weights, mask)
         else:
-            mean = (weights.sum(-1) / mask.sum(-1).clamp(min=1))[seq_rows].mean()
+            mean = (masked_sum(weights, mask, axis=-1) / mask.sum(-1).clamp(min=1))[seq_rows].mean()
         # an all-zero batch of weights cannot be renormalised: keep the raw weights (factor 1)
         factor = float(mean) if float(mean) > 1e-8 else 1.0
         weights = weights / factor
@@ -205,7 +208,7 @@ def rollout_rejection_mask(
     if not (0 < low <= high):
         raise ValueError(f"rollout_rs_threshold needs 0 < low <= high, got low={low}, high={high}")
     mask = (response_mask != 0).float()
-    log_ratio = _log_ratio(train_log_probs, rollout_log_probs)
+    log_ratio = _log_ratio(train_log_probs, rollout_log_probs, mask)
     if mode == "token_k1":
         unit_log, units = log_ratio, mask.bool()  # one unit per valid token
     else:

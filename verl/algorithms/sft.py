@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import torch
 
+from verl.algorithms.masked import masked_sum
+
 __all__ = ["sft_loss"]
 
 
@@ -37,5 +39,5 @@ def sft_loss(
     if global_token_count <= 0:
         raise ValueError("sft_loss: the optimizer step has no loss tokens (every response is empty or truncated away)")
     mask = loss_mask.to(log_probs.dtype)
-    nll_sum = -(log_probs * mask).sum()
+    nll_sum = -masked_sum(log_probs, mask)  # selected: a NaN / -inf log-prob off the mask never counts
     return nll_sum / global_token_count, {"tokens": float(mask.sum()), "nll_sum": float(nll_sum.detach())}

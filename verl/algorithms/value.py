@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from verl.algorithms.aggregation import agg_loss
-from verl.algorithms.masked import masked_mean
+from verl.algorithms.masked import masked_mean, zero_masked
 
 __all__ = ["compute_value_loss"]
 
@@ -36,8 +36,10 @@ def compute_value_loss(
 
     Returns:
         (0-d loss, metrics {"vf_clipfrac": masked fraction of tokens where the clipped error is
-        the larger one}).
+        the larger one}). Masked slots are selected away first, so whatever they hold reaches
+        neither the loss nor the gradient.
     """
+    vpreds, returns, values_old = (zero_masked(t, response_mask) for t in (vpreds, returns, values_old))
     vpred_clipped = values_old + torch.clamp(vpreds - values_old, -cliprange_value, cliprange_value)
     err_unclipped = (vpreds - returns) ** 2
     err_clipped = (vpred_clipped - returns) ** 2

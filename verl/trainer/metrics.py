@@ -19,6 +19,7 @@ from typing import Any, Iterator
 import numpy as np
 import torch
 
+from verl.algorithms.masked import masked_mean, masked_sum
 from verl.protocol import DataProto
 
 
@@ -40,20 +41,20 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def compute_rollout_entropy_metrics(entropys: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
-    """``actor/entropy_rollout``: token-mean entropy `(B, R)` of the policy on the sampled responses."""
-    return {"actor/entropy_rollout": float((entropys * response_mask).sum() / response_mask.sum())}
+    """``actor/entropy_rollout``: token-mean entropy `(B, R)` of the policy on the sampled responses (masked slots selected away)."""
+    return {"actor/entropy_rollout": float(masked_mean(entropys, response_mask))}
 
 
 def compute_data_metrics(batch: DataProto, use_critic: bool) -> dict[str, float]:
-    """Statistics of one step's trajectories (masked to valid response tokens)."""
+    """Statistics of one step's trajectories (valid response tokens selected; padded slots never count)."""
     b = batch.batch
     mask = b["response_mask"].bool()
     response_length = mask.sum(-1).float()
     max_len = b["responses"].shape[-1]
     prompt_length = b["attention_mask"][:, : b["prompts"].shape[-1]].sum(-1).float()
     out: dict[str, float] = {}
-    out.update(_stats("critic/score", b["token_level_scores"].sum(-1)))
-    out.update(_stats("critic/rewards", b["token_level_rewards"].sum(-1)))
+    out.update(_stats("critic/score", masked_sum(b["token_level_scores"], mask, axis=-1)))
+    out.update(_stats("critic/rewards", masked_sum(b["token_level_rewards"], mask, axis=-1)))
     out.update(_stats("critic/advantages", b["advantages"][mask]))
     out.update(_stats("critic/returns", b["returns"][mask]))
     if use_critic and "values" in b.keys():
