@@ -137,6 +137,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         one_of("kl_loss_type", C.KL_ESTIMATORS),
         ge("ppo_epochs", 1),
         ge("logprob_chunk_size", 1),
+        within("top_entropy_quantile", 0.0, 1.0, lo_open=True),
     ],
     S.RefConfig: [*(ge(name, 1) for name in _LOGPROB_MICRO), ge("log_prob_max_token_len_per_gpu", 1)],
     S.SamplingConfig: [ge("temperature", 0.0), Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),

@@ -347,6 +347,20 @@ class ActorConfig:
     calculate_entropy: bool = False
     # Compute the policy entropy in the update (metric actor/entropy) although entropy_coeff is 0;
     # entropy_coeff != 0 always computes it. Off: the update's log-prob forward skips the entropy pass.
+    top_entropy_quantile: float = 1.0
+    # ρ in (0, 1] (TRL's GRPOConfig name; verl has no key): only the ρ fraction of response tokens
+    # with the highest policy entropy in each mini-batch (all ranks) keep their policy-gradient
+    # loss (Wang et al. 2025, "Beyond the 80/20 Rule", arXiv 2506.01939; the paper uses 0.2).
+    # Threshold = the (1 - ρ) quantile (linear interpolation) of the entropies from one extra
+    # no-grad forward per mini-batch; the entropy and KL terms and every loss denominator keep all
+    # response tokens (token-mean divides by all of them, as the paper's objective). 1.0 = off.
+    # Metric actor/top_entropy_threshold.
+    mask_truncated_completions: bool = False
+    # Leave responses cut at the length limit (all response_length slots filled, last token not an
+    # EOS id) out of the actor loss: their response_mask is zeroed after advantages and the critic
+    # update, so they still count in group baselines, and the loss denominators count only the
+    # remaining tokens (TRL's GRPOConfig mask_truncated_completions; DAPO's overlong filtering,
+    # Yu et al. 2025, arXiv 2503.14476). verl has no key. Metric response_length/masked_truncated_ratio.
     reuse_old_log_probs: bool = True
     # When the update is exactly on-policy (ppo_epochs 1, one mini-batch per step, no in-reward KL),
     # skip the old-log-prob forward: old_log_probs = the update forward's own log-probs, detached

@@ -53,6 +53,25 @@ def all_reduce_max(value: int) -> int:
     return value
 
 
+def all_reduce_max_float(value: float) -> float:
+    """Maximum of a float over ranks."""
+    if is_distributed() and dist.get_world_size() > 1:
+        t = torch.tensor([value], dtype=torch.float64, device=_comm_device())
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+    return value
+
+
+def all_gather_cat(value: torch.Tensor) -> torch.Tensor:
+    """The 1-D tensors of every rank (lengths may differ), concatenated in rank order, on the CPU."""
+    value = value.detach().cpu().flatten()
+    if not (is_distributed() and dist.get_world_size() > 1):
+        return value
+    parts: list[torch.Tensor | None] = [None] * dist.get_world_size()
+    dist.all_gather_object(parts, value)
+    return torch.cat([p for p in parts if p is not None])
+
+
 def sum_floats(values: dict[str, float]) -> dict[str, float]:
     """Sum each float of a per-rank dict over ranks in one collective (keys equal on all ranks)."""
     keys = sorted(values)

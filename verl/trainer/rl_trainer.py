@@ -32,6 +32,7 @@ from verl.trainer.metrics import (
 from verl.trainer.ppo.dumps import dump_rollout_data
 from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.rollout_corr import rollout_correction_stage
+from verl.trainer.truncation import mask_truncated_stage
 from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.tracking import progress_bar, update_bar
 from verl.trainer.val_loop import run_validation
@@ -218,9 +219,14 @@ class RLTrainer:
                     out = p.critic_wg.update_critic(batch)
                 metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
             metrics.update(rollout_correction_stage(batch, cfg.algorithm.rollout_correction))
+            actor_batch = batch
+            if cfg.actor_rollout_ref.actor.mask_truncated_completions:
+                # the actor's own view: the step's data metrics keep the responses as generated
+                actor_batch = batch.select()
+                metrics.update(mask_truncated_stage(actor_batch, _as_ids(batch.meta_info.get("eos_token_id"))))
             if self.global_step >= cfg.trainer.critic_warmup:
                 with timer("update_actor", timing):
-                    out = p.actor_rollout_wg.update_actor(batch)
+                    out = p.actor_rollout_wg.update_actor(actor_batch)
                 metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
         if cfg.trainer.rollout_data_dir:
             dump_rollout_data(batch, p.tokenizer, cfg.trainer.rollout_data_dir, self.global_step + 1,
@@ -414,6 +420,13 @@ class RLTrainer:
         if self.parts is None:
             self.parts = build_parts(self.config, dataloader=self._dataloader)
         return self.parts
+
+
+def _as_ids(ids: Any) -> list[int]:
+    """An ``eos_token_id`` meta value (int, list or None) as a list of ints."""
+    if ids is None:
+        return []
+    return [int(ids)] if isinstance(ids, (int, np.integer)) else [int(i) for i in ids]
 
 
 def _object_array(values: Any) -> np.ndarray:

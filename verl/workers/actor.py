@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from verl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
+from verl.algorithms.token_selection import (
+    entropy_quantile_threshold,
+    high_entropy_token_mask,
+    mismatch_metrics_from_sums,
+    rollout_mismatch_sums,
+)
 from verl.engine import GlobalCounts, LossFn, MicroBatchSpec, TrainingEngine
+from verl.engine.dist import all_gather_cat, all_reduce_max_float, all_reduce_sum
 from verl.modules.forward import compute_log_probs_and_entropy
 from verl.protocol import DataProto
 
@@ -89,13 +96,44 @@ def _loss_params(cfg: ActorConfig) -> dict[str, float]:
     return params
 
 
-def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = False) -> LossFn:
+@dataclasses.dataclass
+class MismatchAccumulator:
+    """The rollout/training mismatch sums of the update forwards that had no ``old_log_probs``.
+
+    On-policy reuse (`reuses_old_log_probs`) skips the old-log-prob forward, so the driver's
+    mismatch stage (`verl.trainer.rollout_corr`) has no training log-probs to compare; the update
+    forward's own log-probs are those, and `policy_loss_fn` adds them here micro-batch by
+    micro-batch. `metrics` reduces over ranks and gives the same ``training/rollout_*`` values
+    the driver computes on the full batch.
+    """
+
+    sums: torch.Tensor = dataclasses.field(default_factory=lambda: torch.zeros(5, dtype=torch.float64))
+    diff_max: float = 0.0
+
+    def add(self, train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, mask: torch.Tensor) -> None:
+        sums, diff_max = rollout_mismatch_sums(train_log_probs, rollout_log_probs, mask)
+        self.sums += sums
+        self.diff_max = max(self.diff_max, diff_max)
+
+    def metrics(self) -> dict[str, float]:
+        """The metrics over every rank's tokens (a collective: every rank calls it)."""
+        return mismatch_metrics_from_sums(all_reduce_sum(self.sums), all_reduce_max_float(self.diff_max))
+
+
+def policy_loss_fn(
+    cfg: ActorConfig, temperature: float, remove_padding: bool = False, mismatch: MismatchAccumulator | None = None,
+) -> LossFn:
     """The PPO-family loss of one micro-batch: ``pg_loss − entropy_coeff·entropy (+ kl_loss_coef·kl)``.
 
     The entropy is computed only when ``entropy_coeff != 0`` (it is in the loss) or
     ``calculate_entropy`` (metric ``actor/entropy`` only, kept out of the backward pass). A
     micro-batch without ``old_log_probs`` uses its own detached log-probs as the behaviour policy
-    (see `reuses_old_log_probs`), so its ratio is exactly 1.
+    (see `reuses_old_log_probs`), so its ratio is exactly 1; with ``mismatch`` given and the
+    engine's ``rollout_log_probs`` in the batch, those log-probs also feed the mismatch metrics.
+
+    A ``top_entropy_mask`` `(B, R)` in the micro-batch (``actor.top_entropy_quantile`` < 1, see
+    `PPOActor.update_policy`) zeroes the per-token policy-gradient loss of the tokens it leaves
+    out; the entropy and KL terms and every denominator keep all response tokens.
 
     Every term is aggregated by ``cfg.loss_agg_mode`` with the mini-batch's global counts, so the
     micro-batch losses sum to the mini-batch loss. Metrics are additive the same way (per-token
@@ -116,6 +154,8 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = 
                                                       remove_padding, cfg.logprob_head_recompute)
         # on-policy reuse (reuses_old_log_probs): the behaviour policy is this very forward
         old = b["old_log_probs"].to(device) if "old_log_probs" in b.keys() else log_prob.detach()
+        if mismatch is not None and "old_log_probs" not in b.keys() and "rollout_log_probs" in b.keys():
+            mismatch.add(log_prob, b["rollout_log_probs"].to(device), mask)
         pg_losses, pg_metrics = policy_loss(
             old, log_prob, b["advantages"].to(device), mask,
             clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
@@ -123,6 +163,8 @@ def policy_loss_fn(cfg: ActorConfig, temperature: float, remove_padding: bool = 
         )
         if "rollout_is_weights" in b.keys():  # algorithm.rollout_correction: truncated IS weights
             pg_losses = pg_losses * b["rollout_is_weights"].to(device)
+        if "top_entropy_mask" in b.keys():  # actor.top_entropy_quantile: select, so no value leaks in
+            pg_losses = torch.where(b["top_entropy_mask"].to(device), pg_losses, torch.zeros_like(pg_losses))
         pg_loss = agg_loss(pg_losses, mask, **agg)
         loss = pg_loss
         metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach()}
@@ -165,19 +207,26 @@ class PPOActor:
                 ``response_mask`` `(B, R)` (+ ``ref_log_prob`` when ``use_kl_loss``).
             temperature: rollout temperature.
             mini_batch_size: trajectories per optimizer step on this rank.
+
+        Without ``old_log_probs`` (on-policy reuse) and with ``rollout_log_probs``, the metrics
+        include ``training/rollout_probs_diff_{max,mean,std}``, ``training/rollout_kl`` and
+        ``training/rollout_k3_kl`` of the update forward (see `MismatchAccumulator`).
         """
         cfg = self.config
         if "old_log_probs" not in data.batch.keys() and (cfg.ppo_epochs != 1 or len(data) > mini_batch_size):
             raise ValueError("update without old_log_probs needs one on-policy pass (ppo_epochs 1, one mini-batch); "
                              f"got ppo_epochs {cfg.ppo_epochs}, {len(data)} rows for mini-batches of {mini_batch_size}")
         micro = MicroBatchSpec(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
-        loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding)
+        mismatch = MismatchAccumulator()
+        loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding, mismatch)
         metrics: dict[str, list[float]] = defaultdict(list)
         generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
         for _ in range(cfg.ppo_epochs):
             if cfg.shuffle:
                 data = data[torch.randperm(len(data), generator=generator)]
             for mini in data.split(mini_batch_size):
+                if cfg.top_entropy_quantile < 1.0:
+                    metrics["actor/top_entropy_threshold"].append(self._select_high_entropy(mini, temperature, micro))
                 step = self.engine.train_batch(mini, loss_fn, micro)
                 for k, v in step.metrics.items():
                     metrics[k].append(v)
@@ -186,4 +235,26 @@ class PPOActor:
                 if cfg.use_kl_loss:
                     metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
         metrics["actor/lr"].append(self.engine.lr_scheduler_step())
-        return {k: float(sum(v) / len(v)) if k != "actor/grad_norm_nonfinite" else float(sum(v)) for k, v in metrics.items()}
+        out = {k: float(sum(v) / len(v)) if k != "actor/grad_norm_nonfinite" else float(sum(v)) for k, v in metrics.items()}
+        if "old_log_probs" not in data.batch.keys() and "rollout_log_probs" in data.batch.keys():
+            out.update(mismatch.metrics())
+        return out
+
+    def _select_high_entropy(self, mini: DataProto, temperature: float, micro: MicroBatchSpec) -> float:
+        """Put ``top_entropy_mask`` `(B, R)` into ``mini``: its tokens of highest entropy; returns τ.
+
+        The entropies come from a no-grad forward of ``mini`` under the weights the update then
+        differentiates (one extra forward per mini-batch), so τ — the ``(1 − ρ)`` quantile over
+        the mini-batch's response tokens on every rank — and the selection do not depend on
+        micro-batching. Reference: Wang et al. 2025, arXiv 2506.01939, the objective with
+        I[H_t >= τ_ρ] over the batch's tokens.
+        """
+        cfg = self.config
+        _, entropy = compute_log_prob(self.engine, mini, temperature, micro, calculate_entropy=True,
+                                      chunk_size=cfg.logprob_chunk_size, remove_padding=self.remove_padding)
+        assert entropy is not None
+        mask = mini.batch["response_mask"]
+        tokens = all_gather_cat(entropy[mask != 0])
+        threshold = entropy_quantile_threshold(tokens, cfg.top_entropy_quantile) if tokens.numel() else 0.0
+        mini.batch["top_entropy_mask"] = high_entropy_token_mask(entropy, mask, threshold)
+        return threshold
