@@ -42,9 +42,10 @@ def _failure(cfg, kind: type[UserError], *needles: str) -> str:
 
 def test_good_config_passes_every_check(tiny_model_dir, tmp_path):
     checks = run_preflight(_cfg(tiny_model_dir, tmp_path, **{"trainer.save_freq": 1}), raise_on_failure=False)
-    assert [c.name for c in checks] == ["paths", "checkpoint folder", "data", "reward function", "model", "pad token",
-                                        "half precision"]
-    assert all(c.ok for c in checks[:-1]), checks
+    assert [c.name for c in checks] == ["paths", "checkpoint folder", "data", "reward function", "multi-turn configs",
+                                        "model", "pad token", "half precision"]
+    assert checks[4].ok is None  # no tools or interactions configured
+    assert all(c.ok for c in checks[:4] + checks[5:-1]), checks
     assert checks[-1].ok is None and checks[-1].detail == "skipped"  # float32 run: no half precision to measure
     assert "compute_score(data_source, solution_str, ground_truth, extra_info=None)" in checks[3].detail
 

@@ -27,6 +27,7 @@ import jsonschema
 from omegaconf import OmegaConf
 
 from verl.tools.base import BaseTool
+from verl.utils.errors import UserError
 
 __all__ = ["BUILTIN_CONFIG_DIR", "CLASS_ALIASES", "ToolConfigError", "import_class", "load_tools", "tool_schemas"]
 
@@ -39,8 +40,10 @@ CLASS_ALIASES: dict[str, str] = {
 }
 
 
-class ToolConfigError(ValueError):
+class ToolConfigError(UserError, ValueError):
     """A bad tool or interaction config file (the message names the file and the entry)."""
+
+    kind = "tool config error"
 
 
 def import_class(class_name: str, base: type, where: str) -> type:

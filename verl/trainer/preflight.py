@@ -16,6 +16,8 @@ data                every data file is readable (UTF-8, valid rows: file and lin
 reward function     ``custom_reward_function.name`` exists in ``.path`` and its signature binds the
                     keywords the reward manager passes (``data_source, solution_str, ground_truth,
                     extra_info``; the plural forms for the ``batch`` manager)
+multi-turn configs  the tool / interaction config files load, and every row's
+                    ``extra_info.interaction_kwargs.name`` is configured (`verl.trainer.preflight_multiturn`)
 model               ``config.json`` readable, weight files are weights (safetensors header / torch
                     zip archive), tokenizer vocabulary ≤ embedding rows, prompt + response ≤ the
                     model's context (``max_position_embeddings`` / ``n_positions``)
@@ -79,6 +81,7 @@ def run_preflight(cfg: Any, tokenizer: Any = None, raise_on_failure: bool = True
         ("checkpoint folder", lambda: _check_owner(cfg)),
         ("data", lambda: check_data(cfg)),
         ("reward function", lambda: check_reward_function(cfg)),
+        ("multi-turn configs", lambda: _check_multi_turn(cfg)),
         ("model", lambda: check_model(cfg, tokenizer)),
         ("pad token", lambda: check_pad_token(cfg, tokenizer)),
         ("half precision", lambda: check_half_precision(cfg)),
@@ -94,6 +97,12 @@ def run_preflight(cfg: Any, tokenizer: Any = None, raise_on_failure: bool = True
             continue
         out.append(Check(name, None if detail is None else True, detail or "skipped"))
     return out
+
+
+def _check_multi_turn(cfg: Any) -> str | None:
+    from verl.trainer.preflight_multiturn import check_multi_turn
+
+    return check_multi_turn(cfg)
 
 
 def _check_owner(cfg: Any) -> str:
