@@ -101,7 +101,8 @@ class PythonCodeTool(BaseTool):
         self._semaphore: asyncio.Semaphore | None = None
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
-        """No per-trajectory state (every run gets a fresh sandbox)."""
+        """No per-trajectory state (every run gets a fresh sandbox); starts the warm workers."""
+        self.pool.start()
         return instance_id or str(uuid.uuid4()), ToolResponse()
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:

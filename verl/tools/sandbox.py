@@ -245,7 +245,8 @@ class SandboxPool:
     """Starts isolated one-shot Python workers, ``warm`` of them ahead of need.
 
     Usable from any thread and any event loop (asyncio.run per rollout step is fine): workers
-    are plain processes whose pipes are attached to the loop of the run that takes them.
+    are plain processes whose pipes are attached to the loop of the run that takes them. No
+    process starts before `start` or the first `run`.
 
     Args:
         limits: the limits of every run of this pool.
@@ -273,6 +274,9 @@ class SandboxPool:
         self._lock = threading.Lock()
         self._closed = False
         _POOLS.add(self)
+
+    def start(self) -> None:
+        """Starts the ``warm`` workers in the background (also done by every `run`); idempotent."""
         self._refill()
 
     def _start(self) -> _Worker:
@@ -470,8 +474,10 @@ async def _supervise(worker: _Worker, code: str, limits: SandboxLimits, start: f
     stderr = err.text()
     if timed_out:
         stderr += f"\n[killed: wall-clock timeout of {limits.timeout_s:g} s]"
-    elif cpu_killed:
+    elif code_ == -signal.SIGXCPU:
         stderr += f"\n[killed: CPU time limit of {limits.cpu_time_s} s]"
+    elif cpu_killed:  # the hard CPU limit one second later, or a kill the code sent itself
+        stderr += f"\n[killed by SIGKILL: CPU time limit of {limits.cpu_time_s} s, or the code's own kill]"
     return SandboxResult(
         stdout=out.text(), stderr=stderr, exit_code=code_, status=status,
         output_truncated=out.truncated or err.truncated, duration_s=time.monotonic() - start, isolation=isolation,
