@@ -5,7 +5,8 @@ All share the signature documented in `verl.algorithms.advantages`. Samples are 
 `verl.algorithms.groups.group_stats` (float64, one vectorised implementation).
 
 Group rules, identical in every estimator here:
-- a group with zero spread (all scorable scores equal, max == min) gets advantage exactly 0;
+- a group with zero spread (all scorable scores equal up to round-off, `groups.zero_spread`)
+  gets advantage exactly 0;
 - a singleton group (one scorable sample) gets 0 — its own mean is its baseline — except in
   RLOO, where the leave-one-out baseline is undefined and the documented rule is baseline 0,
   i.e. the raw score (known_faults B04 b; the config layer rejects ``rollout.n < 2`` for rloo);
@@ -114,7 +115,7 @@ def compute_rloo_outcome_advantage(
     x = scores.double()
     loo_mean = (st.total - x) / (st.count - 1).clamp(min=1)
     adv = torch.where(st.count >= 2, x - loo_mean, x)
-    adv = torch.where(st.valid & ~((st.count >= 2) & (st.max == st.min)), adv, torch.zeros_like(adv))
+    adv = torch.where(st.valid & ~((st.count >= 2) & st.no_spread), adv, torch.zeros_like(adv))
     return _outcome(adv, token_level_rewards, response_mask)
 
 

@@ -7,6 +7,12 @@ values is then exact, so a constant group has exactly zero spread (known_faults 
 
 Unscorable samples (score NaN) are excluded from every statistic; estimators give them
 advantage 0.
+
+Zero spread is decided on the range, never on a computed std: ``np.std([0.1] * 3)`` is
+1.4e-17, not 0, because the mean of identical values is rounded. A group has zero spread when
+``max − min <= ZERO_SPREAD_TOL · max(1, |max|, |min|)`` (`zero_spread`), so values equal up to
+float64 round-off (``0.1 + 0.2`` and ``0.3``) form one constant group, while distinct rewards,
+even float32 neighbours (relative gap ≥ 6e-8), do not.
 """
 
 from __future__ import annotations
@@ -18,7 +24,28 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["GroupStats", "group_ids", "group_stats"]
+__all__ = ["ZERO_SPREAD_TOL", "GroupStats", "group_ids", "group_stats", "zero_spread"]
+
+ZERO_SPREAD_TOL = 1e-9
+"""Relative tolerance of `zero_spread` (absolute for values within [−1, 1])."""
+
+
+def zero_spread(gmax: Any, gmin: Any) -> Any:
+    """Whether a group's values are all equal up to round-off (module docstring).
+
+    Args:
+        gmax: the group's largest value(s), a float, NumPy array or tensor.
+        gmin: the smallest value(s), same type and shape.
+
+    Returns:
+        bool (or a bool array / tensor): ``gmax − gmin <= ZERO_SPREAD_TOL · max(1, |gmax|, |gmin|)``.
+        A group without values (max −inf, min +inf) counts as zero spread.
+    """
+    if isinstance(gmax, torch.Tensor):
+        scale = torch.maximum(gmax.abs(), gmin.abs()).clamp(min=1.0)
+    else:
+        scale = np.maximum(np.maximum(np.abs(gmax), np.abs(gmin)), 1.0)
+    return (gmax - gmin) <= ZERO_SPREAD_TOL * scale
 
 
 def group_ids(index: np.ndarray | torch.Tensor | Sequence[Any] | None, batch_size: int) -> torch.Tensor:
@@ -69,9 +96,14 @@ class GroupStats:
     min: torch.Tensor
 
     @property
+    def no_spread(self) -> torch.Tensor:
+        """`(B,)` bool: the group's scorable scores are all equal up to round-off (`zero_spread`)."""
+        return zero_spread(self.max, self.min)
+
+    @property
     def constant(self) -> torch.Tensor:
-        """`(B,)` bool: the group has fewer than two scorable samples or zero spread (max == min)."""
-        return (self.count < 2) | (self.max == self.min)
+        """`(B,)` bool: the group has fewer than two scorable samples or zero spread (`no_spread`)."""
+        return (self.count < 2) | self.no_spread
 
 
 def group_stats(scores: torch.Tensor, ids: torch.Tensor) -> GroupStats:

@@ -3,11 +3,18 @@
 DAPO (Yu et al. 2025, arXiv 2503.14476, §3.2): a group whose ``rollout.n`` samples all get the
 same reward (all right or all wrong) has zero advantage under a group baseline and only dilutes
 the batch. With ``algorithm.filter_groups.enable`` the trainer generates batches of
-``data.gen_batch_size`` prompts, keeps the groups whose ``filter_groups.metric`` has a non-zero
-(population) std across the group — a group of one sample is kept — and accumulates kept groups
+``data.gen_batch_size`` prompts, keeps the groups whose ``filter_groups.metric`` varies across the
+group — a group of one sample is kept — and accumulates kept groups
 over generation batches until ``data.train_batch_size`` groups are there; the surplus groups of
 the last generation batch are dropped. ``filter_groups.max_num_gen_batches`` > 0 bounds the
 number of generation batches per step (then an error says to raise it or the batch size).
+
+"Varies" is decided on the range, with the advantage estimators' rule
+(:func:`verl.algorithms.groups.zero_spread`: ``max − min > 1e-9 · max(1, |max|, |min|)``), never as
+``np.std > 0``: the std of identical float64 values is often 1e-17, not 0, so an all-correct
+group of 0.1-rewards would be kept. Non-finite values are left out of the test (as the estimators
+leave unscorable samples out of the group statistics); a group with fewer than two finite values
+and more than one sample is dropped.
 
 Metric values per trajectory: ``seq_reward`` / ``seq_final_reward`` = the sequence score
 (Σ ``token_level_scores``; the in-reward KL is not applied before filtering), or any numeric
@@ -25,6 +32,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from verl.algorithms.groups import zero_spread
 from verl.protocol import DataProto
 
 __all__ = ["DynamicSampler", "kept_group_mask", "metric_values"]
@@ -69,9 +77,15 @@ def kept_group_mask(uids: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, l
     by_uid: dict[Any, list[float]] = defaultdict(list)
     for uid, value in zip(uids, values, strict=True):
         by_uid[uid].append(float(value))
-    kept = [uid for uid, vals in by_uid.items() if len(vals) == 1 or float(np.std(vals)) > 0]
+    kept = [uid for uid, vals in by_uid.items() if len(vals) == 1 or _varies(vals)]
     keep = set(kept)
     return np.array([uid in keep for uid in uids], dtype=bool), kept, len(by_uid)
+
+
+def _varies(values: list[float]) -> bool:
+    """Two or more finite values that are not all equal up to round-off (module docstring)."""
+    finite = [v for v in values if np.isfinite(v)]
+    return len(finite) >= 2 and not bool(zero_spread(max(finite), min(finite)))
 
 
 class DynamicSampler:
