@@ -235,3 +235,21 @@ def _processes_with(marker: str) -> list[str]:
         except OSError:
             pass
     return found
+
+
+def test_doctor_reports_the_isolation(monkeypatch):
+    from verl.trainer.doctor import sandbox_isolation
+
+    isolation.check_isolation.cache_clear()
+    name, status, detail = sandbox_isolation()
+    if _WHY:
+        assert (status, detail) == ("WARN", f"no OS isolation: {_WHY}")
+    else:
+        assert (name, status) == ("code sandbox", "ok") and detail.startswith("bubblewrap ")
+        assert "user/mount/pid/ipc/uts/net namespaces" in detail and "process count:" in detail
+    monkeypatch.setenv("PATH", "/nonexistent")
+    isolation.check_isolation.cache_clear()
+    try:
+        assert sandbox_isolation()[1:] == ("WARN", "no OS isolation: bubblewrap (`bwrap`) is not installed: " + isolation.INSTALL_HINT)
+    finally:
+        isolation.check_isolation.cache_clear()

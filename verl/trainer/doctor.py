@@ -4,7 +4,8 @@ Prints versions (Python, verl, torch, transformers, Ray, vLLM / SGLang when inst
 devices and their memory, CPU threads, whether FSDP2 over gloo (and NCCL on GPU) and
 TensorBoard actually work here (each is exercised for a fraction of a second: a one-process
 gloo group all-reduces, a ``fully_shard`` linear layer does forward + backward, an event file
-is written), the Hugging Face hub / offline settings, and — when a config or overrides are
+is written), which OS isolation the code-interpreter sandbox gets (bubblewrap namespaces, pids
+cgroup; a sandbox is started once), the Hugging Face hub / offline settings, and — when a config or overrides are
 given — the pre-flight checks of `verl.trainer.preflight` for that run. Ray is imported and
 its version shown; starting a local cluster takes 10-20 s, so it is only exercised with
 ``--ray``. Exit status: 0 when every check passed, 1 otherwise. Runs in a few seconds (most of
@@ -137,8 +138,19 @@ def _ray(start: bool) -> str | None:
     return f"local cluster started, ran a task and stopped in {time.perf_counter() - t:.1f} s"
 
 
+def sandbox_isolation() -> tuple[str, str, str]:
+    """("code sandbox", ok | WARN, detail): the OS isolation `verl.tools.sandbox` gets here (a sandbox
+    is started once). WARN, not FAIL: only runs with the code-interpreter tool need it."""
+    from verl.tools.isolation import IsolationError, check_isolation
+
+    try:
+        return "code sandbox", OK, check_isolation().describe()
+    except IsolationError as e:
+        return "code sandbox", WARN, f"no OS isolation: {e}"
+
+
 def capabilities(start_ray: bool = False) -> list[tuple[str, str, str]]:
-    """(name, ok | FAIL | --, detail) for gloo+FSDP2, NCCL, Ray and TensorBoard."""
+    """(name, ok | FAIL | WARN | --, detail) for gloo+FSDP2, NCCL, Ray, TensorBoard and the code sandbox."""
     out = []
     with tempfile.TemporaryDirectory(prefix="verl_doctor_") as d:
         tmp = Path(d)
@@ -153,6 +165,7 @@ def capabilities(start_ray: bool = False) -> list[tuple[str, str, str]]:
                 out.append((name, FAIL, f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"))
                 continue
             out.append((name, SKIP, "no CUDA device") if detail is None else (name, OK, detail))
+    out.append(sandbox_isolation())
     return out
 
 
