@@ -178,7 +178,8 @@ def policy_loss_fn(
             kl_loss = agg_loss(kl_penalty(log_prob, b["ref_log_prob"].to(device), cfg.kl_loss_type), mask, **agg)
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
-        share = float(mask.sum()) / counts.tokens
+        # a mini-batch whose every token left the loss (truncation masking, rejection): no share
+        share = float(mask.sum()) / counts.tokens if counts.tokens else 0.0
         for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
             if name in pg_metrics:
                 metrics[f"actor/{name}"] = float(pg_metrics[name]) * share
