@@ -1,8 +1,6 @@
-"""verl's validation metrics (val-core / val-aux, mean@N, std@N, best/worst/maj@n with bootstrap), hand-checked."""
+"""verl's validation metrics (val-core / val-aux, mean@N, std@N, best/worst/maj@n over subsets), hand-checked."""
 
 from __future__ import annotations
-
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -32,34 +30,22 @@ def test_majority_value_ties_go_to_the_pred_seen_first():
     assert majority_value([0.3, 1.0, 0.9], ["x", "y", "x"]) == 0.3
 
 
-def _expected_bootstrap(values, preds, n, seed=42):
-    """Independent recomputation: the same subset draws, reduced with plain Python."""
-    idx = np.random.RandomState(seed).choice(len(values), size=(1000, n), replace=True)
-    best = [max(values[i] for i in row) for row in idx]
-    worst = [min(values[i] for i in row) for row in idx]
-    maj = []
-    for row in idx:
-        counts = Counter(preds[i] for i in row)
-        top = max(counts.values())
-        winner = next(preds[i] for i in row if counts[preds[i]] == top)
-        maj.append(next(values[i] for i in row if preds[i] == winner))
-    return {k: (float(np.mean(v)), float(np.std(v))) for k, v in (("best", best), ("worst", worst), ("maj", maj))}
-
-
 def test_three_responses_per_prompt_names_and_values():
     values, preds = [1.0, 0.0, 0.0], ["7", "8", "8"]
     m = validation_metrics(["a"] * 3, ["p"] * 3, {"reward": values, "pred": preds})
     assert m["val-core/a/reward/mean@3"] == pytest.approx(1 / 3)
     assert m["val-aux/a/reward/std@3"] == pytest.approx(np.sqrt(2 / 9))
-    for n, section in ((2, "val-aux"), (3, "val-core")):
-        exp = _expected_bootstrap(values, preds, n)
-        assert m[f"{section}/a/reward/best@{n}/mean"] == pytest.approx(exp["best"][0])
-        assert m[f"{section}/a/reward/best@{n}/std"] == pytest.approx(exp["best"][1])
-        assert m[f"{section}/a/reward/maj@{n}/mean"] == pytest.approx(exp["maj"][0])
-        assert m[f"val-aux/a/reward/worst@{n}/mean"] == pytest.approx(exp["worst"][0])
-        assert m[f"val-aux/a/reward/worst@{n}/std"] == pytest.approx(exp["worst"][1])
-    # sanity against the closed form: P(best of 3 draws = 1) = 1 - (2/3)^3 = 19/27
-    assert m["val-core/a/reward/best@3/mean"] == pytest.approx(19 / 27, abs=0.05)
+    # pairs (0,1) (0,2) (1,2): max 1, 1, 0 -> 2/3 = 1 - C(2,2)/C(3,2); min 0 always
+    assert m["val-aux/a/reward/best@2/mean"] == pytest.approx(2 / 3)
+    assert m["val-aux/a/reward/best@2/std"] == pytest.approx(np.sqrt(2 / 9))
+    assert m["val-aux/a/reward/worst@2/mean"] == 0.0 and m["val-aux/a/reward/worst@2/std"] == 0.0
+    # majority of a pair: ties go to the earlier response ("7", value 1) in (0,1), (0,2); "8" in (1,2)
+    assert m["val-aux/a/reward/maj@2/mean"] == pytest.approx(2 / 3)
+    assert m["val-aux/a/reward/maj@2/std"] == pytest.approx(np.sqrt(2 / 9))
+    # n = N: the max, the min and the vote of all three, exactly
+    assert m["val-core/a/reward/best@3/mean"] == 1.0 and m["val-core/a/reward/best@3/std"] == 0.0
+    assert m["val-aux/a/reward/worst@3/mean"] == 0.0 and m["val-aux/a/reward/worst@3/std"] == 0.0
+    assert m["val-core/a/reward/maj@3/mean"] == 0.0 and m["val-core/a/reward/maj@3/std"] == 0.0
     assert "val-core/a/reward/worst@3/mean" not in m and "val-core/a/reward/std@3" not in m
 
 
