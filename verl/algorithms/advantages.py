@@ -89,12 +89,14 @@ class AdvantageConfig:
         lam: GAE λ.
         norm_adv_by_std_in_grpo: GRPO-family: divide by the group std (False = Dr.GRPO).
         epsilon: added to standard deviations.
+        norm_adv_by_std_in_rloo: rloo: divide the leave-one-out advantage by the group std.
     """
 
     gamma: float = 1.0
     lam: float = 1.0
     norm_adv_by_std_in_grpo: bool = True
     epsilon: float = 1e-6
+    norm_adv_by_std_in_rloo: bool = False
 
 
 def requires_inputs(*keys: str) -> Callable[[F], F]:

@@ -94,6 +94,7 @@ def compute_rloo_outcome_advantage(
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
     reward_baselines: torch.Tensor | None = None,
+    norm_adv_by_std_in_rloo: bool = False,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO (Ahmadian et al. 2024, arXiv 2402.14740): A_i = s_i − (Σ_{j≠i} s_j) / (n − 1).
@@ -102,10 +103,18 @@ def compute_rloo_outcome_advantage(
     leave-one-out baseline is undefined; the baseline is 0, so A_i = s_i (raw score). There is
     a single vectorised implementation, so no other code path can apply another rule.
 
+    With ``norm_adv_by_std_in_rloo`` the leave-one-out advantage is divided by the group's
+    unbiased std, as GRPO divides its own: A_i = (s_i − mean_{j≠i} s_j) / (std_g + ε) — the
+    leave-one-out baseline with std scaling of NeMo-RL's GRPO (``use_leave_one_out_baseline``
+    with ``normalize_rewards``) and TRL's RLOO ``normalize_advantages`` option, here per group.
+    A singleton keeps its raw score (std undefined); zero-spread groups stay exactly 0.
+
     Args:
         token_level_rewards: `(B, R)`.
         response_mask: `(B, R)`.
         index: `(B,)` group ids (uid), required.
+        norm_adv_by_std_in_rloo: divide by std_g + ε (``algorithm.norm_adv_by_std_in_rloo``).
+        epsilon: ε.
 
     Returns:
         (advantages, returns), equal `(B, R)` tensors, 0 on masked positions.
@@ -114,7 +123,10 @@ def compute_rloo_outcome_advantage(
     st = group_stats(scores, group_ids(index, scores.shape[0]))
     x = scores.double()
     loo_mean = (st.total - x) / (st.count - 1).clamp(min=1)
-    adv = torch.where(st.count >= 2, x - loo_mean, x)
+    loo = x - loo_mean
+    if norm_adv_by_std_in_rloo:
+        loo = loo / (st.std + epsilon)
+    adv = torch.where(st.count >= 2, loo, x)
     adv = torch.where(st.valid & ~((st.count >= 2) & st.no_spread), adv, torch.zeros_like(adv))
     return _outcome(adv, token_level_rewards, response_mask)
 

@@ -232,6 +232,12 @@ def _both_set(section: Any, prefix: str, pairs: tuple[tuple[str, str], ...]) -> 
             )
 
 
+def _check_algorithm(a: S.AlgorithmConfig, prefix: str) -> None:
+    if a.norm_adv_by_std_in_rloo and a.adv_estimator != "rloo":
+        raise ConfigError(f"{prefix}.norm_adv_by_std_in_rloo applies to adv_estimator=rloo only, got "
+                          f"{a.adv_estimator!r}; for GRPO use {prefix}.norm_adv_by_std_in_grpo")
+
+
 def _check_actor(a: S.ActorConfig, prefix: str) -> None:
     _both_set(a, prefix, (_MICRO,))
 
@@ -334,6 +340,7 @@ def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
 
 SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
     S.ActorConfig: _check_actor,
+    S.AlgorithmConfig: _check_algorithm,
     S.CriticConfig: _check_critic,
     S.RefConfig: _check_logprob,
     S.RolloutConfig: _check_rollout,

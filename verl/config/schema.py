@@ -794,7 +794,12 @@ class AlgorithmConfig:
     adv_estimator: str = "gae"
     # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk.
     norm_adv_by_std_in_grpo: bool = True
-    # GRPO: divide by the group std; False = Dr.GRPO.
+    # GRPO: divide by the group std; False = Dr.GRPO. verl's rloo ignores it, and so does ours.
+    norm_adv_by_std_in_rloo: bool = False
+    # rloo only (not a verl key; verl's rloo never scales): A_i = (s_i - mean of the other
+    # samples) / (unbiased group std + 1e-6), the leave-one-out baseline with std scaling of
+    # NeMo-RL / TRL's RLOO option. Singletons keep their raw score. True with another
+    # adv_estimator is an error.
     use_kl_in_reward: bool = False
     # Subtract beta * KL(actor || ref) from token rewards (needs the reference policy).
     kl_penalty: str = "kl"

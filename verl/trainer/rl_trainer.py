@@ -300,7 +300,8 @@ class RLTrainer:
         advantages, returns = compute_advantage(
             algo.adv_estimator, token_level_rewards=b["token_level_rewards"], response_mask=b["response_mask"],
             index=batch.non_tensor_batch["uid"], values=b["values"] if "values" in b.keys() else None,
-            config=AdvantageConfig(gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo),
+            config=AdvantageConfig(gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+                                   norm_adv_by_std_in_rloo=algo.norm_adv_by_std_in_rloo),
             inputs=b, algorithm=algo,  # the whole section, for estimators written to verl's signature
         )
         b["advantages"], b["returns"] = advantages, returns
