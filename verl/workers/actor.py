@@ -175,7 +175,8 @@ def policy_loss_fn(
                 loss = loss - cfg.entropy_coeff * ent_loss
             metrics["actor/entropy"] = ent_loss.detach()
         if cfg.use_kl_loss:
-            kl_loss = agg_loss(kl_penalty(log_prob, b["ref_log_prob"].to(device), cfg.kl_loss_type), mask, **agg)
+            # the mask selects inside kl_penalty: a NaN in a padded ref slot never reaches log_prob's gradient
+            kl_loss = agg_loss(kl_penalty(log_prob, b["ref_log_prob"].to(device), cfg.kl_loss_type, mask), mask, **agg)
             loss = loss + cfg.kl_loss_coef * kl_loss
             metrics["actor/kl_loss"] = kl_loss.detach()
         # a mini-batch whose every token left the loss (truncation masking, rejection): no share
