@@ -267,3 +267,18 @@ def test_step_metrics_ignore_masked_slots(poison: float) -> None:
         return compute_data_metrics(batch, use_critic=True), compute_rollout_entropy_metrics(fix(entropy), MASK)
 
     _same(run(False), run(True), "step metrics")
+
+
+@pytest.mark.parametrize("poison", POISONS, ids=POISON_IDS)
+def test_update_forward_token_statistics_ignore_masked_slots(poison: float) -> None:
+    from verl.algorithms.token_selection import high_entropy_token_mask, mismatch_metrics_from_sums, rollout_mismatch_sums
+
+    train, rollout = _logps()
+    entropy = _rand(19).abs()
+
+    def run(tr: torch.Tensor, ro: torch.Tensor, ent: torch.Tensor) -> Any:
+        sums, diff_max = rollout_mismatch_sums(tr, ro, MASK)
+        return sums, mismatch_metrics_from_sums(sums, diff_max), high_entropy_token_mask(ent, MASK, 0.5)
+
+    dirty = run(_poison(train, poison), _poison(rollout, poison), _poison(entropy, poison))
+    _same(run(train, rollout, entropy), dirty, "update-forward token statistics")
