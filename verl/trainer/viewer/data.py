@@ -170,7 +170,7 @@ def pack(steps: list[StepDump], title: str = "") -> tuple[dict[str, Any], list[s
         "step", "group", "score", "len", "plen", "trunc", "calls", "toolErr", "turns", "src", "mis", "misMean",
         "adv", "ent", "pad", "snippet")}
     sources: dict[str, int] = {}
-    groups: dict[str, int] = {}
+    groups: dict[tuple[int, str], int] = {}
     chunks: list[str] = []
     texts: list[list[str]] = []
     present = 0
@@ -219,7 +219,7 @@ def pack(steps: list[StepDump], title: str = "") -> tuple[dict[str, Any], list[s
             lengths.append(int(r1 - r0))
         _add_overview(overview, sd, lengths)
     meta = {
-        "title": title, "n": len(chunks), "cols": cols, "sources": list(sources), "groups": list(groups),
+        "title": title, "n": len(chunks), "cols": cols, "sources": list(sources), "groups": [uid for _, uid in groups],
         "vocab": vocab.pieces, "vocabIds": vocab.ids, "idBytes": 2 if len(vocab.ids) <= 65536 else 4, "quantities": [k for k, bit in QUANTITIES.items() if present & bit],
         "steps": [sd.step for sd in steps], "overview": overview,
         "scales": _scales(cols, steps), "hasTokens": any(sd.tokens is not None for sd in steps),
@@ -228,11 +228,12 @@ def pack(steps: list[StepDump], title: str = "") -> tuple[dict[str, Any], list[s
 
 
 def _add_summary(cols: dict[str, list[Any]], row: dict[str, Any], step: int, sources: dict[str, int],
-                 groups: dict[str, int]) -> None:
+                 groups: dict[tuple[int, str], int]) -> None:
     calls, errors = _tool_counts(row)
     score = row.get("score")
     cols["step"].append(step)
-    cols["group"].append(groups.setdefault(f"{step}/{row.get('uid', '')}", len(groups)))
+    key = (step, str(row.get("uid", "")))  # a uid names a group within its step
+    cols["group"].append(groups.setdefault(key, len(groups)))
     cols["score"].append(_finite_or_none(float(score)) if isinstance(score, (int, float)) else None)
     cols["len"].append(0)
     cols["plen"].append(row.get("prompt_length"))

@@ -181,7 +181,7 @@
       const sc = rows.map((i) => C.score[i]).filter((v) => v !== null);
       const mean = sc.length ? sc.reduce((a, b) => a + b, 0) / sc.length : null;
       const card = el('div', { class: 'gcard', 'data-group': g },
-        el('div', { class: 'gh' }, `group ${META.groups[g]} · step ${C.step[rows[0]]} · ${META.sources[C.src[rows[0]]]} · ${rows.length} samples · mean reward ${fmt(mean)}`));
+        el('div', { class: 'gh' }, `group ${META.groups[g]} · step ${C.step[rows[0]]} · ${[...new Set(rows.map((i) => META.sources[C.src[i]]))].join(', ')} · ${rows.length} samples · mean reward ${fmt(mean)}`));
       const samples = el('div', { class: 'samples' });
       for (const i of rows) {
         const cls = 'sample' + (C.adv[i] > 0 ? ' pos' : C.adv[i] < 0 ? ' neg' : '');
@@ -364,6 +364,7 @@
     const box = $('detail');
     box.classList.remove('empty');
     box.replaceChildren();
+    delete box.dataset.row;
     const r = d.row;
     const kv = el('table', { class: 'kv', id: 'rowinfo' });
     const add = (k, v) => kv.append(el('tr', {}, el('td', {}, k), el('td', {}, typeof v === 'string' ? v : JSON.stringify(v))));
@@ -391,6 +392,7 @@
       const [input, output] = (await texts())[i];
       box.append(el('div', { class: 'tokens', id: 'tokens' }, el('div', { class: 'block prompt' }, el('span', { class: 'lbl' }, 'prompt'), input), output));
     }
+    box.dataset.row = String(i);
   }
   async function exportRow(i) {
     const text = JSON.stringify(await fixture(i), null, 2);
