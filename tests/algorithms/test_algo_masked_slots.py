@@ -282,3 +282,34 @@ def test_update_forward_token_statistics_ignore_masked_slots(poison: float) -> N
 
     dirty = run(_poison(train, poison), _poison(rollout, poison), _poison(entropy, poison))
     _same(run(train, rollout, entropy), dirty, "update-forward token statistics")
+
+
+# ---- extension points written to verl's signatures (they multiply by the mask) -------------
+
+
+def _verl_style_estimator(token_level_rewards, response_mask, index=None, config=None):
+    scores = token_level_rewards.sum(-1)  # verl sums each row unmasked
+    adv = (scores - scores.mean()).unsqueeze(-1) * response_mask
+    return adv, adv
+
+
+def _verl_style_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
+                     rollout_is_weights=None):
+    pg = -advantages * torch.exp(log_prob - old_log_prob) * rollout_is_weights
+    return (pg * response_mask).sum() / response_mask.sum(), {"actor/pg_clipfrac": 0.0}
+
+
+@pytest.mark.parametrize("poison", POISONS, ids=POISON_IDS)
+def test_verl_signature_extensions_get_selected_inputs(poison: float) -> None:
+    from verl.algorithms.verl_signatures import adapt_adv_estimator, adapt_policy_loss
+
+    estimator, loss_fn = adapt_adv_estimator(_verl_style_estimator), adapt_policy_loss(_verl_style_loss)
+    old, log_prob, adv, weights = _rand(20, 0.5, -1.0), _rand(21, 0.5, -1.0), _rand(22), _rand(23).abs()
+
+    def run(fix: Any) -> Any:
+        leaf = fix(log_prob).requires_grad_()
+        pg, metrics = loss_fn(fix(old), leaf, fix(adv), MASK, rollout_is_weights=fix(weights))
+        agg_loss(pg, MASK, "token-mean").backward()
+        return estimator(fix(_outcome_rewards()), MASK, index=INDEX), pg.detach(), metrics, leaf.grad
+
+    _same(run(lambda x: x.clone()), run(lambda x: _poison(x, poison)), "verl-signature extensions")

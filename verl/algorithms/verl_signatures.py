@@ -32,6 +32,8 @@ from typing import Any
 
 import torch
 
+from verl.algorithms.masked import zero_masked
+
 __all__ = ["adapt_adv_estimator", "adapt_policy_loss", "local_weights"]
 
 
@@ -55,13 +57,18 @@ def adapt_adv_estimator(
 
     Returns:
         An estimator for `ADV_ESTIMATORS`: it passes ``fn`` only the arguments it declares
-        (all of them when it takes ``**kwargs``) and keeps masked positions at 0.
+        (all of them when it takes ``**kwargs``), with the masked slots of the rewards and
+        values set to 0 by selection (verl's estimators sum rows unmasked), and keeps masked
+        positions of the results at 0.
     """
     names, var_kw = _accepted(fn)
 
     def estimator(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, **kwargs: Any):
         algorithm = kwargs.pop("algorithm", None)  # the trainer's whole algorithm section, when given
-        offered = {"token_level_rewards": token_level_rewards, "response_mask": response_mask, **kwargs}
+        if isinstance(kwargs.get("values"), torch.Tensor) and kwargs["values"].shape == response_mask.shape:
+            kwargs["values"] = zero_masked(kwargs["values"], response_mask)
+        offered = {"token_level_rewards": zero_masked(token_level_rewards, response_mask), "response_mask": response_mask,
+                   **kwargs}
         if algorithm is not None:
             offered["config"] = config_view(algorithm)
         elif offered.get("config") is not None:
@@ -122,6 +129,8 @@ def adapt_policy_loss(fn: Callable[..., Any], config_view: Callable[[Any], Any] 
     Returns:
         A loss for `POLICY_LOSSES` returning ``(pg_loss * w, metrics)``, ``w`` from
         :func:`local_weights`. The actor passes ``loss_agg_mode`` and ``config`` as extras.
+        ``fn`` receives its `(B, R)` tensors with the masked slots set to 0 by selection (verl's
+        losses multiply by the mask, and ``0 · NaN`` is NaN, in the gradient too).
     """
     names, var_kw = _accepted(fn)
 
@@ -130,6 +139,9 @@ def adapt_policy_loss(fn: Callable[..., Any], config_view: Callable[[Any], Any] 
         offered = {"loss_agg_mode": loss_agg_mode, "config": config_view(config) if config is not None else None,
                    "rollout_is_weights": rollout_is_weights}
         kwargs = {k: v for k, v in offered.items() if var_kw or k in names}
+        if kwargs.get("rollout_is_weights") is not None:
+            kwargs["rollout_is_weights"] = zero_masked(kwargs["rollout_is_weights"], response_mask)
+        old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
         out = fn(old_log_prob, log_prob, advantages, response_mask, **kwargs)
         if isinstance(out, tuple) and len(out) == 4:  # verl < 0.5: (loss, clipfrac, ppo_kl, clipfrac_lower)
             out = (out[0], {"pg_clipfrac": out[1], "ppo_kl": out[2], "pg_clipfrac_lower": out[3]})
