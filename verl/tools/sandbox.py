@@ -238,7 +238,6 @@ def _warn_unsafe_once() -> None:
         msg = ("UNSAFE: unsafe_no_isolation=true: model code runs WITHOUT OS isolation (no bubblewrap): "
                "it can read this machine's files and other processes' environment")
         logger.warning(msg)
-        print(f"WARNING: {msg}", file=sys.stderr, flush=True)
 
 
 class SandboxPool:
