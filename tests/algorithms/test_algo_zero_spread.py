@@ -54,11 +54,13 @@ def test_every_estimator_treats_a_round_off_group_as_constant(name):
     torch.testing.assert_close(adv_near, adv_exact, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name", ["grpo", "rloo", "opo", "gpg", "grpo_passk", "reinforce_plus_plus_baseline"])
-def test_group_estimators_give_exactly_zero_to_a_round_off_group(name):
+@pytest.mark.parametrize("name, extra", [("grpo", {}), ("rloo", {}), ("rloo", {"norm_adv_by_std_in_rloo": True}),
+                                         ("opo", {}), ("gpg", {}), ("grpo_passk", {}),
+                                         ("reinforce_plus_plus_baseline", {})])
+def test_group_estimators_give_exactly_zero_to_a_round_off_group(name, extra):
     rewards = _outcome([1.0, 0.0] + NEAR_CONSTANT[1][:2] + NEAR_CONSTANT[0][:2])
     adv, _ = compute_advantage(name, token_level_rewards=rewards, response_mask=torch.ones(6, 3),
-                               index=[0, 0, 1, 1, 2, 2])
+                               index=[0, 0, 1, 1, 2, 2], **extra)
     assert (adv[2:] == 0).all()
     assert (adv[:2] != 0).any()
     st = group_stats(rewards.sum(-1), group_ids([0, 0, 1, 1, 2, 2], 6))
