@@ -16,7 +16,7 @@ from typing import Any
 
 from verl.config import choices as C
 from verl.config import schema as S
-from verl.config.errors import ConfigError, did_you_mean
+from verl.config.errors import ConfigError, did_you_mean, not_supported
 
 __all__ = ["Rule", "check_sections", "SECTION_RULES"]
 
@@ -267,6 +267,16 @@ def _check_sampling(s: S.RolloutConfig | S.SamplingConfig, prefix: str) -> None:
 def _check_rollout(r: S.RolloutConfig, prefix: str) -> None:
     _check_logprob(r, prefix)
     _check_sampling(r, prefix)
+    if r.stop:
+        if any(not isinstance(s, str) or not s for s in r.stop):
+            raise ConfigError(f"{prefix}.stop: must be a list of non-empty strings, got {list(r.stop)!r}")
+        agent_loops = (r.multi_turn.enable or r.mode == "async" or float(r.over_sample_rate or 0) > 0
+                       or r.agent.default_agent_loop != "single_turn_agent")
+        if agent_loops:
+            raise not_supported(f"{prefix}.stop", "stop strings apply to single-turn batches; with agent loops "
+                                "(multi_turn, mode=async, over_sample_rate, agent.default_agent_loop) leave it []")
+        if r.name not in ("hf", "vllm"):
+            raise not_supported(f"{prefix}.stop", f"rollout.name={r.name} has no stop strings; use hf or vllm")
 
 
 def _ratio_bounds_ok(spec: Any) -> bool:

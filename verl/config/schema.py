@@ -503,6 +503,15 @@ class RolloutConfig:
     # Rollout compute dtype; None = the model's dtype.
     ignore_eos: bool = False
     # Keep generating after EOS (benchmarking only).
+    stop: List[str] = field(default_factory=list)
+    # Stop strings, as vLLM's SamplingParams.stop (not a verl key): a response ends once its decoded
+    # text (response tokens only, special tokens skipped) contains one; training, validation and
+    # verl generate alike. hf: checked after every token, cut on token boundaries (see
+    # verl.workers.rollout.stop_strings); vllm: passed to SamplingParams and cut the same way.
+    # Single-turn batches only (agent loops: not supported yet). [] = off.
+    include_stop_str_in_output: bool = False
+    # With stop: keep the stop text in the response (it ends on the token that completes it);
+    # False (vLLM's default) cuts the response before the stop text's first token.
     max_num_seqs: int = 1024
     # Sequences generated in one engine batch (hf engine: generation micro-batch).
     gpu_memory_utilization: float = 0.5

@@ -9,7 +9,9 @@ Generation for one micro-batch (at most ``rollout.max_num_seqs`` prompts):
 3. Decode token by token: position ``last prompt position + 1 + t``, sampling by
    `verl.workers.rollout.sampling` with a seeded `torch.Generator`. A row stops at the first
    token in ``eos_token_id`` (any of them); later slots hold ``pad_token_id`` and the row's
-   length stops growing. The loop ends early once every row has stopped. The decode forward is
+   length stops growing. With ``rollout.stop`` a row also stops once its decoded text holds a
+   stop string, cut as vLLM would (`verl.workers.rollout.stop_strings`). The loop ends early once
+   every row has stopped. The decode forward is
    eager by default; ``rollout.enforce_eager=false`` compiles it (`verl.workers.rollout.hf_decode`,
    static cache only).
 
@@ -46,6 +48,7 @@ from verl.modules.forward import position_ids_from_attention_mask
 from verl.protocol import DataProto
 from verl.workers.rollout.hf_decode import DecodeStep
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_uniforms, sample_tokens
+from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 
 __all__ = ["HFRollout", "cache_keyword", "default_eos_token_ids"]
 
@@ -98,7 +101,7 @@ class HFRollout:
         module: the actor model; generation runs in eval mode under ``torch.no_grad`` and the
             module's training mode is restored afterwards.
         config: the rollout section (`RolloutConfig`).
-        tokenizer: optional tokenizer supplying eos / pad ids.
+        tokenizer: optional tokenizer supplying eos / pad ids; needed for ``rollout.stop``.
         eos_token_id: stop ids; default `default_eos_token_ids`. ``meta_info`` may override.
         pad_token_id: id written after a row stops; default tokenizer pad, else the first eos id.
     """
@@ -114,6 +117,7 @@ class HFRollout:
     ) -> None:
         self.module = module
         self.config = config
+        self.stop_strings = stop_strings_of(config, tokenizer)
         self.eos_token_id = _as_id_list(eos_token_id) or default_eos_token_ids(module, tokenizer)
         if pad_token_id is None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
@@ -193,7 +197,7 @@ class HFRollout:
                     seeds = batch["sample_seeds"][rows] if "sample_seeds" in batch.keys() else None
                     outputs.append(self._generate_batch(
                         input_ids[rows], attention_mask[rows], position_ids[rows],
-                        int(response_length), params, eos_ids, pad_id, generator, seeds,
+                        int(response_length), params, eos_ids, pad_id, generator, seeds, self.stop_strings,
                     ))
         finally:
             self.module.train(was_training)
@@ -249,6 +253,7 @@ class HFRollout:
         pad_id: int,
         generator: torch.Generator,
         seeds: torch.Tensor | None = None,
+        stop: StopStrings | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Decode loop for one micro-batch; returns responses, lengths `(B,)` and log-probs `(B, R)`."""
         device = self._device()
@@ -280,10 +285,30 @@ class HFRollout:
             lengths += (~finished).long()
             if not self.config.ignore_eos and eos.numel():
                 finished |= torch.isin(tokens, eos)
+            if stop is not None:
+                self._apply_stop_strings(stop, responses, log_probs, lengths, finished, t, pad_id)
             if t == response_length - 1 or bool(finished.all()):
                 break
             logits = self._decode(self.module, responses[:, t : t + 1], full_mask, prompt_len + t + 1, next_pos + t, cache_arg)
         return responses.cpu(), lengths.cpu(), log_probs.cpu()
+
+    @staticmethod
+    def _apply_stop_strings(stop: StopStrings, responses: torch.Tensor, log_probs: torch.Tensor, lengths: torch.Tensor,
+                            finished: torch.Tensor, t: int, pad_id: int) -> None:
+        """Stop (in place) every running row whose text now holds a stop string, cut to `StopStrings.cut`."""
+        running = (~finished).nonzero().flatten().tolist()
+        if not running:
+            return
+        tails = responses[:, max(0, t + 1 - stop.window) : t + 1].tolist()
+        for i in running:
+            if not stop.may_stop(tails[i]):
+                continue
+            n = stop.cut(responses[i, : t + 1].tolist())
+            if n is None:
+                continue
+            finished[i], lengths[i] = True, n
+            responses[i, n : t + 1] = pad_id
+            log_probs[i, n : t + 1] = 0.0
 
     @staticmethod
     def _assemble(

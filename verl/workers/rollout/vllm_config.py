@@ -199,20 +199,22 @@ def engine_args(config: Any, module: nn.Module, lora_rank: int = 0) -> dict[str,
 
 
 
-def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[dict[str, Any], str]:
+def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0, tokenizer: Any = None) -> tuple[dict[str, Any], str]:
     """Everything a `vllm.LLM` / `AsyncEngineArgs` needs: keyword arguments and its model directory.
 
     The directory (in RAM when ``/dev/shm`` exists) holds the actor's config, plus its current
     weights for ``load_format`` auto / safetensors. Tokenization stays with verl
     (``skip_tokenizer_init``: requests carry ids), sampling defaults come only from verl
     (``generation_config="vllm"``), log-probs follow verl's definition (``processed_logprobs``:
-    after temperature), and the worker extension provides the in-place weight reload.
+    after temperature), and the worker extension provides the in-place weight reload. With
+    ``rollout.stop`` the engine must detokenize: the ``tokenizer`` is saved next to the config
+    and ``skip_tokenizer_init`` is off.
 
     Returns:
         (keyword arguments, model directory to delete when the engine closes).
 
     Raises:
-        ValueError: see `engine_args`.
+        ValueError: see `engine_args`; ``rollout.stop`` without a tokenizer.
     """
     import atexit
     import os
@@ -235,8 +237,13 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[
         if getattr(hf_config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)  # safetensors refuses shared storage; vLLM ties it again
         save_file(state, os.path.join(model_dir, "model.safetensors"))
+    detokenize = bool(getattr(config, "stop", None))
+    if detokenize:
+        if tokenizer is None:
+            raise ValueError("actor_rollout_ref.rollout.stop with rollout.name=vllm needs the actor's tokenizer")
+        tokenizer.save_pretrained(model_dir)  # vLLM matches stop strings on its own detokenized text
     args.update(
-        model=model_dir, skip_tokenizer_init=True, generation_config="vllm", logprobs_mode="processed_logprobs",
+        model=model_dir, skip_tokenizer_init=not detokenize, generation_config="vllm", logprobs_mode="processed_logprobs",
         worker_extension_cls="verl.workers.rollout.vllm_worker_ext.VerlWorkerExtension",
     )
     return args, model_dir
@@ -244,6 +251,7 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0) -> tuple[
 
 def vllm_sampling_params(
     params: Any, max_tokens: int, stop_token_ids: list[int], seed: int | None, ignore_eos: bool, logprobs: bool,
+    stop: list[str] | None = None, include_stop_str_in_output: bool = False,
 ) -> Any:
     """vLLM ``SamplingParams`` of one request from verl's `SamplingParams` (greedy → temperature 0).
 
@@ -254,13 +262,17 @@ def vllm_sampling_params(
         seed: per-request seed, or None for the engine's generator.
         ignore_eos: never stop on EOS (``rollout.ignore_eos``).
         logprobs: return the sampled token's log-prob (``rollout.calculate_log_probs``).
+        stop: stop strings (``rollout.stop``); any turns on detokenization, which vLLM's string
+            matching needs.
+        include_stop_str_in_output: ``rollout.include_stop_str_in_output``.
     """
     from vllm import SamplingParams as VSamplingParams
 
     return VSamplingParams(
-        n=1, max_tokens=int(max_tokens), seed=seed, detokenize=False,
+        n=1, max_tokens=int(max_tokens), seed=seed, detokenize=bool(stop),
         temperature=0.0 if params.greedy else float(params.temperature),
         top_k=int(params.top_k) if params.top_k > 0 else 0, top_p=float(params.top_p),
         stop_token_ids=[] if ignore_eos else list(stop_token_ids), ignore_eos=bool(ignore_eos),
         logprobs=0 if logprobs else None,
+        **({"stop": list(stop), "include_stop_str_in_output": bool(include_stop_str_in_output)} if stop else {}),
     )

@@ -67,6 +67,7 @@ from torch import nn
 from verl.protocol import DataProto
 from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list
 from verl.workers.rollout.sampling import resolve_sampling
+from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 from verl.workers.rollout.vllm_config import (
     engine_device,
     eos_and_pad,
@@ -91,12 +92,12 @@ class _OfflineLLM:
 
     _in_process_alive = False  # vLLM's parallel state is per process: one in-process engine at a time
 
-    def __init__(self, module: nn.Module, config: Any, in_process: bool) -> None:
+    def __init__(self, module: nn.Module, config: Any, in_process: bool, tokenizer: Any = None) -> None:
         if in_process and _OfflineLLM._in_process_alive:
             raise RuntimeError("an in-process vLLM engine already runs in this process (vLLM's parallel state is "
                                "global): close() it first, or build this one with in_process=False")
         self.in_process = in_process
-        args, self._model_dir = prepare_engine(config, module, lora_rank_of(module))
+        args, self._model_dir = prepare_engine(config, module, lora_rank_of(module), tokenizer)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
         # vLLM pins OpenMP threads to cores by default; in-process that would pin the trainer too
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -173,7 +174,8 @@ class VLLMRollout:
 
             self.backend: Any = VLLMAsyncTokenEngine(module, config, tokenizer)
         else:
-            self.backend = _OfflineLLM(module, config, in_process)
+            self.backend = _OfflineLLM(module, config, in_process, tokenizer)
+        self.stop_strings = stop_strings_of(config, tokenizer)
         self.in_process = not serve_async and in_process
         self.weights = self.backend.weights
         self.weights.adapter = lora_adapter_spec(module) if is_lora_model(module) else None
@@ -282,13 +284,14 @@ class VLLMRollout:
         HFRollout._check_lengths(self, attention_mask, response_length)  # the hf engine's input contract
         requests = [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
         sampling = [
-            vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos, self.config.calculate_log_probs)
+            vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos, self.config.calculate_log_probs,
+                                 self.config.stop, self.config.include_stop_str_in_output)
             for seed in _row_seeds(batch, meta, len(prompts))
         ]
         self.wake_up()
         outputs = self.backend.run_batch(requests, sampling)
         self.sleep()
-        responses, lengths, log_probs = _collect(outputs, response_length, pad_id)
+        responses, lengths, log_probs = _collect(outputs, response_length, pad_id, self.stop_strings)
         from verl.modules.forward import position_ids_from_attention_mask
 
         position_ids = batch["position_ids"] if "position_ids" in batch.keys() else position_ids_from_attention_mask(attention_mask)
@@ -320,8 +323,14 @@ def _row_seeds(batch: Any, meta: Mapping[str, Any], n: int) -> list[int | None]:
     return [None] * n
 
 
-def _collect(outputs: list[Any], response_length: int, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """vLLM outputs → responses `(B, R)` (pad after the end), lengths `(B,)`, log-probs `(B, R)` (0 after)."""
+def _collect(outputs: list[Any], response_length: int, pad_id: int,
+             stop: StopStrings | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """vLLM outputs → responses `(B, R)` (pad after the end), lengths `(B,)`, log-probs `(B, R)` (0 after).
+
+    With ``stop``, each output's token ids are cut again by `StopStrings.cut` (``include_stop_str_in_output``
+    is a rule on vLLM's output text), so the tokens follow the hf engine's rule whatever vLLM's
+    token ids keep of the stop text.
+    """
     b = len(outputs)
     responses = torch.full((b, response_length), pad_id, dtype=torch.long)
     log_probs = torch.zeros(b, response_length, dtype=torch.float32)
@@ -329,6 +338,8 @@ def _collect(outputs: list[Any], response_length: int, pad_id: int) -> tuple[tor
     for i, out in enumerate(outputs):
         completion = out.outputs[0]
         ids = list(completion.token_ids)[:response_length]
+        cut = stop.cut(ids) if stop is not None and ids else None
+        ids = ids if cut is None else ids[:cut]
         lengths[i] = len(ids)
         if ids:
             responses[i, : len(ids)] = torch.tensor(ids, dtype=torch.long)
