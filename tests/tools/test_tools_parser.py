@@ -86,3 +86,64 @@ def test_render_round_trips():
     assert render_tool_call(call) == '<tool_call>\n{"name": "calculator", "arguments": {"expression": "47*38"}}\n</tool_call>'
     assert parse_tool_calls(render_tool_call(call), TOOLS, 1)[1] == [call]
     assert render_tool_response("1786") == "<tool_response>\n1786\n</tool_response>"
+
+
+def test_calls_inside_reasoning_do_not_run():
+    draft, real = block("calculator", {"expression": "1+1"}), block("calculator", {"expression": "2*3"})
+    # a turn whose only call is a draft inside closed reasoning runs nothing
+    text = f"<think>maybe {draft} first</think>No tool needed: 2."
+    assert parse_tool_calls(text, TOOLS, 4) == (text, [], [])
+    # only the call after the reasoning counts; the reasoning stays in the content
+    content, calls, errors = parse_tool_calls(f"<think>draft {draft}</think>Now {real}", TOOLS, 4)
+    assert calls == [FunctionCall("calculator", {"expression": "2*3"})] and errors == []
+    assert content == f"<think>draft {draft}</think>Now "
+    # several reasoning blocks, a malformed draft gives no error either
+    text = f"<think>{draft}</think>{real}<think><tool_call>{{bad</tool_call></think>"
+    assert parse_tool_calls(text, TOOLS, 4)[1:] == ([FunctionCall("calculator", {"expression": "2*3"})], [])
+
+
+def test_unclosed_reasoning_runs_nothing_after_it():
+    real = block("calculator", {"expression": "2*3"})
+    content, calls, errors = parse_tool_calls(f"{real} <think>then {real} and", TOOLS, 4)
+    assert len(calls) == 1 and errors == [] and content == f" <think>then {real} and"
+
+
+def test_reasoning_opened_by_the_prompt():
+    draft, real = block("calculator", {"expression": "1+1"}), block("calculator", {"expression": "2*3"})
+    _, calls, _ = parse_tool_calls(f"draft {draft}</think>{real}", TOOLS, 4, in_reasoning=True)
+    assert calls == [FunctionCall("calculator", {"expression": "2*3"})]
+    assert parse_tool_calls(f"still thinking {draft}", TOOLS, 4, in_reasoning=True)[1] == []
+    # without the flag, a stray </think> is plain text
+    assert len(parse_tool_calls(f"{draft}</think>{real}", TOOLS, 4)[1]) == 2
+
+
+def test_tags_inside_json_strings_are_data():
+    args = {"expression": "1</tool_call><tool_call>{\"name\": \"x\"} <think> </think>"}
+    text = "<tool_call>" + json.dumps({"name": "calculator", "arguments": args}) + "</tool_call>"
+    # the calculator's schema only needs a string: the call comes back exactly
+    _, calls, errors = parse_tool_calls(text + block("calc_gsm8k_reward", {"answer": "5"}), TOOLS, 4)
+    assert calls == [FunctionCall("calculator", args), FunctionCall("calc_gsm8k_reward", {"answer": "5"})] and errors == []
+
+
+def test_whitespace_anywhere_and_layout():
+    body = json.dumps({"arguments": {"expression": "6*7"}, "name": "calculator"}, indent=2)
+    text = f"<tool_call> \r\n\t{body}\n\n  </tool_call>\n<tool_call>{body}</tool_call>"
+    assert parse_tool_calls(text, TOOLS, 4)[1:] == ([FunctionCall("calculator", {"expression": "6*7"})] * 2, [])
+
+
+def test_a_broken_call_never_hides_the_next_one():
+    good = block("calculator", {"expression": "2*3"})
+    for broken in ['<tool_call>{"name": "calculator", "arguments": {"expression": "1</tool_call>',  # cut in a string
+                   '<tool_call>{"name": "calculator", "arguments": {}}',  # no end tag
+                   '<tool_call>{"name": "calculator", "arguments": {}} trailing</tool_call>',
+                   "<tool_call>{'name': 'calculator'}</tool_call>"]:
+        _, calls, errors = parse_tool_calls(broken + "\n" + good, TOOLS, 4)
+        assert calls == [FunctionCall("calculator", {"expression": "2*3"})] and len(errors) == 1, broken
+    # the reasoning after a broken call stays reasoning
+    text = '<tool_call>{"name": "calculator", "arguments": {}}}</tool_call><think>' + good + "</think>"
+    assert parse_tool_calls(text, TOOLS, 4)[1] == []
+
+
+def test_deep_nesting_is_an_error_not_a_crash():
+    _, calls, errors = parse_tool_calls("<tool_call>" + "[" * 100_000 + "</tool_call>", TOOLS, 4)
+    assert calls == [] and len(errors) == 1
