@@ -104,7 +104,8 @@ def test_selection_matches_a_numpy_quantile_and_zeroes_low_entropy_gradients(tin
 
 
 def test_selection_does_not_depend_on_micro_batching(tiny_model_dir):
-    a, b = _actor(tiny_model_dir, micro=2, top_entropy_quantile=0.5), _actor(tiny_model_dir, micro=6, top_entropy_quantile=0.5)
+    a = _actor(tiny_model_dir, micro=2, top_entropy_quantile=0.5)
+    b = _actor(tiny_model_dir, micro=6, top_entropy_quantile=0.5)
     ma, mb = a.update_policy(_batch(), 1.0, B), b.update_policy(_batch(), 1.0, B)
     assert ma["actor/top_entropy_threshold"] == pytest.approx(mb["actor/top_entropy_threshold"], abs=1e-6)
     assert ma["actor/pg_loss"] == pytest.approx(mb["actor/pg_loss"], abs=1e-6)

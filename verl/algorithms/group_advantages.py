@@ -94,7 +94,6 @@ def compute_rloo_outcome_advantage(
     norm_adv_by_std_in_grpo: bool = True,
     epsilon: float = 1e-6,
     reward_baselines: torch.Tensor | None = None,
-    norm_adv_by_std_in_rloo: bool = False,
     **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO (Ahmadian et al. 2024, arXiv 2402.14740): A_i = s_i − (Σ_{j≠i} s_j) / (n − 1).
@@ -113,8 +112,10 @@ def compute_rloo_outcome_advantage(
         token_level_rewards: `(B, R)`.
         response_mask: `(B, R)`.
         index: `(B,)` group ids (uid), required.
-        norm_adv_by_std_in_rloo: divide by std_g + ε (``algorithm.norm_adv_by_std_in_rloo``).
         epsilon: ε.
+        **kwargs: ``norm_adv_by_std_in_rloo`` (bool, default False): divide by std_g + ε
+            (``algorithm.norm_adv_by_std_in_rloo``, an `AdvantageConfig` field; a keyword of this
+            estimator only, so the registry signature stays the shared one).
 
     Returns:
         (advantages, returns), equal `(B, R)` tensors, 0 on masked positions.
@@ -124,7 +125,7 @@ def compute_rloo_outcome_advantage(
     x = scores.double()
     loo_mean = (st.total - x) / (st.count - 1).clamp(min=1)
     loo = x - loo_mean
-    if norm_adv_by_std_in_rloo:
+    if kwargs.get("norm_adv_by_std_in_rloo", False):
         loo = loo / (st.std + epsilon)
     adv = torch.where(st.count >= 2, loo, x)
     adv = torch.where(st.valid & ~((st.count >= 2) & st.no_spread), adv, torch.zeros_like(adv))

@@ -284,8 +284,8 @@ class VLLMRollout:
         HFRollout._check_lengths(self, attention_mask, response_length)  # the hf engine's input contract
         requests = [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
         sampling = [
-            vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos, self.config.calculate_log_probs,
-                                 self.config.stop, self.config.include_stop_str_in_output)
+            vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos,
+                                 self.config.calculate_log_probs, self.config.stop, self.config.include_stop_str_in_output)
             for seed in _row_seeds(batch, meta, len(prompts))
         ]
         self.wake_up()
