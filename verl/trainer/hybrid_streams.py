@@ -21,6 +21,7 @@ from typing import Any, Callable
 import torch
 
 from verl.algorithms.dpo import dpo_loss, dpo_metric_sums
+from verl.algorithms.masked import masked_sum
 from verl.algorithms.sft import sft_loss
 from verl.engine.base import GlobalCounts, MicroBatchSpec
 from verl.protocol import DataProto
@@ -96,7 +97,7 @@ def sequence_logps(module: torch.nn.Module, micro: DataProto, prefix: str, lengt
     """Σ (or mean, ``length_normalize``) of the response-token log-probs of each row, `(B,)`."""
     lp, mask = _micro_log_probs(module, micro, prefix, remove_padding)
     m = mask[:, 1:].to(lp.dtype)
-    total = (lp * m).sum(-1)
+    total = masked_sum(lp, m, axis=-1)  # selected: a -inf log-prob off the mask must not give 0 * -inf = NaN
     return total / m.sum(-1).clamp(min=1) if length_normalize else total
 
 

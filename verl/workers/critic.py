@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from verl.algorithms import compute_value_loss, zero_masked
+from verl.algorithms import compute_value_loss, masked_sum, zero_masked
 from verl.engine import GlobalCounts, LossFn, MicroBatchSpec, TrainingEngine
 from verl.modules.forward import compute_values
 from verl.protocol import DataProto
@@ -46,7 +46,7 @@ def value_loss_fn(cfg: CriticConfig) -> LossFn:
         )
         metrics: dict[str, Any] = {"critic/vf_loss": vf_loss.detach(),
                                    # summed over micro-batches: the masked mean over the mini-batch (verl's)
-                                   "critic/vpred_mean": float((vpreds.detach() * mask).sum()) / counts.tokens}
+                                   "critic/vpred_mean": float(masked_sum(vpreds.detach(), mask)) / counts.tokens}
         if "vf_clipfrac" in vf_metrics:
             metrics["critic/vf_clipfrac"] = float(vf_metrics["vf_clipfrac"]) * float(mask.sum()) / counts.tokens
         return vf_loss, metrics
