@@ -253,3 +253,17 @@ def test_doctor_reports_the_isolation(monkeypatch):
         assert sandbox_isolation()[1:] == ("WARN", "no OS isolation: bubblewrap (`bwrap`) is not installed: " + isolation.INSTALL_HINT)
     finally:
         isolation.check_isolation.cache_clear()
+
+
+@needs_bwrap
+def test_code_tool_works_across_event_loops_under_contention():
+    """The rollout runs every step in its own asyncio.run: the second step's calls must not fail
+    on a semaphore bound to the first step's loop."""
+    tool = PythonCodeTool({"timeout_s": 5, "max_concurrency": 1, "warm_workers": 1})
+
+    async def step():
+        calls = [tool.execute("i", {"code": f"print({i})"}) for i in range(3)]  # more than max_concurrency
+        return [r.text for r, _, _ in await asyncio.gather(*calls)]
+
+    assert [asyncio.run(step()) for _ in range(2)] == [["0\n", "1\n", "2\n"]] * 2
+    tool.pool.close()

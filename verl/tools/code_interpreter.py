@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+import weakref
 from typing import Any
 
 from verl.tools.base import BaseTool, ToolError, ToolResponse, check_config_keys
@@ -98,7 +99,7 @@ class PythonCodeTool(BaseTool):
             raise ValueError(f"unsafe_no_isolation must be true or false, got {unsafe!r}")
         self.pool = SandboxPool(self.limits, warm=int(config.get("warm_workers", self.max_concurrency)),
                                 unsafe_no_isolation=unsafe)
-        self._semaphore: asyncio.Semaphore | None = None
+        self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> Semaphore
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
         """No per-trajectory state (every run gets a fresh sandbox); starts the warm workers."""
@@ -110,10 +111,13 @@ class PythonCodeTool(BaseTool):
         code = parameters.get("code")
         if not isinstance(code, str):
             raise ToolError("code must be a string")
-        if self._semaphore is None:
-            # created here, not in __init__, so it binds to the event loop that runs the rollout
-            self._semaphore = asyncio.Semaphore(self.max_concurrency)
-        async with self._semaphore:
+        # one semaphore per event loop: the rollout runs each step in a new asyncio.run, and a
+        # semaphore bound to the previous step's loop raises under contention
+        loop = asyncio.get_running_loop()
+        semaphore = self._semaphores.get(loop)
+        if semaphore is None:
+            semaphore = self._semaphores[loop] = asyncio.Semaphore(self.max_concurrency)
+        async with semaphore:
             result = await self.pool.run(code)
         metrics = {
             "status": result.status,

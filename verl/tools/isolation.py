@@ -36,6 +36,7 @@ import shutil
 import site
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -191,8 +192,6 @@ class PidsCgroup:
             except FileNotFoundError:
                 return
             except OSError:
-                import time
-
                 time.sleep(0.01)  # the killed processes are still being reaped
 
 
@@ -207,6 +206,8 @@ def _find_pids_cgroup() -> str | None:
         _, controllers, rel = line.split(":", 2)
         if "pids" in controllers.split(","):
             base = Path("/sys/fs/cgroup/pids") / rel.lstrip("/")
+            if not base.is_dir():  # a container shows its own cgroup as the hierarchy's root
+                base = Path("/sys/fs/cgroup/pids")
         elif controllers == "":
             base = Path("/sys/fs/cgroup") / rel.lstrip("/")
             try:
