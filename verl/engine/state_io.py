@@ -47,6 +47,8 @@ def load_engine_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer 
 
     Raises:
         ValueError: the weights were written by another model (or another LoRA setting).
+        CheckpointLoadError: an ``optim.pt`` that is not plain tensors (a pickle referencing code:
+            refused, never run) or is damaged, naming the file.
     """
     from safetensors.torch import load_file
     from torch.distributed.checkpoint.state_dict import set_model_state_dict, set_optimizer_state_dict
@@ -60,7 +62,10 @@ def load_engine_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer 
                          f"LoRA setting?): missing {missing[:3]}, unexpected {unexpected[:3]}")
     set_model_state_dict(module, model_sd, options=full_state_options(strict=True))
     if optimizer is not None and (src / "optim.pt").exists():
-        optim_sd = torch.load(src / "optim.pt", map_location="cpu", weights_only=True)
+        from verl.utils.safe_load import safe_torch_load
+
+        optim_sd = safe_torch_load(src / "optim.pt", "trainer.resume_mode / trainer.resume_from_path",
+                                   "optimizer state", map_location="cpu")
         set_optimizer_state_dict(module, optimizer, optim_sd, options=full_state_options())
     if scheduler is not None and (src / "scheduler.json").exists():
         state = json.loads((src / "scheduler.json").read_text())

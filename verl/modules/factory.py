@@ -130,6 +130,8 @@ def create_model(
 
     Raises:
         ValueError: unknown role, missing path or unknown dtype.
+        ModelError: weights that are a pickle referencing code (refused by the weights-only
+            loader, never run), naming the file.
     """
     if role not in ROLES:
         raise ValueError(f"unknown model role {role!r}; valid roles: {', '.join(ROLES)}")
@@ -147,12 +149,19 @@ def create_model(
     }
     resolved = resolve_model_path(model_path)
     model: nn.Module
-    if role in ("actor", "ref"):
-        model = AutoModelForCausalLM.from_pretrained(resolved, **kwargs)
-    elif role == "critic":
-        model = ValueModel.from_pretrained(resolved, **kwargs)
-    else:
-        model = AutoModelForSequenceClassification.from_pretrained(resolved, num_labels=1, **kwargs)
+    try:
+        if role in ("actor", "ref"):
+            model = AutoModelForCausalLM.from_pretrained(resolved, **kwargs)
+        elif role == "critic":
+            model = ValueModel.from_pretrained(resolved, **kwargs)
+        else:
+            model = AutoModelForSequenceClassification.from_pretrained(resolved, num_labels=1, **kwargs)
+    except Exception as e:
+        from verl.utils.safe_load import is_refused_pickle
+
+        if is_refused_pickle(e):
+            raise refused_weights_error(resolved, e) from None
+        raise
     if role in ("actor", "critic") and getattr(cfg, "enable_gradient_checkpointing", False):
         enable_activation_checkpointing(model)
     if role == "actor" and int(getattr(cfg, "lora_rank", 0)) > 0:
@@ -164,6 +173,26 @@ def create_model(
     if role in ("ref", "reward_model"):
         model.eval().requires_grad_(False)
     return model.to(device)
+
+
+def refused_weights_error(model_dir: str, exc: BaseException) -> Exception:
+    """A one-line `ModelError` for weights that torch's weights-only loader refused (never run).
+
+    Names the first pickle weights file of ``model_dir`` that the weights-only loader refuses
+    (each is re-read weights-only, memory-mapped) and the safe formats.
+    """
+    from verl.utils.errors import ModelError
+    from verl.utils.safe_load import SAFE_FORMATS, refusal_reason
+
+    culprit, reason = Path(model_dir), refusal_reason(exc)
+    for f in sorted(Path(model_dir).glob("*.bin")) + sorted(Path(model_dir).glob("*.pt")):
+        try:
+            torch.load(f, weights_only=True, mmap=True, map_location="cpu")
+        except Exception as e:  # noqa: BLE001 - the first file that fails is the one to name
+            culprit, reason = f, refusal_reason(e)
+            break
+    return ModelError(f"{culprit}: not loaded as weights: {reason}; it was not run. Weights must be {SAFE_FORMATS}: "
+                      f"convert them from a trusted copy (e.g. save_pretrained writes model.safetensors)")
 
 
 @contextlib.contextmanager

@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from verl.config.schema import RootConfig, TrainerConfig
 
 from verl.utils.errors import UserError
+from verl.utils.safe_load import safe_torch_load
 
 logger = logging.getLogger(__name__)
 
@@ -294,7 +295,8 @@ def restore_checkpoint(parts: TrainerParts, state: TrainerState, trainer_cfg: Tr
     parts.actor_rollout_wg.load_checkpoint(str(path / "actor"))
     if parts.critic_wg is not None:
         parts.critic_wg.load_checkpoint(str(path / "critic"))
-    saved = torch.load(path / "trainer_state.pt", map_location="cpu", weights_only=True)
+    saved = safe_torch_load(path / "trainer_state.pt", "trainer.resume_mode / trainer.resume_from_path",
+                            "trainer state", map_location="cpu")
     state.global_step, state.epoch = int(saved["global_step"]), int(saved["epoch"])
     if state.global_step != step_of(path):
         raise CheckpointError(f"{path}: trainer_state.pt records step {state.global_step}, the directory says {step_of(path)}")

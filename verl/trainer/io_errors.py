@@ -60,9 +60,14 @@ def load_errors(path: str | Path) -> Iterator[None]:
     except UserError:
         raise
     except Exception as e:
+        from verl.utils.safe_load import refusal_reason
+
         for cause in _chain(e):
+            if isinstance(cause, UserError):  # already one line naming the file (e.g. from a worker)
+                raise cause from None
             if (isinstance(cause, (pickle.UnpicklingError, EOFError, zipfile.BadZipFile)) or _is_safetensors_error(cause)
                     or "PytorchStreamReader failed" in str(cause)):
+                # refusal_reason never relays torch's advice to load with weights_only=False
                 raise CheckpointLoadError(f"cannot load checkpoint {path}: a file there is not a loadable weights/state "
-                                          f"file ({type(cause).__name__}: {str(cause).splitlines()[0][:200] if str(cause) else ''})") from e
+                                          f"file ({refusal_reason(cause)})") from e
         raise

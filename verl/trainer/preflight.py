@@ -290,7 +290,8 @@ def check_weight_files(model_dir: Path) -> int:
     """Every weight file of ``model_dir`` is weights; returns how many there are.
 
     A ``.safetensors`` file must have a valid header (8-byte length + JSON); a ``.bin`` / ``.pt``
-    file must be a torch zip archive. Neither reads the tensors.
+    file must be a torch zip archive whose pickle the weights-only loader accepts (plain tensors:
+    one that references code is refused, never run). Neither reads the tensors.
 
     Raises:
         ModelError: naming the file that is not weights.
@@ -320,6 +321,14 @@ def _weights_problem(path: Path) -> str | None:
         return None
     if not zipfile.is_zipfile(path):
         return "not a torch zip archive (legacy pickles are refused: loading them runs code)"
+    import torch
+
+    from verl.utils.safe_load import SAFE_FORMATS, refusal_reason
+
+    try:  # weights-only and memory-mapped: the pickle is checked, the tensors are not read
+        torch.load(path, weights_only=True, mmap=True, map_location="cpu")
+    except Exception as e:  # noqa: BLE001 - any failure means the file is not loadable weights
+        return f"{refusal_reason(e)}; it was not run; weights must be {SAFE_FORMATS}"
     return None
 
 

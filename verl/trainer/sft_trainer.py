@@ -96,6 +96,7 @@ def main(argv: Sequence[str] | None = None, algorithm: str = "sft") -> int:
     """``verl sft`` (``algorithm="sft"``) / ``verl dpo`` (``"dpo"``); returns the exit status (Ctrl-C: 130)."""
     from verl.config import ConfigError
     from verl.config.cli import config_command
+    from verl.utils.errors import UserError, debug_enabled
 
     def body(config_path: str | None, overrides: list[str]) -> int:
         try:
@@ -103,6 +104,11 @@ def main(argv: Sequence[str] | None = None, algorithm: str = "sft") -> int:
         except ConfigError as e:
             print(f"verl {algorithm}: config error: {e}", file=sys.stderr)
             return 2
+        except UserError as e:
+            if debug_enabled():
+                raise
+            print(f"verl {algorithm}: {e.kind}: {e}", file=sys.stderr)
+            return e.exit_code
         except (FileNotFoundError, ValueError, ImportError, OSError) as e:
             if os.environ.get("VERL_TRACEBACK"):
                 raise
