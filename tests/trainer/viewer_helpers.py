@@ -46,10 +46,15 @@ def write_step(root: Path, step: int, rows: list[dict[str, Any]], responses: lis
 
 
 def write_large_dump(root: Path, n_rows: int, n_tokens: int, steps: int = 1, group: int = 8, seed: int = 0) -> None:
-    """``steps`` steps of ``n_rows`` rows of ``n_tokens`` response tokens each (vocabulary of 5,000 ids)."""
+    """``steps`` steps of ``n_rows`` rows of ``n_tokens`` response tokens each.
+
+    Token ids are uniform over 5,000 pieces of 1-7 characters (4 on average, as BPE pieces of
+    English text), log-probs, entropies and gaps random: harder to compress than real rollouts.
+    """
     rng = np.random.default_rng(seed)
     vocab = 5000
-    pieces = {i: WORDS[i % len(WORDS)] + ("" if i < len(WORDS) else str(i)) for i in range(vocab)}
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz      .,0123456789"))
+    pieces = {i: WORDS[i] if i < len(WORDS) else "".join(rng.choice(letters, int(rng.integers(1, 8)))) for i in range(vocab)}
     for step in range(1, steps + 1):
         ids = rng.integers(0, vocab, (n_rows, n_tokens), dtype=np.int32)
         text = np.asarray([pieces[i] for i in range(vocab)], dtype=object)

@@ -17,8 +17,13 @@ Policy allows only its own script, by hash) with
   ``solution_str``, ``ground_truth``, ``extra_info``, with ``expected_score`` and the row).
 
 Model text reaches the page only as JSON data (``<``, ``>``, ``&`` escaped) or base64, and is
-written with text nodes, never parsed as HTML. ``--serve`` serves the same page on
-``127.0.0.1:PORT`` only.
+written with text nodes, never parsed as HTML.
+
+``--serve PORT`` serves the page on ``127.0.0.1:PORT`` only, with the row summaries inline and
+each trajectory's tokens (``/rows/<i>``) and the texts for search (``/text``) fetched when
+first needed: the browser then reads a few MB at open instead of the whole dump. That is the
+mode for large dumps: a file holding 10,000 trajectories of 2,000 tokens is about 250 MB,
+which Chromium alone needs several seconds to read.
 """
 
 from __future__ import annotations
@@ -34,11 +39,11 @@ from typing import Sequence
 
 from verl.trainer.viewer.data import load_dump, pack
 
-__all__ = ["build_html", "main", "write_report"]
+__all__ = ["build_html", "main", "make_server", "write_report"]
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'sha256-{hash}'; style-src 'unsafe-inline'; img-src data:">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'sha256-{hash}'; style-src 'unsafe-inline'; img-src data:{connect}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>verl view</title><style>{css}</style></head>
 <body>
@@ -77,18 +82,23 @@ def _json_for_script(obj: object) -> str:
         "\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
+def _page(meta: dict, chunks: list[str], text: str, remote: bool) -> str:
+    js = _asset("page.js")
+    digest = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode("ascii")
+    meta = {**meta, "remote": remote}
+    return _PAGE.format(hash=digest, connect="; connect-src 'self'" if remote else "", css=_asset("page.css"),
+                        meta=_json_for_script(meta), rows="" if remote else ",".join(chunks), text="" if remote else text, js=js)
+
+
 def build_html(directory: str | Path) -> str:
-    """The report page of a dump directory (module docstring).
+    """The self-contained report page of a dump directory (module docstring).
 
     Raises:
         DataError: the directory is not a readable ``trainer.rollout_data_dir`` (`load_dump`).
     """
     root = Path(directory)
     meta, chunks, text = pack(load_dump(root), title=root.resolve().name)
-    js = _asset("page.js")
-    digest = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode("ascii")
-    return _PAGE.format(hash=digest, css=_asset("page.css"), meta=_json_for_script(meta), rows=",".join(chunks),
-                        text=text, js=js)
+    return _page(meta, chunks, text, remote=False)
 
 
 def write_report(directory: str | Path, out: str | Path) -> Path:
@@ -99,27 +109,42 @@ def write_report(directory: str | Path, out: str | Path) -> Path:
     return path
 
 
-def _serve(page: bytes, port: int) -> None:
+def make_server(directory: str | Path, port: int = 0) -> http.server.ThreadingHTTPServer:
+    """An HTTP server on ``127.0.0.1:port`` (0 = any free port) for the dump (module docstring).
+
+    Routes: ``/`` the page, ``/rows/<i>`` row ``i``'s chunk, ``/text`` the texts; the caller
+    runs ``serve_forever()``.
+
+    Raises:
+        DataError: the directory is not a readable ``trainer.rollout_data_dir`` (`load_dump`).
+    """
+    root = Path(directory)
+    meta, chunks, text = pack(load_dump(root), title=root.resolve().name)
+    page = _page(meta, chunks, text, remote=True).encode("utf-8")
+
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-            if self.path not in ("/", "/index.html"):
+            path = self.path.split("?", 1)[0]
+            if path in ("/", "/index.html"):
+                self._send(page, "text/html; charset=utf-8")
+            elif path == "/text":
+                self._send(text.encode("ascii"), "text/plain")
+            elif path.startswith("/rows/") and path[6:].isdigit() and int(path[6:]) < len(chunks):
+                self._send(chunks[int(path[6:])].encode("ascii"), "text/plain")
+            else:
                 self.send_error(404)
-                return
+
+        def _send(self, body: bytes, kind: str) -> None:
             self.send_response(200)
-            self.send_header("Content-Type", "text/html; charset=utf-8")
-            self.send_header("Content-Length", str(len(page)))
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(page)
+            self.wfile.write(body)
 
         def log_message(self, *args: object) -> None:
             pass
 
-    with http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler) as server:
-        print(f"verl view: serving on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
-        try:
-            server.serve_forever()
-        except KeyboardInterrupt:
-            pass
+    return http.server.ThreadingHTTPServer(("127.0.0.1", port), Handler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -131,12 +156,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(list(argv) if argv is not None else None)
     if args.serve is not None and not 0 <= args.serve <= 65535:
         ap.error(f"--serve: port must be 0..65535, got {args.serve}")
-    page = build_html(args.dir)
     if args.out is not None or args.serve is None:
-        out = Path(args.out) if args.out is not None else Path(args.dir) / "report.html"
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(page, encoding="utf-8")
+        out = write_report(args.dir, args.out if args.out is not None else Path(args.dir) / "report.html")
         print(f"verl view: wrote {out} ({out.stat().st_size / 2**20:.2f} MiB)")
     if args.serve is not None:
-        _serve(page.encode("utf-8"), args.serve)
+        with make_server(args.dir, args.serve) as server:
+            print(f"verl view: serving on http://127.0.0.1:{server.server_address[1]}/ (Ctrl-C stops)", flush=True)
+            try:
+                server.serve_forever()
+            except KeyboardInterrupt:
+                pass
     return 0

@@ -56,9 +56,15 @@
 
   // ------------------------------------------------------------------ row decoding (lazy, cached)
   const cache = new Map();
+  async function chunk(i) {
+    if (!META.remote) return CHUNKS[i];
+    const r = await fetch(`rows/${i}`);
+    if (!r.ok) throw new Error(`rows/${i}: HTTP ${r.status}`);
+    return r.text();
+  }
   async function rowData(i) {
     if (cache.has(i)) return cache.get(i);
-    const u = await inflate(CHUNKS[i]);
+    const u = await inflate(await chunk(i));
     const dv = new DataView(u.buffer);
     const jl = dv.getUint32(0, true), P = dv.getUint32(4, true), R = dv.getUint32(8, true), flags = dv.getUint32(12, true);
     let off = 16;
@@ -81,7 +87,7 @@
   }
   let TEXTS = null, LOWER = null;
   async function texts() {
-    if (!TEXTS) TEXTS = JSON.parse(new TextDecoder().decode(await inflate(TEXT_B64)));
+    if (!TEXTS) TEXTS = JSON.parse(new TextDecoder().decode(await inflate(META.remote ? await (await fetch('text')).text() : TEXT_B64)));
     return TEXTS;
   }
   async function lowerTexts() {
