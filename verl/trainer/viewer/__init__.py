@@ -23,7 +23,9 @@ written with text nodes, never parsed as HTML.
 each trajectory's tokens (``/rows/<i>``) and the texts for search (``/text``) fetched when
 first needed: the browser then reads a few MB at open instead of the whole dump. That is the
 mode for large dumps: a file holding 10,000 trajectories of 2,000 tokens is about 250 MB,
-which Chromium alone needs several seconds to read.
+which Chromium needs several seconds to read. In the file the row data follows the script, so
+the overview, lists and filters work while the browser is still reading it; the token view
+and search wait for it.
 """
 
 from __future__ import annotations
@@ -64,9 +66,9 @@ _PAGE = """<!DOCTYPE html>
 <span id="count"></span></div>
 <main><div id="pane"></div><div id="detail" class="empty">Select a trajectory (Trajectories or Groups view) to see its tokens.</div></main>
 <script type="application/json" id="verl-meta">{meta}</script>
+<script>{js}</script>
 <script type="text/plain" id="verl-rows">{rows}</script>
 <script type="text/plain" id="verl-text">{text}</script>
-<script>{js}</script>
 </body></html>
 """
 

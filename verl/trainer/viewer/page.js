@@ -4,8 +4,16 @@
   'use strict';
   const t0 = performance.now();
   const META = JSON.parse(document.getElementById('verl-meta').textContent);
-  const CHUNKS = document.getElementById('verl-rows').textContent.split(',');
-  const TEXT_B64 = document.getElementById('verl-text').textContent;
+  // the embedded rows follow this script in the file: usable once the parser has read them
+  const PARSED = new Promise((done) => {
+    if (document.readyState !== 'loading') done();
+    else document.addEventListener('DOMContentLoaded', () => { window.__verl.dataMs = performance.now(); done(); });
+  });
+  let CHUNKS = null, TEXT_B64 = null;
+  async function embedded() {
+    await PARSED;
+    if (!CHUNKS) { CHUNKS = document.getElementById('verl-rows').textContent.split(','); TEXT_B64 = document.getElementById('verl-text').textContent; }
+  }
   const C = META.cols, N = META.n;
   const QBIT = { old_log_probs: 1, gap: 2, entropys: 4, advantages: 8 };
   const QNAME = { advantages: 'advantage', gap: 'log-prob gap (rollout - training)', entropys: 'entropy', old_log_probs: 'log-prob (training)' };
@@ -57,7 +65,7 @@
   // ------------------------------------------------------------------ row decoding (lazy, cached)
   const cache = new Map();
   async function chunk(i) {
-    if (!META.remote) return CHUNKS[i];
+    if (!META.remote) { await embedded(); return CHUNKS[i]; }
     const r = await fetch(`rows/${i}`);
     if (!r.ok) throw new Error(`rows/${i}: HTTP ${r.status}`);
     return r.text();
@@ -87,6 +95,7 @@
   }
   let TEXTS = null, LOWER = null;
   async function texts() {
+    if (!TEXTS && !META.remote) await embedded();
     if (!TEXTS) TEXTS = JSON.parse(new TextDecoder().decode(await inflate(META.remote ? await (await fetch('text')).text() : TEXT_B64)));
     return TEXTS;
   }
