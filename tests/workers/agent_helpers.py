@@ -84,3 +84,27 @@ def context(tokenizer: Any, engine: Any, tools: dict[str, Any] | None = None, in
 
 def row(question: str = "What is 2+3?", **extra: Any) -> AgentRow:
     return AgentRow(prompt_ids=[], messages=[{"role": "user", "content": question}], extra_info=dict(extra), seed=5)
+
+
+def thinking_tokenizer(strip_earlier_reasoning: bool = True, open_think: bool = False) -> Any:
+    """The Qwen2.5 tokenizer with a Qwen3-style template: ``strip_earlier_reasoning`` drops the
+    ``<think>…</think>`` of assistant turns before the last user turn (not append-only: a user
+    turn re-renders the assistant turn before it); ``open_think`` ends the generation prompt with
+    ``<think>\\n`` (the model's turn starts inside reasoning)."""
+    tok = qwen_tokenizer()
+    template = tok.chat_template
+    loop = "{%- for message in loop_messages %}"
+    if strip_earlier_reasoning:
+        last_user = ("{%- set ns = namespace(last_user=-1) %}{%- for m in loop_messages %}{%- if m['role'] == 'user' %}"
+                     "{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}\n")
+        strip = (r"{%- elif message['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in message['content'] %}"
+                 "\n" r"{{- '<|im_start|>assistant\n' + message['content'].split('</think>')[-1].lstrip('\n') + '<|im_end|>\n' }}"
+                 "\n{%- else %}\n{{- '<|im_start|>' + message['role']")
+        assert template.count(loop) == 1 and template.count("{%- else %}\n{{- '<|im_start|>' + message['role']") == 1
+        template = template.replace(loop, last_user + loop).replace("{%- else %}\n{{- '<|im_start|>' + message['role']", strip)
+    if open_think:
+        gen = r"{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
+        assert gen in template
+        template = template.replace(gen, r"{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n<think>\n' }}{%- endif %}")
+    tok.chat_template = template
+    return tok

@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from tests.workers.agent_helpers import IM_END, EchoTool, RetryOnceInteraction, ScriptedEngine, context, qwen_tokenizer, row
+from tests.workers.agent_helpers import (
+    IM_END,
+    EchoTool,
+    RetryOnceInteraction,
+    ScriptedEngine,
+    context,
+    qwen_tokenizer,
+    row,
+    thinking_tokenizer,
+)
 from verl.workers.rollout.agent_loop import AGENT_LOOPS, ChatTemplate
 
 CALCULATOR = Path(__file__).resolve().parents[2] / "verl" / "tools" / "configs" / "calculator_tool_config.yaml"
@@ -149,3 +158,72 @@ def test_sanity_check_reports_first_differing_position(tok):
     split = list(ids[:-3]) + tok("\n", add_special_tokens=False)["input_ids"]
     assert chat.sanity_check(ids, msgs, "strict") is None
     assert chat.sanity_check(split + [1, 2], msgs, "strict") is not None
+
+
+def _ids(tok, text):
+    return tok(text, add_special_tokens=False)["input_ids"]
+
+
+def test_draft_calls_in_reasoning_do_not_run(tok):
+    engine = ScriptedEngine(tok, [f"<think>first {CALL % 'draft'}</think>No tool needed: 5.", "unused"])
+    out = _run(context(tok, engine, {"echo": EchoTool()}), row())
+    assert len(engine.requests) == 1 and out.tool_calls == [] and out.metrics["tool_calls"] == 0
+    # a generation prompt that opens <think>: the turn starts in reasoning, calls count after </think>
+    think_tok = thinking_tokenizer(strip_earlier_reasoning=False, open_think=True)
+    engine = ScriptedEngine(think_tok, [f"draft {CALL % 'draft'}</think>{CALL % 'real'}", "Done."])
+    out = _run(context(think_tok, engine, {"echo": EchoTool()}), row())
+    assert [c["arguments"] for c in out.tool_calls] == [{"text": "real"}] and len(engine.requests) == 2
+
+
+def _tool_turn_length(tok, reply):
+    out = _run(context(tok, ScriptedEngine(tok, [CALL % "x", "ok"]), {"echo": EchoTool({"reply": reply})}), row())
+    return len(_segments(out)[1][1])
+
+
+@pytest.mark.parametrize("room", [-5, 0, 1])
+def test_tool_turn_over_budget_ends_the_trajectory(tok, room):
+    """A tool turn is appended only if it leaves room for a model token (verl's rule): otherwise
+    the trajectory ends on the model's turn, with ids that match its messages."""
+    reply = "word " * 30
+    first = len(_ids(tok, CALL % "x")) + 1
+    budget = first + _tool_turn_length(tok, reply) + room
+    engine = ScriptedEngine(tok, [CALL % "x", "The end."])
+    out = _run(context(tok, engine, {"echo": EchoTool({"reply": reply})}, response_length=budget), row())
+    assert out.response_mask[-1] == 1 and len(out.response_ids) <= budget
+    assert out.tool_calls[0]["status"] == "ok"  # the tool ran either way
+    chat = ChatTemplate(tok, [EchoTool().tool_schema])
+    assert chat.sanity_check(out.prompt_ids + out.response_ids, out.messages, "strict") is None
+    if room <= 0:  # cut (room < 0) or exact fit (room == 0): nothing could follow, so it ends here
+        assert len(engine.requests) == 1 and out.messages[-1]["role"] == "assistant"
+        assert out.response_mask == [1] * first and out.metrics["turn_over_budget"] == 1
+    else:  # one token of room: the tool turn is appended and the model gets that one token
+        assert [m for m, _ in _segments(out)] == [1, 0, 1] and len(out.response_ids) == budget
+        assert engine.requests[1].max_new_tokens == 1 and out.metrics["turn_over_budget"] == 0
+
+
+def test_user_turn_over_budget_ends_the_trajectory(tok):
+    engine = ScriptedEngine(tok, ["It is 4.", "It is 5."])
+    first = len(_ids(tok, "It is 4.")) + 1
+    out = _run(context(tok, engine, interactions={"retry": RetryOnceInteraction()}, response_length=first + 3),
+               row(interaction_kwargs={"name": "retry"}))
+    assert out.response_mask == [1] * first and [m["role"] for m in out.messages] == ["user", "assistant"]
+
+
+def test_template_that_strips_earlier_reasoning_appends_the_generated_ids(tok):
+    """Qwen3-style: a user turn drops the earlier <think>; the model's own ids stay, only the new
+    user turn is rendered and appended, and the row reports the mismatch instead of raising."""
+    think_tok = thinking_tokenizer()
+    turns = ["<think>\nMaybe 4.\n</think>\n\nIt is 4.", "<think>\nNo, 5.\n</think>\n\nIt is 5."]
+    engine = ScriptedEngine(think_tok, turns)
+    out = _run(context(think_tok, engine, interactions={"retry": RetryOnceInteraction()}),
+               row(interaction_kwargs={"name": "retry"}))
+    segs = _segments(out)
+    assert [m for m, _ in segs] == [1, 0, 1]
+    assert segs[0][1] == _ids(think_tok, turns[0]) + [IM_END] and segs[2][1] == _ids(think_tok, turns[1]) + [IM_END]
+    assert think_tok.decode(segs[1][1]) == "\n<|im_start|>user\nTry again.<|im_end|>\n<|im_start|>assistant\n"
+    assert engine.requests[1].prompt_ids == out.prompt_ids + segs[0][1] + segs[1][1]
+    assert out.metrics["non_append_only_turns"] == 1 and out.metrics["tokenization_mismatch"] == 1
+    # tool turns of the same template stay append-only (no user turn follows the reasoning)
+    engine = ScriptedEngine(think_tok, ["<think>\nx\n</think>\n\n" + CALL % "a", "Done."])
+    out = _run(context(think_tok, engine, {"echo": EchoTool()}), row())
+    assert out.metrics["non_append_only_turns"] == 0 and out.metrics["tokenization_mismatch"] == 0

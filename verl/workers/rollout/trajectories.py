@@ -25,7 +25,7 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
 
 def agent_loop_metrics(batch: DataProto) -> dict[str, float]:
     """``num_turns/{min,max,mean}``, ``tool_call_counts/{min,max,mean}`` (per trajectory) and the
-    batch's ``multiturn/{tool_errors,tool_timeouts,malformed_tool_calls,tokenization_mismatch,aborted}``
+    batch's ``multiturn/{tool_errors,tool_timeouts,malformed_tool_calls,tokenization_mismatch,aborted,failed}``
     counts (computed on the whole batch, so they are exact with several data-parallel workers).
 
     Returns:
@@ -41,7 +41,7 @@ def agent_loop_metrics(batch: DataProto) -> dict[str, float]:
     out["multiturn/tool_errors"] = float(statuses.count("error"))
     out["multiturn/tool_timeouts"] = float(statuses.count("timeout"))
     out["multiturn/malformed_tool_calls"] = float(statuses.count("malformed"))
-    for key in ("tokenization_mismatch", "aborted"):  # trajectories flagged by the agent loops
+    for key in ("tokenization_mismatch", "aborted", "failed"):  # trajectories flagged by the agent loops
         if key in ntb:
             out[f"multiturn/{key}"] = float(np.sum(np.asarray(ntb[key], dtype=np.float64)))
     return out

@@ -1,10 +1,10 @@
 """Incremental chat-template tokenization for multi-turn rollouts, and its sanity check.
 
-A trajectory's ids are built turn by turn: the prompt is the template's rendering of the
-messages (with ``tools=``) plus the generation prompt; each assistant turn appends exactly the
-ids the model sampled; each tool / user turn appends the ids of the text the template adds for
-it. That text is found by rendering twice and taking the difference, so no template-specific
-marker is hard-coded:
+A trajectory's ids are built turn by turn (verl's "continuous token" idea): the prompt is the
+template's rendering of the messages (with ``tools=``) plus the generation prompt; each
+assistant turn appends exactly the ids the model sampled, never re-rendered; each tool / user
+turn appends the ids of the text the template adds for it. That text is found by rendering twice
+and taking the difference, so no template-specific marker is hard-coded:
 
     prev = render(messages ending with the assistant turn, add_generation_prompt=False)
     full = render(messages + new turns,                    add_generation_prompt=True)
@@ -13,6 +13,13 @@ marker is hard-coded:
 where ``closing`` is what the template writes after the model's own text to finish the
 assistant turn (``"\\n"`` after ``<|im_end|>`` for ChatML; ``"<|im_end|>\\n"`` when the model was
 cut off before its stop token). Only model-sampled ids get ``response_mask`` = 1.
+
+A template that is not append-only (Qwen3 drops the ``<think>`` block of earlier assistant turns
+once a user turn follows; others re-render earlier turns) makes ``full`` disagree with ``prev``.
+The new turns are then rendered after a fixed probe conversation instead (one user and one
+assistant message of plain text, which such templates leave alone), and only that difference is
+appended; the template's rendering of the whole conversation then differs from the trajectory's
+ids, which `sanity_check` reports for the row (training uses the ids the model saw).
 
 `sanity_check` then compares the incremental ids with the template's rendering of the final
 conversation (``multi_turn.tokenization_sanity_check_mode``): ``strict`` needs the incremental
@@ -34,8 +41,12 @@ logger = logging.getLogger(__name__)
 SANITY_MODES = ("strict", "ignore_strippable", "disable")
 
 
+_PROBE_USER = {"role": "user", "content": "continuous token probe"}
+_PROBE_TEXT = "continuous token probe reply"
+
+
 class TokenizationMismatch(ValueError):
-    """The incremental ids differ from the template's rendering of the final conversation."""
+    """The template cannot render a turn as an appended difference (not even after a probe)."""
 
 
 def first_difference(a: list[int], b: list[int]) -> int:
@@ -64,6 +75,7 @@ class ChatTemplate:
         self.tokenizer = tokenizer
         self.tools = list(tools) if tools else None
         self.template_kwargs = dict(template_kwargs or {})
+        self._turn_end: str | None = None
         if self.tools:
             probe = [{"role": "user", "content": "hi"}]
             if self.render(probe, True) == self._render(probe, True, None):
@@ -99,7 +111,28 @@ class ChatTemplate:
         ids = generated_ids[:-1] if stopped and generated_ids else generated_ids
         return self.decode(ids)
 
-    def append_ids(self, messages: list[dict[str, Any]], generated_text: str, new: list[dict[str, Any]]) -> list[int]:
+    def reasoning_open(self, ids: list[int]) -> bool:
+        """Whether the context ``ids`` ends inside a ``<think>`` the template opened (its generation
+        prompt ends with ``<think>``, as DeepSeek-R1 and some Qwen3 templates write it)."""
+        return self.decode(list(ids[-4:])).rstrip().endswith("<think>")
+
+    def turn_end(self) -> str:
+        """What the template writes after an assistant message's text (``"<|im_end|>\\n"`` for
+        ChatML), read from a probe conversation."""
+        if self._turn_end is None:
+            text = self.render([_PROBE_USER, {"role": "assistant", "content": _PROBE_TEXT}], False)
+            self._turn_end = text[text.rindex(_PROBE_TEXT) + len(_PROBE_TEXT):] if _PROBE_TEXT in text else ""
+        return self._turn_end
+
+    def closing(self, generated_text: str) -> str:
+        """The part of `turn_end` the model did not write itself (``"\\n"`` after a sampled
+        ``<|im_end|>``; all of it when the model stopped on another stop token)."""
+        end = self.turn_end()
+        k = next(k for k in range(len(end), -1, -1) if generated_text.endswith(end[:k]))
+        return end[k:]
+
+    def append_ids(self, messages: list[dict[str, Any]], generated_text: str,
+                   new: list[dict[str, Any]]) -> tuple[list[int], bool]:
         """Ids to append after an assistant turn for the ``new`` tool / user messages.
 
         Args:
@@ -108,21 +141,28 @@ class ChatTemplate:
             new: the tool / user messages that follow.
 
         Returns:
-            The ids of the closing of the assistant turn + the new turns + the generation prompt.
+            ``(ids, append_only)``: the ids of the closing of the assistant turn + the new turns +
+            the generation prompt, and whether the template rendered the conversation append-only
+            (False: the ids come from the probe conversation, see the module docstring).
 
         Raises:
-            TokenizationMismatch: the template is not prefix-stable (rendering more messages
-                changes the text of earlier ones), so turns cannot be appended.
+            TokenizationMismatch: the new turns do not render as an appended difference even
+                after the probe conversation.
         """
         base = self.render(messages[:-1], True)
         prev = self.render(messages, False)
         full = self.render(messages + new, True)
-        if not prev.startswith(base) or not full.startswith(prev):
-            raise TokenizationMismatch("the chat template is not prefix-stable: rendering more messages changes "
-                                       "the text of earlier turns, so turns cannot be appended incrementally")
-        span = prev[len(base):]  # the assistant turn as the template writes it
-        closing = span[len(generated_text):] if span.startswith(generated_text) else ""
-        return self.encode(closing + full[len(prev):])
+        if prev.startswith(base) and full.startswith(prev):
+            span = prev[len(base):]  # the assistant turn as the template writes it
+            closing = span[len(generated_text):] if span.startswith(generated_text) else self.closing(generated_text)
+            return self.encode(closing + full[len(prev):]), True
+        probe = [_PROBE_USER, {"role": "assistant", "content": _PROBE_TEXT}]
+        prev, full = self.render(probe, False), self.render(probe + new, True)
+        if not full.startswith(prev):
+            raise TokenizationMismatch(
+                f"the chat template renders the {'/'.join(m['role'] for m in new)} turn differently depending on "
+                "the turns before it, even after a plain-text probe conversation, so it cannot be appended")
+        return self.encode(self.closing(generated_text) + full[len(prev):]), False
 
     def sanity_check(self, ids: list[int], messages: list[dict[str, Any]], mode: str) -> str | None:
         """Compare incremental ``ids`` (prompt + response) with the rendering of ``messages``.

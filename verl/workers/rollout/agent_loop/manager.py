@@ -15,7 +15,13 @@ its ``token_engine()`` wakes it):
     rollout_log_probs  (B, R)   sampling log-probs of model tokens, 0 elsewhere
     input_ids / attention_mask / position_ids  (B, P + R)  attention 1 on every real token
     non-tensors: num_turns (B,), tool_calls, messages, tool_rewards, turn_scores (per row),
-                 tokenization_mismatch (B,) and aborted (B,) 0/1 flags
+                 tokenization_mismatch (B,), aborted (B,) and failed (B,) 0/1 flags
+
+A row whose agent loop raises (a bug in an interaction, a chat template that cannot
+append a turn, an engine error for that request) fails alone: it comes back like an aborted
+row, with its prompt and an empty response (``response_mask`` all 0, so it adds nothing to the
+loss), flagged in ``failed`` and logged with its error as one warning line. Only a batch in which
+every row failed raises (nothing is left to train on; that is a configuration or engine error).
 
 A batch whose rows all use ``single_turn_agent`` in ``rollout.mode=sync`` goes straight to the
 engine's batched ``generate_sequences`` (same tokens, no event loop); ``mode=async`` sends it
@@ -29,6 +35,7 @@ trajectories have finished, the rest are aborted and come back with an empty res
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import Any
 
@@ -41,6 +48,8 @@ from verl.workers.rollout.agent_loop.chat import ChatTemplate
 from verl.workers.rollout.sampling import resolve_sampling
 
 __all__ = ["AgentLoopRollout", "builtin_config_file", "object_array"]
+
+logger = logging.getLogger(__name__)
 
 
 def builtin_config_file(path: str, kind: str) -> str:
@@ -182,11 +191,10 @@ class AgentLoopRollout:
         if rate > 0 and not meta.get("validate", False):
             await _abort_slowest(tasks, rate)
         else:
-            await asyncio.gather(*tasks)
+            await asyncio.gather(*tasks, return_exceptions=True)  # one row's error never fails the batch
         if was_training is not None:
             self.engine.module.train(was_training)
-        results = [t.result() if not t.cancelled() else _aborted_output(row) for t, row in zip(tasks, rows, strict=True)]
-        return results, meta
+        return _collect(tasks, rows, names), meta
 
     def _assemble(self, prompts: DataProto, results: list[AgentLoopOutput], meta: dict[str, Any]) -> DataProto:
         pad = int(meta["pad_token_id"])
@@ -232,23 +240,18 @@ class AgentLoopRollout:
             "turn_scores": object_array([r.turn_scores for r in results]),
             "tokenization_mismatch": np.array([int(r.metrics.get("tokenization_mismatch", 0)) for r in results]),
             "aborted": np.array([int(r.metrics.get("aborted", 0)) for r in results]),
+            "failed": np.array([int(r.metrics.get("failed", 0)) for r in results]),
         })
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
 
 async def _abort_slowest(tasks: list[asyncio.Future[AgentLoopOutput]], rate: float) -> int:
-    """verl's ``rollout.over_sample_rate``: once ``ceil((1 - rate) * n)`` trajectories finished,
-    cancel the rest (their tool sessions are released); returns how many were aborted.
-
-    Raises:
-        Exception: the first error of a trajectory that finished with one.
-    """
+    """verl's ``rollout.over_sample_rate``: once ``ceil((1 - rate) * n)`` trajectories finished
+    (or failed), cancel the rest (their tool sessions are released); returns how many were aborted."""
     target = max(1, math.ceil((1.0 - rate) * len(tasks)))
     pending = set(tasks)
-    while len(tasks) - len(pending) < target:
-        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        for t in done:
-            t.result()  # a failing agent loop is an error, not an abort
+    while len(tasks) - len(pending) < target:  # a failed trajectory counts as finished (see _collect)
+        _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
     for t in pending:
         t.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
@@ -261,3 +264,37 @@ def _aborted_output(row: AgentRow) -> AgentLoopOutput:
     prompt = row.rendered_prompt_ids if row.rendered_prompt_ids is not None else row.prompt_ids
     return AgentLoopOutput(prompt_ids=list(prompt), response_ids=[], response_mask=[], response_logprobs=[], num_turns=0,
                            metrics={"aborted": 1.0})
+
+
+def _failed_output(row: AgentRow) -> AgentLoopOutput:
+    """A trajectory whose agent loop raised: like an aborted one, flagged ``failed``."""
+    out = _aborted_output(row)
+    out.metrics = {"failed": 1.0}
+    out.messages = list(row.messages) if row.messages is not None else None
+    return out
+
+
+def _collect(tasks: list[asyncio.Future[AgentLoopOutput]], rows: list[AgentRow], names: list[str]) -> list[AgentLoopOutput]:
+    """Each row's output: its result, an aborted row for a cancelled task, a failed row (logged)
+    for one that raised.
+
+    Raises:
+        RuntimeError: every row failed (chained to the first row's error).
+    """
+    results, errors = [], []
+    for task, row, name in zip(tasks, rows, names, strict=True):
+        if task.cancelled():
+            results.append(_aborted_output(row))
+        elif task.exception() is not None:
+            err = task.exception()
+            errors.append(err)
+            logger.warning("agent loop %s failed for row %d (masked out of the loss): %s: %s",
+                           name, row.index, type(err).__name__, err)
+            results.append(_failed_output(row))
+        else:
+            results.append(task.result())
+    if errors and len(errors) == len(tasks):
+        first = errors[0]
+        raise RuntimeError(f"every trajectory of the batch failed in its agent loop; row 0: "
+                           f"{type(first).__name__}: {first}") from first
+    return results

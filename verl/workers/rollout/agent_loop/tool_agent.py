@@ -5,8 +5,9 @@ One trajectory (``multi_turn.*`` keys of the rollout section):
 1. the prompt is the row's messages rendered with the tool schemas (`ChatTemplate`);
 2. the model generates an assistant turn (at most the budget left: ``response_length`` counts
    every token after the prompt, model, tool and user tokens alike);
-3. its ``<tool_call>`` blocks are parsed (`verl.tools.parser`, at most ``max_parallel_calls``);
-   each valid call runs contained (`verl.tools.calling.ToolSession`: errors, timeouts and
+3. its ``<tool_call>`` blocks outside reasoning are parsed (`verl.tools.parser`, at most
+   ``max_parallel_calls``; a turn that starts inside a ``<think>`` the generation prompt opened
+   counts calls only after its ``</think>``); each valid call runs contained (`verl.tools.calling.ToolSession`: errors, timeouts and
    garbage become error responses), a malformed call becomes an error response too; the
    responses, truncated to ``max_tool_response_length`` characters on
    ``tool_response_truncate_side``, are appended as one tool turn and the loop goes to 2;
@@ -14,7 +15,16 @@ One trajectory (``multi_turn.*`` keys of the rollout section):
    when there is one: it answers as the user (or ends the trajectory) and the loop goes to 2;
 5. the trajectory ends at a turn without calls and without an interaction, when the model is cut
    off by the budget, after ``max_assistant_turns`` assistant turns or ``max_user_turns`` user
-   turns, or when the budget is spent.
+   turns, or when a tool / user turn does not leave room for one more model token. Such a turn
+   is not appended at all, neither to the ids nor to ``messages`` (verl's rule: its tools have
+   run and count, its text is dropped), so a trajectory always ends on a model token and its ids
+   match its messages; a turn that fits exactly (it would fill the budget to the last token)
+   ends the trajectory the same way, as nothing could follow it. Metric ``turn_over_budget``
+   (0/1) marks it.
+
+Templates that are not append-only are handled per turn by `ChatTemplate.append_ids` (the
+model's ids are kept; only the new turn's difference is rendered); ``non_append_only_turns``
+counts such turns, and the final ``tokenization_mismatch`` flag reports the row.
 
 Model tokens get ``response_mask`` 1 and their sampling log-probs; tool and user tokens get 0.
 Turn ``t`` of a row samples with a seed derived from (row seed, t), so trajectories do not
@@ -74,7 +84,7 @@ class ToolAgentLoop:
         )
         interaction, interaction_kwargs, instance = await self._start_interaction(row)
         out = AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[], response_mask=[], response_logprobs=[], num_turns=0)
-        counts = {"assistant": 0, "user": 0, "malformed": 0}
+        counts = {"assistant": 0, "user": 0, "malformed": 0, "over_budget": 0, "non_append_only": 0}
         try:
             await self._loop(row, messages, out, session, interaction, interaction_kwargs, instance, counts)
         finally:
@@ -89,6 +99,8 @@ class ToolAgentLoop:
             "tool_timeouts": float(session.counts["timeout"]),
             "malformed_tool_calls": float(counts["malformed"]),
             "assistant_turns": float(counts["assistant"]), "user_turns": float(counts["user"]),
+            "turn_over_budget": float(counts["over_budget"]),
+            "non_append_only_turns": float(counts["non_append_only"]),
         }
         mismatch = self.chat.sanity_check(prompt_ids + out.response_ids, messages, self.mt.tokenization_sanity_check_mode)
         out.metrics["tokenization_mismatch"] = float(mismatch is not None)
@@ -110,8 +122,9 @@ class ToolAgentLoop:
                     interaction: Any, interaction_kwargs: dict[str, Any], instance: str, counts: dict[str, int]) -> None:
         budget = self.ctx.response_length
         while len(out.response_ids) < budget:
+            context = out.prompt_ids + out.response_ids
             gen = await self.ctx.engine.generate(TokenRequest(
-                prompt_ids=out.prompt_ids + out.response_ids, sampling=self.ctx.sampling,
+                prompt_ids=context, sampling=self.ctx.sampling,
                 max_new_tokens=budget - len(out.response_ids), seed=turn_seed(row.seed, counts["assistant"]),
                 stop_token_ids=self.ctx.stop_token_ids, request_id=f"{row.index}-{counts['assistant']}",
             ))
@@ -122,7 +135,7 @@ class ToolAgentLoop:
             messages.append({"role": "assistant", "content": self.chat.assistant_content(gen.token_ids, stopped)})
             if not stopped or (self.mt.max_assistant_turns and counts["assistant"] >= self.mt.max_assistant_turns):
                 return
-            new = await self._tool_turn(messages[-1]["content"], session, out, counts)
+            new = await self._tool_turn(messages[-1]["content"], self.chat.reasoning_open(context), session, out, counts)
             if not new:
                 if interaction is None or (self.mt.max_user_turns is not None and counts["user"] >= self.mt.max_user_turns):
                     return
@@ -132,16 +145,23 @@ class ToolAgentLoop:
                     return
                 counts["user"] += 1
                 new = [{"role": "user", "content": str(text)}]
-            ids = self.chat.append_ids(messages, generated_text, new)
+            ids, append_only = self.chat.append_ids(messages, generated_text, new)
+            counts["non_append_only"] += int(not append_only)
+            if len(ids) >= budget - len(out.response_ids):  # no room left for a model token: end here
+                counts["over_budget"] += 1
+                return
             messages.extend(new)
             out.num_turns += 1
-            self._append(out, ids[: budget - len(out.response_ids)], 0, None)
+            self._append(out, ids, 0, None)
 
-    async def _tool_turn(self, content: str, session: Any, out: AgentLoopOutput, counts: dict[str, int]) -> list[dict[str, Any]]:
-        """Run the turn's tool calls (concurrently) and return the tool messages ([] = no calls)."""
+    async def _tool_turn(self, content: str, in_reasoning: bool, session: Any, out: AgentLoopOutput,
+                         counts: dict[str, int]) -> list[dict[str, Any]]:
+        """Run the turn's tool calls (concurrently) and return the tool messages ([] = no calls).
+        ``in_reasoning``: the turn started inside a ``<think>`` opened by the generation prompt."""
         from verl.tools.parser import parse_tool_calls_ordered
 
-        _, parsed = parse_tool_calls_ordered(content, self.ctx.tools, self.mt.max_parallel_calls)
+        _, parsed = parse_tool_calls_ordered(content, self.ctx.tools, self.mt.max_parallel_calls,
+                                             in_reasoning=in_reasoning)
         if not parsed:
             return []
 
