@@ -7,10 +7,11 @@ One trajectory (``multi_turn.*`` keys of the rollout section):
    every token after the prompt, model, tool and user tokens alike);
 3. its ``<tool_call>`` blocks outside reasoning are parsed (`verl.tools.parser`, at most
    ``max_parallel_calls``; a turn that starts inside a ``<think>`` the generation prompt opened
-   counts calls only after its ``</think>``); each valid call runs contained (`verl.tools.calling.ToolSession`: errors, timeouts and
-   garbage become error responses), a malformed call becomes an error response too; the
-   responses, truncated to ``max_tool_response_length`` characters on
-   ``tool_response_truncate_side``, are appended as one tool turn and the loop goes to 2;
+   counts calls only after its ``</think>``); each valid call runs contained
+   (`verl.tools.calling.ToolSession`: errors, timeouts and garbage become error responses), a
+   malformed call becomes an error response too; the responses, truncated to
+   ``max_tool_response_length`` characters on ``tool_response_truncate_side``, are appended as
+   one tool turn and the loop goes to 2;
 4. a turn without tool calls goes to the row's interaction (``extra_info.interaction_kwargs.name``)
    when there is one: it answers as the user (or ends the trajectory) and the loop goes to 2;
 5. the trajectory ends at a turn without calls and without an interaction, when the model is cut
