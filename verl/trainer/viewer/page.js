@@ -397,7 +397,7 @@
     box.append(kv);
     if ((r.tool_calls || []).length) {
       const tc = el('table', { class: 'kv', id: 'toolcalls' });
-      r.tool_calls.forEach((c, k) => tc.append(el('tr', {}, el('td', {}, `call ${k + 1}`), el('td', {}, `${c.name}(${JSON.stringify(c.arguments)}) → ${c.status}`))));
+      r.tool_calls.forEach((c, k) => tc.append(el('tr', {}, el('td', {}, `call ${k + 1}`), el('td', {}, `${c.name ?? '?'}(${c.arguments == null ? '' : JSON.stringify(c.arguments)}) → ${c.status ?? '?'}`))));
       box.append(tc);
     }
     box.append(el('button', { class: 'act', id: 'export', onclick: () => exportRow(i) }, 'Export JSON fixture'));
