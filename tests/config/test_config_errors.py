@@ -317,7 +317,7 @@ def test_plus_outside_free_form_mapping() -> None:
 
 
 def test_bad_override_syntax_and_sweeps() -> None:
-    assert error_of(["data.train_batch_size=[1,"]).startswith("bad override:")
+    assert error_of(["data.train_batch_size=[1,"]).startswith("data.train_batch_size: cannot parse the value '[1,'")
     assert error_of(["data.train_batch_size=8,16"]).startswith("override 'data.train_batch_size=8,16': sweeps")
 
 

@@ -31,14 +31,43 @@ __all__ = ["apply_overrides", "parse_overrides"]
 
 
 def parse_overrides(overrides: Sequence[str]) -> list[Any]:
-    """Hydra's parse of ``overrides``; a syntax error is a one-line `ConfigError`."""
+    """Hydra's parse of ``overrides``.
+
+    Raises:
+        ConfigError: one line naming the key of the first override that does not parse, its
+            value and Hydra's reason (``trainer.logger: cannot parse the value '[console' ...``).
+    """
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
 
+    parser = OverridesParser.create()
     try:
-        return OverridesParser.create().parse_overrides(list(overrides))
+        return parser.parse_overrides(list(overrides))
     except HydraException as e:
-        raise ConfigError(f"bad override: {e}") from None
+        for text in overrides:  # find the one at fault, to name its key
+            try:
+                parser.parse_overrides([text])
+            except HydraException as one:
+                raise ConfigError(_syntax_message(text, one)) from None
+        raise ConfigError(f"bad override: {_hydra_reason(e)}") from None
+
+
+def _hydra_reason(e: Exception) -> str:
+    """Hydra's message without its grammar link and the repeated input."""
+    reason = str(e).split(" See https://", 1)[0].split("\nSee https://", 1)[0]
+    return " ".join(reason.split())
+
+
+def _syntax_message(text: str, e: Exception) -> str:
+    key, sep, value = text.partition("=")
+    key = key.strip().lstrip("+~")
+    if not sep:
+        return f"bad override {text!r}: expected key=value ({_hydra_reason(e)})"
+    hint = ""
+    if value.lstrip().startswith(("[", "{")) or value.rstrip().endswith(("]", "}")):
+        hint = ("; a list is written [a,b] and a mapping {k:v}, brackets closed, and the whole override quoted "
+                f"in the shell, e.g. '{key}=[a,b]'")
+    return f"{key}: cannot parse the value {value!r} ({_hydra_reason(e)}){hint}"
 
 
 def _delete(tree: dict[str, Any], key: str, expected: Any) -> None:

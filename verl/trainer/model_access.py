@@ -14,7 +14,7 @@ from typing import Any
 
 from verl.utils.errors import ModelError
 
-__all__ = ["load_run_tokenizer", "read_model_config", "tokenizer_path"]
+__all__ = ["load_error", "load_run_tokenizer", "needs_remote_code", "read_model_config", "tokenizer_path"]
 
 
 def _tokenizer_source(cfg: Any) -> tuple[str, str]:
@@ -32,10 +32,24 @@ def tokenizer_path(cfg: Any) -> str:
     return _tokenizer_source(cfg)[1]
 
 
-def _load_error(key: str, what: str, path: str, error: Exception) -> ModelError:
+TRUST_KEY = "actor_rollout_ref.model.trust_remote_code"
+
+
+def needs_remote_code(error: BaseException) -> bool:
+    """Whether transformers refused ``error``'s model because it ships its own modelling code."""
+    text = str(error)
+    return "trust_remote_code" in text or "contains custom code" in text
+
+
+def load_error(key: str, what: str, path: str, error: Exception, trust_key: str = TRUST_KEY) -> ModelError:
     """One line: the key, what could not be loaded from where, the cause's first line and, for a
-    path that is not a local directory, that the hub is offline or needed."""
+    path that is not a local directory, that the hub is offline or needed; for a model that ships
+    its own code, the ``trust_key`` that allows it (transformers' own advice names only its
+    ``trust_remote_code=True`` argument)."""
     first = str(error).splitlines()[0] if str(error) else ""
+    if needs_remote_code(error):
+        return ModelError(f"{key}: cannot {what} at {path}: the model ships its own Python code (auto_map in its "
+                          f"config.json); set {trust_key}=true to run that code, only if you trust its source")
     hint = ""
     if not (str(path).startswith("builtin://") or Path(path).exists()):
         offline = any(os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
@@ -58,7 +72,8 @@ def read_model_config(key: str, path: str, trust_remote_code: bool = False) -> A
     try:
         return AutoConfig.from_pretrained(resolve_model_path(path), trust_remote_code=trust_remote_code)
     except Exception as e:  # noqa: BLE001 - transformers raises OSError / ValueError / KeyError
-        raise _load_error(key, "read the model config", path, e) from None
+        trust_key = f"{key.rsplit('.', 1)[0]}.trust_remote_code" if "." in key else TRUST_KEY  # the same section
+        raise load_error(key, "read the model config", path, e, trust_key) from None
 
 
 def load_run_tokenizer(cfg: Any) -> Any:
@@ -73,5 +88,5 @@ def load_run_tokenizer(cfg: Any) -> Any:
     try:
         return load_tokenizer(path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
     except Exception as e:  # noqa: BLE001 - transformers raises many types for a missing tokenizer
-        raise _load_error(key, "load the tokenizer", path, e) from None
+        raise load_error(key, "load the tokenizer", path, e) from None
 

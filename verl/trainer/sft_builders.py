@@ -69,7 +69,14 @@ def _check_divisible(batch_size: int, what: str) -> None:
 def _tokenizer(cfg: SFTRootConfig) -> Any:
     from verl.data.tokenizer import load_tokenizer
 
-    tok = load_tokenizer(cfg.model.tokenizer_path or cfg.model.partial_pretrain, trust_remote_code=cfg.model.trust_remote_code)
+    from verl.trainer.model_access import load_error
+
+    key = "model.tokenizer_path" if cfg.model.tokenizer_path else "model.partial_pretrain"
+    path = cfg.model.tokenizer_path or cfg.model.partial_pretrain
+    try:
+        tok = load_tokenizer(path, trust_remote_code=cfg.model.trust_remote_code)
+    except Exception as e:  # noqa: BLE001 - transformers raises many types for a tokenizer it cannot load
+        raise load_error(key, "load the tokenizer", path, e, "model.trust_remote_code") from None
     if cfg.data.chat_template:
         tok.chat_template = cfg.data.chat_template
     return tok
@@ -214,7 +221,10 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
     t = cfg.trainer
     device = t.device if t.device == "cpu" else f"cuda:{torch.cuda.current_device()}"
     torch.manual_seed(t.seed)
+    from verl.trainer.model_access import read_model_config
+
     tok = _tokenizer(cfg)
+    read_model_config("model.partial_pretrain", cfg.model.partial_pretrain, cfg.model.trust_remote_code)
     box: dict[str, Any] = {}
     streams = _streams(cfg, tok, box, device)
     val_ds = _val_dataset(cfg, tok)
