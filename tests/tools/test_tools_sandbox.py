@@ -267,3 +267,15 @@ def test_code_tool_works_across_event_loops_under_contention():
 
     assert [asyncio.run(step()) for _ in range(2)] == [["0\n", "1\n", "2\n"]] * 2
     tool.pool.close()
+
+
+@needs_bwrap
+def test_a_clean_end_still_runs_atexit_flushes_and_joins_threads():
+    code = ("import atexit, sys, threading, time\n"
+            "atexit.register(lambda: print('atexit ran'))\n"
+            "sys.stdout.write('no newline')\n"
+            "threading.Thread(target=lambda: (time.sleep(0.3), print(' thread done'))).start()\n")
+    r = run(code)
+    assert (r.status, r.stdout) == ("ok", "no newline thread done\natexit ran\n")
+    r = run("import atexit\natexit.register(lambda: print('bye'))\nprint('hi', end='')")
+    assert (r.status, r.stdout) == ("ok", "hibye\n")
