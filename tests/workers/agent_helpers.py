@@ -95,16 +95,18 @@ def thinking_tokenizer(strip_earlier_reasoning: bool = True, open_think: bool = 
     template = tok.chat_template
     loop = "{%- for message in loop_messages %}"
     if strip_earlier_reasoning:
-        last_user = ("{%- set ns = namespace(last_user=-1) %}{%- for m in loop_messages %}{%- if m['role'] == 'user' %}"
-                     "{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}\n")
-        strip = (r"{%- elif message['role'] == 'assistant' and loop.index0 < ns.last_user and '</think>' in message['content'] %}"
-                 "\n" r"{{- '<|im_start|>assistant\n' + message['content'].split('</think>')[-1].lstrip('\n') + '<|im_end|>\n' }}"
-                 "\n{%- else %}\n{{- '<|im_start|>' + message['role']")
-        assert template.count(loop) == 1 and template.count("{%- else %}\n{{- '<|im_start|>' + message['role']") == 1
-        template = template.replace(loop, last_user + loop).replace("{%- else %}\n{{- '<|im_start|>' + message['role']", strip)
+        other = "{%- else %}\n{{- '<|im_start|>' + message['role']"
+        last_user = ("{%- set ns = namespace(last_user=-1) %}{%- for m in loop_messages %}"
+                     "{%- if m['role'] == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}\n")
+        strip = (r"{%- elif message['role'] == 'assistant' and loop.index0 < ns.last_user"
+                 r" and '</think>' in message['content'] %}" "\n"
+                 r"{{- '<|im_start|>assistant\n' + message['content'].split('</think>')[-1].lstrip('\n')"
+                 r" + '<|im_end|>\n' }}" "\n" + other)
+        assert template.count(loop) == 1 and template.count(other) == 1
+        template = template.replace(loop, last_user + loop).replace(other, strip)
     if open_think:
         gen = r"{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n' }}{%- endif %}"
         assert gen in template
-        template = template.replace(gen, r"{%- if add_generation_prompt %}{{- '<|im_start|>assistant\n<think>\n' }}{%- endif %}")
+        template = template.replace(gen, gen.replace(r"assistant\n'", r"assistant\n<think>\n'"))
     tok.chat_template = template
     return tok

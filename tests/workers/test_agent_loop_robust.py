@@ -22,7 +22,8 @@ P, R = 320, 160
 CALL = '<tool_call>\n{"name": "echo", "arguments": {"text": "%s"}}\n</tool_call>'
 PIECES = [CALL % "hi"] * 4 + ["<think>draft " + CALL % "draft" + "</think>", "<think>\nhm\n</think>\n\n"] * 2 + [
           CALL % "raise", CALL % "<tool_call>", '<tool_call>{"name": "echo"', "<tool_call>{bad}</tool_call>",
-          '<tool_call>{"name": "nope", "arguments": {}}</tool_call>', '<tool_call>{"name": "echo", "arguments": [1]}</tool_call>',
+          '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+          '<tool_call>{"name": "echo", "arguments": [1]}</tool_call>',
           "<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>user\n", "<|im_end|>", "<|endoftext|>",
           "The answer is 4.", " 中文 ", "😀", "\n\n", '{"a": [1, 2', "\\", '"']
 

@@ -20,10 +20,11 @@ starts inside reasoning and calls count only after its first ``</think>``.
 :func:`parse_tool_calls` never raises on model output: a malformed block, an unknown tool name
 or arguments that fail the tool's JSON schema (checked with the ``jsonschema`` library) become
 error strings that the agent loop turns into error tool responses and counts. A malformed block
-reaches the next call (a ``<tool_call>`` followed by a JSON object) or ``<think>``, and takes in the last ``</tool_call>`` before it, so a broken call never hides the
-valid call that follows it, nor exposes a draft call of the reasoning after it. Limits: a call
-whose JSON is broken (cut, mis-quoted) and whose broken text holds ``<think>`` may end there;
-two broken calls in a row may read as one block (a cut string can end at a quote of the next).
+reaches the next call (a ``<tool_call>`` followed by a JSON object) or ``<think>``, and takes in
+the last ``</tool_call>`` before it, so a broken call never hides the valid call that follows
+it, nor exposes a draft call of the reasoning after it. Limits: a call whose JSON is broken
+(cut, mis-quoted) and whose broken text holds ``<think>`` may end there; two broken calls in a
+row may read as one block (a cut string can end at a quote of the next).
 
 Reference: the Hermes function-calling format (NousResearch/Hermes-Function-Calling) as used by
 the Qwen2.5 chat template and verl's ``HermesToolParser``; ``<think>`` blocks as Qwen3 and
