@@ -15,7 +15,10 @@ whitespace) it requires ``</tool_call>``. Reasoning is skipped: text from ``<thi
 ``</think>`` is never searched for calls (a draft call while thinking does not run). An unclosed
 ``<think>`` makes the rest of the turn reasoning, so a turn cut off while thinking runs nothing;
 with ``in_reasoning=True`` (the prompt's generation prompt already opened ``<think>``) the turn
-starts inside reasoning and calls count only after its first ``</think>``.
+starts inside reasoning and calls count only after its first ``</think>``. The tags are those of
+`verl.utils.reasoning`; unlike its text-level ``strip_reasoning`` (for answers), a tag inside a
+call's JSON string is data here, and a stray ``</think>`` is plain text (the agent loop passes
+``in_reasoning`` from the prompt instead of guessing it).
 
 :func:`parse_tool_calls` never raises on model output: a malformed block, an unknown tool name
 or arguments that fail the tool's JSON schema (checked with the ``jsonschema`` library) become
@@ -41,10 +44,9 @@ from typing import Any
 import jsonschema
 
 from verl.tools.base import BaseTool, FunctionCall
+from verl.utils.reasoning import THINK_END, THINK_START
 
 __all__ = [
-    "THINK_END",
-    "THINK_START",
     "ParsedToolCall",
     "parse_tool_calls",
     "parse_tool_calls_ordered",
@@ -55,8 +57,6 @@ __all__ = [
 
 TOOL_CALL_START = "<tool_call>"
 TOOL_CALL_END = "</tool_call>"
-THINK_START = "<think>"
-THINK_END = "</think>"
 _SPACE_RE = re.compile(r"\s*")
 _DECODER = json.JSONDecoder()
 
