@@ -131,7 +131,12 @@ class AgentLoopRollout:
         return out
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
-        """Roll out every row with its agent loop; see the module docstring for the layout."""
+        """Roll out every row with its agent loop; see the module docstring for the layout.
+
+        Raises:
+            RuntimeError: every row's agent loop raised (a row that raises alone comes back
+                flagged ``failed`` instead).
+        """
         names = self.agent_names(prompts)
         over_sample = self.config.over_sample_rate > 0 and not prompts.meta_info.get("validate", False)
         batched = self.config.mode == "sync" and not over_sample and hasattr(self.engine, "generate_sequences")
