@@ -373,3 +373,11 @@ def test_ten_thousand_trajectories_of_2000_tokens_open_and_filter_under_3s(brows
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_verl_view_on_a_wrong_directory_is_one_line(tmp_path, capsys):
+    from verl.cli import main as verl
+
+    assert verl(["view", str(tmp_path / "nope")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err == f"verl view: data error: {tmp_path / 'nope'}: not a directory (expected a trainer.rollout_data_dir)"

@@ -105,9 +105,10 @@ def build_html(directory: str | Path) -> str:
 
 def write_report(directory: str | Path, out: str | Path) -> Path:
     """Write `build_html` of ``directory`` to ``out``; returns ``out``."""
+    page = build_html(directory)  # first: a wrong directory must not be created by the write
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(build_html(directory), encoding="utf-8")
+    path.write_text(page, encoding="utf-8")
     return path
 
 

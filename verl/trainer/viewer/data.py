@@ -166,65 +166,74 @@ def _accuracy(rows: list[dict[str, Any]]) -> float | None:
 def pack(steps: list[StepDump], title: str = "") -> tuple[dict[str, Any], list[str], str]:
     """The page's payload (module docstring): ``(meta, row chunks, text blob)``."""
     vocab = _Vocab()
-    cols: dict[str, list[Any]] = {k: [] for k in (
-        "step", "group", "score", "len", "plen", "trunc", "calls", "toolErr", "turns", "src", "mis", "misMean",
-        "adv", "ent", "pad", "snippet")}
-    sources: dict[str, int] = {}
-    groups: dict[tuple[int, str], int] = {}
-    chunks: list[str] = []
-    texts: list[list[str]] = []
-    present = 0
-    overview: dict[str, list[Any]] = {"step": [], "reward": [], "length": [], "accuracy": [], "truncated": [],
-                                      "toolCalls": [], "rows": []}
     for sd in steps:
         if sd.tokens is not None:
             vocab.add(sd.tokens)
-    id_dtype = "<u2" if len(vocab.ids) <= 65536 else "<u4"
+    out = _Packed(cols={k: [] for k in _COLUMNS}, id_dtype="<u2" if len(vocab.ids) <= 65536 else "<u4")
     for sd in steps:
-        t = sd.tokens
-        if t is not None:
-            ids_p, ids_r = vocab.remap(t, t["prompt_ids"]), vocab.remap(t, t["response_ids"])
-            quant = {"old_log_probs": t.get("old_log_probs"), "entropys": t.get("entropys"), "advantages": t.get("advantages"),
-                     "gap": (t["rollout_log_probs"] - t["old_log_probs"]) if "rollout_log_probs" in t and "old_log_probs" in t else None}
-        lengths = []
-        for i, row in enumerate(sd.rows):
-            _add_summary(cols, row, sd.step, sources, groups)
-            texts.append([str(row.get("input", "")), str(row.get("output", ""))])
-            detail = {k: v for k, v in row.items() if k not in TEXT_FIELDS}
-            js = json.dumps(detail, ensure_ascii=False, default=str).encode("utf-8")
-            if t is None:
-                cols["len"][-1] = row.get("response_length", len(str(row.get("output", ""))))
-                cols["mis"].append(None), cols["misMean"].append(None), cols["adv"].append(None), cols["ent"].append(None)
-                chunks.append(_b64z(np.array([len(js), 0, 0, 0], "<u4").tobytes() + js))
-                lengths.append(cols["len"][-1])
-                continue
-            p0, p1 = t["prompt_offsets"][i], t["prompt_offsets"][i + 1]
-            r0, r1 = t["response_offsets"][i], t["response_offsets"][i + 1]
-            mask = t["response_mask"][r0:r1].astype(bool)
-            flags, parts = 0, []
-            for name, bit in QUANTITIES.items():
-                q = quant[name]
-                if q is not None:
-                    flags |= bit
-                    parts.append(_planes(_f16(q[r0:r1])))
-            cols["len"][-1] = int(r1 - r0)
-            cols["plen"][-1] = int(p1 - p0)
-            cols["pad"][-1] = int(t["response_pad"][i])
-            _add_token_summary(cols, quant, r0, r1, mask)
-            head = np.array([len(js), p1 - p0, r1 - r0, flags], "<u4").tobytes()
-            ids = np.concatenate([ids_p[p0:p1], ids_r[r0:r1]]).astype(id_dtype)
-            chunks.append(_b64z(head + _planes(ids) + t["response_mask"][r0:r1].astype(np.uint8).tobytes()
-                                + b"".join(parts) + js))
-            present |= flags
-            lengths.append(int(r1 - r0))
-        _add_overview(overview, sd, lengths)
+        lengths = _pack_step(out, sd, vocab)
+        _add_overview(out.overview, sd, lengths)
     meta = {
-        "title": title, "n": len(chunks), "cols": cols, "sources": list(sources), "groups": [uid for _, uid in groups],
-        "vocab": vocab.pieces, "vocabIds": vocab.ids, "idBytes": 2 if len(vocab.ids) <= 65536 else 4, "quantities": [k for k, bit in QUANTITIES.items() if present & bit],
-        "steps": [sd.step for sd in steps], "overview": overview,
-        "scales": _scales(cols, steps), "hasTokens": any(sd.tokens is not None for sd in steps),
+        "title": title, "n": len(out.chunks), "cols": out.cols, "sources": list(out.sources),
+        "groups": [uid for _, uid in out.groups], "vocab": vocab.pieces, "vocabIds": vocab.ids,
+        "idBytes": np.dtype(out.id_dtype).itemsize, "quantities": [k for k, bit in QUANTITIES.items() if out.present & bit],
+        "steps": [sd.step for sd in steps], "overview": out.overview, "scales": _scales(steps),
+        "hasTokens": any(sd.tokens is not None for sd in steps),
     }
-    return meta, chunks, _b64z(json.dumps(texts, ensure_ascii=False).encode("utf-8"))
+    return meta, out.chunks, _b64z(json.dumps(out.texts, ensure_ascii=False).encode("utf-8"))
+
+
+_COLUMNS = ("step", "group", "score", "len", "plen", "trunc", "calls", "toolErr", "turns", "src", "mis", "misMean",
+            "adv", "ent", "pad", "snippet")
+
+
+@dataclass
+class _Packed:
+    cols: dict[str, list[Any]]
+    id_dtype: str
+    sources: dict[str, int] = field(default_factory=dict)
+    groups: dict[tuple[int, str], int] = field(default_factory=dict)
+    chunks: list[str] = field(default_factory=list)
+    texts: list[list[str]] = field(default_factory=list)
+    present: int = 0
+    overview: dict[str, Any] = field(default_factory=lambda: {k: [] for k in (
+        "step", "reward", "length", "accuracy", "truncated", "toolCalls", "rows")})
+
+
+def _pack_step(out: _Packed, sd: StepDump, vocab: _Vocab) -> list[int]:
+    """Append one step's rows to ``out``; returns their response lengths."""
+    t = sd.tokens
+    if t is not None:
+        ids_p, ids_r = vocab.remap(t, t["prompt_ids"]), vocab.remap(t, t["response_ids"])
+        quant = {"old_log_probs": t.get("old_log_probs"), "entropys": t.get("entropys"), "advantages": t.get("advantages"),
+                 "gap": (t["rollout_log_probs"] - t["old_log_probs"]) if "rollout_log_probs" in t and "old_log_probs" in t else None}
+    cols, lengths = out.cols, []
+    for i, row in enumerate(sd.rows):
+        _add_summary(cols, row, sd.step, out.sources, out.groups)
+        out.texts.append([str(row.get("input", "")), str(row.get("output", ""))])
+        js = json.dumps({k: v for k, v in row.items() if k not in TEXT_FIELDS}, ensure_ascii=False, default=str).encode("utf-8")
+        if t is None:  # a text-only dump: lengths as written, else in characters
+            cols["len"][-1] = row.get("response_length", len(str(row.get("output", ""))))
+            for key in ("mis", "misMean", "adv", "ent"):
+                cols[key].append(None)
+            out.chunks.append(_b64z(np.array([len(js), 0, 0, 0], "<u4").tobytes() + js))
+            lengths.append(cols["len"][-1])
+            continue
+        p0, p1 = t["prompt_offsets"][i], t["prompt_offsets"][i + 1]
+        r0, r1 = t["response_offsets"][i], t["response_offsets"][i + 1]
+        flags, parts = 0, []
+        for name, bit in QUANTITIES.items():
+            if quant[name] is not None:
+                flags |= bit
+                parts.append(_planes(_f16(quant[name][r0:r1])))
+        cols["len"][-1], cols["plen"][-1], cols["pad"][-1] = int(r1 - r0), int(p1 - p0), int(t["response_pad"][i])
+        _add_token_summary(cols, quant, r0, r1, t["response_mask"][r0:r1].astype(bool))
+        head = np.array([len(js), p1 - p0, r1 - r0, flags], "<u4").tobytes()
+        ids = np.concatenate([ids_p[p0:p1], ids_r[r0:r1]]).astype(out.id_dtype)
+        out.chunks.append(_b64z(head + _planes(ids) + t["response_mask"][r0:r1].astype(np.uint8).tobytes() + b"".join(parts) + js))
+        out.present |= flags
+        lengths.append(int(r1 - r0))
+    return lengths
 
 
 def _add_summary(cols: dict[str, list[Any]], row: dict[str, Any], step: int, sources: dict[str, int],
@@ -259,7 +268,7 @@ def _add_token_summary(cols: dict[str, list[Any]], quant: dict[str, np.ndarray |
     cols["ent"].append(None if ent is None else _sig(ent.mean()))
 
 
-def _add_overview(ov: dict[str, list[Any]], sd: StepDump, lengths: list[int]) -> None:
+def _add_overview(ov: dict[str, Any], sd: StepDump, lengths: list[int]) -> None:
     scores = [r["score"] for r in sd.rows if isinstance(r.get("score"), (int, float))]
     calls = [_tool_counts(r)[0] for r in sd.rows]
     ov["step"].append(sd.step)
@@ -273,7 +282,7 @@ def _add_overview(ov: dict[str, list[Any]], sd: StepDump, lengths: list[int]) ->
     ov["toolCalls"].append(float(np.mean(calls)) if calls else None)
 
 
-def _scales(cols: dict[str, list[Any]], steps: list[StepDump]) -> dict[str, float]:
+def _scales(steps: list[StepDump]) -> dict[str, float]:
     """Colour-scale ends: the 99th percentile of |value| over trained tokens of the whole dump."""
     out: dict[str, float] = {}
     for name, key in (("advantages", "advantages"), ("entropys", "entropys"), ("old_log_probs", "old_log_probs")):
