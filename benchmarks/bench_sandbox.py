@@ -8,9 +8,10 @@ of that git revision (its ``verl/tools/sandbox.py`` and bootstrap, loaded from `
 
 ``step``: ``verl train calculator`` (the built-in multi-turn tool task: 16 prompts x 8
 trajectories a step) with the calculator answered by the code sandbox
-(``tests/tools/sandbox_tool_helpers.py``), ``--steps`` steps; reports ``timing_s/step`` and
-``timing_s/gen`` per step and the tool calls. With ``--baseline-rev REV`` the same run on a git
-worktree of that revision (same helper).
+(``tests/tools/sandbox_tool_helpers.py``), ``--steps`` steps, ``--rounds`` runs; reports
+``timing_s/step`` and ``timing_s/gen`` per step, the tool calls and tool errors. With
+``--baseline-rev REV`` the same run on a git worktree of that revision (same helper), alternated
+with ours.
 
 Usage: ``.venv/bin/python benchmarks/bench_sandbox.py latency --baseline-rev 9f6a999 --out x.json``
 """
@@ -102,11 +103,22 @@ def _train(tree: Path, steps: int, out_dir: Path) -> list[dict]:
     if proc.returncode != 0:
         raise RuntimeError(f"verl train failed in {tree}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     rows = [json.loads(line) for line in (out_dir / "out" / "metrics.jsonl").read_text().splitlines()]
-    return [{k: round(r[k], 3) for k in ("step", "timing_s/step", "timing_s/gen", "tool_call_counts/mean") if k in r}
+    keys = ("step", "timing_s/step", "timing_s/gen", "tool_call_counts/mean", "multiturn/tool_errors")
+    return [{k: round(r[k], 3) for k in keys if k in r}
             for r in rows if "timing_s/step" in r]
 
 
-def step_time(steps: int, baseline_rev: str | None) -> dict:
+def _patch_semaphore(path: Path) -> None:
+    """Gives the baseline's code tool one semaphore per event loop (the rollout's asyncio.run per
+    step); without it the baseline's calls from step 2 on fail at once and its steps look fast."""
+    text = path.read_text()
+    old = "        if self._semaphore is None:"
+    if old in text:
+        path.write_text(text.replace(old, "        if self._semaphore is None or getattr(self._semaphore, '_loop', None) "
+                                          "not in (None, asyncio.get_running_loop()):"))
+
+
+def step_time(steps: int, baseline_rev: str | None, rounds: int) -> dict:
     out = {}
     tmp = Path(tempfile.mkdtemp(prefix="verl-bench-sandbox-"))
     runs = [("bubblewrap_warm_pool", ROOT)]
@@ -114,13 +126,19 @@ def step_time(steps: int, baseline_rev: str | None) -> dict:
         tree = tmp / "baseline-tree"
         subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), baseline_rev], check=True,
                        capture_output=True)
-        runs.insert(0, (f"baseline_{baseline_rev}", tree))
+        _patch_semaphore(tree / "verl" / "tools" / "code_interpreter.py")
+        runs = [(f"baseline_{baseline_rev}", tree), *runs] * rounds
+    else:
+        runs = runs * rounds
     try:
-        for name, tree in runs:
-            rows = _train(tree, steps, tmp / name)
-            later = rows[1:] or rows  # step 1 also pays one-time warm-up
-            out[name] = {"steps": rows, "mean_step_s_after_first": round(statistics.fmean(r["timing_s/step"] for r in later), 2),
-                         "mean_gen_s_after_first": round(statistics.fmean(r["timing_s/gen"] for r in later), 2)}
+        for i, (name, tree) in enumerate(runs):  # alternated: A B A B ..., so load drifts hit both
+            rows = _train(tree, steps, tmp / f"{name}-{i}")
+            out.setdefault(name, {"runs": []})["runs"].append(rows)
+        for record in out.values():
+            later = [r for rows in record["runs"] for r in rows[1:]]  # step 1 also pays one-time warm-up
+            record["median_step_s_after_first"] = round(statistics.median(r["timing_s/step"] for r in later), 2)
+            record["median_gen_s_after_first"] = round(statistics.median(r["timing_s/gen"] for r in later), 2)
+            record["tool_errors"] = sum(r["multiturn/tool_errors"] for rows in record["runs"] for r in rows)
     finally:
         if baseline_rev:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline-tree")],
@@ -134,13 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=100, help="runs per latency series")
     p.add_argument("--gap-s", type=float, default=0.05, help="pause between latency runs")
     p.add_argument("--steps", type=int, default=3)
+    p.add_argument("--rounds", type=int, default=2, help="step: alternated runs of each")
     p.add_argument("--baseline-rev", default=None, help="git revision of the sandbox to compare with")
     p.add_argument("--out", default=None, help="also write the JSON here")
     args = p.parse_args(argv)
     sys.path.insert(0, str(ROOT))
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    result = latency(args.n, args.gap_s, args.baseline_rev) if args.what == "latency" else step_time(args.steps, args.baseline_rev)
+    result = latency(args.n, args.gap_s, args.baseline_rev) if args.what == "latency" else step_time(args.steps, args.baseline_rev, args.rounds)
     result = {"what": args.what, "loadavg_before": load, "cpus": os.cpu_count(), **result}
     text = json.dumps(result, indent=1)
     print(text)
