@@ -21,7 +21,8 @@ A row whose agent loop raises (a bug in an interaction, a chat template that can
 append a turn, an engine error for that request) fails alone: it comes back like an aborted
 row, with its prompt and an empty response (``response_mask`` all 0, so it adds nothing to the
 loss), flagged in ``failed`` and logged with its error as one warning line. Only a batch in which
-every row failed raises (nothing is left to train on; that is a configuration or engine error).
+every row failed raises, with row 0's own error (nothing is left to train on: a configuration
+or engine error).
 
 A batch whose rows all use ``single_turn_agent`` in ``rollout.mode=sync`` goes straight to the
 engine's batched ``generate_sequences`` (same tokens, no event loop); ``mode=async`` sends it
@@ -134,8 +135,8 @@ class AgentLoopRollout:
         """Roll out every row with its agent loop; see the module docstring for the layout.
 
         Raises:
-            RuntimeError: every row's agent loop raised (a row that raises alone comes back
-                flagged ``failed`` instead).
+            Exception: row 0's error when every row's agent loop raised (a row that raises alone
+                comes back flagged ``failed`` instead).
         """
         names = self.agent_names(prompts)
         over_sample = self.config.over_sample_rate > 0 and not prompts.meta_info.get("validate", False)
@@ -284,7 +285,7 @@ def _collect(tasks: list[asyncio.Future[AgentLoopOutput]], rows: list[AgentRow],
     for one that raised.
 
     Raises:
-        RuntimeError: every row failed (chained to the first row's error).
+        Exception: row 0's own error when every row failed.
     """
     results, errors = [], []
     for task, row, name in zip(tasks, rows, names, strict=True):
@@ -298,8 +299,7 @@ def _collect(tasks: list[asyncio.Future[AgentLoopOutput]], rows: list[AgentRow],
             results.append(_failed_output(row))
         else:
             results.append(task.result())
-    if errors and len(errors) == len(tasks):
-        first = errors[0]
-        raise RuntimeError(f"every trajectory of the batch failed in its agent loop; row 0: "
-                           f"{type(first).__name__}: {first}") from first
+    if errors and len(errors) == len(tasks):  # nothing to train on: most likely a configuration error
+        logger.error("every trajectory of the batch (%d rows) failed in its agent loop; raising row 0's error", len(tasks))
+        raise errors[0]
     return results
