@@ -45,6 +45,14 @@ logger = logging.getLogger(__name__)
 LATEST_FILE = "latest_checkpointed_iteration.txt"
 MANIFEST = "manifest.json"
 _STEP_DIR = re.compile(r"^global_step_(\d+)$")
+TMP_PREFIX = ".tmp_"  # CheckpointManager.save writes <root>/.tmp_global_step_N first
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under ``path`` (or of the file ``path``); links are not followed."""
+    if path.is_symlink() or path.is_file():
+        return path.lstat().st_size
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
 
 
 class CheckpointError(UserError, RuntimeError):
@@ -132,6 +140,26 @@ class CheckpointManager:
         self.root = Path(root)
         self.max_keep = max_keep
 
+    def temporaries(self) -> list[Path]:
+        """Unfinished ``.tmp_*`` entries directly under ``root`` (a save interrupted by a crash or a full disk)."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p for p in self.root.iterdir() if p.name.startswith(TMP_PREFIX))
+
+    def remove_temporaries(self) -> int:
+        """Delete `temporaries` (call at the start of a run that owns ``root``); returns the bytes freed."""
+        freed = 0
+        for p in self.temporaries():
+            size = tree_bytes(p)
+            if p.is_dir() and not p.is_symlink():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
+            if not p.exists() and not p.is_symlink():
+                freed += size
+                logger.warning("removed the unfinished checkpoint %s (%d bytes) left by an interrupted save", p, size)
+        return freed
+
     def step_dirs(self) -> list[Path]:
         """``global_step_N`` directories, oldest first."""
         if not self.root.is_dir():
@@ -146,7 +174,11 @@ class CheckpointManager:
         tmp = self.root / f".tmp_global_step_{step}"
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        write(tmp)
+        try:
+            write(tmp)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)  # a full disk: give the space back at once
+            raise
         files = {
             str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)}
             for p in sorted(tmp.rglob("*")) if p.is_file()

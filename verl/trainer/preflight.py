@@ -9,7 +9,8 @@ file) and raises a one-line `verl.utils.errors.UserError` naming the key / file 
 ==================  ===============================================================================
 paths               ``trainer.output_dir`` and ``trainer.default_local_dir`` are (or can be created
                     as) writable directories; with ``save_freq > 0`` the checkpoint disk has room for
-                    one checkpoint (`estimate_checkpoint_bytes`)
+                    one checkpoint (`estimate_checkpoint_bytes`), counting the unfinished ``.tmp_*``
+                    saves of that folder as free (`prepare_run` removes them)
 checkpoint folder   ``default_local_dir`` holds no other run's checkpoints (`verl.trainer.run_identity`)
 data                every data file is readable (UTF-8, valid rows: file and line named) and, with
                     the built-in scorers, every ``data_source`` in it has one
@@ -140,11 +141,18 @@ def check_paths(cfg: Any) -> str:
     need = estimate_checkpoint_bytes(cfg)
     if need is None:
         return f"{tc.output_dir} and {tc.default_local_dir} writable (checkpoint size unknown)"
+    from verl.trainer.checkpoint import CheckpointManager, tree_bytes
+
     free = shutil.disk_usage(ckpt_base).free
-    if free < need:
-        raise DiskError(f"trainer.default_local_dir: {ckpt_base} has {free / 2**30:.2f} GiB free, one checkpoint "
-                        f"needs about {need / 2**30:.2f} GiB")
-    return f"writable; one checkpoint ≈ {_size(need)}, {_size(free)} free"
+    # unfinished .tmp_* saves of this folder are removed at start (`prepare_run`): their space counts as free
+    stale = CheckpointManager(tc.default_local_dir).temporaries()
+    reclaim = sum(tree_bytes(p) for p in stale)
+    also = f" (+ {_size(reclaim)} in {len(stale)} unfinished .tmp_* save(s), removed at start)" if stale else ""
+    if free + reclaim < need:
+        # sizes with their own unit: a small model's checkpoint is well under 0.01 GiB
+        raise DiskError(f"trainer.default_local_dir: {ckpt_base} has {_size(free)} free{also}, one checkpoint "
+                        f"needs about {_size(need)}")
+    return f"writable; one checkpoint ≈ {_size(need)}, {_size(free)} free{also}"
 
 
 def _size(n: float) -> str:
@@ -393,12 +401,16 @@ def check_pad_token(cfg: Any, tokenizer: Any = None) -> str:
 
 
 def prepare_run(cfg: Any, tokenizer: Any = None) -> list[Check]:
-    """`run_preflight` (raising), then claim ``trainer.default_local_dir`` for this run.
+    """`run_preflight` (raising), then claim ``trainer.default_local_dir`` for this run and remove
+    its unfinished ``.tmp_*`` saves (left by a crash or a full disk).
 
     Called by `verl.trainer.builders.build_parts` before any data loader or model is built.
     """
     from verl.trainer.run_identity import claim_owner
 
+    from verl.trainer.checkpoint import CheckpointManager
+
     checks = run_preflight(cfg, tokenizer, raise_on_failure=True)
     claim_owner(cfg)
+    CheckpointManager(cfg.trainer.default_local_dir).remove_temporaries()  # the folder is this run's now
     return checks

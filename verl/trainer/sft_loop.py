@@ -53,6 +53,9 @@ class SupervisedTrainer:
         """Train from the latest checkpoint (or from scratch) to ``total_steps``; returns the metrics per step."""
         t = self.config.trainer
         self._open_tracker()
+        if self.rank == 0:
+            self.ckpt.remove_temporaries()  # unfinished saves of an interrupted run (crash, full disk)
+        barrier()
         self.global_step = self._restore()
         history: list[dict[str, float]] = []
         while self.global_step < self.total_steps:
