@@ -86,7 +86,10 @@ def test_max_rows_bounds_both_files_by_whole_groups(tmp_path):
     np.testing.assert_allclose(z["entropys"], [0, 1, 2, 3, 4])  # entropy rows follow the selection
 
 
-def test_max_rows_must_be_positive():
-    with pytest.raises(ConfigError, match="trainer.rollout_data_max_rows"):
-        load_config("calculator", ["trainer.rollout_data_max_rows=0"])
-    assert load_config("calculator", ["trainer.rollout_data_max_rows=64"]).trainer.rollout_data_max_rows == 64
+def test_max_rows_must_be_positive_and_need_a_dump():
+    with pytest.raises(ConfigError, match="trainer.rollout_data_max_rows: must be >= 1"):
+        load_config("calculator", ["trainer.rollout_data_max_rows=0", "trainer.rollout_data_dir=/tmp/x"])
+    with pytest.raises(ConfigError, match="trainer.rollout_data_max_rows: bounds the rollout dump, which is off"):
+        load_config("calculator", ["trainer.rollout_data_max_rows=64"])
+    cfg = load_config("calculator", ["trainer.rollout_data_max_rows=64", "trainer.rollout_data_dir=/tmp/x"])
+    assert cfg.trainer.rollout_data_max_rows == 64

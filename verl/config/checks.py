@@ -340,6 +340,8 @@ def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
             raise ConfigError(f"{prefix}.logger: '{name}' needs the {name} package (pip install 'verl[{name}]')")
     if t.resume_mode == "resume_path" and not t.resume_from_path:
         raise ConfigError(f"{prefix}.resume_from_path: must be set when {prefix}.resume_mode=resume_path")
+    if t.rollout_data_max_rows is not None and not t.rollout_data_dir:
+        raise ConfigError(f"{prefix}.rollout_data_max_rows: bounds the rollout dump, which is off; set {prefix}.rollout_data_dir too")
     world = t.nnodes * t.n_gpus_per_node
     if t.backend == "local" and world > 1:
         raise ConfigError(
