@@ -48,7 +48,6 @@ import sys
 import tempfile
 import threading
 import time
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -227,7 +226,7 @@ class _Worker:
             shutil.rmtree(self.workdir, ignore_errors=True)
 
 
-_POOLS: weakref.WeakSet = weakref.WeakSet()
+_POOLS: set = set()  # pools with warm workers, closed at exit (until then they keep their workers)
 _UNSAFE_LOGGED = False
 
 
@@ -272,7 +271,8 @@ class SandboxPool:
         self._pending = 0
         self._lock = threading.Lock()
         self._closed = False
-        _POOLS.add(self)
+        if warm:
+            _POOLS.add(self)
 
     def start(self) -> None:
         """Starts the ``warm`` workers in the background (also done by every `run`); idempotent."""
@@ -355,20 +355,29 @@ class SandboxPool:
             worker.kill()  # also on cancellation; with bubblewrap the whole PID namespace goes
             _spawner().submit(worker.dispose)
 
-    def close(self) -> None:
-        """Kills the waiting workers; later runs start cold ones."""
+    def close(self, wait: bool = False) -> None:
+        """Kills the waiting workers; later runs start cold ones.
+
+        Args:
+            wait: reap them and remove their cgroups here, not in the background (at exit).
+        """
         with self._lock:
             self._closed = True
             ready, self._ready = list(self._ready), collections.deque()
+        _POOLS.discard(self)
         for w in ready:
             w.kill()
-            _spawner().submit(w.dispose)
+            if wait:
+                w.dispose()
+            else:
+                _spawner().submit(w.dispose)
 
 
 @atexit.register
 def _close_pools() -> None:
+    # inline: the spawner is a daemon thread, its queue is not drained at exit
     for pool in list(_POOLS):
-        pool.close()
+        pool.close(wait=True)
 
 
 async def run_python(code: str, limits: SandboxLimits | None = None, unsafe_no_isolation: bool = False) -> SandboxResult:
