@@ -71,9 +71,20 @@ class IsolationInfo:
     prlimit: str
     pids_cgroup: str | None
 
+    @property
+    def process_cap(self) -> bool:
+        """Whether the process count is capped: a pids cgroup, or ``RLIMIT_NPROC`` (which the
+        kernel does not enforce for processes of host uid 0)."""
+        return self.pids_cgroup is not None or os.geteuid() != 0
+
     def describe(self) -> str:
         """One line for logs and ``verl doctor``."""
-        pids = f"pids cgroup under {self.pids_cgroup}" if self.pids_cgroup else "RLIMIT_NPROC only (no writable pids cgroup)"
+        if self.pids_cgroup:
+            pids = f"pids cgroup under {self.pids_cgroup}"
+        elif self.process_cap:
+            pids = "RLIMIT_NPROC (no writable pids cgroup)"
+        else:
+            pids = "NOT capped (root without a writable pids cgroup: only the wall timeout stops a fork bomb)"
         return (f"{self.version}: user/mount/pid/ipc/uts/net namespaces, read-only interpreter, private /tmp; "
                 f"process count: {pids}")
 

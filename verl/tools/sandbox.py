@@ -228,15 +228,21 @@ class _Worker:
 
 _POOLS: set = set()  # pools with warm workers, closed at exit (until then they keep their workers)
 _UNSAFE_LOGGED = False
+_WARNED: set[str] = set()
+
+
+def _warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        logger.warning(msg)
 
 
 def _warn_unsafe_once() -> None:
     global _UNSAFE_LOGGED
     if not _UNSAFE_LOGGED:
         _UNSAFE_LOGGED = True
-        msg = ("UNSAFE: unsafe_no_isolation=true: model code runs WITHOUT OS isolation (no bubblewrap): "
-               "it can read this machine's files and other processes' environment")
-        logger.warning(msg)
+        logger.warning("UNSAFE: unsafe_no_isolation=true: model code runs WITHOUT OS isolation (no bubblewrap): "
+                       "it can read this machine's files and other processes' environment")
 
 
 class SandboxPool:
@@ -266,6 +272,8 @@ class SandboxPool:
             _warn_unsafe_once()
         else:
             self.info = check_isolation()
+            if not self.info.process_cap:
+                _warn_once("no process cap: " + self.info.describe())
         self.isolation = "bubblewrap" if self.info else "none"
         self._ready: collections.deque[_Worker] = collections.deque()
         self._pending = 0

@@ -144,7 +144,8 @@ def sandbox_isolation() -> tuple[str, str, str]:
     from verl.tools.isolation import IsolationError, check_isolation
 
     try:
-        return "code sandbox", OK, check_isolation().describe()
+        info = check_isolation()
+        return "code sandbox", OK if info.process_cap else WARN, info.describe()
     except IsolationError as e:
         return "code sandbox", WARN, f"no OS isolation: {e}"
 
