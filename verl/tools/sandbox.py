@@ -19,8 +19,9 @@ sandboxed process:
 A Python audit hook inside (`verl.tools._sandbox_child`) stays as defence in depth and gives the
 model readable refusals; it is not a boundary.
 
-**Warm pool.** Starting ``bwrap`` + Python costs ~20-40 ms of wall time here (more on a loaded
-machine; measured in ``benchmarks/bench_sandbox.py``), so `SandboxPool` keeps ``warm`` workers
+**Warm pool.** A cold start (cgroup, ``prlimit``, ``bwrap``, Python) costs more than 50 ms of wall
+time (p50 56 ms, p99 184 ms on the shared 2-core CPU; ``benchmarks/bench_sandbox.py``), so
+`SandboxPool` keeps ``warm`` workers
 started ahead: each is an isolated interpreter blocked on reading its snippet from stdin; a run
 takes one, and a replacement is started in the background. All sandbox processes are started by
 one long-lived thread: ``--die-with-parent`` fires when the *thread* that started ``bwrap`` exits.
