@@ -21,10 +21,10 @@ model readable refusals; it is not a boundary.
 
 **Warm pool.** A cold start (cgroup, ``prlimit``, ``bwrap``, Python) costs more than 50 ms of wall
 time (p50 56 ms, p99 184 ms on the shared 2-core CPU; ``benchmarks/bench_sandbox.py``), so
-`SandboxPool` keeps ``warm`` workers
-started ahead: each is an isolated interpreter blocked on reading its snippet from stdin; a run
-takes one, and a replacement is started in the background. All sandbox processes are started by
-one long-lived thread: ``--die-with-parent`` fires when the *thread* that started ``bwrap`` exits.
+`SandboxPool` keeps ``warm`` workers started ahead (p50 13 ms): each is an isolated interpreter
+blocked on reading its snippet from stdin; a run takes one, and a replacement is started in the
+background. All sandbox processes are started by one long-lived thread: ``--die-with-parent``
+fires when the *thread* that started ``bwrap`` exits.
 
 Without bubblewrap, `SandboxPool` raises `IsolationError` (one line naming the package) unless
 ``unsafe_no_isolation=True``: then the code runs in a plain child process (own session, rlimits
