@@ -16,20 +16,50 @@ import time
 import pytest
 from run_helpers import tiny_run_overrides
 
-from verl.single_controller.watchdog import CallDeadlines
+import torch
+
+from verl.single_controller.watchdog import CallDeadlines, call_key
 
 
 def test_deadline_from_history_hand_computed():
     d = CallDeadlines(floor_s=5.0)
     assert d.deadline("generate_sequences") == 50.0  # first call: 10 x floor
+    d.record("generate_sequences", 9.0)  # the first call compiles
+    assert d.deadline("generate_sequences") == 90.0  # only the first call known: 10 x 9
     for s in (1.0, 3.0, 2.0):
         d.record("generate_sequences", s)
-    assert d.deadline("generate_sequences") == 20.0  # 10 x median(1, 2, 3)
+    assert d.deadline("generate_sequences") == 30.0  # 10 x slowest after the first (3), not 10 x 9
     d.record("ping", 0.01)
     assert d.deadline("ping") == 5.0  # the floor
-    assert "10 x median 2 s of 3 earlier call(s)" in d.explain("generate_sequences")
+    assert "10 x slowest 3 s of 3 call(s) after the first of generate_sequences" in d.explain("generate_sequences")
     assert CallDeadlines(floor_s=0).deadline("x") is None
-    assert CallDeadlines().deadline("x") == 3000.0  # default floor 300 s
+
+
+def test_default_deadline_is_short_once_a_call_has_history():
+    """Defaults (trainer.hang_timeout_s unset): 3000 s for a first call, then max(30 s, 10 x slowest)."""
+    d = CallDeadlines()
+    assert d.deadline("update_actor") == 3000.0
+    d.record("update_actor", 40.0)  # first call: loading and compilation
+    d.record("update_actor", 0.8)
+    d.record("update_actor", 1.2)
+    assert d.deadline("update_actor") == 30.0  # max(30, 10 x 1.2): a stopped worker ends the run in ~30 s
+    d.record("update_actor", 4.5)
+    assert d.deadline("update_actor") == 45.0
+
+
+def test_calls_with_other_batch_sizes_have_their_own_history():
+    from verl.protocol import DataProto
+
+    small = DataProto.from_dict(tensors={"x": torch.zeros(4, 2)})
+    big = DataProto.from_dict(tensors={"x": torch.zeros(1000, 2)})
+    assert call_key("generate_sequences", [(small,), (small,)]) == "generate_sequences[8 rows]"
+    assert call_key("generate_sequences", [(big,)]) == "generate_sequences[1000 rows]"
+    assert call_key("save_checkpoint", [("/ckpt", 3)]) == "save_checkpoint"
+    d = CallDeadlines()
+    for s in (20.0, 1.0, 1.0):
+        d.record(call_key("generate_sequences", [(small,)]), s)
+    # a first validation pass over many more prompts is a first call, not 10 x a training one
+    assert d.deadline(call_key("generate_sequences", [(big,)])) == 3000.0
 
 
 LOCAL_HANG = textwrap.dedent("""
@@ -89,12 +119,13 @@ def _alive(pid: int) -> bool:
 @pytest.mark.ray
 @pytest.mark.e2e
 def test_sigstopped_ray_worker_is_reported_within_120_s(tiny_model_dir, tmp_path):
+    """With trainer.hang_timeout_s unset: calls with history get max(30 s, 10 x their slowest)."""
     from verl.trainer.checkpoint import check_checkpoint
 
     pid_file = tmp_path / "pids.jsonl"
     ov = tiny_run_overrides(tiny_model_dir, tmp_path, **{
         "trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 200, "trainer.save_freq": 1,
-        "trainer.hang_timeout_s": 5, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2})
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2})  # the default deadlines (README)
     env = {**os.environ, "VERL_TEST_PID_FILE": str(pid_file)}
     proc = subprocess.Popen([sys.executable, "-c", RAY_RUN, *ov], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, env=env)

@@ -885,10 +885,11 @@ class TrainerConfig:
     # At most this many trajectories per step in those dumps (>= 1), whole groups of a prompt
     # first in batch order; None = every trajectory.
     hang_timeout_s: Optional[float] = None
-    # Hang watchdog floor F in seconds: a worker-group call is hung after max(F, 10 x the median
-    # of that method's earlier calls), a method's first call after 10 x F; then every worker's
-    # stack is dumped and the run exits (status 3). None = 300 on Ray and off on the local
-    # backend (breakpoints); 0 = off.
+    # Hang watchdog floor F in seconds: a worker-group call is hung after max(F, 10 x the slowest
+    # earlier call of that method on as many rows, the first call left out once there are others),
+    # a first call after 10 x F; then every worker's stack is dumped and the run exits (status 3).
+    # None = on Ray F = 300 for first calls and 30 afterwards, off on the local backend
+    # (breakpoints); 0 = off.
     # Write each step's rollouts (input, output, score, ...) as <dir>/<step>.jsonl.
     validation_data_dir: Optional[str] = None
     # Write each validation's generations as <dir>/<step>.jsonl.

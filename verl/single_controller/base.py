@@ -11,8 +11,9 @@ how the ranks' results are merged (HybridFlow, Sheng et al. 2024, §4):
 
 Backends (`LocalWorkerGroup`, `RayWorkerGroup`) implement only ``_execute`` (run a method on a
 list of ranks); everything else lives here, so both give the same numbers. Every call's wall
-time is recorded per method in ``self.deadlines`` (`verl.single_controller.watchdog`), from
-which each backend derives the deadline after which a call counts as hung.
+time is recorded per `call_key` (method and rows) in ``self.deadlines``
+(`verl.single_controller.watchdog`), from which each backend derives the deadline after which a
+call counts as hung.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import time
 from typing import Any, Callable, Protocol, Sequence
 
 from verl.protocol import DataProto
-from verl.single_controller.watchdog import CallDeadlines
+from verl.single_controller.watchdog import CallDeadlines, call_key
 
 _DISPATCH_ATTR = "_verl_dispatch_mode"
 
@@ -177,7 +178,7 @@ class BaseWorkerGroup:
         ranks: Sequence[int] = [0] if mode is Dispatch.RANK_ZERO else range(self.world_size)
         start = time.monotonic()
         outputs = self._execute(name, per_args, per_kwargs, list(ranks))
-        self.deadlines.record(name, time.monotonic() - start)
+        self.deadlines.record(call_key(name, per_args), time.monotonic() - start)
         return collect_results(mode, outputs, state)
 
     def call_by_reference(self, name: str, *args: Any, **kwargs: Any) -> list[Any]:
@@ -199,7 +200,7 @@ class BaseWorkerGroup:
         ranks = [0] if mode is Dispatch.RANK_ZERO else list(range(self.world_size))
         start = time.monotonic()
         handles = self._execute_by_reference(name, per_args, per_kwargs, ranks)
-        self.deadlines.record(name, time.monotonic() - start)
+        self.deadlines.record(call_key(name, per_args), time.monotonic() - start)
         return handles
 
     def _execute_by_reference(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:

@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from verl.single_controller.base import BaseWorkerGroup
+from verl.single_controller.watchdog import call_key
 
 HANG_EXIT_STATUS = 3
 
@@ -36,10 +37,11 @@ class LocalWorkerGroup(BaseWorkerGroup):
     role = "local"
 
     def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
-        deadline = self.deadlines.deadline(name)
+        key = call_key(name, per_args)
+        deadline = self.deadlines.deadline(key)
         timer = None
         if deadline is not None:
-            timer = threading.Timer(deadline, self._on_hang, args=(name, deadline, self.deadlines.explain(name)))
+            timer = threading.Timer(deadline, self._on_hang, args=(name, deadline, self.deadlines.explain(key)))
             timer.daemon = True
             timer.start()
         try:

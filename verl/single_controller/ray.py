@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from verl.single_controller.base import BaseWorkerGroup
-from verl.single_controller.watchdog import STACK_DIR_ENV, dump_stacks, format_report, install_stack_dumper, process_state
+from verl.single_controller.watchdog import (
+    STACK_DIR_ENV,
+    call_key,
+    dump_stacks,
+    format_report,
+    install_stack_dumper,
+    process_state,
+)
 from verl.utils.errors import HangError
 
 
@@ -161,17 +168,17 @@ class RayWorkerGroup(BaseWorkerGroup):
 
     def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
         refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i]) for i, r in enumerate(ranks)]
-        return self._wait(refs, ranks, name)
+        return self._wait(refs, ranks, name, call_key(name, per_args))
 
     def _execute_by_reference(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
         refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i], True) for i, r in enumerate(ranks)]
-        return [boxed[0] for boxed in self._wait(refs, ranks, name)]
+        return [boxed[0] for boxed in self._wait(refs, ranks, name, call_key(name, per_args))]
 
-    def _wait(self, refs: list[Any], ranks: list[int], name: str) -> list[Any]:
+    def _wait(self, refs: list[Any], ranks: list[int], name: str, key: str) -> list[Any]:
         import ray
 
         pending = list(refs)
-        deadline = self.deadlines.deadline(name)
+        deadline = self.deadlines.deadline(key)
         start = time.monotonic()
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
@@ -183,16 +190,16 @@ class RayWorkerGroup(BaseWorkerGroup):
                     self.shutdown()
                     raise WorkerError(f"{self.role} worker rank {rank} failed in {name}(): {type(e).__name__}: {e}") from e
             if pending and deadline is not None and time.monotonic() - start > deadline:
-                self._on_hang(name, [ranks[refs.index(r)] for r in pending], time.monotonic() - start)
+                self._on_hang(name, key, [ranks[refs.index(r)] for r in pending], time.monotonic() - start)
         return ray.get(refs)
 
-    def _on_hang(self, name: str, pending: list[int], elapsed: float) -> None:
+    def _on_hang(self, name: str, key: str, pending: list[int], elapsed: float) -> None:
         """Dump every worker's stacks, kill the actors, raise `HangError` (module docstring)."""
         pids = getattr(self, "pids", [])
         workers = [(rank, pid, self.stack_dir / f"{self.role}_rank{rank}.txt") for rank, pid in enumerate(pids)]
         states = {rank: process_state(pid) for rank, pid, _ in workers}
         stacks = dump_stacks(workers)
-        text = format_report(self.role, name, elapsed, self.deadlines.explain(name), pending, workers, states, stacks)
+        text = format_report(self.role, name, elapsed, self.deadlines.explain(key), pending, workers, states, stacks)
         print(text, file=sys.stderr, flush=True)
         where = "stderr"
         if self.output_dir:
@@ -205,7 +212,7 @@ class RayWorkerGroup(BaseWorkerGroup):
         self.shutdown()
         stopped = [r for r, st in states.items() if st == "stopped"]
         raise HangError(
-            f"{self.role}.{name}() did not return within {elapsed:.0f} s ({self.deadlines.explain(name)}); no answer from "
+            f"{self.role}.{name}() did not return within {elapsed:.0f} s ({self.deadlines.explain(key)}); no answer from "
             f"rank(s) {pending}" + (f"; rank(s) {stopped} were stopped (SIGSTOP)" if stopped else "")
             + f"; every worker's stack is in {where}; the last checkpoint is intact"
         )

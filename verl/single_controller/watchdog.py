@@ -1,14 +1,20 @@
 """Hang watchdog for worker-group calls: deadlines from measured history, stack dumps on expiry.
 
-Deadline of a call of method ``m`` (``trainer.hang_timeout_s`` = the floor ``F``):
+Calls are told apart by `call_key`: the method and the number of `DataProto` rows it is given
+(a validation ``generate_sequences`` over 1,000 prompts is not timed against the training ones
+over 64). Deadline of a call with key ``c`` (``trainer.hang_timeout_s`` = ``F``):
 
-- after ``m`` has returned at least once: ``max(F, 10 × median(durations of m))`` — a step that
-  takes ten times longer than usual is not slow, it is stuck;
-- before that (``init_model``, the first ``generate_sequences``, the first save): ``10 × F``,
-  since first calls load models, compile and warm caches.
+- the first call of ``c`` (``init_model``, the first ``generate_sequences``, the first save):
+  ``10 × F``, since first calls load models, compile and warm caches (``F`` unset: 300 s, so
+  ``3000 s``);
+- once ``c`` has returned: ``max(H, 10 × the slowest earlier call of c)``, the first call left
+  out once there are others (it includes compilation and loading): a call ten times slower
+  than any before is not slow, it is stuck. ``H`` is ``F`` when set, else `HISTORY_FLOOR_S`
+  (30 s): with the defaults a worker that stops mid-run (killed, SIGSTOPped, a dead collective)
+  ends the run about 30 s + the stack dump after its call was due.
 
-``F`` defaults to 300 s (so a first call may take 50 min); ``trainer.hang_timeout_s=0`` turns
-the watchdog off. On expiry `dump_stacks` collects every worker's Python stack (all threads)
+``trainer.hang_timeout_s=0`` turns the watchdog off. On expiry `dump_stacks` collects every
+worker's Python stack (all threads)
 through `faulthandler`, which each worker registers on ``SIGUSR2`` at start-up into its own
 file; a worker that is stopped (``SIGSTOP``, state ``T``) is sent ``SIGCONT`` so that it can
 answer — it is killed right after. The stacks go to stderr and to
@@ -25,49 +31,69 @@ from __future__ import annotations
 import faulthandler
 import os
 import signal
-import statistics
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-DEFAULT_FLOOR_S = 300.0
+DEFAULT_FLOOR_S = 300.0  # F when trainer.hang_timeout_s is unset: a first call may take 10 x F
+HISTORY_FLOOR_S = 30.0  # H when trainer.hang_timeout_s is unset: the least deadline of a call with history
 HISTORY_FACTOR = 10.0
 FIRST_CALL_FACTOR = 10.0
 STACK_SIGNAL = signal.SIGUSR2
 STACK_DIR_ENV = "VERL_STACK_DIR"
 
 
-class CallDeadlines:
-    """Per-method call history and the deadline derived from it (module docstring).
+def call_key(method: str, per_args: Sequence[Sequence[Any]]) -> str:
+    """``method``, with the `DataProto` rows its ranks are given (``generate_sequences[64 rows]``).
 
     Args:
-        floor_s: ``trainer.hang_timeout_s``; None = `DEFAULT_FLOOR_S`; 0 or less = no deadlines.
+        method: the registered method's name.
+        per_args: each called rank's positional arguments (after dispatch).
+    """
+    rows = sum(len(a) for args in per_args for a in args if type(a).__name__ == "DataProto")
+    return f"{method}[{rows} rows]" if rows else method
+
+
+class CallDeadlines:
+    """Per-call history and the deadline derived from it (module docstring).
+
+    Args:
+        floor_s: ``trainer.hang_timeout_s``; None = `DEFAULT_FLOOR_S` for first calls and
+            `HISTORY_FLOOR_S` afterwards; 0 or less = no deadlines.
     """
 
     def __init__(self, floor_s: float | None = None) -> None:
         self.floor_s = DEFAULT_FLOOR_S if floor_s is None else float(floor_s)
+        self.history_floor_s = HISTORY_FLOOR_S if floor_s is None else float(floor_s)
         self.history: dict[str, list[float]] = {}
 
-    def record(self, method: str, seconds: float) -> None:
-        """Add one completed call's wall time (seconds)."""
-        self.history.setdefault(method, []).append(float(seconds))
+    def record(self, key: str, seconds: float) -> None:
+        """Add one completed call's wall time (seconds) under its `call_key`."""
+        self.history.setdefault(key, []).append(float(seconds))
 
-    def deadline(self, method: str) -> float | None:
-        """Seconds a call of ``method`` may take before it counts as hung; None = no deadline."""
+    @staticmethod
+    def _slowest(past: list[float]) -> float:
+        # the first call compiles and loads: once there are others it is left out
+        return max(past[1:]) if len(past) > 1 else past[0]
+
+    def deadline(self, key: str) -> float | None:
+        """Seconds a call with `call_key` ``key`` may take before it counts as hung; None = no deadline."""
         if self.floor_s <= 0:
             return None
-        past = self.history.get(method)
+        past = self.history.get(key)
         if not past:
             return FIRST_CALL_FACTOR * self.floor_s
-        return max(self.floor_s, HISTORY_FACTOR * statistics.median(past))
+        return max(self.history_floor_s, HISTORY_FACTOR * self._slowest(past))
 
-    def explain(self, method: str) -> str:
+    def explain(self, key: str) -> str:
         """How `deadline` was derived, for the error message."""
-        past = self.history.get(method)
+        past = self.history.get(key)
         if not past:
-            return f"first call: {FIRST_CALL_FACTOR:g} x trainer.hang_timeout_s {self.floor_s:g} s"
-        return (f"max(trainer.hang_timeout_s {self.floor_s:g} s, {HISTORY_FACTOR:g} x median {statistics.median(past):.3g} s "
-                f"of {len(past)} earlier call(s))")
+            return f"first call of {key}: {FIRST_CALL_FACTOR:g} x {self.floor_s:g} s (trainer.hang_timeout_s)"
+        which = "the first call" if len(past) == 1 else f"{len(past) - 1} call(s) after the first"
+        return (f"max({self.history_floor_s:g} s, {HISTORY_FACTOR:g} x slowest {self._slowest(past):.3g} s of {which} "
+                f"of {key})")
 
 
 _STACK_FILE: IO[str] | None = None
