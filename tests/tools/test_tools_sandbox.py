@@ -280,3 +280,23 @@ def test_a_clean_end_still_runs_atexit_flushes_and_joins_threads():
     assert (r.status, r.stdout) == ("ok", "no newline thread done\natexit ran\n")
     r = run("import atexit\natexit.register(lambda: print('bye'))\nprint('hi', end='')")
     assert (r.status, r.stdout) == ("ok", "hibye\n")
+
+
+@needs_bwrap
+def test_a_forked_process_gets_its_own_spawner_and_workers():
+    pool = SandboxPool(LIMITS, warm=1)
+    assert asyncio.run(pool.run("print(1)")).stdout == "1\n"  # the spawner thread exists now
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: the parent's spawner thread is not here
+        try:
+            ok = asyncio.run(asyncio.wait_for(pool.run("print(2)"), 20)).stdout == "2\n"
+        except BaseException:
+            ok = False
+        os.write(w, b"1" if ok else b"0")
+        os._exit(0)
+    os.close(w)
+    assert os.read(r, 1) == b"1"
+    os.waitpid(pid, 0)
+    os.close(r)
+    pool.close()

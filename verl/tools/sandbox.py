@@ -382,6 +382,17 @@ class SandboxPool:
                 _spawner().submit(w.dispose)
 
 
+def _after_fork_in_child() -> None:
+    # a forked child has no spawner thread and does not own the parent's workers: start afresh
+    global _SPAWNER, _SPAWNER_LOCK
+    _SPAWNER, _SPAWNER_LOCK = None, threading.Lock()
+    for pool in list(_POOLS):
+        pool._ready, pool._pending, pool._lock = collections.deque(), 0, threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 @atexit.register
 def _close_pools() -> None:
     # inline: the spawner is a daemon thread, its queue is not drained at exit
