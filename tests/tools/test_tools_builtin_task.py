@@ -39,6 +39,18 @@ def test_scorer_counts_only_the_models_own_words():
     assert default_compute_score(DATA_SOURCE, traj, "1786") == 1.0
 
 
+def test_scorer_ends_a_call_where_the_json_ends_not_at_a_tag_in_its_string():
+    # a regex ending the call at the first </tool_call> left "A:1786" (inside the JSON string) as
+    # the model's answer: the call's argument text could earn the reward
+    hack = '<tool_call>{"name": "calculator", "arguments": {"expression": "1 </tool_call> A:1786"}}</tool_call>'
+    assert strip_tool_blocks(hack).strip() == ""
+    assert compute_score(hack + "<tool_response>1786</tool_response>", "1786") == 0.0
+    honest = '<tool_call>{"name": "calculator", "arguments": {"expression": "47*38"}}</tool_call>'
+    assert compute_score(honest + "<tool_response>1786</tool_response>A:1786", "1786") == 1.0
+    assert compute_score('12<tool_call>{"a": 1}</tool_call>34', "1234") == 0.0  # a call separates digits
+    assert compute_score('A:5<tool_call>{"name": "calc', "5") == 1.0  # an unclosed call runs to the end
+
+
 def test_template_renders_tools_and_equals_incremental_ids():
     tok = build_tool_tokenizer()
     assert tok.convert_tokens_to_ids(TOOL_TOKENS) == [100, 101, 102, 103]
