@@ -84,3 +84,11 @@ def test_missing_column_names_file_row_and_key(tmp_path, char_tok) -> None:
     f = write(tmp_path / "pairs.jsonl", [{"prompt": "1+2", "chosen": "3", "rejected": "4"}, {"prompt": "1", "chosen": "2"}])
     with pytest.raises(DataError, match=r"pairs\.jsonl: row 1 \(line 2\): missing column\(s\) 'rejected' \(data\.rejected_key\)"):
         PreferenceDataset([f], char_tok, cfg())
+
+
+def test_sides_with_different_context_before_the_answer_are_refused(tmp_path, char_tok) -> None:
+    rejected = [{"role": "assistant", "content": "5"}, {"role": "user", "content": "sure?"}, {"role": "assistant", "content": "4"}]
+    f = write(tmp_path / "pairs.jsonl", [{"prompt": [{"role": "user", "content": "1+2"}],
+                                          "chosen": [{"role": "assistant", "content": "3"}], "rejected": rejected}])
+    with pytest.raises(DataError, match=r"pairs\.jsonl: row 0 \(line 1\): chosen and rejected render different tokens"):
+        PreferenceDataset([f], char_tok, cfg())

@@ -111,8 +111,8 @@ def tokenize_pair(tokenizer: Any, prompt: Any, chosen: Any, rejected: Any, max_l
     """
     sides = [_split(*tokenize_pair_side(tokenizer, prompt, answer, where)) for answer in (chosen, rejected)]
     if sides[0][0] != sides[1][0]:
-        raise DataError(f"{where}: chosen and rejected render different prompt tokens (give both answers as text "
-                        "or both as messages)")
+        raise DataError(f"{where}: chosen and rejected render different tokens before their final answer (give both "
+                        "answers as text, or both as messages ending in one assistant turn after the same prompt)")
     shared, responses = truncate_pair(sides[0][0], [s[1] for s in sides], max_length, truncation, where)
     out: dict[str, torch.Tensor] = {}
     for name, (_, _, r_mask), response in zip(("chosen", "rejected"), sides, responses):
