@@ -291,6 +291,7 @@ def test_a_forked_process_gets_its_own_spawner_and_workers():
     if pid == 0:  # the child: the parent's spawner thread is not here
         try:
             ok = asyncio.run(asyncio.wait_for(pool.run("print(2)"), 20)).stdout == "2\n"
+            pool.close(wait=True)  # os._exit skips the atexit close
         except BaseException:
             ok = False
         os.write(w, b"1" if ok else b"0")

@@ -372,14 +372,23 @@ class SandboxPool:
         """
         with self._lock:
             self._closed = True
-            ready, self._ready = list(self._ready), collections.deque()
         _POOLS.discard(self)
+        deadline = time.monotonic() + 10.0
+        while wait and self._pending and time.monotonic() < deadline:
+            time.sleep(0.01)  # workers being started: once started they are disposed of (closed pool)
+        with self._lock:
+            ready, self._ready = list(self._ready), collections.deque()
         for w in ready:
             w.kill()
             if wait:
                 w.dispose()
             else:
                 _spawner().submit(w.dispose)
+        if wait:  # the spawner runs its jobs in order: this one returns once the disposals before it are done
+            try:
+                _spawner().submit(lambda: None).result(timeout=10.0)
+            except concurrent.futures.TimeoutError:
+                logger.warning("sandbox workers were still being disposed of after 10 s")
 
 
 def _after_fork_in_child() -> None:
