@@ -301,3 +301,17 @@ def test_a_forked_process_gets_its_own_spawner_and_workers():
     os.waitpid(pid, 0)
     os.close(r)
     pool.close()
+
+
+def test_bwrap_command_line():
+    info = isolation.IsolationInfo(bwrap="/usr/bin/bwrap", version="bubblewrap 0.6.1", prlimit="/usr/bin/prlimit",
+                                   pids_cgroup=None, disable_userns=isolation._version_tuple("bubblewrap 0.6.1") >= (0, 8, 0))
+    limits = {"memory_bytes": 2**28, "cpu_time_s": 2, "max_file_bytes": 2**20, "max_open_files": 64}
+    argv = isolation.sandbox_command(info, ["/py", "-c", "pass"], limits, 2**23)
+    assert argv[:7] == ["/usr/bin/prlimit", f"--as={2**28}", "--cpu=2:3", f"--fsize={2**20}", "--nofile=64", "--core=0", "--"]
+    assert argv[7:10] == ["/usr/bin/bwrap", "--unshare-all", "--unshare-user"] and "--disable-userns" not in argv
+    for flag in ("--die-with-parent", "--new-session", "--clearenv"):
+        assert flag in argv
+    assert argv[argv.index("--tmpfs") - 2:argv.index("--tmpfs") + 2] == ["--size", str(2**23), "--tmpfs", "/tmp"]
+    assert argv[-4:] == ["--", "/py", "-c", "pass"]
+    assert isolation._version_tuple("bubblewrap 0.8.0") == (0, 8, 0) and isolation._version_tuple("weird") == ()

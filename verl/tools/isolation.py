@@ -5,7 +5,7 @@ command line (the sandbox behind Flatpak) and a pids cgroup for one sandboxed pr
 
 * **new user, mount, PID, IPC, UTS, network and cgroup namespaces** (``--unshare-all``; the
   network namespace holds only a loopback device that is down), no further user namespaces
-  inside (``--disable-userns``), uid/gid 65534 and no capabilities;
+  inside (``--disable-userns``, bubblewrap >= 0.8.0), uid/gid 65534 and no capabilities;
 * ``--die-with-parent`` and ``--new-session`` (no ``TIOCSTI`` into the caller's terminal): when
   the outer ``bwrap`` process dies, the sandbox's PID 1 dies and the kernel kills every process
   of the PID namespace, whatever ``setsid`` / double fork it did;
@@ -64,12 +64,14 @@ class IsolationInfo:
         version: ``bwrap --version`` (e.g. ``bubblewrap 0.8.0``).
         prlimit: absolute path of ``prlimit`` (util-linux).
         pids_cgroup: the writable pids cgroup directory new sandboxes go under, or None.
+        disable_userns: pass ``--disable-userns`` (bubblewrap >= 0.8.0).
     """
 
     bwrap: str
     version: str
     prlimit: str
     pids_cgroup: str | None
+    disable_userns: bool = True
 
     @property
     def process_cap(self) -> bool:
@@ -134,9 +136,10 @@ def sandbox_command(info: IsolationInfo, python_argv: list[str], limits: dict[st
     Returns:
         The full argv (``[sh -c ...] prlimit ... -- bwrap ... -- python ...``).
     """
-    argv = _rlimit_args(info.prlimit, limits) + [info.bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent",
-                                                 "--new-session", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-                                                 "--cap-drop", "ALL", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    argv = _rlimit_args(info.prlimit, limits) + [info.bwrap, "--unshare-all", "--unshare-user"]
+    argv += ["--disable-userns"] if info.disable_userns else []
+    argv += ["--die-with-parent", "--new-session", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
+             "--cap-drop", "ALL", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
     for link in _HOST_LINKS:
         if os.path.islink(link):
             argv += ["--symlink", os.readlink(link), link]
@@ -237,6 +240,14 @@ def _find_pids_cgroup() -> str | None:
     return None
 
 
+def _version_tuple(version: str) -> tuple[int, ...]:
+    """``"bubblewrap 0.8.0"`` -> ``(0, 8, 0)``; unparsable -> ``()``."""
+    try:
+        return tuple(int(x) for x in version.split()[-1].split("."))
+    except (IndexError, ValueError):
+        return ()
+
+
 @functools.lru_cache(maxsize=1)
 def check_isolation() -> IsolationInfo:
     """Finds ``bwrap`` and ``prlimit`` and runs ``true`` in a sandbox once (cached per process).
@@ -253,7 +264,8 @@ def check_isolation() -> IsolationInfo:
     if prlimit is None:
         raise IsolationError("`prlimit` (package util-linux) is not installed: it sets the sandbox's limits")
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    info = IsolationInfo(bwrap=bwrap, version=version or "bubblewrap", prlimit=prlimit, pids_cgroup=_find_pids_cgroup())
+    info = IsolationInfo(bwrap=bwrap, version=version or "bubblewrap", prlimit=prlimit, pids_cgroup=_find_pids_cgroup(),
+                         disable_userns=_version_tuple(version) >= (0, 8, 0))
     limits = {"memory_bytes": 1 << 30, "cpu_time_s": 5, "max_file_bytes": 1 << 20, "max_open_files": 64}
     argv = sandbox_command(info, [os.path.realpath(sys.executable), "-I", "-S", "-c", "pass"], limits, 1 << 20)
     probe = subprocess.run(argv, capture_output=True, text=True, timeout=30, env={})
