@@ -145,12 +145,15 @@ def sandbox_command(info: IsolationInfo, python_argv: list[str], limits: dict[st
             argv += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
             argv += ["--ro-bind", link, link]
+    # the tmpfs comes before the interpreter's binds: bwrap mounts in argument order, and a venv
+    # that lives under /tmp (a CI clone there) would otherwise be hidden by the empty /tmp
+    argv += ["--size", str(int(tmpfs_bytes)), "--tmpfs", "/tmp"]
     for root in python_roots():
         argv += ["--ro-bind", root, root]
     argv += ["--proc", "/proc", "--dir", "/dev"]
     for dev in _DEVICES:
         argv += ["--dev-bind", dev, dev]
-    argv += ["--size", str(int(tmpfs_bytes)), "--tmpfs", "/tmp", "--chdir", "/tmp", "--clearenv"]
+    argv += ["--chdir", "/tmp", "--clearenv"]
     for key, value in sandbox_env().items():
         argv += ["--setenv", key, value]
     argv += ["--", *python_argv]
