@@ -315,3 +315,16 @@ def test_bwrap_command_line():
     assert argv[argv.index("--tmpfs") - 2:argv.index("--tmpfs") + 2] == ["--size", str(2**23), "--tmpfs", "/tmp"]
     assert argv[-4:] == ["--", "/py", "-c", "pass"]
     assert isolation._version_tuple("bubblewrap 0.8.0") == (0, 8, 0) and isolation._version_tuple("weird") == ()
+
+
+@needs_bwrap
+def test_an_interpreter_under_tmp_stays_visible(monkeypatch):
+    # bwrap mounts in argument order: the private /tmp must come before the interpreter's binds,
+    # or a venv under /tmp (a clone there) is hidden and every run fails with execvp
+    monkeypatch.setattr(isolation, "python_roots", lambda: ["/tmp/clone/.venv"])
+    argv = isolation.sandbox_command(check_isolation(), ["/tmp/clone/.venv/bin/python", "-c", "1"],
+                                     {"memory_bytes": 1 << 30, "cpu_time_s": 5, "max_file_bytes": 1 << 20,
+                                      "max_open_files": 64}, 1 << 20)
+    tmpfs = argv.index("--tmpfs")
+    bind = [i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == "/tmp/clone/.venv"]
+    assert argv[tmpfs + 1] == "/tmp" and bind and bind[0] > tmpfs
