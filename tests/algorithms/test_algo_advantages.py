@@ -90,7 +90,10 @@ def test_remax_score_minus_baseline() -> None:
 def test_estimator_inputs_come_from_the_registry_and_the_batch() -> None:
     """The loop passes one config and the batch; only remax declares (and receives) baselines."""
     assert estimator_inputs("remax") == ("reward_baselines",)
-    assert all(estimator_inputs(n) == () for n in ADV_ESTIMATORS.names() if n != "remax")
+    declared = {"remax": ("reward_baselines",), "gdpo": ("reward_components",),
+                **{n: ("old_log_probs", "sum_pi_squared", "rollout_is_weights")
+                   for n in ("optimal_token_baseline", "tir_optimal_token_baseline")}}
+    assert all(estimator_inputs(n) == declared.get(n, ()) for n in ADV_ESTIMATORS.names())
     rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.5, 4.0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float32)
     batch = {"reward_baselines": torch.tensor([0.4, 0.5]), "unrelated": torch.zeros(2)}
@@ -107,7 +110,8 @@ def test_every_estimator_has_the_same_signature() -> None:
     names = ADV_ESTIMATORS.names()
     assert set(names) == {
         "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-        "remax", "opo", "gpg", "grpo_passk",
+        "remax", "opo", "gpg", "grpo_passk", "grpo_vectorized", "rloo_vectorized", "gdpo",
+        "optimal_token_baseline", "tir_optimal_token_baseline",
     }
     sigs = {n: list(inspect.signature(ADV_ESTIMATORS.get(n)).parameters.values()) for n in names}
     reference = sigs["grpo"]

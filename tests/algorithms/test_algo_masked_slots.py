@@ -94,7 +94,10 @@ def _advantage(name: str) -> Callable[[Fix], Any]:
     def run(fix: Fix) -> Any:
         out = compute_advantage(name, token_level_rewards=fix(_outcome_rewards()), response_mask=MASK,
                                 values=fix(_rand(2)), index=INDEX, gamma=0.9, lam=0.8,
-                                reward_baselines=torch.tensor([0.2, 0.1, 0.3, 0.0, 0.5, -0.2]))
+                                reward_baselines=torch.tensor([0.2, 0.1, 0.3, 0.0, 0.5, -0.2]),
+                                inputs={"old_log_probs": fix(_rand(24, 0.5, -1.0)),  # optimal token baselines
+                                        "sum_pi_squared": fix(_rand(25).abs() * 0.3),
+                                        "rollout_is_weights": fix(_rand(26).abs())})
         assert (out[0][MASK == 0] == 0).all()
         return out
     return run
@@ -106,7 +109,7 @@ def _policy_loss(name: str, mode: str) -> Callable[[Fix], Any]:
         leaf = fix(old + 0.3 * _rand(4)).requires_grad_()
         pg_losses, metrics = POLICY_LOSSES[name](
             fix(old), leaf, fix(_rand(5)), MASK, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0,
-            generator=torch.Generator().manual_seed(0), clip_cov_ratio=0.2, kl_cov_ratio=0.2, loss_agg_mode=mode)
+            generator=torch.Generator().manual_seed(0), clip_cov_ratio=0.2, kl_cov_ratio=0.2, dro_beta=0.1, loss_agg_mode=mode)
         loss = agg_loss(pg_losses, MASK, mode, loss_scale_factor=float(R))
         loss.backward()
         assert (leaf.grad[MASK == 0] == 0).all(), "gradient on a masked slot"

@@ -131,7 +131,8 @@ def test_kl_cov_penalises_top_covariance_token() -> None:
 
 
 def test_every_policy_loss_same_signature_metrics_and_zero_padding() -> None:
-    assert set(POLICY_LOSSES.names()) == {"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov"}
+    assert set(POLICY_LOSSES.names()) == {"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean",
+                                          "dppo_tv", "dppo_kl", "dro", "bypass_mode"}
     ref = list(inspect.signature(POLICY_LOSSES.get("vanilla")).parameters.values())
     gen = torch.Generator().manual_seed(0)
     old = torch.randn(3, 5, generator=gen)
@@ -142,7 +143,7 @@ def test_every_policy_loss_same_signature_metrics_and_zero_padding() -> None:
         assert [(p.name, p.kind, p.default) for p in params] == [(p.name, p.kind, p.default) for p in ref]
         lp = (old + 0.3 * torch.randn(3, 5, generator=gen)).requires_grad_()
         adv = torch.randn(3, 5, generator=gen)
-        pg, m = fn(old, lp, adv, mask, generator=torch.Generator().manual_seed(0))
+        pg, m = fn(old, lp, adv, mask, generator=torch.Generator().manual_seed(0), dro_beta=0.1)
         assert pg.shape == (3, 5) and pg[mask == 0].abs().sum() == 0, name
         assert {"pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"} <= set(m), name
         assert all(not v.requires_grad and v.dim() == 0 for v in m.values()), name

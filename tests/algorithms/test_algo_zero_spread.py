@@ -48,7 +48,8 @@ def test_every_estimator_treats_a_round_off_group_as_constant(name):
     near = _outcome(informative + NEAR_CONSTANT[1])
     exact = _outcome(informative + [0.3, 0.3, 0.3])
     kwargs = dict(response_mask=torch.ones(6, 3), index=[0, 0, 0, 1, 1, 1], values=torch.zeros(6, 3, dtype=torch.float64),
-                  reward_baselines=torch.full((6,), 0.25, dtype=torch.float64))
+                  reward_baselines=torch.full((6,), 0.25, dtype=torch.float64),
+                  inputs={"old_log_probs": torch.full((6, 3), -0.5), "sum_pi_squared": torch.full((6, 3), 0.4)})
     adv_near, _ = compute_advantage(name, token_level_rewards=near, **kwargs)
     adv_exact, _ = compute_advantage(name, token_level_rewards=exact, **kwargs)
     torch.testing.assert_close(adv_near, adv_exact, rtol=0, atol=1e-12)

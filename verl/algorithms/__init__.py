@@ -4,8 +4,10 @@ No DataProto, no config objects, no logging, no process groups: inputs are tenso
 scalars, outputs are tensors plus a dict of metrics. Shapes: B sequences, R response length,
 V vocabulary; masks are bool/float `(B, R)`, 1 where a token counts.
 
-- `advantages` / `group_advantages`: `ADV_ESTIMATORS` registry and `compute_advantage`
-- `policy_loss` / `policy_loss_cov`: `POLICY_LOSSES` registry (per-token losses)
+- `advantages` / `group_advantages` / `group_advantages_verl` / `token_baselines`:
+  `ADV_ESTIMATORS` registry and `compute_advantage`
+- `policy_loss` / `policy_loss_cov` / `policy_loss_variants` / `policy_loss_bypass`:
+  `POLICY_LOSSES` registry (per-token losses)
 - `aggregation`: `agg_loss`, the only reduction of a per-token loss
 - `kl`: KL estimators, KL controllers, in-reward KL penalty
 - `value`: clipped critic loss
@@ -14,9 +16,13 @@ V vocabulary; masks are bool/float `(B, R)`, 1 where a token counts.
 
 from __future__ import annotations
 
-# group_advantages and policy_loss_cov register their entries on import.
+# these modules register their entries on import.
 from verl.algorithms import group_advantages as _group_advantages  # noqa: F401
+from verl.algorithms import group_advantages_verl as _group_advantages_verl  # noqa: F401
+from verl.algorithms import policy_loss_bypass as _policy_loss_bypass  # noqa: F401
 from verl.algorithms import policy_loss_cov as _policy_loss_cov  # noqa: F401
+from verl.algorithms import policy_loss_variants as _policy_loss_variants  # noqa: F401
+from verl.algorithms import token_baselines as _token_baselines  # noqa: F401
 from verl.algorithms.advantages import (
     ADV_ESTIMATORS,
     AdvantageConfig,

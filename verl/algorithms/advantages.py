@@ -90,6 +90,7 @@ class AdvantageConfig:
         norm_adv_by_std_in_grpo: GRPO-family: divide by the group std (False = Dr.GRPO).
         epsilon: added to standard deviations.
         norm_adv_by_std_in_rloo: rloo: divide the leave-one-out advantage by the group std.
+        gdpo_reward_weights: gdpo: weight of each reward component (None = all 1).
     """
 
     gamma: float = 1.0
@@ -97,6 +98,7 @@ class AdvantageConfig:
     norm_adv_by_std_in_grpo: bool = True
     epsilon: float = 1e-6
     norm_adv_by_std_in_rloo: bool = False
+    gdpo_reward_weights: tuple[float, ...] | None = None
 
 
 def requires_inputs(*keys: str) -> Callable[[F], F]:

@@ -16,12 +16,14 @@ reduction is `agg_loss`'s job. ``metrics`` holds detached 0-d tensors ``pg_clipf
 Each loss first selects its `(B, R)` inputs with `valid_only` (masked slots set to 0 by
 ``torch.where``), so whatever padded slots hold (NaN, ±inf) reaches neither a loss, a metric nor
 a gradient: ``0 · NaN`` is NaN, in the backward pass too.
-The covariance-based losses (clip_cov, kl_cov) are in `policy_loss_cov`.
+The covariance-based losses (clip_cov, kl_cov) are in `policy_loss_cov`; sapo, geo_mean, dppo_tv,
+dppo_kl and dro in `policy_loss_variants`; bypass_mode in `policy_loss_bypass`.
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol, TypeVar
 
 import torch
 
@@ -31,10 +33,12 @@ from verl.utils.registry import Registry
 __all__ = [
     "POLICY_LOSSES",
     "PolicyLossFn",
+    "aggregated_by",
     "compute_policy_loss_cispo",
     "compute_policy_loss_gpg",
     "compute_policy_loss_gspo",
     "compute_policy_loss_vanilla",
+    "loss_agg_mode_for",
 ]
 
 # exp(±20) ≈ 4.9e8 / 2.1e-9: bounds the importance ratio so exp never overflows to inf.
@@ -59,6 +63,26 @@ class PolicyLossFn(Protocol):
 
 
 POLICY_LOSSES: Registry[PolicyLossFn] = Registry("policy loss")
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def aggregated_by(mode: str) -> Callable[[F], F]:
+    """Mark a loss whose policy-gradient term verl always aggregates with ``mode`` (e.g. SAPO).
+
+    The actor then aggregates that term with ``mode`` whatever ``actor.loss_agg_mode`` says (as
+    verl does); the entropy and KL terms keep the configured mode. See `loss_agg_mode_for`.
+    """
+
+    def mark(fn: F) -> F:
+        fn.loss_agg_mode = mode  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def loss_agg_mode_for(name: str, configured: str) -> str:
+    """The aggregation of loss ``name``'s policy-gradient term: its own (`aggregated_by`) or ``configured``."""
+    return getattr(POLICY_LOSSES.get(name), "loss_agg_mode", configured)
 
 
 def frac(condition: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

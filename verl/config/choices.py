@@ -20,6 +20,11 @@ ADV_ESTIMATORS: frozenset[str] = frozenset(
         "opo",
         "gpg",
         "grpo_passk",
+        "grpo_vectorized",
+        "rloo_vectorized",
+        "gdpo",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
     }
 )
 """``algorithm.adv_estimator`` values (verl's names)."""
@@ -28,7 +33,7 @@ CRITIC_ESTIMATORS: frozenset[str] = frozenset({"gae"})
 """Estimators that need a value model; ``critic.enable`` defaults to True exactly for these."""
 
 GROUP_ESTIMATORS: frozenset[str] = frozenset(
-    {"grpo", "rloo", "grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline"}
+    {"grpo", "rloo", "grpo_passk", "opo", "gpg", "reinforce_plus_plus_baseline", "rloo_vectorized"}
 )
 """Estimators whose baseline is computed from the other samples of the same prompt.
 
@@ -44,7 +49,10 @@ LOSS_AGG_MODES: frozenset[str] = frozenset(
 )
 """``*.loss_agg_mode`` values (see ``verl.algorithms`` ``agg_loss``)."""
 
-POLICY_LOSS_MODES: frozenset[str] = frozenset({"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov"})
+POLICY_LOSS_MODES: frozenset[str] = frozenset(
+    {"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "dro",
+     "bypass_mode"}
+)
 """``actor_rollout_ref.actor.policy_loss.loss_mode`` values."""
 
 _KL_BASE: frozenset[str] = frozenset({"kl", "k1", "abs", "mse", "k2", "low_var_kl", "k3"})
