@@ -57,9 +57,11 @@ def test_dr_grpo_no_std_normalisation() -> None:
     torch.testing.assert_close(adv, torch.tensor([-0.5, -1 / 3, 2 / 3, 0.5, -1 / 3]))
 
 
-def test_grpo_singleton_group_is_zero() -> None:
+def test_grpo_singleton_group_has_baseline_zero() -> None:
+    # verl's rule for a group of one: mean 0, std 1
     adv = seq_adv("grpo", [0.7, 1.0, 0.0], ["solo", "g", "g"])
-    assert adv[0].item() == 0.0
+    assert adv[0].item() == pytest.approx(0.7 / (1 + 1e-6), abs=1e-7)
+    assert seq_adv("grpo", [0.7], ["solo"], norm_adv_by_std_in_grpo=False).item() == pytest.approx(0.7)
 
 
 def test_b01_degenerate_groups_give_exact_zero() -> None:
@@ -101,7 +103,10 @@ def _grpo_loop_reference(scores: list[float], index: list, eps: float = 1e-6) ->
     out = []
     for s, k in zip(scores, index):
         g = np.asarray(groups[k], dtype=np.float64)
-        out.append(0.0 if len(g) < 2 or g.max() == g.min() else (s - g.mean()) / (g.std(ddof=1) + eps))
+        if len(g) == 1:  # verl's group of one: mean 0, std 1
+            out.append(s / (1 + eps))
+        else:
+            out.append(0.0 if g.max() == g.min() else (s - g.mean()) / (g.std(ddof=1) + eps))
     return out
 
 
@@ -137,7 +142,7 @@ def test_b04_a_group_of_four() -> None:
 
 
 def test_b04_b_singleton_rule_raw_score() -> None:
-    """B04 b: rollout.n = 1 (rejected by config); the estimator's documented rule is the raw score."""
+    """B04 b: rollout.n = 1 (verl's default); the leave-one-out baseline is undefined, the rule is baseline 0."""
     adv = seq_adv("rloo", [0.7], ["only"])
     assert adv.item() == pytest.approx(0.7)
 

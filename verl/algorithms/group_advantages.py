@@ -8,8 +8,10 @@ Group rules, identical in every estimator here:
 - a group with zero spread (all scorable scores equal up to round-off, `groups.zero_spread`)
   gets advantage exactly 0;
 - a singleton group (one scorable sample) gets 0 — its own mean is its baseline — except in
-  RLOO, where the leave-one-out baseline is undefined and the documented rule is baseline 0,
-  i.e. the raw score (known_faults B04 b; the config layer rejects ``rollout.n < 2`` for rloo);
+  GRPO (a group of one sample) and RLOO (one scorable sample), which take verl's rule for a
+  group of one (verl runs them with its default ``rollout.n=1``): baseline 0, i.e. the raw
+  score (GRPO: divided by 1 + ε, its std taken as 1);
+  the config layer refuses ``rollout.n < 2`` for the other estimators here;
 - an unscorable sample (score NaN) gets 0 and is left out of its group's statistics.
 """
 
@@ -59,8 +61,10 @@ def compute_grpo_outcome_advantage(
     """GRPO (Shao et al. 2024, arXiv 2402.03300): A_i = (s_i − mean_g) / (std_g + ε).
 
     std_g is the unbiased (Bessel) group std. With ``norm_adv_by_std_in_grpo=False`` this is
-    Dr.GRPO (Liu et al. 2025, arXiv 2503.20783): A_i = s_i − mean_g. Zero-spread and singleton
-    groups give exactly 0 (known_faults B01); the std is never floored inside the sqrt (B03).
+    Dr.GRPO (Liu et al. 2025, arXiv 2503.20783): A_i = s_i − mean_g. Zero-spread groups give
+    exactly 0 (known_faults B01); the std is never floored inside the sqrt (B03). A group of one
+    sample (e.g. ``rollout.n=1``) has mean 0 and std 1 as in verl's
+    ``compute_grpo_outcome_advantage``: A_i = s_i / (1 + ε) (Dr.GRPO: s_i).
 
     Args:
         token_level_rewards: `(B, R)`; the score s_i is the masked sum of row i.
@@ -74,10 +78,12 @@ def compute_grpo_outcome_advantage(
     """
     scores = sequence_scores(token_level_rewards, response_mask)
     st = group_stats(scores, group_ids(index, scores.shape[0]))
-    adv = scores.double() - st.mean
+    single = st.size == 1  # a group of one sample (verl counts samples); one scorable of several stays 0
+    x = scores.double()
+    adv = x - torch.where(single, torch.zeros_like(x), st.mean)
     if norm_adv_by_std_in_grpo:
-        adv = adv / (st.std + epsilon)
-    adv = torch.where(st.valid & ~st.constant, adv, torch.zeros_like(adv))
+        adv = adv / (torch.where(single, torch.ones_like(x), st.std) + epsilon)
+    adv = torch.where(st.valid & (single | ~st.constant), adv, torch.zeros_like(adv))
     return _outcome(adv, token_level_rewards, response_mask)
 
 
@@ -99,7 +105,8 @@ def compute_rloo_outcome_advantage(
     """RLOO (Ahmadian et al. 2024, arXiv 2402.14740): A_i = s_i − (Σ_{j≠i} s_j) / (n − 1).
 
     Equivalently n/(n − 1)·(s_i − mean_g). Singleton rule (known_faults B04): with n = 1 the
-    leave-one-out baseline is undefined; the baseline is 0, so A_i = s_i (raw score). There is
+    leave-one-out baseline is undefined; the baseline is 0, so A_i = s_i (raw score), as in
+    verl's ``compute_rloo_outcome_advantage``. There is
     a single vectorised implementation, so no other code path can apply another rule.
 
     With ``norm_adv_by_std_in_rloo`` the leave-one-out advantage is divided by the group's

@@ -93,7 +93,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         one_of("truncation", C.TRUNCATIONS),
         Rule("train_files", lambda v: len(v) > 0, "must name at least one file"),
     ],
-    S.ModelConfig: [one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES)), ge("lora_rank", 0), gt("lora_alpha", 0)],
+    S.ModelConfig: [one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES)), ge("lora_rank", 0)],
     S.CriticModelConfig: [one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES)), ge("lora_rank", 0)],
     S.RewardModelModelConfig: [one_of("dtype", C.DTYPES | frozenset(C.DTYPE_ALIASES))],
     S.OptimConfig: [
@@ -128,7 +128,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         ge("ppo_max_token_len_per_gpu", 1),
         gt("grad_clip", 0.0),
         gt("clip_ratio", 0.0),
-        within("clip_ratio_low", 0.0, 1.0, hi_open=True),
+        ge("clip_ratio_low", 0.0),  # verl has no upper bound: >= 1 leaves the ratio unbounded below (CISPO sets 10)
         ge("clip_ratio_high", 0.0),
         gt("clip_ratio_c", 1.0),
         one_of("loss_agg_mode", C.LOSS_AGG_MODES),
@@ -296,6 +296,10 @@ def _check_rollout_correction(rc: S.RolloutCorrectionConfig, prefix: str) -> Non
         threshold = -1.0
     if rc.rollout_is is not None and not (threshold > 0 and math.isfinite(threshold)):
         raise ConfigError(f"{prefix}.rollout_is_threshold: must be a number > 0 (the truncation bound C), got {rc.rollout_is_threshold!r}")
+    if rc.bypass_mode and (rc.rollout_is is not None or rc.rollout_rs is not None):
+        # verl applies them inside its bypass_mode policy loss (per micro-batch, π_θ vs π_rollout)
+        raise not_supported(f"{prefix}.rollout_is / {prefix}.rollout_rs with {prefix}.bypass_mode=true",
+                            "set bypass_mode=false to weight / reject with the recomputed old log-probs")
     if rc.rollout_rs is not None and not _ratio_bounds_ok(rc.rollout_rs_threshold):
         raise ConfigError(f"{prefix}.rollout_rs_threshold: must be 'low_high' (0 < low <= high, quoted) or one number >= 1 "
                           f"when {prefix}.rollout_rs is set, got {rc.rollout_rs_threshold!r}")
@@ -332,6 +336,21 @@ def _check_reward_model(rm: S.RewardModelConfig, prefix: str) -> None:
         raise ConfigError(f"{prefix}.model.path: must be set when {prefix}.enable=true")
 
 
+def _check_lora(m: S.ModelConfig, prefix: str) -> None:
+    """The LoRA fields matter only with ``lora_rank > 0`` (verl's defaults set them with LoRA off)."""
+    import re
+
+    if m.lora_rank == 0:
+        return
+    if m.lora_alpha <= 0:
+        raise ConfigError(f"{prefix}.lora_alpha: must be > 0 when {prefix}.lora_rank > 0, got {m.lora_alpha}")
+    if m.exclude_modules is not None:
+        try:
+            re.compile(str(m.exclude_modules))
+        except re.error as e:
+            raise ConfigError(f"{prefix}.exclude_modules: not a valid regular expression ({e}): {m.exclude_modules!r}") from None
+
+
 def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
     import importlib.util
 
@@ -352,6 +371,8 @@ def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
 
 SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
     S.ActorConfig: _check_actor,
+    S.ModelConfig: _check_lora,
+    S.CriticModelConfig: _check_lora,
     S.AlgorithmConfig: _check_algorithm,
     S.CriticConfig: _check_critic,
     S.RefConfig: _check_logprob,

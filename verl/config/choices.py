@@ -37,11 +37,15 @@ GROUP_ESTIMATORS: frozenset[str] = frozenset(
 )
 """Estimators whose baseline is computed from the other samples of the same prompt.
 
-With ``rollout.n == 1`` the group holds only the sample itself, so its baseline is its own
-reward and every advantage is 0 (RLOO's leave-one-out mean is even undefined; known fault B04).
-verl instead special-cases a singleton group to mean 0 / std 1, which silently turns the
-estimator into baseline-free REINFORCE. Both are surprising, so ``rollout.n < 2`` with any of
-these is a configuration error.
+With ``rollout.n == 1`` the group holds only the sample itself, so its own reward would be its
+baseline and every advantage 0 (RLOO's leave-one-out mean is even undefined; known fault B04).
+``rollout.n < 2`` is a configuration error for these, except :data:`SINGLETON_ESTIMATORS`.
+"""
+
+SINGLETON_ESTIMATORS: frozenset[str] = frozenset({"grpo", "rloo"})
+"""Group estimators that run with ``rollout.n == 1`` as verl runs them (verl's default ``n``): a
+group of one has baseline 0 (GRPO: mean 0, std 1), i.e. baseline-free REINFORCE on the raw score;
+the config check logs once that a group baseline needs ``rollout.n >= 2``.
 """
 
 LOSS_AGG_MODES: frozenset[str] = frozenset(

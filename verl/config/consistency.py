@@ -122,9 +122,23 @@ def _check_lengths(cfg: RootConfig) -> None:
             )
 
 
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    """Logs ``message`` the first time it is seen in this process (configs are loaded more than once)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
+
+
 def _check_algorithm(cfg: RootConfig) -> None:
     algo, n = cfg.algorithm, cfg.actor_rollout_ref.rollout.n
-    if algo.adv_estimator in C.GROUP_ESTIMATORS and n < 2:
+    if algo.adv_estimator in C.SINGLETON_ESTIMATORS and n < 2:
+        _warn_once(f"algorithm.adv_estimator={algo.adv_estimator} with actor_rollout_ref.rollout.n={n}: each group holds "
+                   "one sample, so its baseline is 0 and the advantage is the raw score (as verl); a group baseline "
+                   "needs rollout.n >= 2")
+    elif algo.adv_estimator in C.GROUP_ESTIMATORS and n < 2:
         raise ConfigError(
             f"algorithm.adv_estimator: '{algo.adv_estimator}' needs actor_rollout_ref.rollout.n >= 2 samples per "
             f"prompt (its baseline comes from the other samples of the group), got n={n}"

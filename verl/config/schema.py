@@ -146,7 +146,7 @@ class ModelConfig:
     lora_rank: int = 0
     # LoRA rank; 0 disables LoRA (full fine-tuning).
     lora_alpha: int = 16
-    # LoRA scaling alpha (scale = alpha / rank).
+    # LoRA scaling alpha (scale = alpha / rank); must be > 0 when lora_rank > 0, any value (no effect) when 0.
     target_modules: Any = "all-linear"
     # LoRA target modules: "all-linear" or a list / comma-separated string of module names.
     override_config: Dict[str, Any] = field(default_factory=dict)
@@ -162,7 +162,8 @@ class ModelConfig:
     enable_activation_offload: bool = False
     # Offload activations to host memory during the forward (GPU memory saver).
     exclude_modules: Optional[str] = None
-    # LoRA: regex of module names never adapted.
+    # LoRA: regex (full match on the module's dotted name) of modules never adapted, even when target_modules
+    # names them (peft's LoraConfig.exclude_modules); null = none. No effect when lora_rank=0.
     lora_adapter_path: Optional[str] = None
     # LoRA: start from this saved adapter.
     use_liger: bool = False
@@ -298,7 +299,8 @@ class ActorConfig:
     clip_ratio: float = 0.2
     # PPO clip epsilon (used when clip_ratio_low/high are None).
     clip_ratio_low: Optional[float] = 0.2
-    # Lower clip epsilon: ratio >= 1 - clip_ratio_low.
+    # Lower clip epsilon: ratio >= 1 - clip_ratio_low; >= 0. A value >= 1 (verl's CISPO scripts set 10) puts
+    # no lower bound on the (positive) ratio.
     clip_ratio_high: Optional[float] = 0.2
     # Upper clip epsilon (DAPO clip-higher): ratio <= 1 + clip_ratio_high.
     clip_ratio_c: float = 3.0

@@ -97,7 +97,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.model.hf_config_path": "put the config.json in actor_rollout_ref.model.path",
     "*.model.custom_chat_template": "put the template in the tokenizer's chat_template (tokenizer_config.json)",
     "*.model.enable_activation_offload": "activation offload is not implemented; use enable_gradient_checkpointing=true",
-    "*.model.exclude_modules": "list the LoRA modules to adapt in target_modules instead",
     "*.model.lora_adapter_path": "merge the adapter into the base model first, then train from the merged model",
     "*.model.mtp.*": "multi-token prediction is not implemented; leave model.mtp at its defaults",
     "actor_rollout_ref.rollout.trace.*": "rollout tracing is not wired; use trainer.rollout_data_dir to dump rollouts",

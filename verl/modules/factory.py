@@ -13,7 +13,7 @@ models shipped with verl, see `verl.modules.builtin`). Custom modelling code fro
 directory runs only with ``trust_remote_code=True`` (off by default).
 
 LoRA (``lora_rank > 0``, peft): the actor is wrapped with ``LoraConfig(r, lora_alpha,
-target_modules, task_type=CAUSAL_LM)``. The reference policy is then *not* a second model: it is
+target_modules, exclude_modules, task_type=CAUSAL_LM)``. The reference policy is then *not* a second model: it is
 the actor with its adapters disabled (``with ref_policy_context(actor): ...``), which saves a full
 copy of the weights; ``create_model("ref", ...)`` never adds adapters.
 
@@ -74,6 +74,7 @@ def _apply_lora(model: nn.Module, cfg: Any, task_type: str) -> nn.Module:
     lora = LoraConfig(
         r=int(cfg.lora_rank), lora_alpha=int(cfg.lora_alpha),
         target_modules=_target_modules(cfg.target_modules), task_type=task_type,
+        exclude_modules=getattr(cfg, "exclude_modules", None),  # regex, full match on the module name
     )
     return get_peft_model(model, lora)
 
