@@ -32,6 +32,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "plan": ("verl.trainer.plan", "pre-flight memory plan: verl plan [CONFIG] [key=value ...] [--device cpu|gpu:80GiB]"),
     "merge": ("verl.trainer.merge", "checkpoint -> Hugging Face directory: verl merge CKPT_DIR OUT_DIR"),
     "doctor": ("verl.trainer.doctor", "environment report + pre-flight checks: verl doctor [CONFIG] [key=value ...]"),
+    "reward": ("verl.trainer.reward_test", "probe the configured reward: verl reward test [CONFIG] [key=value ...] [--dump DIR] [--json]"),
     "view": ("verl.trainer.viewer", "token-level trajectory inspector (HTML) of a rollout dump: verl view DIR [--out F] [--serve PORT]"),
 }
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from verl.config.schema import RootConfig
 
-__all__ = ["build_reward_fns", "load_reward_manager"]
+__all__ = ["build_reward_fns", "load_reward_manager", "training_scorer"]
 
 
 def _manager_name(cfg: RootConfig) -> str:
@@ -59,6 +59,17 @@ def _compute_score(cfg: RootConfig, bind_rm_kwargs: bool) -> Any:
     if kwargs:
         fn = functools.partial(fn or default_compute_score, **kwargs)
     return fn
+
+
+def training_scorer(cfg: RootConfig) -> tuple[str, Any]:
+    """The registered manager name and the ``compute_score`` its training instance receives.
+
+    Returns:
+        ``(name, fn)``: ``fn`` is the custom function with the configured keyword arguments bound,
+        or None for the built-in routing by data source (`verl.reward.default_compute_score`);
+        with ``name == "batch"`` it takes the batched keywords (``data_sources=`` ...).
+    """
+    return _manager_name(cfg), _compute_score(cfg, True)
 
 
 def load_reward_manager(cfg: RootConfig, tokenizer: Any, num_examine: int = 0, **options: Any) -> Any:
