@@ -68,7 +68,7 @@ def compute_policy_loss_sapo(
         raise ValueError(f"sapo needs tau_pos > 0 and tau_neg > 0, got {tau_pos} and {tau_neg}")
     old_log_prob, log_prob, advantages = valid_only(response_mask, old_log_prob, log_prob, advantages)
     ratio = torch.exp(log_ratio(old_log_prob, log_prob))
-    tau = torch.where(advantages > 0, tau_pos, tau_neg).to(ratio.dtype)
+    tau = torch.where(advantages > 0, torch.full_like(ratio, tau_pos), torch.full_like(ratio, tau_neg))
     gate = torch.sigmoid(tau * (ratio - 1.0)) * (4.0 / tau)
     pg_losses = -gate * advantages
     return zero_masked(pg_losses, response_mask), metrics(old_log_prob, log_prob, response_mask)
