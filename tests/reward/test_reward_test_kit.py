@@ -152,3 +152,18 @@ def test_bad_inputs_are_one_line_errors(gsm8k_file, tmp_path, capsys):
     assert "reward_model.enable: scoring with a reward model is not supported yet" in capsys.readouterr().err
     assert verl_main(["reward", "test", f"data.train_files=[{gsm8k_file}]", "reward_model.reward_manager=nope"]) == 2
     assert "unknown reward manager 'nope'; valid names: batch, dapo, naive" in capsys.readouterr().err
+
+
+def test_config_resolves_as_in_training_kwargs_and_batch_manager(gsm8k_file, tmp_path):
+    # reward_model.reward_kwargs reach the built-in scorer as in training: a format score makes a wrong number pay
+    report = run_reward_test(None, [f"data.train_files=[{gsm8k_file}]", "+reward_model.reward_kwargs.format_score=0.1"],
+                             rows_per_source=1)
+    assert [f["kind"] for f in report["flags"] if f["check"] == "hackable"] == ["format_wrong_number"]
+    batched = tmp_path / "batched.py"
+    batched.write_text("def compute_score(data_sources, solution_strs, ground_truths, extra_infos):\n"
+                       "    return [float(s.strip() == '#### ' + str(g)) for s, g in zip(solution_strs, ground_truths)]\n")
+    report = run_reward_test(None, [f"data.train_files=[{gsm8k_file}]", f"custom_reward_function.path={batched}",
+                                    "reward_model.reward_manager=batch"], rows_per_source=1)
+    kinds = report["sources"]["openai/gsm8k"]["kinds"]
+    assert kinds["answer_hash"]["mean"] == 1.0 and kinds["answer_hash_decimal"]["mean"] == 0.0 and not report["failed"]
+    assert "batches of one" in report["notes"][0]
