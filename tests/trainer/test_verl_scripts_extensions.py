@@ -208,6 +208,7 @@ def test_dapo_dynamic_sampling_dumps_and_val_generations(tiny_model_dir, tmp_pat
         "data.gen_batch_size": 4, "actor_rollout_ref.rollout.n": 4,
         "trainer.rollout_data_dir": str(run / "rollouts"), "trainer.validation_data_dir": str(run / "val"),
         "trainer.log_val_generations": 2, "data.val_files": "builtin://arithmetic/test", "data.val_max_samples": 3,
+        "trainer.test_freq": 1,
         "actor_rollout_ref.rollout.val_kwargs.n": 2, "actor_rollout_ref.rollout.val_kwargs.do_sample": "true",
         "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0})
     # the dense digit reward varies within a group almost always: one generation batch fills the step

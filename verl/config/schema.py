@@ -856,7 +856,8 @@ class TrainerConfig:
     val_only: bool = False
     # Validate and exit.
     test_freq: int = -1
-    # Validate every N steps (and at the end); -1 = only at the end when val files are set.
+    # Validate every N steps and after the last one; -1 = never during training (as verl; val_before_train
+    # still validates before the first step).
     save_freq: int = -1
     # Checkpoint every N steps (and at the end); -1 = never.
     critic_warmup: int = 0

@@ -138,7 +138,8 @@ class RLTrainer:
                     continue
                 self.global_step += 1
                 last = self.global_step >= p.total_training_steps
-                if p.val_dataloader is not None and (last or (cfg.trainer.test_freq > 0 and self.global_step % cfg.trainer.test_freq == 0)):
+                # as verl: test_freq=-1 never validates during training, not even after the last step
+                if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or self.global_step % cfg.trainer.test_freq == 0):
                     metrics.update(self._validate())
                 # the metrics row is durable before its checkpoint is published: a kill in between
                 # redoes the step on resume instead of losing its row (timing_s/save_checkpoint is
