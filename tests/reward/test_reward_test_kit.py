@@ -167,3 +167,20 @@ def test_config_resolves_as_in_training_kwargs_and_batch_manager(gsm8k_file, tmp
     kinds = report["sources"]["openai/gsm8k"]["kinds"]
     assert kinds["answer_hash"]["mean"] == 1.0 and kinds["answer_hash_decimal"]["mean"] == 0.0 and not report["failed"]
     assert "batches of one" in report["notes"][0]
+
+
+def test_a_hung_scorer_is_cut_short():
+    import time
+
+    probes = [Probe("src", "long", "x" * 10, "1", label=f"r{i}") for i in range(6)]
+
+    def hung(data_source, solution_str, ground_truth, extra_info):
+        time.sleep(0.5)
+        return 1.0
+
+    start = time.perf_counter()
+    report = analyse(probes, score_probes(hung, probes, timeout_s=0.05))
+    assert time.perf_counter() - start < 1.0  # 3 timeouts per pass, the other 3 calls are not waited for
+    (flag,) = [f for f in report["flags"] if f["check"] == "timeout"]
+    assert flag["message"] == "6 of 6 long responses ran past the deadline (3 not run: the scorer kept timing out)"
+    assert report["sources"]["src"]["latency_ms"]["p50"] is None

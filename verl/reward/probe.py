@@ -18,6 +18,9 @@ What is flagged (``severity`` ``fail``: the exit status of ``verl reward test`` 
   or above the empty response's mean: a policy that solves nothing collects it;
 * ``unlearnable`` — no spelling of the right answer scores above the empty response.
 
+Latency percentiles are over the calls that returned (raised or not); timeouts are counted apart.
+The first pass's scores give the means (a failed call counts 0.0).
+
 ``severity`` ``info`` (reported, exit status unchanged): a spelling of the right answer that
 scores below the best one; ``long`` / ``unicode`` / ``think_answer_after`` below the best
 spelling; ``truncated`` or ``think_answer_inside`` earning as much as the best spelling (above
@@ -54,7 +57,8 @@ class Probe:
 
     Attributes:
         source: The data source (``data.reward_fn_key`` of the row).
-        kind: A fixture kind of `verl.reward.fixtures`, or `DUMP_KIND`.
+        kind: A fixture kind of `verl.reward.fixtures`, or `DUMP_KIND` (``"row"`` for a data row
+            that fixtures are built from, never scored).
         solution_str: The response text.
         ground_truth: The row's ``reward_model.ground_truth``.
         extra_info: The row's ``extra_info`` (a dict, as the managers pass it).
@@ -156,6 +160,7 @@ def _kind_stats(scored: list[tuple[Probe, Scored, Scored]]) -> dict[str, Any]:
         "max": max(scores) if scores else None,
         "errors": sum(s.status == "error" for _, s, _ in scored),
         "timeouts": sum(s.status == "timeout" for _, s, _ in scored),
+        "skipped": sum(s.status == "timeout" and s.error_line.startswith("skipped") for _, s, _ in scored),
         "nondeterministic": sum(_differ(a, b) for _, a, b in scored),
         "p50_ms": _pct([s.seconds for _, s, _ in scored], 50),
     }
@@ -186,11 +191,11 @@ def analyse(probes: Sequence[Probe], passes: Sequence[Sequence[Scored]]) -> dict
         passes: Two lists of one `Scored` per probe.
 
     Returns:
-        ``{"sources": {source: {"kinds", "latency_ms", "range", "sign", "crashes", "timeouts",
+        ``{"sources": {source: {"calls", "kinds", "latency_ms", "range", "sign", "crashes", "timeouts",
         "nondeterministic", "dump"}}, "flags": [{"severity", "source", "check", "kind", "message"}],
         "failed": bool}``; ``kinds`` maps each fixture kind to ``n``, ``mean`` (failed calls count
-        0.0, as in training), ``min``, ``max``, ``errors``, ``timeouts``, ``nondeterministic``,
-        ``p50_ms``, ``group``.
+        0.0, as in training), ``min``, ``max``, ``errors``, ``timeouts``, ``skipped`` (timeouts not
+        run after 3 in a row), ``nondeterministic``, ``p50_ms`` (milliseconds), ``group``.
     """
     first, second = passes[0], passes[1] if len(passes) > 1 else passes[0]
     by_source: dict[str, list[tuple[Probe, Scored, Scored]]] = defaultdict(list)
@@ -255,7 +260,9 @@ def _source_flags(source: str, report: dict[str, Any], kinds: dict[str, dict[str
         _flag(flags, "fail", source, "crash", ",".join(crash["kinds"]),
               f"{crash['type']}: {crash['message']} ({crash['count']} calls: {per_kind})")
     for kind, n in report["timeouts"].items():
-        _flag(flags, "fail", source, "timeout", kind, f"{n} of {kinds[kind]['n']} {kind} responses ran past the deadline")
+        skipped = kinds[kind]["skipped"]
+        not_run = f" ({skipped} not run: the scorer kept timing out)" if skipped else ""
+        _flag(flags, "fail", source, "timeout", kind, f"{n} of {kinds[kind]['n']} {kind} responses ran past the deadline{not_run}")
     if report["nondeterministic"]:
         nd = report["nondeterministic"]
         _flag(flags, "fail", source, "nondeterministic", ",".join(dict.fromkeys(d["kind"] for d in nd)),
