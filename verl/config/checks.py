@@ -120,6 +120,8 @@ SECTION_RULES: dict[type, list[Rule]] = {
         within("clip_cov_ratio", 0.0, 1.0, lo_open=True),
         within("kl_cov_ratio", 0.0, 1.0, lo_open=True),
         ge("ppo_kl_coef", 0.0),
+        gt("dro_beta", 0.0),
+        _finite("dro_beta"),
     ],
     S.ActorConfig: [
         one_of("strategy", C.STRATEGIES | frozenset(C.STRATEGY_ALIASES)),
@@ -138,6 +140,8 @@ SECTION_RULES: dict[type, list[Rule]] = {
         ge("ppo_epochs", 1),
         ge("logprob_chunk_size", 1),
         within("top_entropy_quantile", 0.0, 1.0, lo_open=True),
+        gt("tau_pos", 0.0),
+        gt("tau_neg", 0.0),
     ],
     S.RefConfig: [*(ge(name, 1) for name in _LOGPROB_MICRO), ge("log_prob_max_token_len_per_gpu", 1)],
     S.SamplingConfig: [ge("temperature", 0.0), Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
@@ -236,6 +240,26 @@ def _check_algorithm(a: S.AlgorithmConfig, prefix: str) -> None:
     if a.norm_adv_by_std_in_rloo and a.adv_estimator != "rloo":
         raise ConfigError(f"{prefix}.norm_adv_by_std_in_rloo applies to adv_estimator=rloo only, got "
                           f"{a.adv_estimator!r}; for GRPO use {prefix}.norm_adv_by_std_in_grpo")
+    if a.adv_estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
+        raise not_supported(f"{prefix}.adv_estimator={a.adv_estimator}",
+                            "it needs the actor's per-token sum of pi^2 (actor.calculate_sum_pi_squared), which is "
+                            "not wired into the log-prob forward; use grpo or rloo")
+    _check_gdpo(a, prefix)
+
+
+def _check_gdpo(a: S.AlgorithmConfig, prefix: str) -> None:
+    if a.adv_estimator != "gdpo":
+        if a.gdpo_reward_keys or a.gdpo_reward_weights:
+            raise ConfigError(f"{prefix}.gdpo_reward_keys / gdpo_reward_weights apply to adv_estimator=gdpo only, "
+                              f"got {a.adv_estimator!r}")
+        return
+    if not a.gdpo_reward_keys:
+        raise ConfigError(f"{prefix}.gdpo_reward_keys: adv_estimator=gdpo needs the reward components, keys of the "
+                          "reward function's per-sample extra info (e.g. ['accuracy_reward', 'format_reward'])")
+    weights = a.gdpo_reward_weights
+    if weights is not None and (len(weights) != len(a.gdpo_reward_keys) or not all(math.isfinite(w) for w in weights)):
+        raise ConfigError(f"{prefix}.gdpo_reward_weights: must be {len(a.gdpo_reward_keys)} finite numbers, one per "
+                          f"{prefix}.gdpo_reward_keys entry, got {list(weights)!r}")
 
 
 def _check_actor(a: S.ActorConfig, prefix: str) -> None:
@@ -327,6 +351,8 @@ def _check_agent(a: S.AgentLoopConfig, prefix: str) -> None:
 def _check_policy_loss(p: S.PolicyLossConfig, prefix: str) -> None:
     if p.clip_cov_lb >= p.clip_cov_ub:
         raise ConfigError(f"{prefix}.clip_cov_lb: must be < {prefix}.clip_cov_ub={p.clip_cov_ub}, got {p.clip_cov_lb}")
+    if p.loss_mode == "dro" and p.dro_beta is None:
+        raise ConfigError(f"{prefix}.dro_beta: must be set (> 0) when {prefix}.loss_mode=dro")
 
 
 def _check_reward_model(rm: S.RewardModelConfig, prefix: str) -> None:

@@ -267,7 +267,11 @@ class CheckpointContentConfig:
 @dataclass
 class PolicyLossConfig:
     loss_mode: str = "vanilla"
-    # Policy loss: vanilla | gspo | gpg | cispo | clip_cov | kl_cov.
+    # Policy loss: vanilla | gspo | gpg | cispo | clip_cov | kl_cov | sapo | geo_mean | dppo_tv | dppo_kl |
+    # dro | bypass_mode (verl's formulas; sapo reads actor.tau_pos / tau_neg; geo_mean's clip_ratio_low
+    # / high bound the log ratio; dppo_*'s are divergence thresholds and clip_ratio_c truncates the
+    # importance weight). sapo and geo_mean aggregate their policy-gradient term seq-mean-token-mean
+    # whatever loss_agg_mode says, as verl does.
     clip_cov_ratio: float = 0.0002
     # clip_cov: fraction of tokens whose gradient is detached.
     clip_cov_lb: float = 1.0
@@ -278,6 +282,9 @@ class PolicyLossConfig:
     # kl_cov: fraction of tokens that get the KL penalty.
     ppo_kl_coef: float = 0.1
     # kl_cov: coefficient of that KL penalty.
+    dro_beta: Optional[float] = None
+    # dro: beta of the quadratic log-ratio penalty beta/2 (log pi - log pi_old)^2; required (> 0)
+    # with loss_mode=dro.
 
 
 @dataclass
@@ -803,7 +810,10 @@ class AlgorithmConfig:
     lam: float = 1.0
     # GAE lambda.
     adv_estimator: str = "gae"
-    # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk.
+    # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk
+    # | grpo_vectorized | rloo_vectorized | gdpo (verl's formulas, verl.algorithms.group_advantages_verl).
+    # optimal_token_baseline | tir_optimal_token_baseline need the actor's sum of pi^2 per token
+    # (actor.calculate_sum_pi_squared), which is not supported yet: choosing them is an error.
     norm_adv_by_std_in_grpo: bool = True
     # GRPO: divide by the group std; False = Dr.GRPO. verl's rloo ignores it, and so does ours.
     norm_adv_by_std_in_rloo: bool = False
@@ -811,6 +821,12 @@ class AlgorithmConfig:
     # samples) / (unbiased group std + 1e-6), the leave-one-out baseline with std scaling of
     # NeMo-RL / TRL's RLOO option. Singletons keep their raw score. True with another
     # adv_estimator is an error.
+    gdpo_reward_keys: List[str] = field(default_factory=list)
+    # gdpo (required there): the reward components, keys of the reward function's per-sample extra
+    # info (a compute_score returning a dict); each is GRPO-normalised in its group on its own,
+    # then weighted, summed and whitened over the batch. Set with another adv_estimator: an error.
+    gdpo_reward_weights: Optional[List[float]] = None
+    # gdpo: one weight per gdpo_reward_keys entry (finite); None = all 1.
     use_kl_in_reward: bool = False
     # Subtract beta * KL(actor || ref) from token rewards (needs the reference policy).
     kl_penalty: str = "kl"

@@ -298,12 +298,17 @@ class RLTrainer:
             metrics.update({k: float(v) for k, v in kl_metrics.items()})
         else:
             b["token_level_rewards"] = b["token_level_scores"]
+        inputs: Any = b
+        if algo.gdpo_reward_keys:  # gdpo's reward components (config checks: only with adv_estimator=gdpo)
+            inputs = {**{k: b[k] for k in b.keys()},
+                      "reward_components": gdpo_reward_components(batch.non_tensor_batch, algo.gdpo_reward_keys)}
+        weights = tuple(algo.gdpo_reward_weights) if algo.gdpo_reward_weights is not None else None
         advantages, returns = compute_advantage(
             algo.adv_estimator, token_level_rewards=b["token_level_rewards"], response_mask=b["response_mask"],
             index=batch.non_tensor_batch["uid"], values=b["values"] if "values" in b.keys() else None,
             config=AdvantageConfig(gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-                                   norm_adv_by_std_in_rloo=algo.norm_adv_by_std_in_rloo),
-            inputs=b, algorithm=algo,  # the whole section, for estimators written to verl's signature
+                                   norm_adv_by_std_in_rloo=algo.norm_adv_by_std_in_rloo, gdpo_reward_weights=weights),
+            inputs=inputs, algorithm=algo,  # the whole section, for estimators written to verl's signature
         )
         b["advantages"], b["returns"] = advantages, returns
         return metrics
@@ -422,6 +427,25 @@ class RLTrainer:
         if self.parts is None:
             self.parts = build_parts(self.config, dataloader=self._dataloader)
         return self.parts
+
+
+def gdpo_reward_components(non_tensor_batch: dict[str, Any], keys: list[str]) -> torch.Tensor:
+    """`(K, B)` float64: the reward function's per-sample values of ``algorithm.gdpo_reward_keys``.
+
+    Raises:
+        ValueError: a key the reward function did not report, or a value that is not a number.
+    """
+    rows = []
+    for key in keys:
+        if key not in non_tensor_batch:
+            known = sorted(k for k in non_tensor_batch if k not in ("uid",))
+            raise ValueError(f"algorithm.gdpo_reward_keys: {key!r} is not in the reward function's per-sample extra "
+                             f"info (its compute_score must return a dict with it); the batch has {known}")
+        try:
+            rows.append(torch.as_tensor(np.asarray(non_tensor_batch[key], dtype=np.float64)))
+        except (TypeError, ValueError):
+            raise ValueError(f"algorithm.gdpo_reward_keys: the values of {key!r} are not numbers") from None
+    return torch.stack(rows)
 
 
 def _as_ids(ids: Any) -> list[int]:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from verl.algorithms import POLICY_LOSSES, agg_loss, kl_penalty
+from verl.algorithms.policy_loss import loss_agg_mode_for
 from verl.algorithms.token_selection import (
     entropy_quantile_threshold,
     high_entropy_token_mask,
@@ -89,11 +90,12 @@ def reuses_old_log_probs(actor: ActorConfig, train_batch_size: int, use_kl_in_re
             and not use_kl_in_reward)
 
 
-def _loss_params(cfg: ActorConfig) -> dict[str, float]:
-    """The policy-loss variant's own parameters (clip_cov / kl_cov), as keyword arguments."""
+def _loss_params(cfg: ActorConfig) -> dict[str, Any]:
+    """The policy-loss variant's own parameters (``policy_loss.*`` and SAPO's ``actor.tau_pos`` /
+    ``actor.tau_neg``, where verl keeps them), as keyword arguments."""
     params = dataclasses.asdict(cfg.policy_loss)
     params.pop("loss_mode")
-    return params
+    return {**params, "tau_pos": cfg.tau_pos, "tau_neg": cfg.tau_neg}
 
 
 @dataclasses.dataclass
@@ -140,6 +142,8 @@ def policy_loss_fn(
     rates weighted by the micro-batch's share of tokens).
     """
     policy_loss = POLICY_LOSSES[cfg.policy_loss.loss_mode]
+    # sapo / geo_mean: verl aggregates their policy-gradient term in a fixed mode (`aggregated_by`)
+    pg_agg_mode = loss_agg_mode_for(cfg.policy_loss.loss_mode, cfg.loss_agg_mode)
     low = cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio
     high = cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio
     with_entropy = cfg.entropy_coeff != 0 or cfg.calculate_entropy
@@ -165,7 +169,7 @@ def policy_loss_fn(
             pg_losses = pg_losses * b["rollout_is_weights"].to(device)
         if "top_entropy_mask" in b.keys():  # actor.top_entropy_quantile: select, so no value leaks in
             pg_losses = torch.where(b["top_entropy_mask"].to(device), pg_losses, torch.zeros_like(pg_losses))
-        pg_loss = agg_loss(pg_losses, mask, **agg)
+        pg_loss = agg_loss(pg_losses, mask, **{**agg, "loss_agg_mode": pg_agg_mode})
         loss = pg_loss
         metrics: dict[str, Any] = {"actor/pg_loss": pg_loss.detach()}
         if entropy is not None:
