@@ -48,10 +48,14 @@ def test_grpo_rloo_run_with_verl_default_n_1(estimator: str, caplog: pytest.LogC
     assert any("a group baseline needs rollout.n >= 2" in r.getMessage() for r in caplog.records) or estimator == "rloo"
 
 
-def test_bypass_mode_refuses_rollout_is_and_rs() -> None:
+def test_bypass_mode_takes_rollout_is_rs_and_loss_type_as_verl() -> None:
+    # the actor's bypass_mode loss applies them (tests/workers/test_actor_verl_losses.py)
     rc = "algorithm.rollout_correction"
     base = [f"{rc}.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=true"]
     assert load_config(None, [*SMALL, *base]).algorithm.rollout_correction.bypass_mode is True
     for extra in ([f"{rc}.rollout_is=token"], [f"{rc}.rollout_rs=seq_mean_k1", f"{rc}.rollout_rs_threshold='0.5_2.0'"]):
-        msg = _error([*base, *extra])
-        assert msg.startswith(f"`{rc}.rollout_is / {rc}.rollout_rs with {rc}.bypass_mode=true` is not supported yet")
+        assert load_config(None, [*SMALL, *base, *extra, f"{rc}.loss_type=reinforce"]).algorithm.rollout_correction.loss_type == "reinforce"
+    assert _error([*base, f"{rc}.loss_type=pg"]).startswith(f"{rc}.loss_type: must be one of")
+    assert "leave loss_mode=vanilla" in _error([*base, "actor_rollout_ref.actor.policy_loss.loss_mode=sapo"])
+    assert "set algorithm.rollout_correction.bypass_mode=true instead" in _error(
+        ["actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode"])

@@ -57,3 +57,32 @@ def test_dro_reads_policy_loss_dro_beta(tiny_model_dir) -> None:
     assert got == pytest.approx(float(want), abs=1e-5)
     with pytest.raises(ValueError, match="dro_beta"):
         _loss(tiny_model_dir, policy_loss=PolicyLossConfig(loss_mode="dro"))
+
+
+def test_bypass_stage_hands_reinforce_and_is_to_the_actor_loss(tiny_model_dir) -> None:
+    from types import SimpleNamespace
+
+    from verl.algorithms.rollout_correction import rollout_is_weights
+    from verl.trainer.rollout_corr import BYPASS_META_KEY, rollout_correction_stage
+
+    module = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    engine = build_engine(module, FSDPConfig(), 1, optim=OptimConfig(lr=1e-2), total_steps=1)
+    data = _batch()
+    lp, _ = compute_log_prob(engine, data, 1.0, MicroBatchSpec(B))
+    mask = data.batch["response_mask"]
+    g = torch.Generator().manual_seed(1)
+    rollout = lp - 0.5 * torch.rand(B, R, generator=g)  # pi_rollout below pi_theta: some rho > C
+    data.batch["rollout_log_probs"], data.batch["old_log_probs"] = rollout, lp.clone()
+    rc = SimpleNamespace(rollout_is="token", rollout_is_threshold=1.3, rollout_is_batch_normalize=False,
+                         rollout_rs=None, rollout_rs_threshold=None, bypass_mode=True, loss_type="reinforce")
+    rollout_correction_stage(data, rc)
+    assert torch.equal(data.batch["old_log_probs"], rollout) and "rollout_is_weights" not in data.batch.keys()
+    bypass = data.meta_info[BYPASS_META_KEY]
+    assert bypass["loss_type"] == "reinforce" and bypass["rollout_correction"].is_threshold == 1.3
+    counts = GlobalCounts(tokens=float(mask.sum()), sequences=float(B))
+    _, metrics = policy_loss_fn(ActorConfig(ppo_mini_batch_size=B), 1.0, bypass=bypass)(engine.module, data, counts)
+    # REINFORCE with truncated IS, w = min(pi_theta / pi_rollout, 1.3) of the update forward: token-mean of -w A log p
+    w, _ = rollout_is_weights(lp, rollout, mask, "token", 1.3)
+    assert bool((w == 1.3).any())  # the fixture truncates some weights
+    want = agg_loss(-w * data.batch["advantages"] * lp, mask, "token-mean")
+    assert float(metrics["actor/pg_loss"]) == pytest.approx(float(want), abs=1e-5)

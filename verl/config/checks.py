@@ -199,7 +199,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
     S.RolloutCorrectionConfig: [
         one_of("rollout_is", C.ROLLOUT_IS_LEVELS),
         one_of("rollout_rs", C.ROLLOUT_RS_MODES),
-        one_of("loss_type", frozenset({"ppo_clip"})),
+        one_of("loss_type", frozenset({"ppo_clip", "reinforce"})),
     ],
     S.AlgorithmConfig: [
         within("gamma", 0.0, 1.0),
@@ -320,10 +320,6 @@ def _check_rollout_correction(rc: S.RolloutCorrectionConfig, prefix: str) -> Non
         threshold = -1.0
     if rc.rollout_is is not None and not (threshold > 0 and math.isfinite(threshold)):
         raise ConfigError(f"{prefix}.rollout_is_threshold: must be a number > 0 (the truncation bound C), got {rc.rollout_is_threshold!r}")
-    if rc.bypass_mode and (rc.rollout_is is not None or rc.rollout_rs is not None):
-        # verl applies them inside its bypass_mode policy loss (per micro-batch, π_θ vs π_rollout)
-        raise not_supported(f"{prefix}.rollout_is / {prefix}.rollout_rs with {prefix}.bypass_mode=true",
-                            "set bypass_mode=false to weight / reject with the recomputed old log-probs")
     if rc.rollout_rs is not None and not _ratio_bounds_ok(rc.rollout_rs_threshold):
         raise ConfigError(f"{prefix}.rollout_rs_threshold: must be 'low_high' (0 < low <= high, quoted) or one number >= 1 "
                           f"when {prefix}.rollout_rs is set, got {rc.rollout_rs_threshold!r}")
@@ -380,9 +376,10 @@ def _check_lora(m: S.ModelConfig, prefix: str) -> None:
 def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
     import importlib.util
 
-    for name in ("wandb", "mlflow"):  # fail before any model loads, not at the first log call
+    # fail before any model loads, not at the first log call (wandb is a dependency: a broken install)
+    for name, how in (("wandb", "pip install wandb"), ("mlflow", "pip install 'verl[mlflow]'")):
         if name in t.logger and importlib.util.find_spec(name) is None:
-            raise ConfigError(f"{prefix}.logger: '{name}' needs the {name} package (pip install 'verl[{name}]')")
+            raise ConfigError(f"{prefix}.logger: '{name}' needs the {name} package ({how})")
     if t.resume_mode == "resume_path" and not t.resume_from_path:
         raise ConfigError(f"{prefix}.resume_from_path: must be set when {prefix}.resume_mode=resume_path")
     if t.rollout_data_max_rows is not None and not t.rollout_data_dir:

@@ -180,6 +180,14 @@ def _check_rollout_correction(cfg: RootConfig) -> None:
     if active and not rollout.calculate_log_probs:
         raise ConfigError("algorithm.rollout_correction: needs actor_rollout_ref.rollout.calculate_log_probs=true "
                           "(it compares the engine's sampling log-probs with the trainer's)")
+    loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
+    if rc.bypass_mode and loss_mode != "vanilla":
+        raise ConfigError(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: algorithm.rollout_correction."
+                          "bypass_mode=true uses verl's bypass_mode loss (rollout_correction.loss_type: ppo_clip | "
+                          "reinforce) in its place; leave loss_mode=vanilla")
+    if loss_mode == "bypass_mode" and not rc.bypass_mode:
+        raise ConfigError("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode: set "
+                          "algorithm.rollout_correction.bypass_mode=true instead (it selects this loss)")
 
 
 def _check_devices(cfg: RootConfig) -> None:

@@ -798,9 +798,12 @@ class RolloutCorrectionConfig:
     rollout_is_batch_normalize: bool = False
     # Rescale the IS weights to mean 1 over the batch (tokens, or sequences at sequence level).
     bypass_mode: bool = False
-    # true (use rollout_log_probs as old_log_probs, skipping the recomputation) is not supported yet.
+    # true: rollout_log_probs stand in for old_log_probs and the actor uses verl's bypass_mode loss
+    # (verl.algorithms.policy_loss_bypass), which applies rollout_rs / rollout_is per micro-batch
+    # to pi_theta vs pi_rollout. actor.policy_loss.loss_mode must then be vanilla (verl replaces it).
     loss_type: str = "ppo_clip"
-    # Bypass-mode loss; only ppo_clip.
+    # Bypass-mode loss: ppo_clip (PPO clip, its ratio pi_theta/pi_rollout is the IS ratio) |
+    # reinforce (-sg[w] A log pi_theta, w the truncated IS weight of rollout_is, 1 when off).
 
 
 @dataclass

@@ -8,7 +8,8 @@ the logged data statistics see the trajectories as generated):
 * ``algorithm.rollout_correction``: rejection rewrites ``response_mask`` (rejected tokens leave
   the loss and its token count), truncated IS adds ``rollout_is_weights`` `(B, R)`, which the
   actor multiplies into the per-token policy loss; ``bypass_mode`` uses the engine's log-probs
-  as ``old_log_probs`` (PPO's ratio then absorbs the mismatch; no IS/RS weights needed).
+  as ``old_log_probs`` and hands RS / IS to the actor's ``bypass_mode`` loss (``meta_info``
+  `BYPASS_META_KEY`), which applies them per micro-batch to π_θ vs π_rollout, as verl does.
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from verl.algorithms.rollout_correction import (
 )
 from verl.protocol import DataProto
 
-__all__ = ["correction_params", "rollout_correction_stage"]
+__all__ = ["BYPASS_META_KEY", "correction_params", "rollout_correction_stage"]
+
+BYPASS_META_KEY = "rollout_correction_bypass"
+"""``meta_info`` key of a bypass-mode batch: ``{"loss_type", "rollout_correction"}`` for the actor's loss."""
 
 
 def correction_params(rc: Any) -> RolloutCorrectionParams:
@@ -64,7 +68,9 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
         return {}
     metrics = rollout_mismatch_metrics(b["old_log_probs"], b["rollout_log_probs"], b["response_mask"])
     if rc.bypass_mode:
+        # the actor's bypass_mode loss applies RS / IS per micro-batch to π_θ vs π_rollout (as verl)
         b["old_log_probs"] = b["rollout_log_probs"].clone()
+        batch.meta_info[BYPASS_META_KEY] = {"loss_type": rc.loss_type, "rollout_correction": correction_params(rc)}
         return metrics
     if not active:
         return metrics

@@ -124,6 +124,7 @@ class MismatchAccumulator:
 
 def policy_loss_fn(
     cfg: ActorConfig, temperature: float, remove_padding: bool = False, mismatch: MismatchAccumulator | None = None,
+    bypass: dict[str, Any] | None = None,
 ) -> LossFn:
     """The PPO-family loss of one micro-batch: ``pg_loss − entropy_coeff·entropy (+ kl_loss_coef·kl)``.
 
@@ -141,9 +142,13 @@ def policy_loss_fn(
     micro-batch losses sum to the mini-batch loss. Metrics are additive the same way (per-token
     rates weighted by the micro-batch's share of tokens).
     """
-    policy_loss = POLICY_LOSSES[cfg.policy_loss.loss_mode]
+    # algorithm.rollout_correction.bypass_mode: verl's bypass_mode loss replaces loss_mode (`bypass`:
+    # its loss_type and RolloutCorrectionParams, from the batch's meta_info, see verl.trainer.rollout_corr)
+    loss_mode = "bypass_mode" if bypass is not None else cfg.policy_loss.loss_mode
+    policy_loss = POLICY_LOSSES[loss_mode]
+    loss_params = {**_loss_params(cfg), **(bypass or {})}
     # sapo / geo_mean: verl aggregates their policy-gradient term in a fixed mode (`aggregated_by`)
-    pg_agg_mode = loss_agg_mode_for(cfg.policy_loss.loss_mode, cfg.loss_agg_mode)
+    pg_agg_mode = loss_agg_mode_for(loss_mode, cfg.loss_agg_mode)
     low = cfg.clip_ratio_low if cfg.clip_ratio_low is not None else cfg.clip_ratio
     high = cfg.clip_ratio_high if cfg.clip_ratio_high is not None else cfg.clip_ratio
     with_entropy = cfg.entropy_coeff != 0 or cfg.calculate_entropy
@@ -162,7 +167,7 @@ def policy_loss_fn(
             mismatch.add(log_prob, b["rollout_log_probs"].to(device), mask)
         pg_losses, pg_metrics = policy_loss(
             old, log_prob, b["advantages"].to(device), mask,
-            clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **_loss_params(cfg),
+            clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **loss_params,
             loss_agg_mode=cfg.loss_agg_mode, config=cfg,  # for losses written to verl's signature
         )
         if "rollout_is_weights" in b.keys():  # algorithm.rollout_correction: truncated IS weights
@@ -224,7 +229,8 @@ class PPOActor:
                              f"got ppo_epochs {cfg.ppo_epochs}, {len(data)} rows for mini-batches of {mini_batch_size}")
         micro = MicroBatchSpec(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
         mismatch = MismatchAccumulator()
-        loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding, mismatch)
+        loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding, mismatch,
+                                 bypass=data.meta_info.get("rollout_correction_bypass"))
         metrics: dict[str, list[float]] = defaultdict(list)
         generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
         for _ in range(cfg.ppo_epochs):
