@@ -48,7 +48,11 @@ def test_estimator_keys() -> None:
                    "algorithm.gdpo_reward_weights=[1.0,2.0]"]).startswith("algorithm.gdpo_reward_weights: must be 1 finite")
     assert _error(["algorithm.adv_estimator=grpo", "algorithm.gdpo_reward_keys=[acc]"]).startswith(
         "algorithm.gdpo_reward_keys / gdpo_reward_weights apply to adv_estimator=gdpo only")
-    assert "is not supported yet" in _error(["algorithm.adv_estimator=optimal_token_baseline"])
+    otb = ["algorithm.adv_estimator=optimal_token_baseline", "actor_rollout_ref.rollout.n=2"]
+    assert _error(otb).startswith("algorithm.adv_estimator=optimal_token_baseline: needs "
+                                  "actor_rollout_ref.actor.calculate_sum_pi_squared=true")
+    assert load_config(None, [*SMALL, *otb, f"{ACTOR}.calculate_sum_pi_squared=true"]).actor_rollout_ref.actor.calculate_sum_pi_squared
+    assert _error([f"{ACTOR}.calculate_sum_pi_squared=true"]).startswith(f"{ACTOR}.calculate_sum_pi_squared=true: only")
     for name in ("grpo_vectorized", "rloo_vectorized"):
         assert load_config(None, [*SMALL, "actor_rollout_ref.rollout.n=2", f"algorithm.adv_estimator={name}"]).algorithm.adv_estimator == name
 

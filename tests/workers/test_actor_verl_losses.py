@@ -86,3 +86,22 @@ def test_bypass_stage_hands_reinforce_and_is_to_the_actor_loss(tiny_model_dir) -
     assert bool((w == 1.3).any())  # the fixture truncates some weights
     want = agg_loss(-w * data.batch["advantages"] * lp, mask, "token-mean")
     assert float(metrics["actor/pg_loss"]) == pytest.approx(float(want), abs=1e-5)
+
+
+def test_sum_pi_squared_hand_value_and_the_old_log_prob_stage(tiny_model_dir) -> None:
+    from verl.algorithms.logprob import sum_pi_squared_from_logits
+    from verl.modules.forward import response_logits
+    from verl.workers.actor import compute_sum_pi_squared
+
+    # logits [0, ln 3]: pi = [1/4, 3/4], sum pi^2 = 1/16 + 9/16 = 0.625; [0, 2 ln 3] at temperature 2: the same
+    logits = torch.log(torch.tensor([[1.0, 3.0], [1.0, 9.0]]))
+    torch.testing.assert_close(sum_pi_squared_from_logits(logits[:1], 1.0), torch.tensor([0.625]))
+    torch.testing.assert_close(sum_pi_squared_from_logits(logits[1:], 2.0, chunk_size=1), torch.tensor([0.625]))
+    module = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
+    engine = build_engine(module, FSDPConfig(), 1, optim=OptimConfig(lr=1e-2), total_steps=1)
+    data = _batch()
+    got = compute_sum_pi_squared(engine, data, 0.7, MicroBatchSpec(3), chunk_size=5)
+    b = data.batch
+    with torch.no_grad():
+        z = response_logits(engine.module, b["input_ids"], b["attention_mask"], b["position_ids"], R) / 0.7
+    torch.testing.assert_close(got, torch.softmax(z, -1).square().sum(-1), atol=1e-6, rtol=1e-5)

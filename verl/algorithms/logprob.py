@@ -20,7 +20,7 @@ from collections.abc import Iterator
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["entropy_from_logits", "logprobs_and_entropy_from_logits", "logprobs_from_logits"]
+__all__ = ["entropy_from_logits", "logprobs_and_entropy_from_logits", "logprobs_from_logits", "sum_pi_squared_from_logits"]
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -35,6 +35,30 @@ def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     x = logits.float()
     p = torch.softmax(x, dim=-1)
     return torch.logsumexp(x, dim=-1) - (p * x).sum(dim=-1)
+
+
+@torch.no_grad()
+def sum_pi_squared_from_logits(logits: torch.Tensor, temperature: float = 1.0, chunk_size: int = 512) -> torch.Tensor:
+    """Σ_v π(v)² of π = softmax(logits / temperature) per row, float32, no gradient.
+
+    The score-function norm proxy of the optimal token baseline (`verl.algorithms.token_baselines`):
+    ‖∇_z log π(y)‖² = 1 − 2 π(y) + Σ_v π(v)². Computed in blocks of ``chunk_size`` rows of the
+    flattened leading dimensions, so at most a `(chunk_size, V)` float32 block is live.
+
+    Args:
+        logits: `(..., V)`, e.g. `(B, R, V)`.
+        temperature: τ > 0.
+        chunk_size: rows per block (>= 1).
+
+    Returns:
+        `(...)` float32.
+    """
+    flat = logits.reshape(-1, logits.shape[-1])
+    out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
+    for start in range(0, flat.shape[0], max(chunk_size, 1)):
+        block = torch.softmax(flat[start:start + chunk_size].float() / temperature, dim=-1)
+        out[start:start + chunk_size] = block.square().sum(-1)
+    return out.view(logits.shape[:-1])
 
 
 def logprobs_from_logits(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

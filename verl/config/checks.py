@@ -240,10 +240,6 @@ def _check_algorithm(a: S.AlgorithmConfig, prefix: str) -> None:
     if a.norm_adv_by_std_in_rloo and a.adv_estimator != "rloo":
         raise ConfigError(f"{prefix}.norm_adv_by_std_in_rloo applies to adv_estimator=rloo only, got "
                           f"{a.adv_estimator!r}; for GRPO use {prefix}.norm_adv_by_std_in_grpo")
-    if a.adv_estimator in ("optimal_token_baseline", "tir_optimal_token_baseline"):
-        raise not_supported(f"{prefix}.adv_estimator={a.adv_estimator}",
-                            "it needs the actor's per-token sum of pi^2 (actor.calculate_sum_pi_squared), which is "
-                            "not wired into the log-prob forward; use grpo or rloo")
     _check_gdpo(a, prefix)
 
 

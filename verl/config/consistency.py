@@ -174,6 +174,21 @@ def _check_vllm(cfg: RootConfig) -> None:
                           f"set trainer.device={'cpu' if cpu_build else 'cuda'}")
 
 
+def _check_sum_pi_squared(cfg: RootConfig) -> None:
+    """The optimal token baselines read the actor's Σπ², and only they do here."""
+    algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
+    otb = algo.adv_estimator in ("optimal_token_baseline", "tir_optimal_token_baseline")
+    if otb and not actor.calculate_sum_pi_squared:
+        raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator}: needs "
+                          "actor_rollout_ref.actor.calculate_sum_pi_squared=true (its path-variance weights use sum(pi^2))")
+    if actor.calculate_sum_pi_squared and not otb:
+        raise ConfigError("actor_rollout_ref.actor.calculate_sum_pi_squared=true: only adv_estimator="
+                          f"optimal_token_baseline | tir_optimal_token_baseline read it, got {algo.adv_estimator!r}")
+    if otb and algo.rollout_correction.rollout_is is not None:
+        raise ConfigError(f"`algorithm.rollout_correction.rollout_is with adv_estimator={algo.adv_estimator}` is not "
+                          "supported yet: the IS weights are computed after the advantages here; unset rollout_is")
+
+
 def _check_rollout_correction(cfg: RootConfig) -> None:
     rc, rollout = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.rollout
     active = rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode
@@ -217,3 +232,4 @@ def check_consistency(cfg: RootConfig) -> None:
     _check_token_budgets(cfg)
     _check_devices(cfg)
     _check_rollout_correction(cfg)
+    _check_sum_pi_squared(cfg)

@@ -393,7 +393,8 @@ class ActorConfig:
     use_remove_padding: Optional[bool] = None
     # verl mirrors model.use_remove_padding here; None = model.use_remove_padding.
     calculate_sum_pi_squared: bool = False
-    # Compute sum_v pi(v)^2 per token (for optimal-token-baseline estimators).
+    # Compute sum_v pi(v)^2 per response token in the old-log-prob stage (one extra no-grad forward),
+    # batch key sum_pi_squared; required by, and only allowed with, the optimal token baselines.
     sum_pi_squared_checkpointing: bool = False
     # Recompute it in backward.
 
@@ -815,8 +816,8 @@ class AlgorithmConfig:
     adv_estimator: str = "gae"
     # gae | grpo | rloo | reinforce_plus_plus | reinforce_plus_plus_baseline | remax | opo | gpg | grpo_passk
     # | grpo_vectorized | rloo_vectorized | gdpo (verl's formulas, verl.algorithms.group_advantages_verl).
-    # optimal_token_baseline | tir_optimal_token_baseline need the actor's sum of pi^2 per token
-    # (actor.calculate_sum_pi_squared), which is not supported yet: choosing them is an error.
+    # | optimal_token_baseline | tir_optimal_token_baseline (need actor.calculate_sum_pi_squared=true,
+    # not with rollout_correction.rollout_is; the old log-probs are then always recomputed).
     norm_adv_by_std_in_grpo: bool = True
     # GRPO: divide by the group std; False = Dr.GRPO. verl's rloo ignores it, and so does ours.
     norm_adv_by_std_in_rloo: bool = False

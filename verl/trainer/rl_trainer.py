@@ -206,7 +206,7 @@ class RLTrainer:
                     old = p.actor_rollout_wg.compute_log_prob(batch)
                 entropys = old.batch["entropys"]
                 metrics.update(compute_rollout_entropy_metrics(entropys, batch.batch["response_mask"]))
-                batch.union(old.select(batch_keys=["old_log_probs"]))
+                batch.union(old.select(batch_keys=[k for k in ("old_log_probs", "sum_pi_squared") if k in old.batch.keys()]))
             if self._use_reference():
                 with timer("ref", timing):
                     batch.union(p.actor_rollout_wg.compute_ref_log_prob(batch))
@@ -389,6 +389,8 @@ class RLTrainer:
         cfg = self.config
         rc = cfg.algorithm.rollout_correction
         if rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode or cfg.trainer.rollout_data_dir:
+            return False
+        if "old_log_probs" in estimator_inputs(cfg.algorithm.adv_estimator):  # the optimal token baselines
             return False
         return reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
 

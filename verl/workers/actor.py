@@ -23,7 +23,8 @@ from verl.algorithms.token_selection import (
 )
 from verl.engine import GlobalCounts, LossFn, MicroBatchSpec, TrainingEngine
 from verl.engine.dist import all_gather_cat, all_reduce_max_float, all_reduce_sum
-from verl.modules.forward import compute_log_probs_and_entropy
+from verl.algorithms.logprob import sum_pi_squared_from_logits
+from verl.modules.forward import compute_log_probs_and_entropy, response_logits
 from verl.protocol import DataProto
 
 if TYPE_CHECKING:
@@ -66,6 +67,24 @@ def compute_log_prob(
 
     out = engine.infer_batch(data, forward, micro)
     return out["log_probs"], out.get("entropys")
+
+
+def compute_sum_pi_squared(
+    engine: TrainingEngine, data: DataProto, temperature: float, micro: MicroBatchSpec, chunk_size: int = 1024,
+) -> torch.Tensor:
+    """``sum_pi_squared`` `(B, R)`: Σ_v π(v)² of each response position (``actor.calculate_sum_pi_squared``).
+
+    One extra no-grad forward of ``data`` (padded, the LM head on the response positions only);
+    the optimal token baseline estimators read it with ``old_log_probs``.
+    """
+    def forward(module: torch.nn.Module, m: DataProto) -> dict[str, torch.Tensor]:
+        b = m.batch
+        device = next(module.parameters()).device
+        ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
+        logits = response_logits(module, ids, mask, pos, b["responses"].shape[-1])
+        return {"sum_pi_squared": sum_pi_squared_from_logits(logits, temperature, chunk_size)}
+
+    return engine.infer_batch(data, forward, micro)["sum_pi_squared"]
 
 
 def reuses_old_log_probs(actor: ActorConfig, train_batch_size: int, use_kl_in_reward: bool) -> bool:

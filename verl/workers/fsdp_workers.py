@@ -17,7 +17,7 @@ import torch
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.engine import FSDPTrainingEngine, MicroBatchSpec, build_engine
-from verl.workers.actor import PPOActor, compute_log_prob
+from verl.workers.actor import PPOActor, compute_log_prob, compute_sum_pi_squared
 from verl.workers.critic import PPOCritic
 
 if TYPE_CHECKING:
@@ -112,7 +112,11 @@ class ActorRolloutRefWorker(Worker):
         log_probs, entropy = compute_log_prob(self.actor_engine, data, r.temperature, micro, calculate_entropy=True,
                                               chunk_size=self.config.actor.logprob_chunk_size,
                                               remove_padding=self.config.model.use_remove_padding)
-        return DataProto.from_dict(tensors={"old_log_probs": log_probs, "entropys": entropy})
+        out = {"old_log_probs": log_probs, "entropys": entropy}
+        if self.config.actor.calculate_sum_pi_squared:  # the optimal token baselines read it
+            out["sum_pi_squared"] = compute_sum_pi_squared(self.actor_engine, data, r.temperature, micro,
+                                                           self.config.actor.logprob_chunk_size)
+        return DataProto.from_dict(tensors=out)
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:

@@ -1,0 +1,32 @@
+"""verl's newer estimators and bypass-mode loss through the whole loop: 2 steps of the tiny model on CPU."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from run_helpers import read_metrics, tiny_run_overrides
+
+from verl.trainer.main_ppo import main
+
+pytestmark = pytest.mark.e2e
+
+A, RC = "actor_rollout_ref.actor", "algorithm.rollout_correction"
+CASES = {
+    "optimal_token_baseline": {"algorithm.adv_estimator": "optimal_token_baseline", f"{A}.calculate_sum_pi_squared": True},
+    "bypass_reinforce": {f"{RC}.bypass_mode": True, f"{RC}.loss_type": "reinforce", f"{RC}.rollout_is": "token",
+                         f"{RC}.rollout_rs": "token_k1", f"{RC}.rollout_rs_threshold": "'0.5_2.0'",
+                         "actor_rollout_ref.rollout.calculate_log_probs": True, f"{A}.policy_loss.loss_mode": "vanilla"},
+    "sapo": {f"{A}.policy_loss.loss_mode": "sapo"},
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_two_steps_run_with_finite_losses(name: str, tiny_model_dir, tmp_path) -> None:
+    assert main(tiny_run_overrides(tiny_model_dir, tmp_path, **CASES[name])) == 0
+    metrics = read_metrics(tmp_path)
+    assert sorted(metrics) == [1, 2]
+    for step in metrics.values():
+        assert math.isfinite(step["actor/pg_loss"]) and math.isfinite(step["actor/grad_norm"])
+    if name == "optimal_token_baseline":  # token baselines: advantages differ within a response
+        assert any(step["critic/advantages/max"] > 0 for step in metrics.values())
