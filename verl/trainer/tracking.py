@@ -1,4 +1,4 @@
-"""Metric loggers: console, JSONL, TensorBoard (and wandb / mlflow when installed).
+"""Metric loggers: console, JSONL, TensorBoard, wandb (offline without credentials), mlflow when installed.
 
 `Tracking.log(metrics, step)` fans out to every configured backend. The JSONL file
 (``<output_dir>/metrics.jsonl``, one object per step with ``"step"``) is the machine-readable
@@ -50,10 +50,7 @@ class Tracking:
 
             self._file = FileLogger(project_name, experiment_name)
         if "wandb" in loggers:
-            import wandb
-
-            wandb.init(project=project_name, name=experiment_name, config=config or {})
-            self._wandb = wandb
+            self._wandb = _init_wandb(project_name, experiment_name, config or {}, self.output_dir)
         if "mlflow" in loggers:
             import mlflow
 
@@ -130,6 +127,57 @@ class Tracking:
         if self._mlflow is not None:
             self._mlflow.end_run()
             self._mlflow = None
+
+
+def wandb_credentials() -> bool:
+    """Whether W&B can authenticate: ``WANDB_API_KEY`` / ``WANDB_IDENTITY_TOKEN_FILE`` or a netrc entry.
+
+    The netrc file is ``$NETRC`` or ``~/.netrc`` (where ``wandb login`` writes the key); the entry is
+    the host of ``WANDB_BASE_URL`` (default ``https://api.wandb.ai``).
+    """
+    import netrc
+    from urllib.parse import urlparse
+
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urlparse(os.environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def _init_wandb(project: str, name: str, config: dict, output_dir: Path) -> Any:
+    """``wandb.init`` that never stops a run: offline without credentials or when going online fails.
+
+    ``WANDB_MODE`` (online | offline | disabled), when set, is obeyed as is. Otherwise a run without
+    credentials (`wandb_credentials`) logs offline, and so does one whose online start fails (no
+    network, a refused key); either case is said once, on one line, with the run directory and the
+    ``wandb sync`` command that uploads it later. Files go to ``$WANDB_DIR`` (default: the run's
+    ``output_dir``), under ``wandb/``.
+
+    Returns:
+        The ``wandb.sdk.wandb_run.Run``.
+    """
+    import wandb
+
+    kwargs = {"project": project, "name": name, "config": config, "dir": os.environ.get("WANDB_DIR") or str(output_dir)}
+    Path(kwargs["dir"]).mkdir(parents=True, exist_ok=True)
+    why = None
+    if os.environ.get("WANDB_MODE") is None:
+        if not wandb_credentials():
+            why = "no W&B credentials (WANDB_API_KEY, ~/.netrc)"
+        else:
+            try:
+                return wandb.init(**kwargs)
+            except Exception as e:  # noqa: BLE001 - a logger must not stop the run: fall back to offline
+                why = f"online start failed ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})"
+        run = wandb.init(mode="offline", **kwargs)
+        sync_dir = run.settings.sync_dir
+        print(f"wandb: {why}: logging offline to {sync_dir}; upload it later with `wandb sync {sync_dir}`", flush=True)
+        return run
+    return wandb.init(**kwargs)
 
 
 def _row_step(line: str) -> int | None:
