@@ -236,3 +236,23 @@ def test_matches_an_independent_implementation_of_verls_formula(name: str, seed:
     for key, value in ref_metrics.items():
         assert metrics[key].item() == pytest.approx(value, abs=1e-6), key  # metrics are float32
     assert (pg[t(mask) == 0] == 0).all()
+
+
+def test_verl_signature_lookup_reads_the_variants_settings_from_verls_config() -> None:
+    from types import SimpleNamespace
+
+    from verl.trainer.ppo.core_algos import get_policy_loss_fn
+
+    # dro through verl's get_policy_loss_fn(name)(..., config): the hand values of the dro test above,
+    # token-mean (1.01 - 0.75) / 2 = 0.13; sapo: verl's seq-mean-token-mean whatever loss_agg_mode says
+    config = SimpleNamespace(clip_ratio=0.2, policy_loss=SimpleNamespace(dro_beta=0.5), tau_pos=1.0, tau_neg=2.0)
+    lp, old = torch.tensor([[-1.0, -2.0]], dtype=torch.float64), torch.tensor([[-1.2, -1.0]], dtype=torch.float64)
+    loss, _ = get_policy_loss_fn("dro")(old, lp, torch.tensor([[1.0, -0.5]], dtype=torch.float64), torch.ones(1, 2),
+                                        "token-mean", config)
+    assert loss.item() == pytest.approx(0.13)
+    mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
+    adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, 0.0, 0.0]], dtype=torch.float64)
+    zeros = torch.zeros(2, 3, dtype=torch.float64)
+    loss, _ = get_policy_loss_fn("sapo")(zeros, zeros, adv, mask, "token-mean", config)
+    # ratio 1: L = -(2 / tau) A -> row 0: -2 per token, row 1: +1 -> seq-mean (-2 + 1) / 2 = -0.5 (token-mean: -1.25)
+    assert loss.item() == pytest.approx(-0.5)

@@ -131,12 +131,19 @@ def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
              rollout_is_weights=None):
         get = (lambda k, d: getattr(config, k, d) if getattr(config, k, None) is not None else d)
         clip = get("clip_ratio", 0.2)
+        # the variants' own settings where verl keeps them: actor.tau_pos / tau_neg, actor.policy_loss.*
+        extra = {"tau_pos": get("tau_pos", 1.0), "tau_neg": get("tau_neg", 1.05)}
+        policy_loss = getattr(config, "policy_loss", None)
+        for key in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta"):
+            if getattr(policy_loss, key, None) is not None:
+                extra[key] = getattr(policy_loss, key)
         pg_losses, metrics = native(old_log_prob, log_prob, advantages, response_mask,
                                     clip_ratio_low=get("clip_ratio_low", clip), clip_ratio_high=get("clip_ratio_high", clip),
-                                    clip_ratio_c=get("clip_ratio_c", 3.0))
+                                    clip_ratio_c=get("clip_ratio_c", 3.0), **extra)
         if rollout_is_weights is not None:
             pg_losses = pg_losses * rollout_is_weights
-        pg_loss = _agg_loss(pg_losses, response_mask, loss_agg_mode, loss_scale_factor=get("loss_scale_factor", None))
+        mode = getattr(native, "loss_agg_mode", loss_agg_mode)  # sapo / geo_mean: verl's fixed aggregation
+        pg_loss = _agg_loss(pg_losses, response_mask, mode, loss_scale_factor=get("loss_scale_factor", None))
         return pg_loss, {f"actor/{k}": float(v) for k, v in metrics.items()}
 
     return loss
