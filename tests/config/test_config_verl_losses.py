@@ -76,3 +76,25 @@ def test_trainer_passes_the_gdpo_components_from_the_reward_extra_info() -> None
     algo.gdpo_reward_keys = ["acc", "missing"]
     with pytest.raises(ValueError, match="'missing' is not in the reward function's per-sample extra info"):
         RLTrainer._compute_advantage(trainer, batch)
+
+
+def test_bypass_mode_skips_the_old_log_prob_forward() -> None:
+    """As verl: the engine's log-probs are the old ones, the stage hands RS / IS to the actor."""
+    from verl.trainer.rollout_corr import BYPASS_META_KEY, rollout_correction_stage
+
+    rc = load_config(None, [*SMALL, "algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=true",
+                            "algorithm.rollout_correction.rollout_is=sequence",
+                            "algorithm.rollout_correction.loss_type=reinforce"]).algorithm.rollout_correction
+    rollout = torch.log(torch.tensor([[0.5, 0.2], [0.3, 0.9]]))
+    batch = DataProto.from_dict(tensors={"rollout_log_probs": rollout, "response_mask": torch.ones(2, 2)})
+    from verl.trainer.rl_trainer import bypass_old_log_probs
+
+    bypass_old_log_probs(batch)  # what the step runs in place of the old-log-prob forward (e2e: no such timer)
+    assert torch.equal(batch.batch["old_log_probs"], rollout)
+    assert rollout_correction_stage(batch, rc) == {}  # no training log-probs to compare with
+    meta = batch.meta_info[BYPASS_META_KEY]
+    assert meta["loss_type"] == "reinforce" and meta["rollout_correction"].rollout_is == "sequence"
+    assert "set bypass_mode=false" in _error(["algorithm.rollout_correction.bypass_mode=true",
+                                              "actor_rollout_ref.rollout.calculate_log_probs=true",
+                                              "algorithm.adv_estimator=optimal_token_baseline", "actor_rollout_ref.rollout.n=2",
+                                              f"{ACTOR}.calculate_sum_pi_squared=true"])

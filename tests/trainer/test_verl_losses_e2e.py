@@ -28,5 +28,9 @@ def test_two_steps_run_with_finite_losses(name: str, tiny_model_dir, tmp_path) -
     assert sorted(metrics) == [1, 2]
     for step in metrics.values():
         assert math.isfinite(step["actor/pg_loss"]) and math.isfinite(step["actor/grad_norm"])
-    if name == "optimal_token_baseline":  # token baselines: advantages differ within a response
+    if name == "bypass_reinforce":  # as verl: no old-log-prob forward
+        assert all(not any(k.startswith("timing_s/old_log_prob") for k in step) for step in metrics.values())
+    if name == "optimal_token_baseline":  # its old log-probs (and sum pi^2) are never taken from the update
+        assert all("timing_s/old_log_prob" in step for step in metrics.values())
+        # token baselines: advantages differ within a response
         assert any(step["critic/advantages/max"] > 0 for step in metrics.values())

@@ -184,6 +184,9 @@ def _check_sum_pi_squared(cfg: RootConfig) -> None:
     if actor.calculate_sum_pi_squared and not otb:
         raise ConfigError("actor_rollout_ref.actor.calculate_sum_pi_squared=true: only adv_estimator="
                           f"optimal_token_baseline | tir_optimal_token_baseline read it, got {algo.adv_estimator!r}")
+    if otb and algo.rollout_correction.bypass_mode:
+        raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator}: needs the old-log-prob forward's sum(pi^2), "
+                          "which algorithm.rollout_correction.bypass_mode=true skips; set bypass_mode=false")
     if otb and algo.rollout_correction.rollout_is is not None:
         raise ConfigError(f"`algorithm.rollout_correction.rollout_is with adv_estimator={algo.adv_estimator}` is not "
                           "supported yet: the IS weights are computed after the advantages here; unset rollout_is")

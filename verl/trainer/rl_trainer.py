@@ -31,7 +31,7 @@ from verl.trainer.metrics import (
 )
 from verl.trainer.ppo.dumps import dump_rollout_data
 from verl.trainer.reward_errors import mask_unscored_samples
-from verl.trainer.rollout_corr import rollout_correction_stage
+from verl.trainer.rollout_corr import bypass_old_log_probs, rollout_correction_stage
 from verl.trainer.truncation import mask_truncated_stage
 from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.tracking import progress_bar, update_bar
@@ -201,7 +201,10 @@ class RLTrainer:
             if cfg.trainer.balance_batch and p.world_size > 1:
                 metrics.update(self._balance_batch(batch))
             entropys = None
-            if not self._reuse_old_log_probs():
+            if cfg.algorithm.rollout_correction.bypass_mode:
+                # as verl: the engine's log-probs stand in for the old ones, no old-log-prob forward
+                bypass_old_log_probs(batch)
+            elif not self._reuse_old_log_probs():
                 with timer("old_log_prob", timing):
                     old = p.actor_rollout_wg.compute_log_prob(batch)
                 entropys = old.batch["entropys"]

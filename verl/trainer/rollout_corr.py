@@ -24,7 +24,7 @@ from verl.algorithms.rollout_correction import (
 )
 from verl.protocol import DataProto
 
-__all__ = ["BYPASS_META_KEY", "correction_params", "rollout_correction_stage"]
+__all__ = ["BYPASS_META_KEY", "bypass_old_log_probs", "correction_params", "rollout_correction_stage"]
 
 BYPASS_META_KEY = "rollout_correction_bypass"
 """``meta_info`` key of a bypass-mode batch: ``{"loss_type", "rollout_correction"}`` for the actor's loss."""
@@ -41,6 +41,18 @@ def correction_params(rc: Any) -> RolloutCorrectionParams:
     )
 
 
+def bypass_old_log_probs(batch: DataProto) -> None:
+    """``bypass_mode``: ``old_log_probs`` = the engine's ``rollout_log_probs`` (the old-log-prob forward is skipped).
+
+    Raises:
+        ValueError: the engine returned no ``rollout_log_probs``.
+    """
+    if "rollout_log_probs" not in batch.batch.keys():
+        raise ValueError("algorithm.rollout_correction.bypass_mode needs rollout_log_probs from the engine "
+                         "(rollout.calculate_log_probs=true)")
+    batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
+
+
 def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
     """Mismatch metrics, then (if configured) bypass / rejection / IS weights, in place on ``batch``.
 
@@ -50,8 +62,8 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
         rc: the ``algorithm.rollout_correction`` section.
 
     Returns:
-        Metrics (empty when the batch has no ``rollout_log_probs``, or no ``old_log_probs`` yet
-        because the step reuses the update forward's).
+        Metrics (empty when the batch has no ``rollout_log_probs``, with ``bypass_mode``, or with
+        no ``old_log_probs`` yet because the step reuses the update forward's).
 
     Raises:
         ValueError: correction configured but the engine returned no ``rollout_log_probs``.
@@ -62,16 +74,17 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
         if active:
             raise ValueError("algorithm.rollout_correction needs rollout_log_probs from the engine (rollout.calculate_log_probs=true)")
         return {}
+    if rc.bypass_mode:
+        # the actor's bypass_mode loss applies RS / IS per micro-batch to π_θ vs π_rollout (as verl);
+        # no training log-probs exist to compare here (the old-log-prob forward is skipped)
+        bypass_old_log_probs(batch)
+        batch.meta_info[BYPASS_META_KEY] = {"loss_type": rc.loss_type, "rollout_correction": correction_params(rc)}
+        return {}
     if "old_log_probs" not in b.keys():
         # on-policy reuse (verl.workers.actor.reuses_old_log_probs): the old log-probs come from the
         # update forward, after this stage; the trainer never reuses them with correction active
         return {}
     metrics = rollout_mismatch_metrics(b["old_log_probs"], b["rollout_log_probs"], b["response_mask"])
-    if rc.bypass_mode:
-        # the actor's bypass_mode loss applies RS / IS per micro-batch to π_θ vs π_rollout (as verl)
-        b["old_log_probs"] = b["rollout_log_probs"].clone()
-        batch.meta_info[BYPASS_META_KEY] = {"loss_type": rc.loss_type, "rollout_correction": correction_params(rc)}
-        return metrics
     if not active:
         return metrics
     weights, mask, corr_metrics = apply_rollout_correction(
