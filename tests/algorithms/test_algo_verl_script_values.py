@@ -19,12 +19,14 @@ def _one_token(ratio: float, advantage: float) -> tuple[torch.Tensor, ...]:
     return old, lp, torch.full((1, 1), advantage), torch.ones(1, 1)
 
 
+@pytest.mark.parametrize("name", ["vanilla", "gspo"])
 @pytest.mark.parametrize(("low", "loss", "grad"), [(0.2, 0.8, 0.0), (10.0, 0.5, 0.5)])
-def test_vanilla_lower_clip_off_when_clip_ratio_low_exceeds_one(low: float, loss: float, grad: float) -> None:
-    # A = -1, r = 0.5: eps_low = 0.2 clips r at 0.8 (loss -A * 0.8, no gradient);
-    # eps_low = 10 gives the bound 1 - 10 = -9 < r, so the loss stays -A r with dL/dlogp = -A r = 0.5
+def test_lower_clip_off_when_clip_ratio_low_exceeds_one(name: str, low: float, loss: float, grad: float) -> None:
+    # A = -1, r = 0.5 (one token: GSPO's sequence ratio is r too): eps_low = 0.2 clips r at 0.8
+    # (loss -A * 0.8, no gradient); eps_low = 10 gives the bound 1 - 10 = -9 < r, so the loss stays
+    # -A r with dL/dlogp = -A r = 0.5 (vanilla's dual clip -A * 3 = 3 is not reached)
     old, lp, adv, mask = _one_token(0.5, -1.0)
-    pg, m = POLICY_LOSSES.get("vanilla")(old, lp, adv, mask, clip_ratio_low=low, clip_ratio_high=0.28, clip_ratio_c=3.0)
+    pg, m = POLICY_LOSSES.get(name)(old, lp, adv, mask, clip_ratio_low=low, clip_ratio_high=0.28, clip_ratio_c=3.0)
     pg.sum().backward()
     assert pg.item() == pytest.approx(loss, abs=1e-6) and lp.grad.item() == pytest.approx(grad, abs=1e-6)
     assert m["pg_clipfrac"].item() == (1.0 if low < 1 else 0.0)
