@@ -58,7 +58,8 @@ def compute_policy_loss_bypass_mode(
     """
     loss_type = extra.get("loss_type", "ppo_clip")
     if loss_type not in BYPASS_LOSS_TYPES:
-        raise ValueError(f"rollout_correction.loss_type must be one of {', '.join(BYPASS_LOSS_TYPES)}, got {loss_type!r}")
+        raise ValueError(f"rollout_correction.loss_type must be one of {', '.join(BYPASS_LOSS_TYPES)}, "
+                         f"got {loss_type!r}")
     params: RolloutCorrectionParams = extra.get("rollout_correction") or RolloutCorrectionParams()
     with torch.no_grad():
         weights, kept, corr_metrics = apply_rollout_correction(log_prob.detach(), old_log_prob, response_mask, params)

@@ -189,9 +189,9 @@ def compute_policy_loss_dppo_kl(
     binary_kl = old_prob * (old_log_prob - log_prob) + (1 - old_prob) * torch.log(
         (1.0 - old_prob + BINARY_KL_EPS) / (1.0 - prob + BINARY_KL_EPS)
     )
-    trusted = torch.where(
-        advantages > 0, (binary_kl <= clip_ratio_high) | (prob <= old_prob), (binary_kl <= clip_ratio_low) | (prob >= old_prob)
-    ).detach()
+    up_ok = (binary_kl <= clip_ratio_high) | (prob <= old_prob)
+    down_ok = (binary_kl <= clip_ratio_low) | (prob >= old_prob)
+    trusted = torch.where(advantages > 0, up_ok, down_ok).detach()
     return _dppo_loss(old_log_prob, log_prob, advantages, response_mask, trusted, clip_ratio_c)
 
 
