@@ -78,7 +78,7 @@ TOK = CharTokenizer()
 
 
 def test_reward_manager_registry_names_and_miss() -> None:
-    assert REWARD_MANAGERS.names() == ["batch", "dapo", "naive", "prime"]
+    assert REWARD_MANAGERS.names() == ["batch", "dapo", "gdpo", "naive", "prime"]
     assert isinstance(create_reward_manager("naive", TOK), NaiveRewardManager)
     with pytest.raises(RegistryError, match="Did you mean 'naive'"):
         create_reward_manager("naiv", TOK)

@@ -21,6 +21,27 @@ CASES = {
 }
 
 
+GDPO_REWARD = """
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    digits = sum(c.isdigit() for c in solution_str)
+    acc, fmt = float(digits > 1), float(len(solution_str) % 2 == 0)
+    return {"score": acc + fmt, "acc": acc, "fmt": fmt}
+"""
+
+
+def test_gdpo_takes_its_components_from_the_reward_functions_dict(tiny_model_dir, tmp_path) -> None:
+    reward = tmp_path / "gdpo_reward.py"
+    reward.write_text(GDPO_REWARD)
+    overrides = tiny_run_overrides(tiny_model_dir, tmp_path, **{
+        "algorithm.adv_estimator": "gdpo", "algorithm.gdpo_reward_keys": "[acc,fmt]",
+        "algorithm.gdpo_reward_weights": "[1.0,0.5]", "reward_model.reward_manager": "gdpo"})
+    overrides = [o for o in overrides if not o.startswith("custom_reward_function.path=")]
+    assert main([*overrides, f"custom_reward_function.path={reward}"]) == 0
+    metrics = read_metrics(tmp_path)
+    assert sorted(metrics) == [1, 2] and all(math.isfinite(m["actor/pg_loss"]) for m in metrics.values())
+    assert all("reward/acc" in m and "reward/fmt" in m for m in metrics.values())
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_two_steps_run_with_finite_losses(name: str, tiny_model_dir, tmp_path) -> None:
     assert main(tiny_run_overrides(tiny_model_dir, tmp_path, **CASES[name])) == 0

@@ -10,6 +10,8 @@ Registered managers (:data:`REWARD_MANAGERS`, all with the same constructor):
 - ``naive``: one ``compute_score(data_source=, solution_str=, ground_truth=, extra_info=)`` call
   per sample, each under its own ``timeout_s`` deadline.
 - ``dapo``: the same manager under verl's name for DAPO runs (set ``overlong_buffer``).
+- ``gdpo``: the same manager under verl's name for GDPO runs (``compute_score`` returns a dict
+  whose component keys ``algorithm.gdpo_reward_keys`` names).
 - ``batch``: one ``compute_score(data_sources=, solution_strs=, ground_truths=, extra_infos=)``
   call for the whole batch (returning a list of B results) under one ``timeout_s`` deadline;
   use it for scorers that batch requests (e.g. to a verifier service).
@@ -147,6 +149,9 @@ MAX_CONSECUTIVE_TIMEOUTS = 3
 
 
 REWARD_MANAGERS.add("dapo", NaiveRewardManager)
+# verl's gdpo manager scores as naive: a dict result's keys become reward_extra_info, where
+# algorithm.gdpo_reward_keys finds the reward components
+REWARD_MANAGERS.add("gdpo", NaiveRewardManager)
 
 
 def _default_batch_compute_score(
