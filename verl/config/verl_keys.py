@@ -89,7 +89,7 @@ UNSUPPORTED: dict[str, str] = {
     "*.router_replay.*": "MoE router replay is not implemented; leave mode=disabled",
     "actor_rollout_ref.actor.freeze_vision_tower": "vision-language models are not supported; use a text-only causal LM",
     "actor_rollout_ref.actor.use_prefix_grouper": "prefix sharing across a group is not implemented; leave it false",
-    "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "no estimator here needs sum(pi^2); leave it false",
+    "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "sum(pi^2) is computed without gradient here (old-log-prob stage only), there is nothing to recompute; leave it false",
     "actor_rollout_ref.nccl_timeout": "the collective timeout is torch's default; remove the key",
     "*.model.hf_config_path": "put the config.json in actor_rollout_ref.model.path",
     "*.model.custom_chat_template": "put the template in the tokenizer's chat_template (tokenizer_config.json)",
