@@ -4,7 +4,7 @@ the real `PythonCodeTool` sandbox on every call (the multi-turn code-tool task o
 and of ``benchmarks/bench_sandbox.py``).
 
 With ``probe: true`` each call first searches everything the sandbox can see (its environment,
-every ``/proc/<pid>/environ`` and ``cmdline``, the regular files under ``/tmp`` and ``/dev``) for `SECRET_PREFIX`, the start of every secret the test puts in the trainer's
+every ``/proc/<pid>/environ`` and ``cmdline``, the regular files under ``/tmp`` and ``/dev``, the interpreter's read-only binds left out) for `SECRET_PREFIX`, the start of every secret the test puts in the trainer's
 environment, and prints ``probe-hits=<n>`` before the answer."""
 
 from __future__ import annotations
@@ -13,11 +13,13 @@ from typing import Any
 
 from verl.tools.calculator import DEFAULT_SCHEMA
 from verl.tools.code_interpreter import PythonCodeTool
+from verl.tools.isolation import python_roots
 
 SECRET_PREFIX = "VERLSECRET"
 PROBE = r'''
 import glob, os
 _needle = ("VERL" + "SECRET").encode()
+_RO_ROOTS = __RO_ROOTS__
 _hits = []
 if any(_needle.decode() in v for v in os.environ.values()):
     _hits.append("os.environ")
@@ -29,6 +31,7 @@ for _p in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline") 
         pass
 for _top in ("/tmp", "/dev", "/proc/1/cwd", "/proc/1/root/tmp"):
     for _root, _dirs, _files in os.walk(_top):
+        _dirs[:] = [d for d in _dirs if os.path.join(_root, d) not in _RO_ROOTS]
         for _f in _files:
             _path = os.path.join(_root, _f)
             try:
@@ -39,6 +42,9 @@ for _top in ("/tmp", "/dev", "/proc/1/cwd", "/proc/1/root/tmp"):
 open("probe.txt", "w").write(repr(_hits))
 print(f"probe-hits={len(_hits)}")
 '''
+# the interpreter's read-only binds (a venv under /tmp shows inside the private /tmp) hold no
+# secret of the run and would make the walk read a whole venv
+PROBE = PROBE.replace("__RO_ROOTS__", repr(set(python_roots())))
 
 
 class SandboxCalculatorTool(PythonCodeTool):

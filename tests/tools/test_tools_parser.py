@@ -147,3 +147,10 @@ def test_a_broken_call_never_hides_the_next_one():
 def test_deep_nesting_is_an_error_not_a_crash():
     _, calls, errors = parse_tool_calls("<tool_call>" + "[" * 100_000 + "</tool_call>", TOOLS, 4)
     assert calls == [] and len(errors) == 1
+
+
+def test_malformed_json_message_reads_once():
+    # json's message for a control character ends on "at": the error must not read "at at"
+    _, calls, errors = parse_tool_calls('<tool_call>{"name": "a\x01"}</tool_call>', {})
+    assert calls == [] and len(errors) == 1
+    assert "at at" not in errors[0] and "Invalid control character at char" in errors[0]

@@ -9,6 +9,7 @@ listeners on the host), not only from what the sandboxed code prints."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import socket
@@ -20,7 +21,7 @@ import uuid
 
 import pytest
 
-from verl.tools.isolation import IsolationError, check_isolation
+from verl.tools.isolation import IsolationError, check_isolation, python_roots
 from verl.tools.sandbox import SandboxLimits, SandboxPool
 
 try:
@@ -104,6 +105,7 @@ for path in glob.glob("/proc/*/environ") + glob.glob("/proc/*/cmdline") + glob.g
         pass
 for top in ("/tmp", "/dev", "/proc/self/cwd"):
     for root, dirs, files in os.walk(top):
+        dirs[:] = [d for d in dirs if os.path.join(root, d) not in {set(python_roots())!r}]  # read-only interpreter
         for name in files:
             try:
                 if SECRET.encode() in open(os.path.join(root, name), "rb").read(1 << 20):
@@ -122,7 +124,7 @@ attempt("host_root_via_proc", lambda: os.listdir("/proc/1/root/etc"))
 RESULTS["top"] = sorted(os.listdir("/"))
 report()
 """
-    r = run(code)
+    r = run(code, dataclasses.replace(LIMITS, timeout_s=20.0, cpu_time_s=15))  # the walk is slow on a loaded machine
     out = results(r)
     assert out["found"] == [] and SECRET not in r.stdout + r.stderr
     assert out["pids"] == [1, 2] and out["ppid"] == 1  # bwrap's init and the code: no host process is visible
@@ -161,6 +163,10 @@ attempt("rmtree", lambda: shutil.rmtree(D))
 attempt("write_usr", lambda: open("/usr/verl-probe", "w"))
 attempt("remount_rw", lambda: __import__("ctypes").CDLL(None, use_errno=True).mount(b"none", D.encode(), None, 32 | 4096 | 1 << 20, None))
 attempt("tmp_is_writable", lambda: open("/tmp/inside.txt", "w").write("ok"))
+# bwrap's own root (a tmpfs as large as half the host's memory) and /dev: read-only
+for top in ("/", "/dev", "/proc/self/cwd/.."):
+    attempt("root_dir_fd_" + top, lambda: os.open("verl-fill", os.O_WRONLY | os.O_CREAT, dir_fd=os.open(top, os.O_RDONLY)))
+    attempt("root_mkdir_" + top, lambda: os.mkdir(os.path.join(top, "verl-fill")))
 report()
 """
     out = results(run(code))

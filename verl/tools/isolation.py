@@ -153,7 +153,9 @@ def sandbox_command(info: IsolationInfo, python_argv: list[str], limits: dict[st
     argv += ["--proc", "/proc", "--dir", "/dev"]
     for dev in _DEVICES:
         argv += ["--dev-bind", dev, dev]
-    argv += ["--chdir", "/tmp", "--clearenv"]
+    # bwrap's own root is a tmpfs as large as half the host's memory: read-only once everything
+    # is mounted, so the private /tmp (its own, size-capped mount) is the only writable path
+    argv += ["--remount-ro", "/", "--chdir", "/tmp", "--clearenv"]
     for key, value in sandbox_env().items():
         argv += ["--setenv", key, value]
     argv += ["--", *python_argv]

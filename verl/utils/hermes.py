@@ -117,7 +117,9 @@ def _scan_block(text: str, start: int) -> tuple[int, HermesBlock]:
         end = _malformed_end(text, body, plain=False)
         if _unclosed(text, body, end):
             return end, unclosed
-        why = f"{e.msg} at char {e.pos - body}" if isinstance(e, json.JSONDecodeError) else "nested too deeply"
+        # json's own message for a control character already ends on "at"
+        why = (f"{e.msg.removesuffix(' at')} at char {e.pos - body}" if isinstance(e, json.JSONDecodeError)
+               else "nested too deeply")
         return end, HermesBlock(error=f"malformed tool call: not valid JSON ({why})")
     after = _skip_space(text, json_end)
     if text.startswith(TOOL_CALL_END, after):
