@@ -141,6 +141,9 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
         raise ConfigError("reward_manager.module.path: a reward-manager class is not supported yet by verl reward test")
     from verl.utils.registry import RegistryError
 
+    from verl.trainer.preflight import check_reward_function
+
+    check_reward_function(cfg)  # the same one-line signature check as verl train's pre-flight
     name, fn = training_scorer(cfg)
     try:
         verl_style = is_verl_manager(name)
