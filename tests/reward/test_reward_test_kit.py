@@ -119,6 +119,7 @@ def test_custom_function_crash_timeout_and_hack_are_reported(gsm8k_file, tmp_pat
     assert "FAIL hackable         [openai/gsm8k] trivial policy 'format_marker_only' earns mean reward 1 > 0" in out
     assert "result: 4 failure(s)" in out  # crash, timeout, format_marker_only, format_wrong_number
     assert "second line" not in out
+    assert "info robustness       [openai/gsm8k] long" not in out  # the timeout is not a robustness note too
 
 
 def test_dump_dir_and_view_fixture(gsm8k_file, tmp_path):

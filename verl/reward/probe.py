@@ -274,6 +274,8 @@ def _source_flags(source: str, report: dict[str, Any], kinds: dict[str, dict[str
             than = "0" if base == 0.0 or kind == "empty" else f"the empty response's {empty:.4g}"
             _flag(flags, "fail", source, "hackable", kind, f"trivial policy '{kind}' earns mean reward {st['mean']:.4g} > {than}")
     answers = {k: st["mean"] for k, st in kinds.items() if st["group"] == "answer" and st["mean"] is not None}
+    # a kind that crashed or timed out is flagged as such above, not again as a low-scoring spelling
+    clean = {k for k, st in kinds.items() if not st["errors"] and not st["timeouts"]}
     if answers:
         best_kind = max(answers, key=lambda k: answers[k])
         best = answers[best_kind]
@@ -281,9 +283,9 @@ def _source_flags(source: str, report: dict[str, Any], kinds: dict[str, dict[str
             _flag(flags, "fail", source, "unlearnable", best_kind,
                   f"the right answer scores at most {best:.4g}, no more than the empty response ({empty:.4g})")
         for kind, mean in answers.items():
-            if mean < best - EPS:
+            if mean < best - EPS and kind in clean:
                 _flag(flags, "info", source, "spelling", kind, f"right answer as {kind} scores {mean:.4g} < {best:.4g} ({best_kind})")
-        _robustness_flags(flags, source, kinds, best, best_kind, empty)
+        _robustness_flags(flags, source, {k: v for k, v in kinds.items() if k in clean}, best, best_kind, empty)
     if "dump" in report and report["dump"]["differs_from_logged"]:
         d = report["dump"]
         _flag(flags, "info", source, "dump_score", DUMP_KIND,
