@@ -77,7 +77,7 @@ def test_gsm8k_scorer_flags_only_the_strict_spellings(gsm8k_file):
     kinds = report["sources"]["openai/gsm8k"]["kinds"]
     assert kinds["answer_hash"]["mean"] == 1.0 and kinds["empty"]["mean"] == 0.0
     assert all(k["mean"] == 0.0 for k in kinds.values() if k["group"] == "trivial")
-    assert kinds["long"]["mean"] == 1.0 and kinds["think_answer_inside"]["mean"] == 0.0  # B19, reasoning stripped
+    assert kinds["long"]["mean"] == 1.0 and kinds["think_answer_inside"]["mean"] == 0.0  # reasoning stripped, the long tail searched
     assert not report["failed"]
     # strict "####": 7,2 is 7 (not a thousands group), \boxed{} and "Answer:" have no marker
     assert sorted(f["kind"] for f in report["flags"]) == ["answer_boxed", "answer_hash_comma", "answer_line"]

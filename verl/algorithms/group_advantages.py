@@ -62,7 +62,7 @@ def compute_grpo_outcome_advantage(
 
     std_g is the unbiased (Bessel) group std. With ``norm_adv_by_std_in_grpo=False`` this is
     Dr.GRPO (Liu et al. 2025, arXiv 2503.20783): A_i = s_i − mean_g. Zero-spread groups give
-    exactly 0 (known_faults B01); the std is never floored inside the sqrt (B03). A group of one
+    exactly 0; the std is never floored inside the sqrt. A group of one
     sample (e.g. ``rollout.n=1``) has mean 0 and std 1 as in verl's
     ``compute_grpo_outcome_advantage``: A_i = s_i / (1 + ε) (Dr.GRPO: s_i).
 

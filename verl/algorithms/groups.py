@@ -1,9 +1,9 @@
 """Per-group statistics of sequence scores, grouped by id (uid), never by position.
 
 One vectorised implementation (scatter / index_add over group ids) serves every group-based
-advantage estimator, so no two code paths can disagree on ragged or singleton groups
-(known_faults B03, B04). Statistics are computed in float64: the mean of n identical float32
-values is then exact, so a constant group has exactly zero spread (known_faults B01).
+advantage estimator, so no two code paths can disagree on ragged or singleton groups.
+Statistics are computed in float64: the mean of n identical float32 values is then exact, so a
+constant group has exactly zero spread.
 
 Unscorable samples (score NaN) are excluded from every statistic; estimators give them
 advantage 0.

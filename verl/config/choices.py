@@ -38,7 +38,7 @@ GROUP_ESTIMATORS: frozenset[str] = frozenset(
 """Estimators whose baseline is computed from the other samples of the same prompt.
 
 With ``rollout.n == 1`` the group holds only the sample itself, so its own reward would be its
-baseline and every advantage 0 (RLOO's leave-one-out mean is even undefined; known fault B04).
+baseline and every advantage 0 (RLOO's leave-one-out mean is even undefined).
 ``rollout.n < 2`` is a configuration error for these, except :data:`SINGLETON_ESTIMATORS`.
 """
 

@@ -7,8 +7,8 @@ expected to reproduce it. Answers are compared as exact numbers, so ``"42.0"``, 
 error (ValueError, counted by the reward manager as a reward error), never a silent 0.
 
 Reasoning is removed first (:func:`verl.utils.reasoning.strip_reasoning`): a ``#### N`` inside
-``<think>...</think>`` is a draft, not the answer. The rest of the response is always searched (known fault B19: a scorer that only looked at the last N
-characters dropped a correct ``#### 42`` followed by a long tail).
+``<think>...</think>`` is a draft, not the answer. The rest of the response is always searched (a scorer
+that only looked at the last N characters would drop a correct ``#### 42`` followed by a long tail).
 
 Reference: Cobbe et al., "Training Verifiers to Solve Math Word Problems", 2021
 (https://arxiv.org/abs/2110.14168); the strict/flexible modes follow verl's ``gsm8k.py``.
