@@ -64,11 +64,13 @@ class SupervisedTrainer:
             last = self.global_step == self.total_steps
             if self.validator is not None and (last or (t.test_freq > 0 and self.global_step % t.test_freq == 0)):
                 metrics.update(self.validator())
-            if last or (t.save_freq > 0 and self.global_step % t.save_freq == 0):
-                self.save_checkpoint()
+            # the metrics row is durable before its checkpoint is published (as in the RL loop): a
+            # kill in between redoes the step on resume instead of losing its row
             history.append({"step": self.global_step, **metrics})
             if self.tracker is not None:
                 self.tracker.log(metrics, self.global_step)
+            if last or (t.save_freq > 0 and self.global_step % t.save_freq == 0):
+                self.save_checkpoint()
         if self.tracker is not None:
             self.tracker.close()
         return history
