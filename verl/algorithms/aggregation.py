@@ -1,6 +1,6 @@
 """Loss aggregation: the one place where a `(B, R)` per-token loss becomes a scalar.
 
-Gradient accumulation (known_faults B07, B08): the normaliser of a micro-batch's loss is the
+Gradient accumulation: the normaliser of a micro-batch's loss is the
 token / sequence count of the whole mini-batch (the optimizer step's window), passed in as
 ``global_token_count`` / ``global_seq_count``. Each micro-batch loss is then a partial sum of
 the mini-batch loss, so Σ over micro-batches of `agg_loss` equals the mini-batch loss and its
@@ -11,10 +11,10 @@ divided by the world size when it averages).
 
 Modes (m = mask, l = per-token loss, S = set of sequences with ≥ 1 valid token):
 - ``token-mean``:              Σ_i Σ_t m l / N_tokens
-- ``seq-mean-token-sum``:      Σ_i (Σ_t m l) / N_seqs                      (B10)
+- ``seq-mean-token-sum``:      Σ_i (Σ_t m l) / N_seqs
 - ``seq-mean-token-mean``:     Σ_i (Σ_t m l / Σ_t m) / N_seqs
 - ``seq-mean-token-sum-norm``: Σ_i (Σ_t m l / L) / N_seqs, L a configured constant (Dr.GRPO,
-  arXiv 2503.20783; default ``data.max_response_length``), never the padded width (B11).
+  arXiv 2503.20783; default ``data.max_response_length``), never the padded width.
 """
 
 from __future__ import annotations

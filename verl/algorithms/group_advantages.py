@@ -104,7 +104,7 @@ def compute_rloo_outcome_advantage(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """RLOO (Ahmadian et al. 2024, arXiv 2402.14740): A_i = s_i − (Σ_{j≠i} s_j) / (n − 1).
 
-    Equivalently n/(n − 1)·(s_i − mean_g). Singleton rule (known_faults B04): with n = 1 the
+    Equivalently n/(n − 1)·(s_i − mean_g). Singleton rule: with n = 1 the
     leave-one-out baseline is undefined; the baseline is 0, so A_i = s_i (raw score), as in
     verl's ``compute_rloo_outcome_advantage``. There is
     a single vectorised implementation, so no other code path can apply another rule.

@@ -7,8 +7,8 @@ divergence", http://joschu.net/blog/kl-approx.html), with Δ = log π_θ(y) − 
 - ``abs``:                 |Δ|
 - ``mse`` / ``k2``:        ½ Δ²
 - ``low_var_kl`` / ``k3``: exp(−Δ) + Δ − 1 ≥ 0     (unbiased, low variance). As in verl, −Δ is
-  clamped to [−20, 20] before exp, and the estimate is clamped to at most 10 (known_faults
-  B06: logp −3.0, ref −0.2 gives 12.6446 unclamped, 10.0 returned; above the cap the gradient
+  clamped to [−20, 20] before exp, and the estimate is clamped to at most 10 (e.g.
+  logp −3.0, ref −0.2 gives 12.6446 unclamped, 10.0 returned; above the cap the gradient
   is 0). There is no lower clamp: the estimate is never negative.
 - ``<name>+`` (e.g. ``k3+``, ``k1+``, ``low_var_kl+``): straight-through — the forward value of
   ``<name>`` with the gradient of k2, whose expected gradient is the true KL gradient.
@@ -115,7 +115,7 @@ class AdaptiveKLController:
 
     ``current_kl`` is the batch mean over sequences of each sequence's per-token KL averaged
     over its response-mask tokens (what `apply_kl_penalty` reports); ``n_steps`` counts the
-    sequences (trajectories) in that batch (known_faults B33).
+    sequences (trajectories) in that batch.
 
     Args:
         init_kl_coef: initial β.

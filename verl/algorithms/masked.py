@@ -3,7 +3,7 @@
 Masks are bool or float tensors broadcastable to the values, 1 (or a positive weight) where a
 token counts and 0 on padding. Every reduction here *selects* with `torch.where` instead of
 multiplying by the mask, so sentinel values in padded slots (NaN, inf, the +1.0 "invalid
-logprob" of known_faults B13) can never leak into a result: ``NaN * 0`` is NaN, ``where`` is not.
+logprob" placeholder) can never leak into a result: ``NaN * 0`` is NaN, ``where`` is not.
 """
 
 from __future__ import annotations
@@ -130,7 +130,7 @@ def masked_whiten(
 def compute_response_mask_from_lengths(
     lengths: torch.Tensor, width: int, dtype: torch.dtype = torch.float32
 ) -> torch.Tensor:
-    """Response mask from the lengths the rollout engine reported (known_faults B15, B17).
+    """Response mask from the lengths the rollout engine reported.
 
     The mask is positional: token j of row b counts iff j < lengths[b]. It never looks at token
     values, so a response that stopped without EOS, or whose pad id equals EOS, is masked right.

@@ -5,7 +5,7 @@ response / assistant tokens only) and ``N`` the number of loss tokens of the *wh
 step (every micro-batch on every data-parallel rank). Dividing by the global ``N`` rather than
 the micro-batch's own count makes the summed micro-batch losses equal the token mean of the
 full batch, so micro-batching and the number of ranks never change the gradient
-(known_faults B07; the same rule as ``agg_loss(..., "token-mean", global_token_count=N)``).
+(the same rule as ``agg_loss(..., "token-mean", global_token_count=N)``).
 """
 
 from __future__ import annotations

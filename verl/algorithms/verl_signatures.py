@@ -10,7 +10,7 @@ verl's extension points have other signatures than ours:
 - a **policy loss** is ``fn(old_log_prob, log_prob, advantages, response_mask,
   loss_agg_mode, config, rollout_is_weights) -> (pg_loss, metrics)``: it returns the loss
   already *aggregated* over its micro-batch (verl's ``agg_loss`` with local counts), while our
-  actor aggregates per-token losses with the mini-batch's global counts (known fault B07).
+  actor aggregates per-token losses with the mini-batch's global counts.
 
 For the policy loss, :func:`local_weights` turns the user's scalar back into a per-token loss
 ``pg_loss * w`` whose `agg_loss` with *local* counts is exactly ``pg_loss`` for every mode:

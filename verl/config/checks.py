@@ -186,7 +186,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         gt("cliprange_value", 0.0),
         one_of("loss_agg_mode", C.LOSS_AGG_MODES),
     ],
-    S.OverlongBufferConfig: [],  # checked against data.max_response_length, only when enabled (B25)
+    S.OverlongBufferConfig: [],  # checked against data.max_response_length, only when enabled
     S.RewardModelConfig: [
         one_of("strategy", C.STRATEGIES | frozenset(C.STRATEGY_ALIASES)),
         ge("micro_batch_size", 1),

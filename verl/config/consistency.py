@@ -66,7 +66,7 @@ def _check_batch_sizes(cfg: RootConfig) -> None:
 
 
 def _check_token_budgets(cfg: RootConfig) -> None:
-    """A token budget below one full-length sequence can never hold that sequence (B35 b)."""
+    """A token budget below one full-length sequence can never hold that sequence."""
     rollout = cfg.actor_rollout_ref.rollout
     assert rollout.prompt_length is not None and rollout.response_length is not None
     longest = rollout.prompt_length + rollout.response_length
@@ -94,7 +94,7 @@ def _check_token_budgets(cfg: RootConfig) -> None:
 
 
 def _check_lengths(cfg: RootConfig) -> None:
-    """The engine never sees a prompt longer than its budget, nor prompt + response > max_model_len (B26)."""
+    """The engine never sees a prompt longer than its budget, nor prompt + response > max_model_len."""
     data, rollout = cfg.data, cfg.actor_rollout_ref.rollout
     assert rollout.prompt_length is not None and rollout.response_length is not None
     if rollout.prompt_length < data.max_prompt_length:
@@ -110,7 +110,7 @@ def _check_lengths(cfg: RootConfig) -> None:
             "(data.max_prompt_length + data.max_response_length unless set on the rollout)"
         )
     overlong = cfg.reward_model.overlong_buffer
-    if overlong.enable:  # disabled: nothing is read or checked (B25)
+    if overlong.enable:  # disabled: nothing is read or checked
         if not 1 <= overlong.len <= data.max_response_length:
             raise ConfigError(
                 f"reward_model.overlong_buffer.len: must be in [1, data.max_response_length="

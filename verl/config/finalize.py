@@ -14,7 +14,7 @@ field                                           value when unset
 ``critic.ppo_mini_batch_size``                  ``actor_rollout_ref.actor.ppo_mini_batch_size``
 ``critic.forward_micro_batch_size_per_gpu``     ``critic.ppo_micro_batch_size_per_gpu``
 ``actor_rollout_ref.actor.loss_scale_factor``   ``data.max_response_length`` (the Dr.GRPO
-                                                constant L of ``seq-mean-token-sum-norm``, B11)
+                                                constant L of ``seq-mean-token-sum-norm``)
 ``X_per_gpu`` from a deprecated global ``X``    ``X // world_size``; ``X`` is then cleared
                                                 (actor/critic ``ppo_micro_batch_size``,
                                                 ref/rollout ``log_prob_micro_batch_size``,

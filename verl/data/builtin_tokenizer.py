@@ -2,7 +2,7 @@
 
 One token per character (printable ASCII and newline) plus ``<pad>`` = 0, ``<s>`` = 1 (BOS),
 ``</s>`` = 2 (EOS), ``<unk>`` = 3. Encoding adds no special tokens; the chat template starts with
-BOS, so a rendered-then-encoded prompt holds BOS once (known fault B27). The template renders a
+BOS, so a rendered-then-encoded prompt holds BOS once. The template renders a
 user turn as ``"Q:<content>\\n"``, an assistant turn as ``"A:<content></s>"`` and the generation
 prompt as ``"A:"``. It lives with the data because the built-in tasks are written for it; the
 built-in *model* (`verl.modules.builtin`) saves this same tokenizer next to its weights.

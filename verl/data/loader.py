@@ -2,7 +2,8 @@
 
 Built on ``torchdata``'s `StatefulDataLoader` with its stateful `RandomSampler`: the sampler's
 generator state travels in `state_dict()`, so a run resumed mid-epoch or at an epoch boundary sees
-exactly the batches an uninterrupted run would (known fault B32: sampler not seeded / not restored).
+exactly the batches an uninterrupted run would (an unseeded or unrestored sampler
+would not).
 """
 
 from __future__ import annotations

@@ -112,7 +112,7 @@ def render_prompts(tokenizer: Any, conversations: list[list[dict[str, str]]], ch
     """Chat-template and tokenize prompts, exactly as the rollout engine will see them.
 
     The template is rendered to text (which already holds any BOS it needs) and encoded with
-    ``add_special_tokens=False``, so BOS appears once (known fault B27). ``processor``: a
+    ``add_special_tokens=False``, so BOS appears once. ``processor``: a
     multimodal processor whose ``apply_chat_template`` renders the text instead.
 
     Returns:
@@ -202,7 +202,7 @@ def left_pad(ids: list[int], max_length: int, pad_id: int) -> tuple[torch.Tensor
     """Left-pad one prompt to ``max_length``.
 
     The mask is built from the prompt's length, never from token values, so a prompt token equal
-    to the pad id (pad == eos) keeps its attention (known fault B17).
+    to the pad id (pad == eos) keeps its attention.
 
     Returns:
         ``input_ids``, ``attention_mask``, ``position_ids``, each ``(P,)`` long with P = max_length.

@@ -21,7 +21,7 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> Any:
 
     A missing pad token is set to the eos token (as TRL and verl do), logged once per tokenizer.
     That is safe in verl because no mask is ever derived from token values: attention masks come
-    from padding positions and response masks from generated lengths (known_faults B17), so
+    from padding positions and response masks from generated lengths, so
     pad == eos never hides a real EOS.
 
     Args:

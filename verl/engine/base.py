@@ -2,7 +2,7 @@
 
 A trainer owns its *loss*; the engine owns everything else: micro-batch forward/backward with a
 loss function given the mini-batch's global token / sequence counts (so micro-batching and the
-number of data-parallel ranks never change the gradient, known_faults B07/B08), the optimizer
+number of data-parallel ranks never change the gradient), the optimizer
 step with gradient clipping and the non-finite skip, the LR schedule, FSDP2 wrapping, CPU
 offload, and state save / load. Packed (padding-free) micro-batches plug in here once.
 The implementation is `verl.engine.fsdp_engine.FSDPTrainingEngine` (built by `build_engine`).

@@ -7,7 +7,7 @@ One optimizer step over a mini-batch (`train_batch`):
 3. per micro-batch: ``loss, metrics = loss_fn(module, micro, counts)`` and
    ``(loss * world_size).backward()`` — the loss is already normalised by the *global* counts,
    and FSDP averages gradients over ranks, so the sum over micro-batches and ranks is the
-   full-batch gradient (known_faults B07/B08);
+   full-batch gradient;
 4. metrics summed over micro-batches and ranks in one collective;
 5. the gradient norm clipped to ``grad_clip``; a non-finite norm skips the step.
 

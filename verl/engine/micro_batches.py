@@ -18,7 +18,7 @@ def split_micro_batches(
 
     Fixed mode: consecutive chunks of `micro_batch_size` trajectories (None = one micro-batch).
     Dynamic mode: Karmarkar–Karp balanced groups whose *effective* token count (attention mask
-    sum, never the padded width) stays within `max_token_len` (see known_faults B35). Every
+    sum, never the padded width) stays within `max_token_len`. Every
     data-parallel rank runs the same number of micro-batches, because FSDP's collectives pair up.
 
     Returns:

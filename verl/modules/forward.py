@@ -2,7 +2,7 @@
 
 Every forward passes explicit ``position_ids`` derived from the attention mask. Under left
 padding the model's default ``arange`` positions would score a row at shifted positions; rotary
-models partly hide that, learned absolute position embeddings do not (known_faults B12).
+models partly hide that, learned absolute position embeddings do not.
 
 Sequence layout (T = P + R): ``input_ids = [left-padded prompt (P) | right-padded response (R)]``.
 The logit at position t predicts token t + 1, so response token j (at position P + j) is scored
@@ -338,7 +338,7 @@ def compute_rm_scores(
     """Sequence scores of a ``*ForSequenceClassification`` reward model at the last real token.
 
     Hugging Face's classifier forward finds the last token by value (``input_ids != pad_id``),
-    which picks the wrong token when pad == eos and the response ends in EOS (known_faults B17).
+    which picks the wrong token when pad == eos and the response ends in EOS.
     Here the per-position output of the ``score`` head is captured with a forward hook and the
     score is read at the last position whose attention mask is 1, whatever the token values are.
 

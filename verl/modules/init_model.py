@@ -11,7 +11,7 @@ Sizes (``tiny`` is the default for CPU tests, ``small`` for CPU runs that should
     small     256       4      8         4           768
 
 Architectures: ``qwen2`` and ``llama`` (rotary positions), and ``gpt2`` (learned absolute
-position embeddings: useful to catch position-id bugs that rotary models hide, known_faults B12;
+position embeddings: useful to catch position-id bugs that rotary models hide;
 dropout set to 0 like the other two).
 
 Choices written into the config: ``vocab_size`` = ``len(tokenizer)`` rounded up to a multiple of

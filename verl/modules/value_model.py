@@ -58,7 +58,7 @@ class ValueModel(nn.Module):
         Args:
             input_ids: `(B, T)` token ids.
             attention_mask: `(B, T)` 1 on real tokens.
-            position_ids: `(B, T)` positions; pass them under left padding (known_faults B12).
+            position_ids: `(B, T)` positions; pass them under left padding.
             **kwargs: forwarded to the backbone.
 
         Returns:

@@ -67,7 +67,7 @@ def gather_inputs(data: Any, tokenizer: Any, reward_fn_key: str = "data_source")
     """Decodes responses and collects the per-sample scorer inputs of a DataProto.
 
     Only tokens with ``response_mask == 1`` are decoded, with ``skip_special_tokens=True``; the
-    prompt is never decoded (B21).
+    prompt is never decoded.
 
     Args:
         data: DataProto with ``responses (B, R)``, ``response_mask (B, R)`` and non-tensors
@@ -167,7 +167,7 @@ def assemble_rewards(
 
     The position is the last index where ``response_mask == 1`` (``response_mask.sum() - 1``
     for a contiguous mask); an empty response gets an all-zero row. With the overlong buffer
-    enabled, the DAPO penalty of the response length ``L = response_mask.sum()`` is added (B25).
+    enabled, the DAPO penalty of the response length ``L = response_mask.sum()`` is added.
 
     Args:
         batch: The decoded inputs (for the mask).

@@ -2,7 +2,7 @@
 
 A manager decodes ONLY the valid response tokens of each sample (``responses`` selected by
 ``response_mask``, special tokens skipped), never the prompt: a prompt that contains
-"\\boxed{}" or a few-shot "#### 5" must not earn a format or answer reward (B21). It scores the
+"\\boxed{}" or a few-shot "#### 5" must not earn a format or answer reward. It scores the
 text with a rule-based ``compute_score`` and places the reward on the last valid response token.
 
 Registered managers (:data:`REWARD_MANAGERS`, all with the same constructor):
@@ -24,7 +24,7 @@ scores included —, ``reward/num_nonfinite``, ``reward/num_timeouts``), and is 
 kind per manager with the sample's index and data source; it never stops training. The
 trainer leaves such unscored samples out of the loss (`verl.trainer.reward_errors`). See :mod:`verl.reward.timeout` for how hung scorers are abandoned.
 
-Every path applies the DAPO overlong penalty when ``overlong_buffer.enable`` (B25).
+Every path applies the DAPO overlong penalty when ``overlong_buffer.enable``.
 """
 
 from __future__ import annotations

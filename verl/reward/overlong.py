@@ -6,7 +6,7 @@ For a response of L valid tokens, with ``expected_len = max_response_length - bu
 
 so responses up to ``expected_len`` are untouched and the penalty grows linearly to
 ``-penalty_factor`` at ``max_response_length``. It depends on the response length only, never on
-the prompt length (B25). Example: max 20, buffer 4, factor 1 gives 16 -> 0, 17 -> -0.25,
+the prompt length. Example: max 20, buffer 4, factor 1 gives 16 -> 0, 17 -> -0.25,
 18 -> -0.5, 20 -> -1.0.
 
 Reference: Yu et al., "DAPO: An Open-Source LLM Reinforcement Learning System at Scale", 2025,

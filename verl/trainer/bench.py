@@ -9,7 +9,7 @@ Usage::
 
 What it prints (medians over the steps after the first, which warms up allocators and caches):
 
-- **throughput** as the product documents define it (seeds/000_74d9474b681fcaa2.txt §3):
+- **throughput** as verl's performance guide defines it:
   (rollout-generated tokens + critic-forward tokens + actor-update tokens) / step wall time.
 - per-stage times (``timing_s/<stage>``) and, with Ray workers, the dispatch time
   (driver-side stage time minus the workers' own compute time) and ``timing_s/update_weights``.

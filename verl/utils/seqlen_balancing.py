@@ -15,7 +15,7 @@ otherwise collective ops hang)::
     outputs = restore_order(outputs, micro_idx)                       # back to input order
 
 Micro-batches hold different token counts, so token-mean losses must be normalised by the
-global token count of the mini-batch, not weighted by sample counts (known fault B07).
+global token count of the mini-batch, not weighted by sample counts.
 
 Source: Karmarkar & Karp (1982), "The differencing method of set partitioning" (largest
 differencing method, k-way form); verl ``verl/utils/seqlen_balancing.py``.
@@ -160,7 +160,7 @@ def get_num_micro_batches(
     """Fewest micro-batches whose balanced partition keeps each one within ``max_token_len``.
 
     Starts from the lower bound ceil(total / cap) and increases it until a Karmarkar-Karp
-    partition fits (the lower bound alone can leave one micro-batch over the cap, B35).
+    partition fits (the lower bound alone can leave one micro-batch over the cap).
 
     Args:
         seq_lens: (B,) effective lengths.

@@ -9,7 +9,7 @@ def position_ids_from_attention_mask(attention_mask: torch.Tensor) -> torch.Tens
     """``position_ids = clip(cumsum(mask) − 1, 0)``: 0 on left padding, then 0, 1, 2, ...
 
     A left-padded row [PAD, PAD, a, b] gets [0, 0, 0, 1], so the first real token is at
-    position 0 as in the unpadded sequence (known_faults B12: arange positions shift
+    position 0 as in the unpadded sequence (arange positions would shift
     left-padded rows).
 
     Args:

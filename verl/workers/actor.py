@@ -1,8 +1,8 @@
 """PPO actor: log-probs of responses and the clipped policy-gradient loss, over a `TrainingEngine`.
 
 The actor owns only its loss; micro-batching, the global token / sequence counts (so splitting
-a mini-batch into micro-batches or ranks never changes the loss or the gradient, known_faults
-B07, B08), the optimizer step and the LR schedule are the engine's (`verl.engine`).
+a mini-batch into micro-batches or ranks never changes the loss or the gradient), the optimizer
+step and the LR schedule are the engine's (`verl.engine`).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ def reuses_old_log_probs(actor: ActorConfig, train_batch_size: int, use_kl_in_re
     recompute path's. The rollout's own ``rollout_log_probs`` are never substituted, so the
     rollout engine and its numerics (vLLM, bf16) do not enter. Needed otherwise: a second epoch or
     mini-batch (the policy has moved), or ``algorithm.use_kl_in_reward`` (the KL penalty reads
-    old log-probs before the update). Measured (issue 14): the recompute was 18.5 % of a GSM8K
+    old log-probs before the update). Measured: the recompute was 18.5 % of a GSM8K
     step on CPU. TRL's GRPOTrainer makes the same choice when on-policy.
 
     Args:

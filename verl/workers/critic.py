@@ -3,7 +3,7 @@
 Values for response token t are read at the position that *predicts* t (the last prompt
 token for t = 0), matching the actor's log-prob alignment, so GAE's V(s_t) is the value of
 the state before emitting token t. Loss normalisation, micro-batching and the optimizer step
-are the engine's (global counts, known_faults B07).
+are the engine's (global counts).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ def extract_answer(solution_str: str, method: Literal["strict", "flexible"] = "s
     Reasoning blocks are removed first (:func:`~verl.utils.reasoning.strip_reasoning`).
 
     Args:
-        solution_str: Decoded response text (never the prompt, see B21).
+        solution_str: Decoded response text (never the prompt).
         method: ``"strict"`` takes the number right after the LAST ``####`` marker (None when
             there is no marker or no number after it); ``"flexible"`` takes the last number
             anywhere in the text.

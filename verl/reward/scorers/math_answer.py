@@ -5,13 +5,13 @@ Pipeline (each step short-circuits the next):
 0. Reasoning is removed (:func:`verl.utils.reasoning.strip_reasoning`): a box inside
    ``<think>...</think>`` is a draft, never the answer.
 1. Extraction: the LAST ``\\boxed{...}`` or ``\\fbox{...}`` with a balanced brace scan, so nested
-   answers like ``\\boxed{\\frac{1}{2}}`` are kept whole (B22). An unbalanced last box yields no
+   answers like ``\\boxed{\\frac{1}{2}}`` are kept whole. An unbalanced last box yields no
    answer (score 0.0, never an exception).
 2. Normalised string equality (spacing, ``\\left``/``\\right``, ``\\dfrac``, ``\\text{}``, units of
    degrees, ``$``, ``%``, ``x =`` prefixes...). Braces are kept, so ``\\frac{1}{23}`` and
    ``\\frac{12}{3}`` stay distinct.
 3. Exact numeric equality when both sides are plain decimals: ``"033" == "33"`` and
-   ``"0" == "00"`` but ``"0.5" != "5"`` and ``"100" != "1"`` (B23). When both are plain numbers
+   ``"0" == "00"`` but ``"0.5" != "5"`` and ``"100" != "1"``. When both are plain numbers
    this decides the answer without calling math-verify (fast path).
 4. Symbolic equivalence with math-verify (``parse``/``verify``), with its signal-based timeouts
    disabled (``parsing_timeout=None``, ``timeout_seconds=None``) because signals only work on the
@@ -47,7 +47,7 @@ def last_boxed_answer(text: str) -> str | None:
     """Returns the content of the last ``\\boxed{}`` / ``\\fbox{}`` in ``text``.
 
     Braces are matched with a depth counter (escaped ``\\{``/``\\}`` do not count), so nested
-    groups survive (B22). ``\\boxed 5`` (no braces) returns the following token.
+    groups survive. ``\\boxed 5`` (no braces) returns the following token.
 
     Args:
         text: Response text.
@@ -167,7 +167,7 @@ def compute_score(
 
     ``score`` if the last box outside reasoning is equivalent to ``ground_truth``; ``format_score`` (a format
     bonus, default 0) if a box is present but wrong; 0.0 without a box. The bonus only ever
-    looks at ``solution_str``, which the reward manager decodes from response tokens only (B21).
+    looks at ``solution_str``, which the reward manager decodes from response tokens only.
 
     Args:
         solution_str: Decoded response text.

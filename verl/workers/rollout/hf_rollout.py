@@ -5,7 +5,7 @@ Generation for one micro-batch (at most ``rollout.max_num_seqs`` prompts):
 1. Drop the leading columns that are padding in every row (they would only cost compute), and
    allocate the KV cache once for ``P' + R`` positions (transformers ``StaticCache``; the cache
    kind is ``engine_kwargs.cache_implementation``: ``static`` (default) or ``dynamic``).
-2. Prefill the prompt with explicit ``position_ids`` (correct under left padding, B12).
+2. Prefill the prompt with explicit ``position_ids`` (correct under left padding).
 3. Decode token by token: position ``last prompt position + 1 + t``, sampling by
    `verl.workers.rollout.sampling` with a seeded `torch.Generator`. A row stops at the first
    token in ``eos_token_id`` (any of them); later slots hold ``pad_token_id`` and the row's
@@ -21,7 +21,7 @@ no difference beyond noise (the LM head dominates at this size). Static is the d
 its memory is allocated once per batch and bounded by P + R; ``dynamic`` stays available.
 
 ``response_mask`` comes from the generated *lengths*, never from token values, so pad == eos and
-responses that stop without EOS are masked right (known_faults B15, B17). ``rollout_log_probs``
+responses that stop without EOS are masked right. ``rollout_log_probs``
 are ``log_softmax(logits / τ)`` at the sampled tokens, before top-k / top-p filtering, 0 on
 padding; the training forward `verl.modules.forward.compute_log_probs` reproduces them.
 
@@ -206,7 +206,7 @@ class HFRollout:
         return self._assemble(prompts, position_ids, responses, lengths, log_probs, out_meta)
 
     def _check_lengths(self, attention_mask: torch.Tensor, response_length: int) -> None:
-        """Reject inputs the engine must never receive (known_faults B26): the data layer truncates."""
+        """Reject inputs the engine must never receive: the data layer truncates."""
         if attention_mask.shape[0] == 0:
             return
         if not bool(attention_mask[:, -1].all()):

@@ -95,7 +95,7 @@ class ChatTemplate:
         return self._render(messages, add_generation_prompt, self.tools)
 
     def encode(self, text: str) -> list[int]:
-        """Ids of rendered text, with no special tokens added (the template holds them, B27)."""
+        """Ids of rendered text, with no special tokens added (the template holds them)."""
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def decode(self, ids: list[int]) -> str:
