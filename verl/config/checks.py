@@ -17,6 +17,7 @@ from typing import Any
 from verl.config import choices as C
 from verl.config import schema as S
 from verl.config.errors import ConfigError, did_you_mean, not_supported
+from verl.config.schema_guards import check_alarms, check_sentinel
 
 __all__ = ["Rule", "check_sections", "SECTION_RULES"]
 
@@ -380,6 +381,8 @@ def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
         raise ConfigError(f"{prefix}.resume_from_path: must be set when {prefix}.resume_mode=resume_path")
     if t.rollout_data_max_rows is not None and not t.rollout_data_dir:
         raise ConfigError(f"{prefix}.rollout_data_max_rows: bounds the rollout dump, which is off; set {prefix}.rollout_data_dir too")
+    if t.sentinel.enable and t.sentinel.action == "rollback" and t.save_freq <= 0:
+        raise ConfigError(f"{prefix}.sentinel.action: rollback restores the last good checkpoint; set {prefix}.save_freq > 0")
     world = t.nnodes * t.n_gpus_per_node
     if t.backend == "local" and world > 1:
         raise ConfigError(
@@ -403,6 +406,8 @@ SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
     S.PolicyLossConfig: _check_policy_loss,
     S.RewardModelConfig: _check_reward_model,
     S.TrainerConfig: _check_trainer,
+    S.AlarmsConfig: check_alarms,
+    S.SentinelConfig: check_sentinel,
 }
 """Cross-field rules that stay inside one section, keyed by the section's dataclass."""
 

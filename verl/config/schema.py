@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from verl.config.schema_guards import AlarmsConfig, SentinelConfig
 from verl.config.schema_verl import (
     CheckpointEngineConfig,
     CustomClassConfig,
@@ -926,6 +927,10 @@ class TrainerConfig:
     # Seconds to wait for Ray workers to register.
     use_legacy_worker_impl: str = "auto"
     # verl's worker implementation switch.
+    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
+    # Live reward-hacking alarms (alarm/* metrics; see verl.config.schema_guards).
+    sentinel: SentinelConfig = field(default_factory=SentinelConfig)
+    # Divergence sentinel, incident bundles for `verl replay`, rollback (see verl.config.schema_guards).
 
 
 @dataclass

@@ -19,6 +19,7 @@ from verl.algorithms import AdvantageConfig, apply_kl_penalty, compute_advantage
 from verl.protocol import DataProto
 from verl.trainer.builders import build_parts, resolve_root
 from verl.trainer.checkpoint import restore_checkpoint, write_checkpoint
+from verl.trainer.guards import RunGuards, fit_with_rollback
 from verl.trainer.metrics import (
     compute_data_metrics,
     compute_memory_metrics,
@@ -66,6 +67,7 @@ class RLTrainer:
         self._pending_timing: dict[str, float] = {}
         # the estimator's own inputs decide the optional stages (ReMax: a greedy baseline per prompt)
         self._greedy_baseline = "reward_baselines" in estimator_inputs(self.config.algorithm.adv_estimator)
+        self.guards = RunGuards(self.config)  # reward-hacking alarms, divergence sentinel (trainer.alarms / sentinel)
 
     @property
     def global_step(self) -> int:
@@ -96,7 +98,7 @@ class RLTrainer:
         Worker processes (Ray backend) are released when it returns or raises.
         """
         try:
-            return self._fit()
+            return fit_with_rollback(self, self._fit)  # trainer.sentinel.action=rollback re-enters _fit
         finally:
             self.close()
 
@@ -168,6 +170,8 @@ class RLTrainer:
         generation batch and return None; the step runs when enough groups are kept.
         """
         p, cfg = self._parts(), self.config
+        if self.guards.skip_batch(batch_dict):  # the batch that tripped the sentinel before a rollback
+            return None
         rollout = cfg.actor_rollout_ref.rollout
         sampler = self._dynamic_sampler()
         metrics: dict[str, float] = {}
@@ -229,6 +233,7 @@ class RLTrainer:
                 actor_batch = batch.select()
                 metrics.update(mask_truncated_stage(actor_batch, _as_ids(batch.meta_info.get("eos_token_id"))))
             if self.global_step >= cfg.trainer.critic_warmup:
+                self.guards.before_update(self, actor_batch)
                 with timer("update_actor", timing):
                     out = p.actor_rollout_wg.update_actor(actor_batch)
                 metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
@@ -243,6 +248,7 @@ class RLTrainer:
                                                   cfg.actor_rollout_ref.actor.ppo_epochs, cfg.trainer.device))
         metrics["training/global_step"] = float(self.global_step + 1)
         metrics["training/epoch"] = float(self.epoch)
+        metrics.update(self.guards.after_step(self, batch, metrics))
         return metrics
 
     # ------------------------------------------------------------------------------- stages
