@@ -16,6 +16,7 @@ from verl.config import choices as C
 from verl.config.errors import ConfigError
 from verl.config.finalize import world_size
 from verl.config.schema import RootConfig
+from verl.config.v1_checks import check_trainer_v1
 
 __all__ = ["check_consistency"]
 
@@ -236,3 +237,4 @@ def check_consistency(cfg: RootConfig) -> None:
     _check_devices(cfg)
     _check_rollout_correction(cfg)
     _check_sum_pi_squared(cfg)
+    check_trainer_v1(cfg)

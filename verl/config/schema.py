@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from verl.config.schema_v1 import TrainerV1Config
 from verl.config.schema_guards import AlarmsConfig, SentinelConfig
 from verl.config.schema_verl import (
     CheckpointEngineConfig,
@@ -931,6 +932,11 @@ class TrainerConfig:
     # Live reward-hacking alarms (alarm/* metrics; see verl.config.schema_guards).
     sentinel: SentinelConfig = field(default_factory=SentinelConfig)
     # Divergence sentinel, incident bundles for `verl replay`, rollback (see verl.config.schema_guards).
+    use_v1: bool = True
+    # verl's switch to its V1 trainer (default true there): one loop here either way; the mode is
+    # trainer.v1.trainer_mode.
+    v1: TrainerV1Config = field(default_factory=TrainerV1Config)
+    # verl's trainer modes (sync | separate_async) and replay-buffer sampler (see verl.config.schema_v1).
 
 
 @dataclass

@@ -305,6 +305,7 @@ def write_checkpoint(
             "dataloader": parts.train_dataloader.state_dict(),
             "kl_ctrl": parts.kl_ctrl.state_dict() if parts.kl_ctrl is not None else None,
             "rng": capture_rng_state(),
+            "extra": state.extra,
         }
         torch.save(trainer_state, tmp / "trainer_state.pt")
         save_config(config, tmp / "config.yaml")
@@ -330,6 +331,7 @@ def restore_checkpoint(parts: TrainerParts, state: TrainerState, trainer_cfg: Tr
     saved = safe_torch_load(path / "trainer_state.pt", "trainer.resume_mode / trainer.resume_from_path",
                             "trainer state", map_location="cpu")
     state.global_step, state.epoch = int(saved["global_step"]), int(saved["epoch"])
+    state.extra = dict(saved.get("extra") or {})
     if state.global_step != step_of(path):
         raise CheckpointError(f"{path}: trainer_state.pt records step {state.global_step}, the directory says {step_of(path)}")
     parts.train_dataloader.load_state_dict(saved["dataloader"])

@@ -117,6 +117,10 @@ class RLTrainer:
             p.tracker.close()
 
     def _fit(self) -> list[dict[str, float]]:
+        if self.config.trainer.v1.trainer_mode != "sync":  # verl's V1 async modes drive the same stages
+            from verl.trainer.async_rl import fit_async
+
+            return fit_async(self)
         p = self._parts()
         cfg = self.config
         resumed = self._load_checkpoint()
@@ -202,41 +206,60 @@ class RLTrainer:
                     return None
                 metrics.update(sampling_metrics)
                 self._pending_timing = {}
-            if cfg.trainer.balance_batch and p.world_size > 1:
-                metrics.update(self._balance_batch(batch))
-            entropys = None
-            if cfg.algorithm.rollout_correction.bypass_mode:
-                # as verl: the engine's log-probs stand in for the old ones, no old-log-prob forward
-                bypass_old_log_probs(batch)
-            elif not self._reuse_old_log_probs():
-                with timer("old_log_prob", timing):
-                    old = p.actor_rollout_wg.compute_log_prob(batch)
-                entropys = old.batch["entropys"]
-                metrics.update(compute_rollout_entropy_metrics(entropys, batch.batch["response_mask"]))
-                batch.union(old.select(batch_keys=[k for k in ("old_log_probs", "sum_pi_squared") if k in old.batch.keys()]))
-            if self._use_reference():
-                with timer("ref", timing):
-                    batch.union(p.actor_rollout_wg.compute_ref_log_prob(batch))
-            if p.critic_wg is not None:
-                with timer("values", timing):
-                    batch.union(p.critic_wg.compute_values(batch))
-            with timer("adv", timing):
-                metrics.update(self._compute_advantage(batch))
-            if p.critic_wg is not None:
-                with timer("update_critic", timing):
-                    out = p.critic_wg.update_critic(batch)
-                metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
-            metrics.update(rollout_correction_stage(batch, cfg.algorithm.rollout_correction))
-            actor_batch = batch
-            if cfg.actor_rollout_ref.actor.mask_truncated_completions:
-                # the actor's own view: the step's data metrics keep the responses as generated
-                actor_batch = batch.select()
-                metrics.update(mask_truncated_stage(actor_batch, _as_ids(batch.meta_info.get("eos_token_id"))))
-            if self.global_step >= cfg.trainer.critic_warmup:
-                self.guards.before_update(self, actor_batch)
-                with timer("update_actor", timing):
-                    out = p.actor_rollout_wg.update_actor(actor_batch)
-                metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+            entropys = self._update_stages(batch, metrics, timing)
+        self._step_metrics(batch, metrics, timing, entropys)
+        metrics.update(self.guards.after_step(self, batch, metrics))
+        return metrics
+
+    def _update_stages(self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float]) -> torch.Tensor | None:
+        """Old log-probs, reference, values, advantages, critic and actor updates on a scored batch.
+
+        Shared by the synchronous step and the asynchronous loop (`verl.trainer.async_rl`), which
+        calls it once per mini-batch taken from its replay buffer. Returns the recomputed entropy
+        `(B, R)` (None when the old-log-prob forward did not run).
+        """
+        p, cfg = self._parts(), self.config
+        if cfg.trainer.balance_batch and p.world_size > 1:
+            metrics.update(self._balance_batch(batch))
+        entropys = None
+        if cfg.algorithm.rollout_correction.bypass_mode:
+            # as verl: the engine's log-probs stand in for the old ones, no old-log-prob forward
+            bypass_old_log_probs(batch)
+        elif not self._reuse_old_log_probs():
+            with timer("old_log_prob", timing):
+                old = p.actor_rollout_wg.compute_log_prob(batch)
+            entropys = old.batch["entropys"]
+            metrics.update(compute_rollout_entropy_metrics(entropys, batch.batch["response_mask"]))
+            batch.union(old.select(batch_keys=[k for k in ("old_log_probs", "sum_pi_squared") if k in old.batch.keys()]))
+        if self._use_reference():
+            with timer("ref", timing):
+                batch.union(p.actor_rollout_wg.compute_ref_log_prob(batch))
+        if p.critic_wg is not None:
+            with timer("values", timing):
+                batch.union(p.critic_wg.compute_values(batch))
+        with timer("adv", timing):
+            metrics.update(self._compute_advantage(batch))
+        if p.critic_wg is not None:
+            with timer("update_critic", timing):
+                out = p.critic_wg.update_critic(batch)
+            metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+        metrics.update(rollout_correction_stage(batch, cfg.algorithm.rollout_correction))
+        actor_batch = batch
+        if cfg.actor_rollout_ref.actor.mask_truncated_completions:
+            # the actor's own view: the step's data metrics keep the responses as generated
+            actor_batch = batch.select()
+            metrics.update(mask_truncated_stage(actor_batch, _as_ids(batch.meta_info.get("eos_token_id"))))
+        if self.global_step >= cfg.trainer.critic_warmup:
+            self.guards.before_update(self, actor_batch)
+            with timer("update_actor", timing):
+                out = p.actor_rollout_wg.update_actor(actor_batch)
+            metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
+        return entropys
+
+    def _step_metrics(self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float],
+                      entropys: torch.Tensor | None) -> None:
+        """The rollout dump and the step's data, timing, memory and throughput metrics (into ``metrics``)."""
+        p, cfg = self._parts(), self.config
         if cfg.trainer.rollout_data_dir:
             dump_rollout_data(batch, p.tokenizer, cfg.trainer.rollout_data_dir, self.global_step + 1,
                               max_rows=cfg.trainer.rollout_data_max_rows, entropys=entropys,
@@ -248,8 +271,6 @@ class RLTrainer:
                                                   cfg.actor_rollout_ref.actor.ppo_epochs, cfg.trainer.device))
         metrics["training/global_step"] = float(self.global_step + 1)
         metrics["training/epoch"] = float(self.epoch)
-        metrics.update(self.guards.after_step(self, batch, metrics))
-        return metrics
 
     # ------------------------------------------------------------------------------- stages
     def _gen_batch(self, batch: DataProto, validate: bool) -> DataProto:

@@ -74,6 +74,9 @@ class TrainerState:
 
     global_step: int = 0
     epoch: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+    # mode-specific state saved with the checkpoint (the async loop's prompts not yet trained);
+    # tensors, numbers, strings, lists and dicts only (loaded with weights_only=True)
 
 
 def capture_rng_state() -> dict[str, Any]:

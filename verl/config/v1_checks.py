@@ -1,0 +1,73 @@
+"""Load-time checks of ``trainer.v1.*`` (verl's trainer modes), across the sections they touch.
+
+Every refused value is one line naming its key. The rules for ``separate_async`` are verl's
+(``verl/trainer/ppo/v1/trainer_separate_async.py``): the rollout has its own pool
+(``actor_rollout_ref.hybrid_engine=false``) and ``data.train_batch_size = parameter_sync_step x
+actor.ppo_mini_batch_size`` (one RL step = ``parameter_sync_step`` mini-batches, one weight sync).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from verl.config.errors import ConfigError, did_you_mean, not_supported
+from verl.config.schema_v1 import OFF_POLICY_STRATEGIES, TRAINER_MODES
+
+if TYPE_CHECKING:
+    from verl.config.schema import RootConfig
+
+__all__ = ["check_trainer_v1"]
+
+_P = "trainer.v1"
+
+
+def check_trainer_v1(cfg: RootConfig) -> None:
+    """Refuse ``trainer.v1`` values that cannot run (one-line `ConfigError`)."""
+    v1 = cfg.trainer.v1
+    if v1.trainer_mode not in TRAINER_MODES:
+        raise ConfigError(f"{_P}.trainer_mode: must be one of {sorted(TRAINER_MODES)}, got {v1.trainer_mode!r}"
+                          f"{did_you_mean(v1.trainer_mode, TRAINER_MODES)}")
+    s = v1.sampler
+    if s.max_off_policy_strategy not in OFF_POLICY_STRATEGIES:
+        raise ConfigError(f"{_P}.sampler.max_off_policy_strategy: must be drop or wait, got {s.max_off_policy_strategy!r}")
+    if s.max_off_policy_threshold < 0:
+        raise ConfigError(f"{_P}.sampler.max_off_policy_threshold: must be >= 0 (versions a group may span), "
+                          f"got {s.max_off_policy_threshold}")
+    if bool(s.custom_sampler.path) != bool(s.custom_sampler.name):
+        raise ConfigError(f"{_P}.sampler.custom_sampler: set both path and name (got path={s.custom_sampler.path!r}, "
+                          f"name={s.custom_sampler.name!r})")
+    if s.sampler_kwargs and not s.custom_sampler.path:
+        raise ConfigError(f"{_P}.sampler.sampler_kwargs: only a custom sampler takes keyword arguments; set "
+                          f"{_P}.sampler.custom_sampler.{{path,name}} or remove them")
+    if v1.trainer_mode == "colocate_async":
+        raise not_supported(f"{_P}.trainer_mode", "colocate_async (warm-up batches on one pool) is not built; use "
+                            "separate_async with actor_rollout_ref.hybrid_engine=false, or sync")
+    if v1.trainer_mode == "separate_async":
+        _check_separate_async(cfg)
+
+
+def _check_separate_async(cfg: RootConfig) -> None:
+    sa = cfg.trainer.v1.separate_async
+    actor, algo = cfg.actor_rollout_ref.actor, cfg.algorithm
+    if sa.parameter_sync_step < 1:
+        raise ConfigError(f"{_P}.separate_async.parameter_sync_step: must be >= 1, got {sa.parameter_sync_step}")
+    if sa.num_warmup_batches < 0:
+        raise ConfigError(f"{_P}.separate_async.num_warmup_batches: must be >= 0, got {sa.num_warmup_batches}")
+    if sa.hybrid_rollout.enable_switch:
+        raise not_supported(f"{_P}.separate_async.hybrid_rollout.enable_switch", "lending trainer devices to the "
+                            "rollout is not built; leave it false")
+    if cfg.trainer.v1.sampler.sync_refill_failed_groups:
+        raise not_supported(f"{_P}.sampler.sync_refill_failed_groups", "it applies to verl's sync sampling only; leave it false")
+    if cfg.actor_rollout_ref.hybrid_engine:
+        raise ConfigError(f"{_P}.trainer_mode=separate_async: the rollout needs its own pool; set "
+                          "actor_rollout_ref.hybrid_engine=false")
+    if cfg.data.train_batch_size != sa.parameter_sync_step * actor.ppo_mini_batch_size:
+        raise ConfigError(f"{_P}.separate_async.parameter_sync_step: data.train_batch_size ({cfg.data.train_batch_size}) "
+                          f"must equal parameter_sync_step ({sa.parameter_sync_step}) x actor_rollout_ref.actor."
+                          f"ppo_mini_batch_size ({actor.ppo_mini_batch_size}), as in verl")
+    if algo.filter_groups.enable:
+        raise not_supported("algorithm.filter_groups.enable", "DAPO group filtering with trainer.v1.trainer_mode="
+                            "separate_async is not built; use trainer_mode=sync")
+    if algo.adv_estimator == "remax":
+        raise not_supported("algorithm.adv_estimator", "remax (a greedy baseline per prompt) with "
+                            "trainer.v1.trainer_mode=separate_async is not built; use grpo, rloo or gae")
