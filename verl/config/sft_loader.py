@@ -138,11 +138,35 @@ def _check(cfg: SFTRootConfig) -> None:
         (t.resume_mode in ("auto", "disable", "resume_path"), f"trainer.resume_mode: must be auto | disable | resume_path, got {t.resume_mode!r}"),
         (t.device in ("cpu", "cuda"), f"trainer.device: must be cpu | cuda, got {t.device!r}"),
         (cfg.ulysses_sequence_parallel_size == 1, "ulysses_sequence_parallel_size is not supported yet: use 1"),
+        (d.max_token_len_per_gpu >= 1, "data.max_token_len_per_gpu: must be >= 1"),
+        (m.fsdp_config.mixed_precision in (None, "bfloat16", "float32", "bf16", "fp32"),
+         f"model.fsdp_config.mixed_precision: must be bfloat16 | float32 | null, got {m.fsdp_config.mixed_precision!r}"),
+        *_checkpoint_rules(cfg),
     ]
     for ok, message in rules:
         if not ok:
             raise ConfigError(message)
     _check_hybrid(cfg)
+
+
+CHECKPOINT_CONTENTS = ("model", "optimizer", "extra", "hf_model")
+
+
+def _checkpoint_rules(cfg: SFTRootConfig) -> list[tuple[bool, str]]:
+    c, t = cfg.checkpoint, cfg.trainer
+    rules = [(_freq_ok(t.save_freq), f"trainer.save_freq: must be an integer or after_each_epoch, got {t.save_freq!r}"),
+             (_freq_ok(t.test_freq), f"trainer.test_freq: must be an integer or after_each_epoch, got {t.test_freq!r}")]
+    for key in ("save_contents", "load_contents"):
+        values = list(getattr(c, key))
+        bad = [v for v in values if v not in CHECKPOINT_CONTENTS]
+        rules.append((not bad, f"checkpoint.{key}: unknown part {bad[:1]}; allowed: {list(CHECKPOINT_CONTENTS)}"))
+        rules.append(("model" in values, f"`checkpoint.{key}` without model is not supported yet: the weights are "
+                                         "what a resume starts from; add model"))
+    return rules
+
+
+def _freq_ok(value: object) -> bool:
+    return value == "after_each_epoch" or (isinstance(value, int) and not isinstance(value, bool))
 
 
 def _check_hybrid(cfg: SFTRootConfig) -> None:
@@ -210,6 +234,7 @@ def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (
         tree = read_yaml_tree(path)
         if "experiment_name" not in (tree.get("trainer") or {}):
             tree.setdefault("trainer", {})["experiment_name"] = Path(path).expanduser().stem
+    tree, overrides = _from_engine_layout(tree, overrides, algorithm)
     if algorithm and "algorithm" not in (tree.get("trainer") or {}):
         tree.setdefault("trainer", {})["algorithm"] = algorithm
     tree = apply_tree_overrides(tree, overrides)
@@ -229,6 +254,21 @@ def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (
         cfg.trainer.resume_mode, cfg.trainer.resume_from_path = "resume_path", cfg.trainer.resume_path
     _check(cfg)
     return cfg
+
+
+def _from_engine_layout(tree: dict[str, Any], overrides: Sequence[str], algorithm: str | None) -> tuple[dict[str, Any], Sequence[str]]:
+    """A config in verl's ``sft_trainer_engine`` layout as this schema's tree (`verl.config.sft_engine_layout`)."""
+    from verl.config.sft_engine_layout import engine_layout_tree, uses_engine_layout
+
+    if not uses_engine_layout(tree, overrides):
+        return tree, overrides
+    if algorithm not in (None, "sft"):
+        raise ConfigError(f"verl's sft_trainer_engine layout (model.path, data.messages_key, engine.*) trains SFT only; "
+                          f"write the {algorithm} config with the fsdp_sft_trainer keys (model.partial_pretrain, ...)")
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    return engine_layout_tree(tree, overrides, device, apply_tree_overrides), []
 
 
 def sft_config_to_yaml(cfg: SFTRootConfig) -> str:

@@ -21,7 +21,13 @@ class SFTMultiTurnConfig:
     messages_key: str = "messages"
     # Column holding the list of {role, content} messages.
     tools_key: Optional[str] = "tools"
-    # Column holding tool schemas for the chat template (absent column = no tools).
+    # Column holding tool schemas for the chat template (absent column = no tools; a JSON string is parsed).
+    enable_thinking_key: Optional[str] = None
+    # Column whose per-row value is passed to the chat template as enable_thinking (absent = the default below).
+    enable_thinking_default: Optional[bool] = None
+    # enable_thinking for rows without that column; None = not passed to the template.
+    apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Extra keyword arguments of tokenizer.apply_chat_template (every turn boundary is rendered with them).
 
 
 @dataclass
@@ -39,6 +45,14 @@ class SFTDataConfig:
     # Deprecated global micro batch; micro_batch_size_per_gpu = micro_batch_size / world size.
     micro_batch_size_per_gpu: int = 4
     # Sequences per forward/backward per rank (also the validation batch). Never changes the loss.
+    use_dynamic_bsz: bool = False
+    # Pack micro-batches by a token budget (max_token_len_per_gpu) instead of micro_batch_size_per_gpu.
+    max_token_len_per_gpu: int = 8192
+    # Tokens (prompt + response) per micro-batch per rank with use_dynamic_bsz. Never changes the loss.
+    train_max_samples: int = -1
+    # Use only the first N training rows; -1 = all.
+    val_max_samples: int = -1
+    # Use only the first N validation rows; -1 = all.
     train_files: List[str] = field(default_factory=lambda: ["~/data/gsm8k/train.parquet"])
     # Parquet / JSONL files, or builtin://arithmetic_sft/train, builtin://arithmetic_preference/<split>.
     val_files: List[str] = field(default_factory=list)
@@ -78,7 +92,11 @@ class SFTFSDPConfig:
     cpu_offload: bool = False
     # Keep parameters and optimizer state on CPU between uses (FSDP2 CPUOffloadPolicy).
     offload_params: bool = False
-    # Same as cpu_offload (verl's second spelling).
+    # Keep parameters on CPU between uses (verl's second spelling of cpu_offload; also offloads the optimizer).
+    optimizer_offload: bool = False
+    # Keep only the optimizer state on CPU.
+    mixed_precision: Optional[str] = None
+    # Compute dtype (bfloat16 | float32) over parameters in model_dtype; None = model_dtype.
 
 
 @dataclass
@@ -102,6 +120,8 @@ class SFTModelConfig:
     # LoRA targets: all-linear or a list of module names.
     use_liger: bool = False
     # Not supported (must stay false).
+    exclude_modules: Optional[str] = None
+    # LoRA: regex (full match) of module names never adapted; no effect when lora_rank=0.
     override_config: Dict[str, Any] = field(default_factory=dict)
     # Keys overriding the model's HF config.
 
@@ -122,6 +142,11 @@ class SFTOptimConfig:
     lr_scheduler: str = "cosine"
     # After warm-up: cosine (to min_lr_ratio * lr at the last step) | constant.
     min_lr_ratio: float = 0.0
+    num_cycles: float = 0.5
+    # Cosine cycles over the decay phase (0.5 = half a cosine down to min_lr_ratio * lr).
+    zero_indexed_step: bool = False
+    # True: update k (1-based) uses the schedule at k - 1, so the first warm-up update runs at lr 0 (verl's
+    # engine layout default); False: at k (the first warm-up update at lr / warmup steps).
 
 
 @dataclass
@@ -192,10 +217,11 @@ class SFTTrainerConfig:
     # console | jsonl | tensorboard | wandb | mlflow.
     seed: int = 1
     # Seed of model init-time randomness and the data shuffle.
-    save_freq: int = -1
-    # Checkpoint every N steps (and at the end); -1 = only at the end.
-    test_freq: int = -1
-    # Validation loss every N steps (and at the end); -1 = only at the end when val_files are set.
+    save_freq: Any = -1
+    # Checkpoint every N steps (and at the end); -1 = only at the end; after_each_epoch = every epoch.
+    test_freq: Any = -1
+    # Validation loss every N steps (and at the end); -1 = only at the end when val_files are set;
+    # after_each_epoch = every epoch.
     nnodes: int = 1
     n_gpus_per_node: int = 1
     # The world size comes from torchrun (WORLD_SIZE), as in verl's SFT trainer; a mismatch is logged.
@@ -206,6 +232,16 @@ class SFTTrainerConfig:
 
 
 @dataclass
+class SFTCheckpointConfig:
+    save_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra", "hf_model"])
+    # What global_step_N holds: model (weights, needed to resume) | optimizer | extra (lr scheduler) |
+    # hf_model (a Hugging Face directory at its top). verl's sft_trainer_engine layout defaults to
+    # [model, optimizer, extra].
+    load_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
+    # What a resume restores (model is required; a part the checkpoint lacks starts fresh).
+
+
+@dataclass
 class SFTRootConfig:
     data: SFTDataConfig = field(default_factory=SFTDataConfig)
     model: SFTModelConfig = field(default_factory=SFTModelConfig)
@@ -213,6 +249,7 @@ class SFTRootConfig:
     dpo: DPOConfig = field(default_factory=DPOConfig)
     hybrid: HybridConfig = field(default_factory=HybridConfig)
     trainer: SFTTrainerConfig = field(default_factory=SFTTrainerConfig)
+    checkpoint: SFTCheckpointConfig = field(default_factory=SFTCheckpointConfig)
     ulysses_sequence_parallel_size: int = 1
     # Sequence parallelism: only 1 is supported.
     use_remove_padding: bool = False

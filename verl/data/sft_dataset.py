@@ -129,6 +129,7 @@ def tokenize_prompt_response(tokenizer: Any, prompt: str | list[dict[str, Any]],
 
 def tokenize_conversation(
     tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None, last_turn_only: bool = False,
+    template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(ids, loss_mask) of a chat; the mask is 1 exactly on the assistant turns' own tokens.
 
@@ -142,6 +143,7 @@ def tokenize_conversation(
         messages: ``{role, content}`` dicts (``tool_calls`` etc. passed through to the template).
         tools: tool schemas for the template (``data.multiturn.tools_key``), or None.
         last_turn_only: mask only the final assistant turn (DPO responses).
+        template_kwargs: extra ``apply_chat_template`` keyword arguments (e.g. ``enable_thinking``).
 
     Raises:
         ValueError: no chat template, no assistant turn, or a template whose rendering of a
@@ -149,7 +151,7 @@ def tokenize_conversation(
     """
     if not getattr(tokenizer, "chat_template", None):
         raise ValueError("multi-turn SFT needs a tokenizer with a chat template")
-    kwargs = {"tools": tools} if tools else {}
+    kwargs = {**(template_kwargs or {}), **({"tools": tools} if tools else {})}
 
     def render(msgs: list[dict[str, Any]], gen: bool) -> str:
         return tokenizer.apply_chat_template(msgs, add_generation_prompt=gen, tokenize=False, **kwargs)
@@ -212,9 +214,11 @@ class SFTDataset(Dataset):
         DataError: no rows, or a row that cannot be tokenized (naming file, row and key).
     """
 
-    def __init__(self, files: Sequence[str], tokenizer: Any, config: Any) -> None:
+    def __init__(self, files: Sequence[str], tokenizer: Any, config: Any, max_samples: int = -1) -> None:
         self.tokenizer, self.config = tokenizer, config
         self.rows, self.labels = read_labelled_sft_rows(files)
+        if max_samples > 0:  # data.train_max_samples / val_max_samples: the first N rows
+            self.rows, self.labels = self.rows[:max_samples], self.labels[:max_samples]
         if not self.rows:
             raise DataError(f"no rows in {list(files)}")
         check_rows(self, len(self.rows))
@@ -228,8 +232,9 @@ class SFTDataset(Dataset):
             if cfg.multiturn.messages_key not in row:
                 raise DataError(f"{where}: no column {cfg.multiturn.messages_key!r} (data.multiturn.messages_key; "
                                 f"columns: {sorted(row)})")
-            tools = row.get(cfg.multiturn.tools_key) if cfg.multiturn.tools_key else None
-            ids, mask = tokenize_conversation(self.tokenizer, list(row[cfg.multiturn.messages_key]), tools)
+            tools = _tools_of(row.get(cfg.multiturn.tools_key) if cfg.multiturn.tools_key else None)
+            ids, mask = tokenize_conversation(self.tokenizer, list(row[cfg.multiturn.messages_key]), tools,
+                                              template_kwargs=_template_kwargs(cfg.multiturn, row))
         else:
             prompt = extract_field(row, cfg.prompt_key, cfg.prompt_dict_keys, where, "data.prompt_key")
             response = extract_field(row, cfg.response_key, cfg.response_dict_keys, where, "data.response_key")
@@ -237,6 +242,30 @@ class SFTDataset(Dataset):
         ids, mask = truncate(ids, mask, cfg.max_length, cfg.truncation, where)
         mask[0] = 0  # the first token has no predecessor, so it can never be a target
         return sequence_item(ids, mask)
+
+
+def _tools_of(value: Any) -> Any:
+    """A row's tool schemas: a JSON string is parsed; null fields (parquet's struct padding) are dropped."""
+    import json
+
+    if isinstance(value, str):
+        value = json.loads(value) if value.strip() else None
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items() if v is not None}
+        return [clean(v) for v in x] if isinstance(x, list) else x
+    return clean(value) if value else None
+
+
+def _template_kwargs(mt: Any, row: dict[str, Any]) -> dict[str, Any]:
+    """``apply_chat_template_kwargs`` plus ``enable_thinking`` from ``row[enable_thinking_key]`` (or the default)."""
+    kwargs = dict(getattr(mt, "apply_chat_template_kwargs", None) or {})
+    key = getattr(mt, "enable_thinking_key", None)
+    value = row.get(key) if key and row.get(key) is not None else getattr(mt, "enable_thinking_default", None)
+    if value is not None:
+        kwargs["enable_thinking"] = bool(value)
+    return kwargs
 
 
 def check_rows(dataset: Any, n: int) -> None:

@@ -51,13 +51,16 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total
     """LambdaLR stepping once per RL step (one ``update_actor``/``update_critic`` call), as verl.
 
     Warm-up length: ``lr_warmup_steps`` if >= 0, else ``lr_warmup_steps_ratio * total_steps``.
-    The scheduler's internal counter s (0 before the first update) maps to update s + 1.
+    The scheduler's internal counter s (0 before the first update) maps to update s + 1; with
+    ``zero_indexed_step`` (verl's engine-layout SFT default) to update s, so the first warm-up
+    update runs at lr 0 as verl's ``get_*_schedule_with_warmup``.
     """
     warmup = cfg.lr_warmup_steps if cfg.lr_warmup_steps >= 0 else int(cfg.lr_warmup_steps_ratio * total_steps)
     # lr_scheduler_type is verl's key; warmup_style its deprecated alias (finalize makes them agree)
     style, floor, cycles = cfg.lr_scheduler_type, cfg.min_lr_ratio, cfg.num_cycles
+    offset = 0 if getattr(cfg, "zero_indexed_step", False) else 1
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: lr_multiplier(s + 1, warmup, total_steps, style, floor, cycles)
+        optimizer, lambda s: lr_multiplier(s + offset, warmup, total_steps, style, floor, cycles)
     )
 
 

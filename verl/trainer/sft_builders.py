@@ -30,21 +30,25 @@ def model_config_of(cfg: SFTRootConfig) -> ModelConfig:
     return ModelConfig(path=m.partial_pretrain, tokenizer_path=m.tokenizer_path, trust_remote_code=m.trust_remote_code,
                        dtype=dtype, enable_gradient_checkpointing=m.enable_gradient_checkpointing, lora_rank=m.lora_rank,
                        lora_alpha=m.lora_alpha, target_modules=m.target_modules, override_config=dict(m.override_config),
-                       external_lib=m.external_lib)
+                       external_lib=m.external_lib, exclude_modules=m.exclude_modules)
 
 
 def _optim_config(cfg: SFTRootConfig) -> OptimConfig:
     o = cfg.optim
-    return OptimConfig(lr=o.lr, lr_warmup_steps=o.lr_warmup_steps if o.lr_warmup_steps is not None else -1,
+    optim = OptimConfig(lr=o.lr, lr_warmup_steps=o.lr_warmup_steps if o.lr_warmup_steps is not None else -1,
                        lr_warmup_steps_ratio=o.warmup_steps_ratio, min_lr_ratio=o.min_lr_ratio,
                        # the scheduler reads lr_scheduler_type; warmup_style is its alias and must agree
                        lr_scheduler_type=o.lr_scheduler, warmup_style=o.lr_scheduler,
-                       weight_decay=o.weight_decay, betas=list(o.betas), eps=o.eps)
+                       weight_decay=o.weight_decay, betas=list(o.betas), eps=o.eps, num_cycles=o.num_cycles)
+    optim.zero_indexed_step = o.zero_indexed_step  # type: ignore[attr-defined]  # read by build_lr_scheduler
+    return optim
 
 
 def _fsdp_config(cfg: SFTRootConfig) -> FSDPConfig:
-    offload = cfg.model.fsdp_config.cpu_offload or cfg.model.fsdp_config.offload_params
-    return FSDPConfig(param_offload=offload, optimizer_offload=offload)
+    f = cfg.model.fsdp_config
+    offload = f.cpu_offload or f.offload_params
+    mixed = {"bf16": "bfloat16", "fp32": "float32"}.get(f.mixed_precision or "", f.mixed_precision)
+    return FSDPConfig(param_offload=offload, optimizer_offload=offload or f.optimizer_offload, mixed_precision=mixed)
 
 
 def normalised_weights(task_weights: list[float], n: int) -> list[float]:
@@ -52,6 +56,13 @@ def normalised_weights(task_weights: list[float], n: int) -> list[float]:
     raw = list(task_weights) if task_weights else [1.0] * n
     total = float(sum(raw))
     return [float(w) / total for w in raw]
+
+
+def _micro_spec(cfg: SFTRootConfig, size: int | None = None) -> MicroBatchSpec:
+    """Micro-batches of ``size`` rows (default: data.micro_batch_size_per_gpu), or packed by
+    ``data.max_token_len_per_gpu`` tokens with ``data.use_dynamic_bsz``."""
+    d = cfg.data
+    return MicroBatchSpec(size=size or _micro_size(cfg), dynamic=d.use_dynamic_bsz, max_token_len=d.max_token_len_per_gpu)
 
 
 def _micro_size(cfg: SFTRootConfig) -> int:
@@ -109,15 +120,15 @@ def _streams(cfg: SFTRootConfig, tok: Any, engine_box: dict[str, Any], device: s
     from verl.data.sft_dataset import SFTDataset
 
     t, d = cfg.trainer, cfg.data
-    micro = MicroBatchSpec(size=_micro_size(cfg))
+    micro = _micro_spec(cfg)
     specs = ([(t.algorithm, t.algorithm, d.train_files, d.train_batch_size, micro)] if t.algorithm != "hybrid" else
              [(x.name, x.loss, x.train_files, x.batch_size,
-               MicroBatchSpec(size=x.micro_batch_size_per_gpu or micro.size)) for x in cfg.hybrid.tasks])
+               _micro_spec(cfg, x.micro_batch_size_per_gpu)) for x in cfg.hybrid.tasks])
     streams: list[Any] = []
     for name, loss, files, batch_size, mb in specs:
         _check_divisible(batch_size, f"batch size of stream {name!r}")
         if loss == "sft":
-            streams.append(SFTStream(name, SFTDataset(files, tok, d), batch_size, mb, tok.pad_token_id, t.seed, d.shuffle,
+            streams.append(SFTStream(name, SFTDataset(files, tok, d, d.train_max_samples), batch_size, mb, tok.pad_token_id, t.seed, d.shuffle,
                                      remove_padding=cfg.use_remove_padding))
         elif loss == "dpo":
             stream = DPOStream(name, PreferenceDataset(files, tok, d), batch_size, mb, tok.pad_token_id, t.seed,
@@ -150,7 +161,9 @@ def _val_dataset(cfg: SFTRootConfig, tok: Any) -> Any:
 
     if not cfg.data.val_files or cfg.trainer.algorithm == "hybrid":
         return None
-    return (PreferenceDataset if cfg.trainer.algorithm == "dpo" else SFTDataset)(cfg.data.val_files, tok, cfg.data)
+    if cfg.trainer.algorithm == "dpo":
+        return PreferenceDataset(cfg.data.val_files, tok, cfg.data)
+    return SFTDataset(cfg.data.val_files, tok, cfg.data, cfg.data.val_max_samples)
 
 
 def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any], ds: Any) -> Callable[[], dict[str, float]] | None:
@@ -160,7 +173,7 @@ def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any], ds
 
     if ds is None:
         return None
-    micro = MicroBatchSpec(size=_micro_size(cfg))
+    micro = _micro_spec(cfg)
     stream = streams[0]
     is_dpo = cfg.trainer.algorithm == "dpo"
     rows, real = _shard_rows(len(ds))
@@ -229,6 +242,9 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
     streams = _streams(cfg, tok, box, device)
     val_ds = _val_dataset(cfg, tok)
     total = t.total_training_steps or t.total_epochs * streams[0].sampler.steps_per_epoch
+    for key in ("save_freq", "test_freq"):  # verl's after_each_epoch: every steps_per_epoch steps
+        if getattr(t, key) == "after_each_epoch":
+            setattr(t, key, streams[0].sampler.steps_per_epoch)
     module = create_model("actor", model_config_of(cfg), device=device)
     engine = build_engine(module, _fsdp_config(cfg), dp_world_size(), optim=_optim_config(cfg), total_steps=total,
                           grad_clip=cfg.optim.clip_grad, device=device)

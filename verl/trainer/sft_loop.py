@@ -141,8 +141,14 @@ class SupervisedTrainer:
         return final
 
     def _write_state(self, tmp_dir: Path) -> None:
-        self.engine.save(str(tmp_dir / "actor"))
-        if self.export_hf is not None:
+        """The parts of ``checkpoint.save_contents``: model (and optimizer / extra) in ``actor/``, hf_model at the top."""
+        from verl.engine.state_io import save_engine_state
+
+        parts = self.config.checkpoint.save_contents
+        e = self.engine
+        save_engine_state(e.module, e.optimizer if "optimizer" in parts else None,
+                          e.scheduler if "extra" in parts else None, str(tmp_dir / "actor"))
+        if self.export_hf is not None and "hf_model" in parts:
             self.export_hf(tmp_dir)
 
     def _restore(self) -> int:
@@ -152,13 +158,22 @@ class SupervisedTrainer:
             if self.tracker is not None:
                 self.tracker.start_fresh()
             return 0
-        self.engine.load(str(path / "actor"))
+        self._load_state(path / "actor")
         step = step_of(path)
         if self.tracker is not None:
             self.tracker.keep_until(step)
         if self.rank == 0:
             print(f"resumed from {path} (step {step})", flush=True)
         return step
+
+    def _load_state(self, actor_dir: Path) -> None:
+        """Restore the parts of ``checkpoint.load_contents`` (a part the checkpoint lacks starts fresh)."""
+        from verl.engine.state_io import load_engine_state
+
+        parts, e = self.config.checkpoint.load_contents, self.engine
+        with e.on_device():
+            load_engine_state(e.module, e.optimizer if "optimizer" in parts else None,
+                              e.scheduler if "extra" in parts else None, str(actor_dir))
 
     def _open_tracker(self) -> None:
         from verl.config.sft_loader import sft_config_to_yaml
