@@ -19,6 +19,8 @@ from torch import nn
 from verl.algorithms.logprob import logprobs_and_entropy_from_logits
 from verl.algorithms.logprob_head import logprobs_from_hidden
 from verl.modules.packing import PackedResponses, check_packing_separates, pack_responses, pack_targets, unpack_responses
+from verl.modules.sp_packing import refuse_padded_under_sp, run_packed
+from verl.modules.ulysses import suspended
 from verl.utils.torch_functional import position_ids_from_attention_mask
 
 __all__ = [
@@ -54,6 +56,7 @@ def response_logits(
     Returns:
         `(B, R, V)` logits in the model's dtype; row j predicts response token j.
     """
+    refuse_padded_under_sp("response_logits")
     out = module(
         input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
         use_cache=False, logits_to_keep=response_length + 1,
@@ -104,6 +107,7 @@ def compute_log_probs_and_entropy(
         logp, ent = _packed_logprobs(module, head, packed, input_ids.device, chunk_size, compute_entropy, temperature,
                                      head_recompute)
         return unpack_responses(logp, packed), (unpack_responses(ent, packed) if ent is not None else None)
+    refuse_padded_under_sp("compute_log_probs_and_entropy")
     labels = input_ids[:, -response_length:]
     if head is not None:
         hidden = _last_hidden(module, input_ids, attention_mask, position_ids)[:, -response_length - 1 : -1]
@@ -121,17 +125,24 @@ def _packed_logprobs(module: nn.Module, head: nn.Linear | None, packed: PackedRe
                      head_recompute: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`(K,)` log-probs (and entropies) of ``packed.labels``: one forward of the packed rows, the LM
     head on the K scored positions only (fused with the log-prob where ``head`` is given)."""
-    score_mask, labels = packed.score_mask.to(device), packed.labels.to(device)
-    ids, pos = packed.input_ids.to(device), packed.position_ids.to(device)
-    if head is not None:
-        check_packing_separates(module, lambda i, m, p: _last_hidden(module, i, m, p), device)
-        hidden = _last_hidden(module, ids, None, pos)[score_mask]  # row-major, the order of ``labels``
-        return _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature, head_recompute)
-    check_packing_separates(module, lambda i, m, p: module(input_ids=i, attention_mask=m, position_ids=p,
-                                                            use_cache=False).logits, device)
-    logits = _kept_logits(module, ids, None, pos, score_mask)
-    return logprobs_and_entropy_from_logits(logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy,
-                                            temperature=temperature)
+    with suspended():  # the probe runs whole sequences, the same on every rank
+        if head is not None:
+            check_packing_separates(module, lambda i, m, p: _last_hidden(module, i, m, p), device)
+        else:
+            check_packing_separates(module, lambda i, m, p: module(input_ids=i, attention_mask=m, position_ids=p,
+                                                                    use_cache=False).logits, device)
+
+    def forward(ids: torch.Tensor, pos: torch.Tensor, keep: torch.Tensor,
+                labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+        if head is not None:
+            hidden = _last_hidden(module, ids, None, pos)[keep]  # row-major, the order of ``labels``
+            return _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature, head_recompute)
+        logits = _kept_logits(module, ids, None, pos, keep)
+        return logprobs_and_entropy_from_logits(logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy,
+                                                temperature=temperature)
+
+    logp, ent = run_packed(packed, device, forward)  # split over the Ulysses SP group when one is active
+    return logp, ent
 
 
 def _kept_logits(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -182,6 +193,7 @@ def compute_token_log_probs(
         packed = pack_targets(input_ids, attention_mask, position_ids, targets)
         logp, _ = _packed_logprobs(module, head, packed, input_ids.device, chunk_size, False, 1.0, False)
         return unpack_responses(logp, packed)
+    refuse_padded_under_sp("compute_token_log_probs")
     real = attention_mask.bool()
     before = torch.zeros_like(real)
     before[:, 1:] = real[:, :-1]
@@ -322,9 +334,12 @@ def compute_values(
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
         device = input_ids.device
-        check_packing_separates(critic, lambda i, m, p: _critic_probe(critic, i, m, p), device)
-        values = critic(input_ids=packed.input_ids.to(device), attention_mask=None, position_ids=packed.position_ids.to(device))
-        return unpack_responses(values[packed.score_mask.to(device)], packed)
+        with suspended():  # the probe runs whole sequences, the same on every rank
+            check_packing_separates(critic, lambda i, m, p: _critic_probe(critic, i, m, p), device)
+        (values,) = run_packed(packed, device, lambda i, p, keep, _labels: (
+            critic(input_ids=i, attention_mask=None, position_ids=p)[keep],))
+        return unpack_responses(values, packed)
+    refuse_padded_under_sp("compute_values")
     values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
     return values[:, -response_length - 1 : -1]
 
