@@ -47,6 +47,7 @@ from verl.algorithms.masked import compute_response_mask_from_lengths
 from verl.modules.forward import position_ids_from_attention_mask
 from verl.protocol import DataProto
 from verl.workers.rollout.hf_decode import DecodeStep
+from verl.workers.rollout.partial import NOT_SAMPLED, PartialRollout, RolloutGate, group_rows, split_continuation, version_bounds
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_uniforms, sample_tokens
 from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 
@@ -94,8 +95,11 @@ def default_eos_token_ids(module: nn.Module, tokenizer: Any = None) -> list[int]
     return ids
 
 
-class HFRollout:
+class HFRollout(PartialRollout):
     """Rollout engine that generates with a transformers causal LM in place (no weight copy).
+
+    Partial rollouts (`verl.workers.rollout.partial`): ``pause`` / ``resume`` / ``interrupt`` from
+    another thread, ``policy_version`` recorded per sampled token in ``rollout_policy_versions``.
 
     Args:
         module: the actor model; generation runs in eval mode under ``torch.no_grad`` and the
@@ -136,6 +140,8 @@ class HFRollout:
         self._generator = torch.Generator(device=self._device())
         seed = config.seed if config.seed is not None else torch.initial_seed()
         self._generator.manual_seed(int(seed) % (2**63))
+        self._gate = RolloutGate()
+        self.policy_version = 0
 
     def _device(self) -> torch.device:
         return next(self.module.parameters()).device
@@ -148,16 +154,27 @@ class HFRollout:
         """Restore a state returned by `rng_state`."""
         self._generator.set_state(state)
 
-    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:
-        """Generate with new weights.
+    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module,
+                       version: int | None = None) -> None:
+        """Generate with new weights; ``version`` (when given) becomes ``policy_version``.
 
         A module replaces the engine's module (no copy; passing the actor it already holds is a
         no-op). A state dict is loaded in place with ``strict=True``.
+
+        Raises:
+            RuntimeError: generation is running and not paused (`pause` first).
+            ValueError: a new module object while a paused generation holds the old one (load
+                a state dict in place instead).
         """
+        self._check_can_load()
         if isinstance(state_dict_or_model, nn.Module):
+            if state_dict_or_model is not self.module and self._gate.running():
+                raise ValueError("replacing the module of a paused generation is not supported yet: load its state dict")
             self.module = state_dict_or_model
         else:
             self.module.load_state_dict(dict(state_dict_or_model), strict=True)
+        if version is not None:
+            self.policy_version = int(version)
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt; see `RolloutEngine.generate_sequences`.
@@ -183,27 +200,30 @@ class HFRollout:
             generator = torch.Generator(device=self._device())
             generator.manual_seed(int(meta["seed"]))
         batch = prompts.batch
-        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
-        position_ids = batch["position_ids"] if "position_ids" in batch.keys() else position_ids_from_attention_mask(attention_mask)
-        self._check_lengths(attention_mask, int(response_length))
-        outputs = []
-        step = max(int(self.config.max_num_seqs), 1)
+        response_length = int(response_length)
+        input_ids, attention_mask, position_ids, carried = split_continuation(prompts, response_length, pad_id)
+        if position_ids is None:
+            position_ids = position_ids_from_attention_mask(attention_mask)
+        self._check_lengths(attention_mask, response_length)
         was_training = self.module.training
         self.module.eval()
         try:
             with torch.no_grad(), self._autocast():
-                for start in range(0, input_ids.shape[0], step):
-                    rows = slice(start, start + step)
+                # rows grouped by prefix length (a fresh batch: one group, chunks of max_num_seqs in order)
+                for rows in group_rows(carried.lengths, carried.finished, self.config.max_num_seqs):
+                    done = int(carried.lengths[rows[0]])
+                    prefix = (carried.responses[rows, :done], carried.log_probs[rows, :done], carried.versions[rows, :done])
                     seeds = batch["sample_seeds"][rows] if "sample_seeds" in batch.keys() else None
-                    outputs.append(self._generate_batch(
+                    result = self._generate_batch(
                         input_ids[rows], attention_mask[rows], position_ids[rows],
-                        int(response_length), params, eos_ids, pad_id, generator, seeds, self.stop_strings,
-                    ))
+                        response_length, params, eos_ids, pad_id, generator, seeds, self.stop_strings, prefix,
+                    )
+                    for field, value in zip(("responses", "lengths", "log_probs", "versions", "finished"), result, strict=True):
+                        getattr(carried, field)[rows] = value
         finally:
             self.module.train(was_training)
-        responses, lengths, log_probs = (torch.cat(parts) for parts in zip(*outputs, strict=True))
         out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
-        return self._assemble(prompts, position_ids, responses, lengths, log_probs, out_meta)
+        return self._assemble(prompts, input_ids, attention_mask, position_ids, carried, out_meta)
 
     def _check_lengths(self, attention_mask: torch.Tensor, response_length: int) -> None:
         """Reject inputs the engine must never receive: the data layer truncates."""
@@ -236,11 +256,22 @@ class HFRollout:
             return StaticCache(config=config, max_cache_len=max_len)
         return DynamicCache(config=config)
 
-    def _generate_batch(self, *args: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`_decode_batch` inside the decode step's session (`DecodeStep.session`); also the entry
-        point of the agent-loop server (`verl.workers.rollout.hf_server`)."""
-        with self._decode.session(self.module):
+    def _generate_batch(self, *args: Any) -> tuple[torch.Tensor, ...]:
+        """`_decode_batch` inside the decode step's session (`DecodeStep.session`) and the gate
+        (`RolloutGate.decoding`); also the entry point of the agent-loop server
+        (`verl.workers.rollout.hf_server`)."""
+        with self._gate.decoding(), self._decode.session(self.module):
             return self._decode_batch(*args)
+
+    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
+                 cache_len: int) -> tuple[dict[str, Any], torch.Tensor]:
+        """A fresh KV cache of ``cache_len`` positions filled with ``ids``; returns it and the
+        next-token logits `(B, V)`."""
+        cache_arg = {cache_keyword(self.module): self._make_cache(cache_len)}
+        logits = self.module(
+            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **cache_arg
+        ).logits[:, -1]
+        return cache_arg, logits
 
     def _decode_batch(
         self,
@@ -254,43 +285,72 @@ class HFRollout:
         generator: torch.Generator,
         seeds: torch.Tensor | None = None,
         stop: StopStrings | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Decode loop for one micro-batch; returns responses, lengths `(B,)` and log-probs `(B, R)`."""
+        prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Decode loop for one micro-batch, continuing after ``prefix`` (responses, log-probs,
+        versions `(B, L)`, the same L for every row; None = L = 0).
+
+        The context is prompt + prefix; response slot t >= L is sampled with the row's t-th
+        uniform. Between steps the gate may park the loop (`RolloutGate.boundary`); when
+        ``policy_version`` changed meanwhile, the cache is rebuilt by one prefill of the context
+        and the tokens sampled so far under the new weights. An interrupt ends the loop there.
+
+        Returns:
+            responses `(B, R)`, lengths `(B,)`, log-probs `(B, R)`, policy versions `(B, R)`
+            (`NOT_SAMPLED` on padding) and finished `(B,)` (EOS, stop string or R tokens).
+        """
         device = self._device()
+        done = 0 if prefix is None else int(prefix[0].shape[1])
         first_real = int(attention_mask.long().argmax(dim=1).min())  # leading all-padding columns
         ids = input_ids[:, first_real:].to(device)
+        batch = ids.shape[0]
         mask = attention_mask[:, first_real:].to(device).long()
         pos = position_ids[:, first_real:].to(device)
-        batch, prompt_len = ids.shape
-        full_mask = torch.ones(batch, prompt_len + response_length, dtype=torch.long, device=device)
-        full_mask[:, :prompt_len] = mask
-        cache = self._make_cache(prompt_len + response_length)
         responses = torch.full((batch, response_length), pad_id, dtype=torch.long, device=device)
         log_probs = torch.zeros(batch, response_length, dtype=torch.float32, device=device)
-        lengths = torch.zeros(batch, dtype=torch.long, device=device)
+        versions = torch.full((batch, response_length), NOT_SAMPLED, dtype=torch.long, device=device)
+        if done:  # the context is prompt + prefix, with the positions the final layout gives them
+            responses[:, :done], log_probs[:, :done], versions[:, :done] = (x.to(device) for x in prefix)
+            ids = torch.cat([ids, responses[:, :done]], dim=1)
+            mask = torch.cat([mask, torch.ones_like(responses[:, :done])], dim=1)
+            pos = torch.cat([pos, pos[:, -1:] + torch.arange(1, done + 1, device=device)], dim=1)
+        lengths = torch.full((batch,), done, dtype=torch.long, device=device)
         finished = torch.zeros(batch, dtype=torch.bool, device=device)
+        if not self._gate.boundary():  # interrupted before starting: the prefix comes back as it is
+            return responses.cpu(), lengths.cpu(), log_probs.cpu(), versions.cpu(), finished.cpu()
+        ctx_len, steps = ids.shape[1], response_length - done
+        full_mask = torch.ones(batch, ctx_len + steps, dtype=torch.long, device=device)
+        full_mask[:, :ctx_len] = mask
         eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         next_pos = pos[:, -1:] + 1
-        cache_arg = {cache_keyword(self.module): cache}
-        logits = self.module(
-            input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1, **cache_arg
-        ).logits[:, -1]
+        version = self.policy_version
+        cache_arg, logits = self._prefill(ids, mask, pos, ctx_len + steps)
         # every row's uniforms for all R steps, drawn once (the same draws as per step: row_uniforms)
         uniforms = row_uniforms(seeds, response_length) if seeds is not None and not params.greedy else None
-        for t in range(response_length):
+        for t in range(done, response_length):
             u = uniforms[:, t] if uniforms is not None else None
             tokens, token_logp = sample_tokens(logits, params, generator, u)
             responses[:, t] = torch.where(finished, pad_id, tokens)
             log_probs[:, t] = torch.where(finished, 0.0, token_logp)
+            versions[:, t] = torch.where(finished, NOT_SAMPLED, version)
             lengths += (~finished).long()
             if not self.config.ignore_eos and eos.numel():
                 finished |= torch.isin(tokens, eos)
             if stop is not None:
                 self._apply_stop_strings(stop, responses, log_probs, lengths, finished, t, pad_id)
-            if t == response_length - 1 or bool(finished.all()):
+            if t == response_length - 1 or bool(finished.all()) or not self._gate.boundary():
                 break
-            logits = self._decode(self.module, responses[:, t : t + 1], full_mask, prompt_len + t + 1, next_pos + t, cache_arg)
-        return responses.cpu(), lengths.cpu(), log_probs.cpu()
+            new = t + 1 - done  # response tokens in the context after this step
+            if self.policy_version != version:  # new weights: the cache holds the old ones' keys / values
+                version = self.policy_version
+                cache_arg, logits = self._prefill(
+                    torch.cat([ids, responses[:, done : t + 1]], dim=1), full_mask[:, : ctx_len + new],
+                    torch.cat([pos, next_pos + torch.arange(new, device=device)], dim=1), ctx_len + steps)
+                continue
+            logits = self._decode(self.module, responses[:, t : t + 1], full_mask, ctx_len + new, next_pos + new - 1, cache_arg)
+        versions[:, :] = torch.where(torch.arange(response_length, device=device) < lengths[:, None], versions, NOT_SAMPLED)
+        finished |= lengths >= response_length
+        return responses.cpu(), lengths.cpu(), log_probs.cpu(), versions.cpu(), finished.cpu()
 
     @staticmethod
     def _apply_stop_strings(stop: StopStrings, responses: torch.Tensor, log_probs: torch.Tensor, lengths: torch.Tensor,
@@ -310,27 +370,28 @@ class HFRollout:
             responses[i, n : t + 1] = pad_id
             log_probs[i, n : t + 1] = 0.0
 
-    @staticmethod
-    def _assemble(
-        prompts: DataProto,
-        position_ids: torch.Tensor,
-        responses: torch.Tensor,
-        lengths: torch.Tensor,
-        log_probs: torch.Tensor,
-        meta_info: dict[str, Any],
-    ) -> DataProto:
-        """Output batch in verl's layout (see `RolloutEngine.generate_sequences`)."""
-        input_ids, attention_mask = prompts.batch["input_ids"], prompts.batch["attention_mask"]
+    def _assemble(self, prompts: DataProto, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                  position_ids: torch.Tensor, carried: Any, meta_info: dict[str, Any]) -> DataProto:
+        """Output batch in verl's layout (see `RolloutEngine.generate_sequences`), plus
+        ``rollout_policy_versions`` `(B, R)`, ``rollout_finished`` `(B,)` and verl's
+        ``min_global_steps`` / ``max_global_steps`` non-tensors (`verl.workers.rollout.partial`)."""
+        responses = carried.responses.to(input_ids.dtype)
         response_length = responses.shape[1]
-        response_mask = compute_response_mask_from_lengths(lengths, response_length, dtype=torch.long)
+        response_mask = compute_response_mask_from_lengths(carried.lengths, response_length, dtype=torch.long)
         offsets = torch.arange(1, response_length + 1, dtype=position_ids.dtype)
         tensors = {
             "prompts": input_ids,
-            "responses": responses.to(input_ids.dtype),
-            "input_ids": torch.cat([input_ids, responses.to(input_ids.dtype)], dim=1),
+            "responses": responses,
+            "input_ids": torch.cat([input_ids, responses], dim=1),
             "attention_mask": torch.cat([attention_mask, response_mask.to(attention_mask.dtype)], dim=1),
             "position_ids": torch.cat([position_ids, position_ids[:, -1:] + offsets], dim=1),
             "response_mask": response_mask,
-            "rollout_log_probs": log_probs,
+            "rollout_log_probs": carried.log_probs,
+            "rollout_policy_versions": carried.versions,
+            "rollout_finished": carried.finished,
         }
-        return DataProto.from_dict(tensors=tensors, non_tensors=dict(prompts.non_tensor_batch), meta_info=meta_info)
+        # the seeds travel with a partial output, so that resubmitting it continues the same draws
+        keep = {"sample_seeds": prompts.batch["sample_seeds"]} if "sample_seeds" in prompts.batch.keys() else {}
+        non_tensors = dict(prompts.non_tensor_batch)
+        non_tensors["min_global_steps"], non_tensors["max_global_steps"] = version_bounds(carried.versions, self.policy_version)
+        return DataProto.from_dict(tensors={**keep, **tensors}, non_tensors=non_tensors, meta_info=meta_info)

@@ -114,21 +114,25 @@ class HFTokenServer:
         eng.module.eval()
         try:
             with torch.no_grad(), eng._autocast():  # grad mode is per thread: set it here
-                responses, lengths, log_probs = eng._generate_batch(
+                responses, lengths, log_probs, versions, finished = eng._generate_batch(
                     ids, mask, position_ids_from_attention_mask(mask), steps, params, eos_ids,
                     eng.pad_token_id, eng._generator, seeds,
                 )
         finally:
             eng.module.train(was_training)
         self.num_passes += 1
-        return [self._output(req, responses[i], int(lengths[i]), log_probs[i], eos_ids) for i, req in enumerate(requests)]
+        return [self._output(req, responses[i], int(lengths[i]), log_probs[i], versions[i], bool(finished[i]), eos_ids)
+                for i, req in enumerate(requests)]
 
-    def _output(self, req: TokenRequest, tokens: torch.Tensor, length: int, logp: torch.Tensor,
-                eos_ids: list[int]) -> TokenOutput:
+    def _output(self, req: TokenRequest, tokens: torch.Tensor, length: int, logp: torch.Tensor, versions: torch.Tensor,
+                finished: bool, eos_ids: list[int]) -> TokenOutput:
+        """A row's output; ``abort`` when the pass was interrupted before the row finished."""
         n = min(length, req.max_new_tokens)
         token_ids = tokens[:n].tolist()
         stopped = bool(token_ids) and token_ids[-1] in eos_ids and not self.engine.config.ignore_eos
-        return TokenOutput(token_ids=token_ids, log_probs=logp[:n].tolist(), finish_reason="stop" if stopped else "length")
+        reason = "stop" if stopped else ("length" if finished or n >= req.max_new_tokens else "abort")
+        return TokenOutput(token_ids=token_ids, log_probs=logp[:n].tolist(), finish_reason=reason,
+                           policy_versions=versions[:n].tolist())
 
 
 def as_token_engine(engine: Any) -> Any:

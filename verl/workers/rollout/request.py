@@ -53,11 +53,15 @@ class TokenOutput:
         token_ids: generated ids, stop token included when one was produced (length ≤ max_new_tokens).
         log_probs: log-prob of each generated id under the sampling distribution, same length.
         finish_reason: ``stop`` (a stop id), ``length`` (max_new_tokens reached) or ``abort``.
+        policy_versions: the policy version that sampled each id (same length; a generation
+            paused for a weight update and resumed spans versions), None = the engine does not
+            track versions (the caller then tags the turn with the engine's ``policy_version``).
     """
 
     token_ids: list[int]
     log_probs: list[float]
     finish_reason: FinishReason
+    policy_versions: list[int] | None = None
 
 
 @runtime_checkable
