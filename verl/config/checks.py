@@ -16,6 +16,8 @@ from typing import Any
 
 from verl.config import choices as C
 from verl.config import schema as S
+from verl.config.checks_distill import check_distillation_section
+from verl.config.schema_distill import DistillationConfig
 from verl.config.errors import ConfigError, did_you_mean, not_supported
 from verl.config.schema_guards import check_alarms, check_sentinel
 
@@ -406,6 +408,7 @@ SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
     S.PolicyLossConfig: _check_policy_loss,
     S.RewardModelConfig: _check_reward_model,
     S.TrainerConfig: _check_trainer,
+    DistillationConfig: check_distillation_section,
     S.AlarmsConfig: check_alarms,
     S.SentinelConfig: check_sentinel,
 }

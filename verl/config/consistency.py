@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 
 from verl.config import choices as C
+from verl.config.checks_distill import check_distillation_run
 from verl.config.errors import ConfigError
 from verl.config.finalize import world_size
 from verl.config.schema import RootConfig
@@ -237,4 +238,5 @@ def check_consistency(cfg: RootConfig) -> None:
     _check_devices(cfg)
     _check_rollout_correction(cfg)
     _check_sum_pi_squared(cfg)
+    check_distillation_run(cfg)
     check_trainer_v1(cfg)

@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from verl.config.schema_v1 import TrainerV1Config
 from verl.config.schema_guards import AlarmsConfig, SentinelConfig
+from verl.config.schema_distill import DistillationConfig
 from verl.config.schema_verl import (
     CheckpointEngineConfig,
     CustomClassConfig,
@@ -956,6 +957,8 @@ class RootConfig:
     # verl's TransferQueue data plane.
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
     # ray.init arguments.
+    distillation: DistillationConfig = field(default_factory=DistillationConfig)
+    # On-policy distillation from a teacher model (off by default; see verl.config.schema_distill).
 
     @property
     def model(self) -> ModelConfig:

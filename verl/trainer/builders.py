@@ -18,6 +18,7 @@ import torch
 
 from verl.config.finalize import world_size
 from verl.trainer.checkpoint import CheckpointManager
+from verl.trainer.distillation import build_teacher
 from verl.trainer.state import TrainerParts, seed_everything
 
 if TYPE_CHECKING:
@@ -180,6 +181,7 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
         extra_pools.append(rm_pool)
         rm_wg = build_worker_group(cfg, rm_pool, "reward_model", RewardModelWorker, cfg.reward_model, device=cfg.trainer.device)
         rm_wg.init_model()
+    teacher = build_teacher(cfg, pool, build_worker_group)  # on-policy distillation (None unless distillation.enabled)
     kl_ctrl = None
     if cfg.algorithm.use_kl_in_reward:
         from verl.algorithms import get_kl_controller
@@ -195,5 +197,5 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
         tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
         val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, resource_pools=[p for p in dict.fromkeys([pool, *extra_pools]) if p is not None], kl_ctrl=kl_ctrl,
         tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
-        total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size(cfg),
+        total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size(cfg), teacher=teacher,
     )

@@ -107,7 +107,7 @@ class RLTrainer:
         p = self.parts
         if p is None:
             return
-        for wg in (p.actor_rollout_wg, p.critic_wg, p.rm_wg):
+        for wg in (p.actor_rollout_wg, p.critic_wg, p.rm_wg, p.teacher):
             if wg is not None:
                 wg.shutdown()
         for pool in p.resource_pools:
@@ -234,6 +234,9 @@ class RLTrainer:
         if self._use_reference():
             with timer("ref", timing):
                 batch.union(p.actor_rollout_wg.compute_ref_log_prob(batch))
+        if p.teacher is not None:  # on-policy distillation: the teacher scores the student's rollouts
+            with timer("teacher", timing):
+                metrics.update(p.teacher.score(batch))
         if p.critic_wg is not None:
             with timer("values", timing):
                 batch.union(p.critic_wg.compute_values(batch))

@@ -66,6 +66,8 @@ class TrainerParts:
     n_params: int = 0
     world_size: int = 1
     history: list[dict[str, float]] = field(default_factory=list)
+    teacher: Any = None
+    # on-policy distillation's teachers (`verl.trainer.distillation.TeacherScorer`), else None
 
 
 @dataclass

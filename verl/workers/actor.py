@@ -26,6 +26,7 @@ from verl.engine.dist import all_gather_cat, all_reduce_max_float, all_reduce_su
 from verl.algorithms.logprob import sum_pi_squared_from_logits
 from verl.modules.forward import compute_log_probs_and_entropy, response_logits
 from verl.protocol import DataProto
+from verl.workers.distill_loss import distillation_term, student_forward
 
 if TYPE_CHECKING:
     from verl.config.schema import ActorConfig
@@ -143,7 +144,7 @@ class MismatchAccumulator:
 
 def policy_loss_fn(
     cfg: ActorConfig, temperature: float, remove_padding: bool = False, mismatch: MismatchAccumulator | None = None,
-    bypass: dict[str, Any] | None = None,
+    bypass: dict[str, Any] | None = None, distill: Any = None,
 ) -> LossFn:
     """The PPO-family loss of one micro-batch: ``pg_loss − entropy_coeff·entropy (+ kl_loss_coef·kl)``.
 
@@ -178,8 +179,12 @@ def policy_loss_fn(
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
         agg = dict(loss_agg_mode=cfg.loss_agg_mode, global_token_count=counts.tokens, global_seq_count=counts.sequences,
                    loss_scale_factor=cfg.loss_scale_factor)
-        log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size,
-                                                      remove_padding, cfg.logprob_head_recompute)
+        student_logits = None
+        if distill is not None and distill.uses_topk:  # on-policy distillation's top-k loss reads the logits
+            log_prob, entropy, student_logits = student_forward(module, micro, temperature, with_entropy, cfg.logprob_chunk_size)
+        else:
+            log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size,
+                                                          remove_padding, cfg.logprob_head_recompute)
         # on-policy reuse (reuses_old_log_probs): the behaviour policy is this very forward
         old = b["old_log_probs"].to(device) if "old_log_probs" in b.keys() else log_prob.detach()
         if mismatch is not None and "old_log_probs" not in b.keys() and "rollout_log_probs" in b.keys():
@@ -209,6 +214,10 @@ def policy_loss_fn(
             metrics["actor/kl_loss"] = kl_loss.detach()
         # a mini-batch whose every token left the loss (truncation masking, rejection): no share
         share = float(mask.sum()) / counts.tokens if counts.tokens else 0.0
+        if distill is not None:  # verl.workers.distill_loss: PPO + coef x distillation, or distillation alone
+            d_loss, d_metrics = distillation_term(distill, log_prob, old, student_logits, b, mask, agg, share)
+            loss = loss + d_loss if distill.use_task_rewards else d_loss
+            metrics.update(d_metrics)
         for name in ("pg_clipfrac", "pg_clipfrac_lower", "ppo_kl"):
             if name in pg_metrics:
                 metrics[f"actor/{name}"] = float(pg_metrics[name]) * share
@@ -249,7 +258,7 @@ class PPOActor:
         micro = MicroBatchSpec(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
         mismatch = MismatchAccumulator()
         loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding, mismatch,
-                                 bypass=data.meta_info.get("rollout_correction_bypass"))
+                                 bypass=data.meta_info.get("rollout_correction_bypass"), distill=data.meta_info.get("distillation"))
         metrics: dict[str, list[float]] = defaultdict(list)
         generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
         for _ in range(cfg.ppo_epochs):
