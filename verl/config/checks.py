@@ -19,6 +19,7 @@ from verl.config import schema as S
 from verl.config.checks_distill import check_distillation_section
 from verl.config.schema_distill import DistillationConfig
 from verl.config.errors import ConfigError, did_you_mean, not_supported
+from verl.config.schema_attest import SYNC_MISMATCH_ACTIONS
 from verl.config.schema_guards import check_alarms, check_sentinel
 
 __all__ = ["Rule", "check_sections", "SECTION_RULES"]
@@ -159,6 +160,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         one_of("tokenization_sanity_check_mode", C.SANITY_CHECK_MODES),
     ],
     S.AgentLoopConfig: [one_of("default_agent_loop", C.AGENT_LOOPS)],
+    S.SyncCheckConfig: [ge("canary_every", 0), one_of("on_mismatch", SYNC_MISMATCH_ACTIONS), gt("canary_tolerance", 0.0)],
     S.RolloutConfig: [
         one_of("name", C.ROLLOUT_NAMES),
         one_of("mode", C.ROLLOUT_MODES),

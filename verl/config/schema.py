@@ -30,6 +30,7 @@ from typing import Any, Dict, List, Optional
 from verl.config.schema_v1 import TrainerV1Config
 from verl.config.schema_guards import AlarmsConfig, SentinelConfig
 from verl.config.schema_distill import DistillationConfig
+from verl.config.schema_attest import SyncCheckConfig
 from verl.config.schema_verl import (
     CheckpointEngineConfig,
     CustomClassConfig,
@@ -587,6 +588,9 @@ class RolloutConfig:
     # Engine statistics logging (vllm / sglang).
     checkpoint_engine: CheckpointEngineConfig = field(default_factory=CheckpointEngineConfig)
     # Weight transfer to the engine.
+    sync_check: SyncCheckConfig = field(default_factory=SyncCheckConfig)
+    # Weight-sync attestation after every sync to an engine with its own weights (not a verl key;
+    # see verl.config.schema_attest).
     trace: TraceConfig = field(default_factory=TraceConfig)
     # Rollout tracing.
     skip_rollout: bool = False

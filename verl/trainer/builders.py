@@ -125,7 +125,7 @@ def build_split_rollout(cfg: RootConfig, actor_wg: Any) -> tuple[Any, Any]:
     rollout_wg = build_worker_group(cfg, pool, "rollout", RolloutWorker, cfg.actor_rollout_ref, seed=cfg.trainer.seed,
                                     device=cfg.trainer.device)
     rollout_wg.init_model()
-    return SplitActorRollout(actor_wg, rollout_wg), pool
+    return SplitActorRollout(actor_wg, rollout_wg, sync_check=cfg.actor_rollout_ref.rollout.sync_check), pool
 
 
 def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:

@@ -24,6 +24,10 @@ the same loop whether the rollout is colocated or not (STYLE.md 10):
   ``timing_s/update_weights`` (verl's name: seconds of every sync since the previous report, 0
   when none ran; a sync that validation triggered counts in the next step), ``weight_sync/buckets``,
   ``weight_sync/tensors`` and ``weight_sync/megabytes`` (of the last sync).
+* With ``rollout.sync_check.enable`` each sync is attested (`verl.workers.sync_attest`): every
+  rollout rank's fingerprints against the actor's, the policy version the rollout was synced to
+  against the actor's update count, and every ``canary_every`` syncs the canary on both groups;
+  the ``sync/*`` metrics and ``timing_s/sync_check`` join ``update_actor``'s output.
 """
 
 from __future__ import annotations
@@ -42,14 +46,20 @@ class SplitActorRollout:
     Args:
         actor_wg: group of `ActorRolloutRefWorker` built with ``hybrid_engine=false``.
         rollout_wg: group of `RolloutWorker` (``init_model`` already called).
+        sync_check: ``rollout.sync_check`` (`SyncCheckConfig`); None = no attestation.
 
     Attributes:
         last_sync: what the last sync moved (``buckets``, ``tensors``, ``bytes``, ``seconds``).
         syncs: number of syncs done.
     """
 
-    def __init__(self, actor_wg: Any, rollout_wg: Any) -> None:
+    def __init__(self, actor_wg: Any, rollout_wg: Any, sync_check: Any = None) -> None:
+        from verl.workers.sync_attest import SyncAttestor
+
         self.actor_wg, self.rollout_wg = actor_wg, rollout_wg
+        use = sync_check is not None and sync_check.enable
+        self.attestor = SyncAttestor(sync_check, rollout_wg.sync_canary_tolerance()) if use else None
+        self.policy_version = 0  # actor updates so far
         self.world_size = actor_wg.world_size
         self._stale, self._full = True, True
         self._full_always = bool(rollout_wg.full_syncs_only())
@@ -70,7 +80,7 @@ class SplitActorRollout:
         start = time.perf_counter()
         full = self._full or force or self._full_always
         n_tensors, buckets = self.actor_wg.begin_weight_stream(not full)[0]
-        self.rollout_wg.begin_weight_update()
+        self.rollout_wg.begin_weight_update(self.policy_version)
         for _ in range(buckets):
             bucket = self.actor_wg.call_by_reference("next_weight_bucket")[0]  # every actor rank gathers, rank 0's result
             self.rollout_wg.load_weight_bucket(bucket)
@@ -83,7 +93,29 @@ class SplitActorRollout:
         self.syncs += 1
         self.last_sync = {**stats, "seconds": time.perf_counter() - start}
         self._unreported_s += self.last_sync["seconds"]
+        if self.attestor is not None:
+            self._attest()
         return self.last_sync["seconds"]
+
+    def _attest(self) -> None:
+        """Check every rollout rank against the actor (`verl.workers.sync_attest`).
+
+        Raises:
+            SyncAttestationError: a mismatch with ``sync_check.on_mismatch=error``.
+        """
+        from verl.workers.sync_attest import Fingerprint
+
+        ranks = self.rollout_wg.sync_fingerprints()
+        actual = [{n: Fingerprint.from_wire(w) for n, w in r["fingerprints"].items()} for r in ranks]
+        wire = self.actor_wg.sync_expected(ranks[0]["fingerprints"], bool(ranks[0]["vllm"]))[0]
+        expected = {n: Fingerprint.from_wire(w) for n, w in wire.items()}
+
+        def canary() -> tuple[Any, Any]:
+            ids, mine = self.actor_wg.sync_canary()[0]
+            return mine, self.rollout_wg.sync_canary(ids)[0]
+
+        self.attestor.check(actual, lambda _: expected, self.policy_version,
+                            min(int(r["version"]) for r in ranks), canary)
 
     # ------------------------------------------------------------------ ActorRolloutGroup
     def generate_sequences(self, prompts: DataProto) -> DataProto:
@@ -95,7 +127,10 @@ class SplitActorRollout:
         """Update the actor (the rollout is stale until the next generation); adds the sync metrics."""
         out = self.actor_wg.update_actor(data)
         self._stale = True
+        self.policy_version += 1
         metrics = out.meta_info.setdefault("metrics", {})
+        if self.attestor is not None:
+            metrics.update(self.attestor.take_metrics())
         metrics["timing_s/update_weights"], self._unreported_s = self._unreported_s, 0.0
         if self.last_sync:
             metrics["weight_sync/buckets"] = self.last_sync["buckets"]

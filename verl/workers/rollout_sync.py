@@ -16,6 +16,11 @@ gathered (``DTensor.full_tensor()``, one all-gather per parameter) and copied in
 tensor of the same name, so at most one unsharded parameter is alive beyond the engine's copy, no
 state dict is built or key-matched, and frozen parameters and buffers (LoRA base weights,
 rotary tables) are copied once, at the first sync, never again.
+
+With ``rollout.sync_check.enable`` every sync is followed by an attestation
+(`verl.workers.sync_attest`: fingerprints of both sides, the policy version, a canary every
+``canary_every`` syncs); an engine that generates with the actor module itself has no copy to
+attest. Its metrics are reported with the sync time (`take_sync_metrics`).
 """
 
 from __future__ import annotations
@@ -60,17 +65,29 @@ class SyncedRollout:
     Args:
         engine: a `RolloutEngine` (``generate_sequences``, ``update_weights``).
         shared: True when the engine generates with the actor module itself (no sync needed).
+        sync_check: ``rollout.sync_check`` (`SyncCheckConfig`); None = no attestation.
+
+    Attributes:
+        policy_version: actor updates so far (`mark_stale` calls); ``rollout_version``: the
+            version the engine was last synced to.
     """
 
-    def __init__(self, engine: Any, shared: bool) -> None:
+    def __init__(self, engine: Any, shared: bool, sync_check: Any = None) -> None:
+        from verl.workers.sync_attest import SyncAttestor
+        from verl.workers.sync_attest_sides import default_canary_tolerance
+
         self.engine, self.shared = engine, shared
         self._stale, self._synced_once = False, False
         self.last_sync_s = 0.0
         self._unreported_s = 0.0
+        self.policy_version = self.rollout_version = 0
+        use = sync_check is not None and sync_check.enable and not shared
+        self.attestor = SyncAttestor(sync_check, default_canary_tolerance(engine)) if use else None
 
     def mark_stale(self) -> None:
-        """The actor changed (an update or a checkpoint load): sync before the next generation."""
+        """The actor was updated: sync before the next generation."""
         self._stale = True
+        self.policy_version += 1
 
     def sync_weights(self, actor: TrainingEngine, force: bool = False) -> None:
         """Refresh the engine's weights from ``actor`` when stale (a collective: every rank calls it)."""
@@ -89,6 +106,16 @@ class SyncedRollout:
         self.last_sync_s = time.perf_counter() - start
         self._unreported_s += self.last_sync_s
         self._stale, self._synced_once = False, True
+        self.rollout_version = self.policy_version
+        if self.attestor is not None:
+            from verl.workers.sync_attest_sides import attest_engine
+
+            with actor.on_device():
+                attest_engine(self.attestor, actor.module, self.engine, self.policy_version, self.rollout_version)
+
+    def take_sync_metrics(self) -> dict[str, float]:
+        """The last attestation's ``sync/*`` metrics and ``timing_s/sync_check`` ({} without one), then reset."""
+        return self.attestor.take_metrics() if self.attestor is not None else {}
 
     def take_unreported_sync_s(self) -> float:
         """Seconds of every sync since the last call (0.0 if none), then reset.

@@ -37,13 +37,14 @@ import torch
 
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
+from verl.workers.sync_attest_worker import RolloutAttestMixin
 from verl.workers.weight_stream import load_bucket_in_place
 
 if TYPE_CHECKING:
     from verl.config.schema import ActorRolloutRefConfig
 
 
-class RolloutWorker(Worker):
+class RolloutWorker(RolloutAttestMixin, Worker):
     """Rollout engine with its own weights, fed bucket by bucket (see the module docstring).
 
     Args:
@@ -61,6 +62,7 @@ class RolloutWorker(Worker):
         self.synced_once = False
         self.lora = config.model.lora_rank > 0
         self._update: dict[str, float] = {}
+        self.policy_version = self._pending_version = 0  # actor updates the weights are synced to (sent with each sync)
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
@@ -89,9 +91,11 @@ class RolloutWorker(Worker):
         return self.streams_weights() and not self.lora
 
     @register(Dispatch.ONE_TO_ALL)
-    def begin_weight_update(self) -> None:
-        """Start receiving one sync (full or trainable-only; the sender decides)."""
+    def begin_weight_update(self, policy_version: int = 0) -> None:
+        """Start receiving one sync (full or trainable-only; the sender decides) of the actor after
+        ``policy_version`` updates (reported back by the attestation, `sync_fingerprints`)."""
         self._update = {"start": time.perf_counter(), "tensors": 0.0, "bytes": 0.0, "buckets": 0.0}
+        self._pending_version = int(policy_version)
         if self.module is None:
             self.engine.begin_weight_update()
 
@@ -121,6 +125,7 @@ class RolloutWorker(Worker):
         if self.module is None:
             self.engine.finish_weight_update()
         self.synced_once = True
+        self.policy_version = self._pending_version
         stats = {k: v for k, v in self._update.items() if k != "start"}
         stats["seconds"] = time.perf_counter() - self._update["start"]
         return stats

@@ -311,6 +311,27 @@ class EngineWeightSync:
         self.last_tensors += len(state)
         self.last_bytes += sum(t.numel() * t.element_size() for t in state.values())
 
+    def fingerprint(self) -> dict[str, Any]:
+        """The engine's side of a weight-sync attestation (`verl.workers.sync_attest`).
+
+        What vLLM's worker received, by checkpoint name (`VerlWorkerExtension.verl_weight_fingerprint`,
+        first worker), plus, under LoRA, the tensors of the adapter file the next request loads,
+        as ``lora:<peft save name>``.
+
+        Returns:
+            ``{name: Fingerprint}``.
+        """
+        from verl.utils.weight_fingerprint import Fingerprint, adapter_fingerprints
+
+        out = {name: Fingerprint.from_wire(w) for name, w in self.rpc("verl_weight_fingerprint", ())[0].items()}
+        if self.lora and self.lora_dir:
+            import os
+
+            from safetensors.torch import load_file
+
+            out.update(adapter_fingerprints(load_file(os.path.join(self.lora_dir, "adapter_model.safetensors"))))
+        return out
+
     def lora_request(self) -> Any:
         """The ``LoRARequest`` of the current adapter, or None without LoRA."""
         if not self.lora or not self.lora_id:

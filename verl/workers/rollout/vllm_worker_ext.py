@@ -13,6 +13,11 @@ parts arrive in different buckets is processed only once, complete.
 The same methods run in the caller's process (in-process engine: tensors are passed by
 reference) or in vLLM's engine process, where a bucket arrives as a safetensors file in RAM
 (``/dev/shm``): ``collective_rpc``'s msgpack does not carry a list of tensors.
+
+Every tensor a bucket brings is fingerprinted on arrival (`verl.workers.sync_attest.fingerprint`,
+its samples hashed in vLLM's model dtype, as ``load_weights`` casts them), before vLLM fuses
+and repacks it; `verl_weight_fingerprint` returns the latest fingerprint of every name received,
+for the weight-sync attestation.
 """
 
 from __future__ import annotations
@@ -36,6 +41,12 @@ class VerlWorkerExtension:
 
     def verl_load_bucket(self, bucket: list[tuple[str, torch.Tensor]]) -> int:
         """Load one bucket of ``(checkpoint name, tensor)``; returns how many parameters it set."""
+        from verl.utils.weight_fingerprint import fingerprint
+
+        received = self.__dict__.setdefault("_verl_fingerprints", {})
+        dtype = self.model_runner.model_config.dtype
+        for name, tensor in bucket:  # as received, before vLLM fuses and repacks the layers
+            received[name] = fingerprint(tensor, dtype).to_wire()
         loaded = self.model_runner.get_model().load_weights(iter(bucket))
         self._verl_loaded |= set(loaded or ())
         return len(loaded or ())
@@ -56,6 +67,10 @@ class VerlWorkerExtension:
         expected = {name.replace(".base_layer.", ".") for name, _ in model.named_parameters()}
         loaded = {name.replace(".base_layer.", ".") for name in self._verl_loaded}
         return sorted(expected - loaded)
+
+    def verl_weight_fingerprint(self) -> dict[str, list[Any]]:
+        """Latest fingerprint (`Fingerprint.to_wire`) of every checkpoint name received, by name."""
+        return dict(self.__dict__.get("_verl_fingerprints", {}))
 
     def verl_model_info(self) -> dict[str, Any]:
         """Names and dtypes of the engine's parameters (diagnostics and tests)."""
