@@ -18,7 +18,7 @@ from verl.config import load_config
 from verl.trainer import RLTrainer
 
 # wall-clock and memory readings differ between any two runs; everything else must be equal
-_VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "weight_sync/")
+_VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "weight_sync/", "sync/")  # sync/: attestation (split only)
 
 
 def builtin_overrides(run_dir: Path, **extra: object) -> list[str]:
