@@ -190,6 +190,7 @@ class SeparateAsyncLoop:
         entropys = torch.cat(ents) if all(e is not None for e in ents) else None
         t.epoch = max(epochs) if epochs else t.epoch
         t._step_metrics(batch, metrics, timing, entropys)
+        metrics.update(t.guards.after_step(t, batch, metrics))  # alarms and divergence sentinel, as in sync
         metrics["trainer/idle_ratio"] = (self.buffer.wait_s - wait_before) / max(timing["step"], 1e-9)
         metrics["rollouter/idle_ratio"] = self.rollouter.take_idle_ratio()
         inflight, ready = self.buffer.counts()

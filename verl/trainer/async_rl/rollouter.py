@@ -10,7 +10,7 @@ generation call holds ``lock``; the trainer takes the same lock to stream new we
 validate on the rollout group), so weights never change under a running generation: a call in
 flight when the trainer wants to sync finishes on the old weights and its tokens carry the old
 version (no partial rollouts). Every generated row gets ``rollout_policy_versions`` `(B, R)`
-int64 (the version loaded during its generation) unless the engine wrote it. The group is then
+int64: the version loaded during its generation on every sampled token, -1 elsewhere. The group is then
 scored here, in this thread (the reward overlaps training), and put into the `ReplayBuffer`.
 
 Idle time (``rollouter/idle_ratio``) = time waiting for a request or for the lock.
@@ -123,8 +123,11 @@ class Rollouter:
         metrics.update(agent_loop_metrics(out))
         batch = request.batch.repeat(self.n, interleave=True)
         batch.union(out)
-        if VERSIONS_KEY not in batch.batch.keys():
-            batch.batch[VERSIONS_KEY] = torch.full_like(batch.batch["responses"], version, dtype=torch.int64)
+        # the call ran under the lock, so every sampled token is the loaded version's; the engine's
+        # own tags (if any) count in its units, these in syncs (verl's versions); -1 where the
+        # policy sampled nothing (padding, tool tokens), as the engines tag them
+        mask = batch.batch["response_mask"].bool()
+        batch.batch[VERSIONS_KEY] = torch.where(mask, torch.full_like(mask, version, dtype=torch.int64), -1)
         metrics.update(self.score(batch))
         for i, uid in enumerate(request.uids):
             self.buffer.put(uid, batch[i * self.n:(i + 1) * self.n], metrics)
