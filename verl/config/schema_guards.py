@@ -46,7 +46,7 @@ class AlarmsConfig:
     # Train/validation divergence: the mean training score since the best validation rose by at least
     # this (reward units, >= 0) ...
     divergence_val_drop: float = 0.05
-    # ... while validation accuracy (val/accuracy, else the mean of val-core/*/acc* keys) fell at
+    # ... while validation accuracy (val/accuracy, else the mean of val-core/*/acc/mean@N) fell at
     # least this far below its best (absolute, > 0). Evaluated on the step after each validation.
     clip_ratio: float = 1.0
     # response_length/clip_ratio (share of responses cut at max_response_length, in (0, 1]) at or

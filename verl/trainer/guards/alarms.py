@@ -72,10 +72,11 @@ def format_only_share(scores: torch.Tensor, acc: np.ndarray) -> float:
 
 
 def validation_accuracy(row: dict[str, float]) -> float | None:
-    """``val/accuracy`` of a validation row, else the mean of its ``val-core/*/acc*`` keys, else None."""
+    """``val/accuracy`` of a validation row, else the mean of its ``val-core/<source>/acc/mean@N``, else None."""
     if "val/accuracy" in row:
         return float(row["val/accuracy"])
-    accs = [v for k, v in row.items() if k.startswith("val-core/") and k.rsplit("/", 1)[-1].startswith("acc")]
+    accs = [v for k, v in row.items()
+            if k.startswith("val-core/") and k.split("/")[-2:-1] == ["acc"] and k.rsplit("/", 1)[-1].startswith("mean@")]
     return float(np.mean(accs)) if accs else None
 
 

@@ -26,9 +26,16 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.errors import UserError
 
 INCIDENT_FILE = "incident.json"
 REPLAY_KEYS = ("actor/pg_loss", "actor/grad_norm")
+
+
+class BundleError(UserError, FileNotFoundError):
+    """A path given as an incident bundle is not one."""
+
+    kind = "incident bundle"
 
 
 @dataclass
@@ -89,12 +96,13 @@ def read_bundle(path: str | Path) -> tuple[dict[str, Any], list[ReplayStep]]:
     """``(incident.json, the kept updates oldest first)`` of a bundle directory.
 
     Raises:
-        FileNotFoundError: ``path`` has no ``incident.json``.
+        BundleError: ``path`` has no ``incident.json``.
     """
     root = Path(path)
     info_file = root / INCIDENT_FILE
     if not info_file.is_file():
-        raise FileNotFoundError(f"{root}: not an incident bundle (no {INCIDENT_FILE})")
+        raise BundleError(f"{root}: not an incident bundle (no {INCIDENT_FILE}); bundles are the incident_step_<N> "
+                          "directories under <trainer.output_dir>/incidents")
     info = json.loads(info_file.read_text())
     steps = []
     for k in info["replay_steps"]:

@@ -1,0 +1,114 @@
+"""Reward-hacking alarms on scripted runs: hand-computed shares, a "length > 50" reward fires the
+length alarm (and only once), a clean scripted run fires none."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from verl.config.schema_guards import AlarmsConfig
+from verl.protocol import DataProto
+from verl.trainer.guards.alarms import RewardAlarms, format_only_share, validation_accuracy, zero_variance_share
+from verl.trainer.metrics import compute_data_metrics
+
+P, R, N = 4, 128, 2  # prompt length, response length, samples per prompt
+
+
+def length_reward(data_source, solution_str, ground_truth, extra_info=None):
+    """The hackable reward of the scripted run: 1 for any response longer than 50 characters."""
+    return 1.0 if len(solution_str) > 50 else 0.0
+
+
+def scripted_batch(lengths: list[int], scores: list[float], acc: list[bool] | None = None) -> DataProto:
+    """A scored step batch as the trainer has it: prompts, responses, masks, scores on the last token, uids."""
+    b = len(lengths)
+    mask = torch.zeros(b, R)
+    scores_t = torch.zeros(b, R)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+        scores_t[i, max(n - 1, 0)] = scores[i]
+    tensors = {"prompts": torch.ones(b, P, dtype=torch.long), "responses": torch.ones(b, R, dtype=torch.long),
+               "attention_mask": torch.cat([torch.ones(b, P), mask], -1), "response_mask": mask,
+               "token_level_scores": scores_t, "token_level_rewards": scores_t, "advantages": scores_t, "returns": scores_t}
+    non = {"uid": np.array([f"p{i // N}" for i in range(b)], dtype=object)}
+    if acc is not None:
+        non["acc"] = np.array(acc, dtype=object)
+    return DataProto.from_dict(tensors, non)
+
+
+def run_scripted(alarms: RewardAlarms, steps: int, length_of_step, reward=length_reward) -> list[dict[str, float]]:
+    rng = np.random.default_rng(0)
+    rows = []
+    for step in range(1, steps + 1):
+        lengths = [int(np.clip(length_of_step(step) + rng.integers(-5, 6), 1, R)) for _ in range(8)]
+        scores = [reward("builtin", "x" * n, None) for n in lengths]
+        batch = scripted_batch(lengths, scores)
+        metrics = compute_data_metrics(batch, use_critic=False)
+        rows.append(alarms.update(step, batch, metrics, history=[]))
+    return rows
+
+
+def test_shares_by_hand():
+    uids = np.array(["a", "a", "b", "b", "c", "c"], dtype=object)
+    assert zero_variance_share(torch.tensor([1.0, 1.0, 0.0, 1.0, 2.0, 2.0]), uids) == pytest.approx(2 / 3)
+    # positive reward 1 + 0.5 + 0.5 = 2, of which the two incorrect samples earn 1
+    assert format_only_share(torch.tensor([1.0, 0.5, 0.5, -1.0]), np.array([True, False, False, False])) == 0.5
+    assert format_only_share(torch.zeros(3), np.array([0, 0, 0])) == 0.0
+    assert validation_accuracy({"val/accuracy": 0.25}) == 0.25
+    assert validation_accuracy({"val-core/gsm8k/acc/mean@1": 0.5, "val-core/math/acc/mean@1": 0.7}) == pytest.approx(0.6)
+    assert validation_accuracy({"val-aux/x/score/mean@1": 1.0}) is None
+
+
+def test_length_reward_run_fires_the_length_alarm_once():
+    lines: list[str] = []
+    alarms = RewardAlarms(AlarmsConfig(), echo=lines.append)
+    rows = run_scripted(alarms, 14, lambda step: 20 + 7 * step)  # the policy learns that longer pays
+    fired = [i + 1 for i, r in enumerate(rows) if r["alarm/length_explosion"] == 1.0]
+    assert fired and fired[0] == 10  # the first step with two full 5-step windows
+    assert rows[9]["alarm/length_explosion_value"] == pytest.approx(np.mean([20 + 7 * s for s in range(6, 11)]) /
+                                                                     np.mean([20 + 7 * s for s in range(1, 6)]), rel=0.05)
+    length_lines = [line for line in lines if "length_explosion" in line]
+    assert len(length_lines) == 1 and length_lines[0].startswith("ALARM step 10: length_explosion: response length")
+
+
+def test_clean_scripted_run_fires_nothing():
+    lines: list[str] = []
+    alarms = RewardAlarms(AlarmsConfig(), echo=lines.append)
+    rewards = iter(np.random.default_rng(1).random(1000))
+    rows = run_scripted(alarms, 20, lambda step: 40, reward=lambda *a: float(next(rewards)))
+    assert lines == [] and all(v == 0.0 for r in rows for k, v in r.items() if k.count("/") == 1 and not k.endswith("_value"))
+
+
+def test_length_growth_without_reward_rise_is_not_hacking():
+    alarms = RewardAlarms(AlarmsConfig(), echo=lambda line: None)
+    rows = run_scripted(alarms, 12, lambda step: 20 + 7 * step, reward=lambda *a: 0.0)
+    assert all(r["alarm/length_explosion"] == 0.0 for r in rows)
+
+
+def test_share_alarms_need_patience_steps_in_a_row():
+    lines: list[str] = []
+    alarms = RewardAlarms(AlarmsConfig(patience=3), echo=lines.append)
+    fired = []
+    for step, acc in enumerate([True, False, False, True, False, False, False], start=1):
+        batch = scripted_batch([10] * 8, [1.0] * 8, acc=[acc] * 8)  # every group flat, reward for wrong answers
+        metrics = {"response_length/clip_ratio": 1.0 if step >= 5 else 0.0}
+        out = alarms.update(step, batch, metrics, history=[])
+        fired.append((out["alarm/zero_variance_groups"], out["alarm/format_only_reward"], out["alarm/clip_ratio"]))
+    assert [f[0] for f in fired] == [0, 0, 1, 1, 1, 1, 1]  # flat groups from step 1: fires at step 3
+    assert [f[1] for f in fired] == [0, 0, 0, 0, 0, 0, 1]  # the streak restarts after the correct step 4
+    assert [f[2] for f in fired] == [0, 0, 0, 0, 0, 0, 1]  # clip ratio 1 from step 5
+    assert sum("ALARM step 3: zero_variance_groups" in line for line in lines) == 1
+
+
+def test_training_reward_up_while_validation_falls_fires_divergence():
+    alarms = RewardAlarms(AlarmsConfig(), echo=lambda line: None)
+    history: list[dict[str, float]] = []
+    outs = {}
+    for step, (score, val) in enumerate([(0.2, 0.5), (0.3, None), (0.5, 0.52), (0.7, None), (0.8, 0.40), (0.9, None)], start=1):
+        batch = scripted_batch([10] * 8, [score] * 8)
+        outs[step] = alarms.update(step, batch, {"critic/score/mean": score}, history)
+        history.append({"step": step, "critic/score/mean": score, **({"val/accuracy": val} if val is not None else {})})
+    assert outs[4]["alarm/train_val_divergence"] == 0.0  # validation improved at step 3
+    assert outs[6]["alarm/train_val_divergence"] == 1.0  # step 5: 0.40 < best 0.52 - 0.05 while the score rose 0.5 -> 0.85
+    assert outs[6]["alarm/train_val_divergence_value"] == pytest.approx(0.12)
