@@ -17,6 +17,7 @@ from verl.config.checks_distill import check_distillation_run
 from verl.config.errors import ConfigError
 from verl.config.finalize import world_size
 from verl.config.schema import RootConfig
+from verl.config.sp_checks import check_sequence_parallel, data_parallel_size
 from verl.config.v1_checks import check_trainer_v1
 
 __all__ = ["check_consistency"]
@@ -27,8 +28,10 @@ _WORLD = "world size {w} (trainer.nnodes x trainer.n_gpus_per_node)"
 
 
 def _check_mini_batch(prefix: str, mini: int, micro: int | None, dynamic: bool, cfg: RootConfig) -> None:
-    """``mini`` prompts per optimizer step must split into whole per-rank and micro batches."""
-    batch, n, world = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n, world_size(cfg)
+    """``mini`` prompts per optimizer step must split into whole per-rank and micro batches (over the
+    role's data-parallel size: the world divided by its ``ulysses_sequence_parallel_size``)."""
+    batch, n = cfg.data.train_batch_size, cfg.actor_rollout_ref.rollout.n
+    world = data_parallel_size(cfg, "critic" if prefix == "critic" else "actor")
     key = f"{prefix}.ppo_mini_batch_size"
     if mini > batch:
         raise ConfigError(f"{key}: {mini} > data.train_batch_size={batch} (both count prompts)")
@@ -37,14 +40,21 @@ def _check_mini_batch(prefix: str, mini: int, micro: int | None, dynamic: bool, 
     if (mini * n) % world:
         raise ConfigError(
             f"{key}: {mini} x actor_rollout_ref.rollout.n={n} = {mini * n} trajectories per optimizer step "
-            f"is not divisible by the {_WORLD.format(w=world)}"
+            f"is not divisible by the {_dp_size(world, cfg, prefix)}"
         )
     per_rank = mini * n // world
     if micro is not None and not dynamic and per_rank % micro:
         raise ConfigError(
             f"{prefix}.ppo_micro_batch_size_per_gpu: {micro} does not divide the per-device mini-batch "
-            f"{per_rank} (= {key} {mini} x rollout.n {n} / world size {world})"
+            f"{per_rank} (= {key} {mini} x rollout.n {n} / data-parallel size {world})"
         )
+
+
+def _dp_size(dp: int, cfg: RootConfig, prefix: str) -> str:
+    world = world_size(cfg)
+    if dp == world:
+        return _WORLD.format(w=world)
+    return f"data-parallel size {dp} ({_WORLD.format(w=world)} / {prefix}.ulysses_sequence_parallel_size)"
 
 
 def _check_batch_sizes(cfg: RootConfig) -> None:
@@ -232,6 +242,7 @@ def check_consistency(cfg: RootConfig) -> None:
             (KL both in the loss and in the reward; a critic nobody uses).
     """
     _check_algorithm(cfg)
+    check_sequence_parallel(cfg)
     _check_batch_sizes(cfg)
     _check_lengths(cfg)
     _check_token_budgets(cfg)

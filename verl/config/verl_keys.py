@@ -88,8 +88,8 @@ NOOP: dict[str, str] = {
 UNSUPPORTED: dict[str, str] = {
     "*.fsdp_config.full_determinism": "deterministic kernels are not wired; seeds already make CPU runs reproducible, leave it false",
     "*.fsdp_config.model_dtype": "set the parameter dtype with actor_rollout_ref.model.dtype (float32 | bfloat16)",
-    "*.fsdp_config.ulysses_sequence_parallel_size": "sequence parallelism is not implemented; leave it 1",
-    "*.ulysses_sequence_parallel_size": "sequence parallelism is not implemented; leave it 1",
+    "*.fsdp_config.ulysses_sequence_parallel_size": "set the role's own key (actor_rollout_ref.actor / ref, critic .ulysses_sequence_parallel_size)",
+    "reward_model.ulysses_sequence_parallel_size": "the reward model's forward is not split along the sequence; leave it 1",
     "*.profiler.*": "per-role profilers are not wired; profile with py-spy (installed) or torch.profiler around `verl train`",
     "*.router_replay.*": "MoE router replay is not implemented; leave mode=disabled",
     "actor_rollout_ref.actor.freeze_vision_tower": "vision-language models are not supported; use a text-only causal LM",
@@ -222,6 +222,11 @@ CONDITIONAL: dict[str, str] = {
     "*.optim.clip_grad": "verl's new-engine spelling of the role's grad_clip; both hold the non-default value",
     "actor_rollout_ref.ref.strategy": "mirrors actor_rollout_ref.actor.strategy; another value is refused",
     "critic.forward_micro_batch_size": "deprecated global size, turned into forward_micro_batch_size_per_gpu",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size": (
+        "Ulysses sequence parallelism over sp of the role's ranks (verl/workers/sharding/ulysses.py); sp must divide "
+        "the world and needs use_remove_padding (config/sp_checks.py)"),
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "1 (whole sequences) or the actor's (split like the actor's)",
+    "critic.ulysses_sequence_parallel_size": "as actor_rollout_ref.actor.ulysses_sequence_parallel_size",
 }
 """Keys whose effect depends on other settings: pattern -> the rule (checked in verl_keys_checks)."""
 

@@ -2,12 +2,37 @@
 
 Every function is the identity in one process (local backend, no process group), so the same
 engine code runs unchanged on a laptop and under Ray/torchrun.
+
+The reductions (sums, maxima, gathers) run over the whole world, or over the group of the
+enclosing `reduce_over` block: under Ulysses sequence parallelism the ranks of one SP group hold
+the same rows, so counts and metrics are reduced over the data-parallel group only.
 """
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import torch
 import torch.distributed as dist
+
+_REDUCE: dict[str, Any] = {"group": None}
+
+
+@contextlib.contextmanager
+def reduce_over(group: Any) -> Iterator[None]:
+    """Inside the block the reductions of this module run over ``group`` (None = the world)."""
+    previous = _REDUCE["group"]
+    _REDUCE["group"] = group
+    try:
+        yield
+    finally:
+        _REDUCE["group"] = previous
+
+
+def _reducing() -> bool:
+    return is_distributed() and dist.get_world_size(_REDUCE["group"]) > 1
 
 
 def is_distributed() -> bool:
@@ -38,26 +63,26 @@ def _comm_device() -> str:
 
 def all_reduce_sum(value: torch.Tensor) -> torch.Tensor:
     """Element-wise sum of ``value`` over ranks, returned on the CPU (a copy in one process)."""
-    if is_distributed() and dist.get_world_size() > 1:
+    if _reducing():
         value = value.detach().to(_comm_device()).clone()
-        dist.all_reduce(value, op=dist.ReduceOp.SUM)
+        dist.all_reduce(value, op=dist.ReduceOp.SUM, group=_REDUCE["group"])
     return value.detach().cpu()
 
 
 def all_reduce_max(value: int) -> int:
     """Maximum of an integer over ranks."""
-    if is_distributed() and dist.get_world_size() > 1:
+    if _reducing():
         t = torch.tensor([value], dtype=torch.int64, device=_comm_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_REDUCE["group"])
         return int(t.item())
     return value
 
 
 def all_reduce_max_float(value: float) -> float:
     """Maximum of a float over ranks."""
-    if is_distributed() and dist.get_world_size() > 1:
+    if _reducing():
         t = torch.tensor([value], dtype=torch.float64, device=_comm_device())
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=_REDUCE["group"])
         return float(t.item())
     return value
 
@@ -65,10 +90,10 @@ def all_reduce_max_float(value: float) -> float:
 def all_gather_cat(value: torch.Tensor) -> torch.Tensor:
     """The 1-D tensors of every rank (lengths may differ), concatenated in rank order, on the CPU."""
     value = value.detach().cpu().flatten()
-    if not (is_distributed() and dist.get_world_size() > 1):
+    if not _reducing():
         return value
-    parts: list[torch.Tensor | None] = [None] * dist.get_world_size()
-    dist.all_gather_object(parts, value)
+    parts: list[torch.Tensor | None] = [None] * dist.get_world_size(_REDUCE["group"])
+    dist.all_gather_object(parts, value, group=_REDUCE["group"])
     return torch.cat([p for p in parts if p is not None])
 
 

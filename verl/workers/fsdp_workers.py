@@ -19,16 +19,17 @@ from verl.single_controller.base import Dispatch, Worker, register
 from verl.engine import FSDPTrainingEngine, MicroBatchSpec, build_engine
 from verl.workers.actor import PPOActor, compute_log_prob, compute_sum_pi_squared
 from verl.workers.critic import PPOCritic
+from verl.workers.sharding.ulysses import UlyssesLayout
 from verl.workers.sync_attest_worker import ActorAttestMixin
 
 if TYPE_CHECKING:
     from verl.config.schema import ActorRolloutRefConfig, CriticConfig
 
 
-def _per_rank(global_size: int, world_size: int, what: str) -> int:
-    if global_size % world_size:
-        raise ValueError(f"{what}={global_size} is not divisible by the data-parallel size {world_size}")
-    return global_size // world_size
+def _per_rank(global_size: int, dp_size: int, what: str) -> int:
+    if global_size % dp_size:
+        raise ValueError(f"{what}={global_size} is not divisible by the data-parallel size {dp_size}")
+    return global_size // dp_size
 
 
 class ActorRolloutRefWorker(ActorAttestMixin, Worker):
@@ -73,13 +74,19 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         in_place = cfg.rollout.name == "hf"
         shared = self.world_size == 1 or not in_place or not cfg.hybrid_engine
         rollout_module = module if shared else copy.deepcopy(module).requires_grad_(False)
+        # data parallel x Ulysses SP (verl.workers.sharding.ulysses); the rollout copy keeps whole sequences
+        self.sp = UlyssesLayout.build(cfg.actor.ulysses_sequence_parallel_size, self.world_size, self.device)
+        self.ref_sp = cfg.ref.ulysses_sequence_parallel_size == self.sp.sp > 1
+        self.sp.prepare(module)
         self.actor_engine = build_engine(module, cfg.actor.fsdp_config, self.world_size, optim=cfg.actor.optim,
                                          total_steps=total_training_steps, grad_clip=cfg.actor.grad_clip, device=self.device)
         self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
         if self.use_reference and cfg.model.lora_rank == 0:
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
+            if self.ref_sp:
+                self.sp.prepare(ref)
             self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
-        self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.world_size, "ppo_mini_batch_size * rollout.n")
+        self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.sp.dp, "ppo_mini_batch_size * rollout.n")
         if not cfg.hybrid_engine:  # the rollout lives in its own worker group (RolloutWorker), fed by next_weight_bucket
             return
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
@@ -108,6 +115,9 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_log_prob(self, data: DataProto) -> DataProto:
         """``old_log_probs`` and ``entropys`` `(B, R)` under the rollout temperature."""
+        return self.sp.run(data, self._compute_log_prob)
+
+    def _compute_log_prob(self, data: DataProto) -> DataProto:
         r = self.config.rollout
         micro = MicroBatchSpec(r.log_prob_micro_batch_size_per_gpu, r.log_prob_use_dynamic_bsz, r.log_prob_max_token_len_per_gpu)
         log_probs, entropy = compute_log_prob(self.actor_engine, data, r.temperature, micro, calculate_entropy=True,
@@ -121,7 +131,14 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
-        """``ref_log_prob`` `(B, R)`: the frozen reference policy (or the actor with LoRA disabled)."""
+        """``ref_log_prob`` `(B, R)`: the frozen reference policy (or the actor with LoRA disabled).
+
+        ``ref.ulysses_sequence_parallel_size`` equal to the actor's: split like the actor's
+        forwards; 1: each rank computes its own rows with whole sequences.
+        """
+        return self.sp.run(data, self._compute_ref_log_prob) if self.ref_sp else self._compute_ref_log_prob(data)
+
+    def _compute_ref_log_prob(self, data: DataProto) -> DataProto:
         from verl.modules import ref_policy_context
 
         r, ref_cfg = self.config.rollout, self.config.ref
@@ -139,7 +156,8 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
     def update_actor(self, data: DataProto) -> DataProto:
         """One RL step of PPO updates; metrics in ``meta_info["metrics"]``."""
         start = time.perf_counter()
-        metrics = self.actor.update_policy(data, self.config.rollout.temperature, self.mini_batch_size)
+        with self.sp.scope():  # SP: the group's rows on each of its ranks, sequences split
+            metrics = self.actor.update_policy(self.sp.gather(data), self.config.rollout.temperature, self.mini_batch_size)
         metrics["timing_s/update_actor_worker"] = time.perf_counter() - start
         if self.rollout is not None:
             # the syncs of the weights this step generated with (see SyncedRollout.take_unreported_sync_s)
@@ -223,20 +241,24 @@ class CriticWorker(Worker):
 
         cfg = self.config
         torch.manual_seed(self.seed)
-        self.engine = build_engine(create_model("critic", cfg.model, device=self.device), cfg.model.fsdp_config, self.world_size,
+        self.sp = UlyssesLayout.build(cfg.ulysses_sequence_parallel_size, self.world_size, self.device)
+        module = create_model("critic", cfg.model, device=self.device)
+        self.sp.prepare(module)
+        self.engine = build_engine(module, cfg.model.fsdp_config, self.world_size,
                                    optim=cfg.optim, total_steps=total_training_steps, grad_clip=cfg.grad_clip, device=self.device)
         self.critic = PPOCritic(self.engine, cfg)
-        self.mini_batch_size = _per_rank(cfg.ppo_mini_batch_size * self.rollout_n, self.world_size, "critic.ppo_mini_batch_size * rollout.n")
+        self.mini_batch_size = _per_rank(cfg.ppo_mini_batch_size * self.rollout_n, self.sp.dp, "critic.ppo_mini_batch_size * rollout.n")
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
         """``values`` `(B, R)`."""
-        return DataProto.from_dict(tensors={"values": self.critic.compute_values(data)})
+        return self.sp.run(data, lambda d: DataProto.from_dict(tensors={"values": self.critic.compute_values(d)}))
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def update_critic(self, data: DataProto) -> DataProto:
         """One RL step of value updates; metrics in ``meta_info["metrics"]``."""
-        metrics = self.critic.update_critic(data, self.mini_batch_size)
+        with self.sp.scope():  # SP: the group's rows on each of its ranks, sequences split
+            metrics = self.critic.update_critic(self.sp.gather(data), self.mini_batch_size)
         return DataProto(meta_info={"metrics": metrics})
 
     @register(Dispatch.ONE_TO_ALL)
