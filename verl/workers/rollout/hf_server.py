@@ -48,6 +48,11 @@ class HFTokenServer:
         self._flusher: asyncio.Task[None] | None = None
         self.num_passes = 0  # batched generation passes run (for tests and metrics)
 
+    @property
+    def policy_version(self) -> int:
+        """The engine's current policy version (`verl.workers.rollout.partial`)."""
+        return int(self.engine.policy_version)
+
     async def generate(self, request: TokenRequest) -> TokenOutput:
         """Generate for one request; see `AsyncTokenEngine.generate`.
 

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from verl.utils.registry import Registry
-from verl.workers.rollout.request import AsyncTokenEngine
+from verl.workers.rollout.request import AsyncTokenEngine, TokenOutput
 from verl.workers.rollout.sampling import SamplingParams
 
-__all__ = ["AGENT_LOOPS", "AgentContext", "AgentLoop", "AgentLoopOutput", "AgentRow"]
+__all__ = ["AGENT_LOOPS", "AgentContext", "AgentLoop", "AgentLoopOutput", "AgentRow", "turn_versions"]
 
 
 @dataclass
@@ -86,6 +86,9 @@ class AgentLoopOutput:
         tool_calls: every parsed call ``{"name", "arguments", "status"}`` in order.
         turn_scores: the interaction's score per user turn.
         tool_rewards: each called tool's ``calc_reward`` at the end of the trajectory.
+        response_versions: `(R_i,)` policy version that sampled each model token, -1 on tool /
+            user tokens (``rollout_policy_versions``); empty = not tracked (all model tokens
+            then get the engine's version at the end of the trajectory).
     """
 
     prompt_ids: list[int]
@@ -98,6 +101,7 @@ class AgentLoopOutput:
     tool_calls: list[dict[str, Any]] = field(default_factory=list)
     turn_scores: list[float] = field(default_factory=list)
     tool_rewards: list[float] = field(default_factory=list)
+    response_versions: list[int] = field(default_factory=list)
 
 
 class AgentLoop(Protocol):
@@ -106,6 +110,14 @@ class AgentLoop(Protocol):
     async def run(self, row: AgentRow) -> AgentLoopOutput:
         """Roll out one trajectory for ``row``."""
         ...
+
+
+def turn_versions(engine: Any, out: TokenOutput) -> list[int]:
+    """The policy version of each token of a model turn: the engine's own tags, else the token
+    engine's ``policy_version`` now (0 for an engine without versions)."""
+    if out.policy_versions is not None:
+        return list(out.policy_versions)
+    return [int(getattr(engine, "policy_version", 0) or 0)] * len(out.token_ids)
 
 
 AGENT_LOOPS: Registry[type] = Registry("agent loop")

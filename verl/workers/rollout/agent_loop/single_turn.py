@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
+from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow, turn_versions
 from verl.workers.rollout.request import TokenRequest
 
 __all__ = ["SingleTurnAgentLoop"]
@@ -31,5 +31,6 @@ class SingleTurnAgentLoop:
         return AgentLoopOutput(
             prompt_ids=list(row.prompt_ids), response_ids=list(out.token_ids), response_mask=[1] * n,
             response_logprobs=list(out.log_probs), num_turns=1,
-            metrics={"finish_length": float(out.finish_reason == "length")},
+            metrics={"finish_length": float(out.finish_reason == "length"), "aborted": float(out.finish_reason == "abort")},
+            response_versions=turn_versions(self.ctx.engine, out),
         )

@@ -39,7 +39,7 @@ import uuid
 from typing import Any
 
 
-from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
+from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow, turn_versions
 from verl.workers.rollout.agent_loop.chat import ChatTemplate
 from verl.workers.rollout.request import TokenRequest
 from verl.workers.rollout.sampling import derive_seeds
@@ -85,7 +85,7 @@ class ToolAgentLoop:
         )
         interaction, interaction_kwargs, instance = await self._start_interaction(row)
         out = AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[], response_mask=[], response_logprobs=[], num_turns=0)
-        counts = {"assistant": 0, "user": 0, "malformed": 0, "over_budget": 0, "non_append_only": 0}
+        counts = {"assistant": 0, "user": 0, "malformed": 0, "over_budget": 0, "non_append_only": 0, "aborted": 0}
         try:
             await self._loop(row, messages, out, session, interaction, interaction_kwargs, instance, counts)
         finally:
@@ -102,6 +102,7 @@ class ToolAgentLoop:
             "assistant_turns": float(counts["assistant"]), "user_turns": float(counts["user"]),
             "turn_over_budget": float(counts["over_budget"]),
             "non_append_only_turns": float(counts["non_append_only"]),
+            "aborted": float(counts["aborted"]),
         }
         mismatch = self.chat.sanity_check(prompt_ids + out.response_ids, messages, self.mt.tokenization_sanity_check_mode)
         out.metrics["tokenization_mismatch"] = float(mismatch is not None)
@@ -129,8 +130,11 @@ class ToolAgentLoop:
                 max_new_tokens=budget - len(out.response_ids), seed=turn_seed(row.seed, counts["assistant"]),
                 stop_token_ids=self.ctx.stop_token_ids, request_id=f"{row.index}-{counts['assistant']}",
             ))
-            self._append(out, gen.token_ids, 1, gen.log_probs)
+            self._append(out, gen.token_ids, 1, gen.log_probs, turn_versions(self.ctx.engine, gen))
             counts["assistant"] += 1
+            if gen.finish_reason == "abort":  # the engine was interrupted: the trajectory is cut here
+                counts["aborted"] = 1
+                return
             stopped = gen.finish_reason == "stop"
             generated_text = self.chat.decode(gen.token_ids)
             messages.append({"role": "assistant", "content": self.chat.assistant_content(gen.token_ids, stopped)})
@@ -180,8 +184,12 @@ class ToolAgentLoop:
         return [{"role": "tool", "content": text} for text, _ in done]
 
     @staticmethod
-    def _append(out: AgentLoopOutput, ids: list[int], mask: int, log_probs: list[float] | None) -> None:
+    def _append(out: AgentLoopOutput, ids: list[int], mask: int, log_probs: list[float] | None,
+                versions: list[int] | None = None) -> None:
+        """Append a model turn (``mask`` 1, its log-probs and versions) or a tool / user turn
+        (``mask`` 0, log-prob 0, version -1: no policy sampled it)."""
         out.response_ids += list(ids)
         out.response_mask += [mask] * len(ids)
         out.response_logprobs += list(log_probs) if log_probs is not None else [0.0] * len(ids)
+        out.response_versions += list(versions) if versions is not None else [-1] * len(ids)
         out.num_turns += int(mask == 1)
