@@ -21,6 +21,8 @@ field                                           value when unset
                                                 ``reward_model.micro_batch_size``)
 ``*.strategy`` / ``*.dtype`` aliases            canonical names (``fsdp`` -> ``fsdp2``,
                                                 ``bf16`` -> ``bfloat16``, ``fp32`` -> ...)
+``actor_rollout_ref.hybrid_engine``             false with ``trainer.v1.trainer_mode=
+                                                separate_async`` (its rollout is standalone)
 ==============================================  =============================================
 
 The world size is ``trainer.nnodes x trainer.n_gpus_per_node``. Global micro-batch sizes count
@@ -121,4 +123,6 @@ def finalize(cfg: RootConfig) -> RootConfig:
     if critic.forward_micro_batch_size_per_gpu is None:
         critic.forward_micro_batch_size_per_gpu = critic.ppo_micro_batch_size_per_gpu
     _normalise_aliases(cfg)
+    if cfg.trainer.v1.trainer_mode == "separate_async":  # verl: a standalone rollout on its own pool
+        arr.hybrid_engine = False
     return cfg

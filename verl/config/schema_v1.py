@@ -3,9 +3,9 @@
 Key names and defaults are verl's (``verl/trainer/config/ppo_trainer.yaml``, section
 ``trainer.v1``). ``sync`` is the synchronous loop of `verl.trainer.rl_trainer`; ``separate_async``
 runs `verl.trainer.async_rl` (the rollout pool generates into a replay buffer of prompt groups
-while the actor trains). Checks across sections (``separate_async`` needs
-``actor_rollout_ref.hybrid_engine=false`` and ``data.train_batch_size = parameter_sync_step x
-actor.ppo_mini_batch_size``) are in `verl.config.v1_checks`.
+while the actor trains; the rollout is standalone, as if ``actor_rollout_ref.hybrid_engine=false``).
+Checks across sections (``data.train_batch_size = parameter_sync_step x actor.ppo_mini_batch_size``)
+are in `verl.config.v1_checks`.
 """
 
 from __future__ import annotations

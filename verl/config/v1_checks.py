@@ -1,9 +1,10 @@
 """Load-time checks of ``trainer.v1.*`` (verl's trainer modes), across the sections they touch.
 
 Every refused value is one line naming its key. The rules for ``separate_async`` are verl's
-(``verl/trainer/ppo/v1/trainer_separate_async.py``): the rollout has its own pool
-(``actor_rollout_ref.hybrid_engine=false``) and ``data.train_batch_size = parameter_sync_step x
-actor.ppo_mini_batch_size`` (one RL step = ``parameter_sync_step`` mini-batches, one weight sync).
+(``verl/trainer/ppo/v1/trainer_separate_async.py``): ``data.train_batch_size = parameter_sync_step
+x actor.ppo_mini_batch_size`` (one RL step = ``parameter_sync_step`` mini-batches, one weight
+sync); the rollout is standalone on its own pool (finalize sets ``hybrid_engine=false``), and
+``data.gen_batch_size`` (verl's fetch granularity) must divide the train batch.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def check_trainer_v1(cfg: RootConfig) -> None:
                           f"{_P}.sampler.custom_sampler.{{path,name}} or remove them")
     if v1.trainer_mode == "colocate_async":
         raise not_supported(f"{_P}.trainer_mode", "colocate_async (warm-up batches on one pool) is not built; use "
-                            "separate_async with actor_rollout_ref.hybrid_engine=false, or sync")
+                            "separate_async (the rollout on its own pool) or sync")
     if v1.trainer_mode == "separate_async":
         _check_separate_async(cfg)
 
@@ -58,9 +59,12 @@ def _check_separate_async(cfg: RootConfig) -> None:
                             "rollout is not built; leave it false")
     if cfg.trainer.v1.sampler.sync_refill_failed_groups:
         raise not_supported(f"{_P}.sampler.sync_refill_failed_groups", "it applies to verl's sync sampling only; leave it false")
-    if cfg.actor_rollout_ref.hybrid_engine:
-        raise ConfigError(f"{_P}.trainer_mode=separate_async: the rollout needs its own pool; set "
-                          "actor_rollout_ref.hybrid_engine=false")
+    if cfg.data.gen_batch_size is not None and (cfg.data.gen_batch_size <= 0 or cfg.data.train_batch_size % cfg.data.gen_batch_size):
+        raise ConfigError(f"data.gen_batch_size: {cfg.data.gen_batch_size} must divide data.train_batch_size "
+                          f"({cfg.data.train_batch_size}): prompts are fetched in whole generation batches")
+    if cfg.data.gen_batch_size not in (None, cfg.data.train_batch_size) and cfg.trainer.total_training_steps is None:
+        raise ConfigError("trainer.total_training_steps: must be set when data.gen_batch_size differs from "
+                          "data.train_batch_size in separate_async (the data loader then counts generation batches)")
     if cfg.data.train_batch_size != sa.parameter_sync_step * actor.ppo_mini_batch_size:
         raise ConfigError(f"{_P}.separate_async.parameter_sync_step: data.train_batch_size ({cfg.data.train_batch_size}) "
                           f"must equal parameter_sync_step ({sa.parameter_sync_step}) x actor_rollout_ref.actor."

@@ -216,7 +216,8 @@ CONDITIONAL: dict[str, str] = {
     "actor_rollout_ref.actor.use_remove_padding": "mirrors model.use_remove_padding (a documented no-op)",
     "actor_rollout_ref.rollout.logprobs_mode": "processed_logprobs (the hf engine's: after temperature) is the only mode; others are refused",
     "actor_rollout_ref.rollout.max_model_len": "hf engine: a length check; server engines: their context length",
-    "data.gen_batch_size": "prompts per generation batch under algorithm.filter_groups (DAPO); otherwise it must equal train_batch_size",
+    "data.gen_batch_size": ("prompts per generation batch under algorithm.filter_groups (DAPO) and per data-loader fetch with "
+                            "trainer.v1.trainer_mode=separate_async (a divisor of train_batch_size); otherwise it must equal train_batch_size"),
     "*.optim.warmup_style": "deprecated alias of lr_scheduler_type (both hold the chosen schedule)",
     "*.optim.lr_scheduler_type": "constant | cosine; warmup_style is its deprecated alias (both hold the chosen schedule)",
     "*.optim.clip_grad": "verl's new-engine spelling of the role's grad_clip; both hold the non-default value",

@@ -120,7 +120,8 @@ def _check_checkpoint(cfg: Any) -> None:
 
 def _check_dynamic_sampling(cfg: Any) -> None:
     fg, data, algo = cfg.algorithm.filter_groups, cfg.data, cfg.algorithm
-    if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size and not fg.enable:
+    async_fetch = cfg.trainer.v1.trainer_mode == "separate_async"  # verl's fetch granularity (v1_checks)
+    if data.gen_batch_size is not None and data.gen_batch_size != data.train_batch_size and not fg.enable and not async_fetch:
         raise _refuse("data.gen_batch_size", "a generation batch other than data.train_batch_size is used only by "
                       "DAPO dynamic sampling; set algorithm.filter_groups.enable=true or remove the key")
     if not fg.enable:

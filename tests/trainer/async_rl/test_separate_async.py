@@ -120,7 +120,7 @@ def test_a_resumed_run_trains_every_prompt_of_the_epoch_exactly_once(tmp_path):
 
 
 @pytest.mark.parametrize("extra, message", [
-    ({"actor_rollout_ref.hybrid_engine": True}, "set actor_rollout_ref.hybrid_engine=false"),
+    ({"data.gen_batch_size": 3}, "must divide data.train_batch_size"),
     ({"trainer.v1.separate_async.parameter_sync_step": 4}, "must equal parameter_sync_step"),
     ({"trainer.v1.trainer_mode": "colocate_async"}, "is not supported yet"),
     ({"trainer.v1.trainer_mode": "separate"}, "did you mean 'separate_async'"),
@@ -134,6 +134,13 @@ def test_settings_that_cannot_run_are_one_line_errors(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=message) as err:
         load_config(None, _overrides(tmp_path, **{**_ASYNC, **extra}))
     assert "\n" not in str(err.value)
+
+
+def test_separate_async_puts_the_rollout_on_its_own_pool_as_verl(tmp_path):
+    # verl's V1 script leaves hybrid_engine at its default (true) and fetches one prompt at a time
+    cfg = load_config(None, _overrides(tmp_path, **{**_ASYNC, "actor_rollout_ref.hybrid_engine": True,
+                                                     "data.gen_batch_size": 1}))
+    assert cfg.actor_rollout_ref.hybrid_engine is False
 
 
 def test_verl_defaults_and_use_v1_are_accepted(tmp_path):
