@@ -46,6 +46,7 @@ import torch
 from verl.protocol import DataProto
 from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
 from verl.workers.rollout.agent_loop.chat import ChatTemplate
+from verl.workers.rollout.partial import NOT_SAMPLED, version_bounds
 from verl.workers.rollout.sampling import resolve_sampling
 
 __all__ = ["AgentLoopRollout", "builtin_config_file", "object_array"]
@@ -123,9 +124,12 @@ class AgentLoopRollout:
             raise AttributeError(name)
         return getattr(self.engine, name)
 
-    def update_weights(self, state_dict_or_model: Any) -> None:
-        """Forward to the inner engine."""
-        self.engine.update_weights(state_dict_or_model)
+    def update_weights(self, state_dict_or_model: Any, version: int | None = None) -> None:
+        """Forward to the inner engine (``version``: its new ``policy_version``, when given)."""
+        if version is None:
+            self.engine.update_weights(state_dict_or_model)
+        else:
+            self.engine.update_weights(state_dict_or_model, version=version)
 
     def agent_names(self, prompts: DataProto) -> list[str]:
         """Each row's agent loop name (validated against the registry)."""
@@ -151,6 +155,9 @@ class AgentLoopRollout:
             out.non_tensor_batch["num_turns"] = np.ones(n, dtype=np.int64)
             out.non_tensor_batch["tool_calls"] = object_array([[] for _ in range(n)])
             return out
+        if "rollout_finished" in prompts.batch.keys():
+            raise ValueError("resubmitting a partial rollout through agent loops is not supported yet: agent-loop "
+                             "trajectories resume in place (engine.pause() / resume()), never from an output")
         try:
             results, meta = asyncio.run(self._run_all(prompts, names))
         finally:
@@ -221,6 +228,8 @@ class AgentLoopRollout:
         response_mask = torch.zeros(n, resp_len, dtype=torch.long)
         response_attn = torch.zeros(n, resp_len, dtype=torch.long)
         log_probs = torch.zeros(n, resp_len, dtype=torch.float32)
+        versions = torch.full((n, resp_len), NOT_SAMPLED, dtype=torch.long)
+        version_now = int(getattr(self.engine, "policy_version", 0) or 0)
         for i, r in enumerate(results):
             p, k = len(r.prompt_ids), len(r.response_ids)
             prompt_ids[i, width - p:] = torch.tensor(r.prompt_ids, dtype=torch.long)
@@ -229,6 +238,8 @@ class AgentLoopRollout:
             response_mask[i, :k] = torch.tensor(r.response_mask, dtype=torch.long)
             response_attn[i, :k] = 1
             log_probs[i, :k] = torch.tensor(r.response_logprobs, dtype=torch.float32)
+            tags = r.response_versions or [version_now if m else NOT_SAMPLED for m in r.response_mask]
+            versions[i, :k] = torch.tensor(tags, dtype=torch.long)
         attention_mask = torch.cat([prompt_mask, response_attn], dim=1)
         # positions count real tokens; padding after the response continues the count (as HFRollout)
         position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
@@ -237,7 +248,7 @@ class AgentLoopRollout:
         tensors = {
             "prompts": prompt_ids, "responses": responses, "response_mask": response_mask,
             "input_ids": torch.cat([prompt_ids, responses], dim=1), "attention_mask": attention_mask,
-            "position_ids": position_ids, "rollout_log_probs": log_probs,
+            "position_ids": position_ids, "rollout_log_probs": log_probs, "rollout_policy_versions": versions,
         }
         if not getattr(self.engine, "returns_log_probs", True):  # vLLM with calculate_log_probs=false
             tensors.pop("rollout_log_probs")
@@ -252,6 +263,7 @@ class AgentLoopRollout:
             "aborted": np.array([int(r.metrics.get("aborted", 0)) for r in results]),
             "failed": np.array([int(r.metrics.get("failed", 0)) for r in results]),
         })
+        non_tensors["min_global_steps"], non_tensors["max_global_steps"] = version_bounds(versions, version_now)
         return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
 
 
