@@ -158,6 +158,7 @@ SECTION_RULES: dict[type, list[Rule]] = {
         one_of("format", C.TOOL_CALL_FORMATS),
         one_of("tool_response_truncate_side", C.TRUNCATE_SIDES),
         one_of("tokenization_sanity_check_mode", C.SANITY_CHECK_MODES),
+        ge("token_drift_samples", 0),
     ],
     S.AgentLoopConfig: [one_of("default_agent_loop", C.AGENT_LOOPS)],
     S.SyncCheckConfig: [ge("canary_every", 0), one_of("on_mismatch", SYNC_MISMATCH_ACTIONS), gt("canary_tolerance", 0.0)],

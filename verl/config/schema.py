@@ -474,6 +474,12 @@ class MultiTurnConfig:
     # True is not supported: trajectories always keep the sampled ids of every turn.
     tokenization_sanity_check_mode: str = "strict"
     # Compare incremental ids with the chat template's rendering: strict | ignore_strippable | disable.
+    token_drift_samples: int = 8
+    # Token-drift monitor (not a verl key): tool_agent trajectories per batch whose trained ids are
+    # compared with the template's rendering of their final conversation (multi_turn/drift_rate,
+    # multi_turn/drift_first_offset); 0 = off.
+    template_audit: bool = True
+    # Print what the chat template writes at each turn boundary once at start-up (not a verl key).
     num_repeat_rollouts: Optional[int] = None
     # Not supported (null only): repeat rollouts with rollout.n.
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from verl.protocol import DataProto
+from verl.workers.rollout.agent_loop.drift import drift_metrics
 
 __all__ = ["agent_loop_metrics", "dump_trajectories"]
 
@@ -26,7 +27,9 @@ def _stats(prefix: str, values: list[float]) -> dict[str, float]:
 def agent_loop_metrics(batch: DataProto) -> dict[str, float]:
     """``num_turns/{min,max,mean}``, ``tool_call_counts/{min,max,mean}`` (per trajectory) and the
     batch's ``multiturn/{tool_errors,tool_timeouts,malformed_tool_calls,tokenization_mismatch,aborted,failed}``
-    counts (computed on the whole batch, so they are exact with several data-parallel workers).
+    counts (computed on the whole batch, so they are exact with several data-parallel workers), and
+    the token-drift monitor's ``multi_turn/drift_rate`` / ``multi_turn/drift_first_offset``
+    (`verl.workers.rollout.agent_loop.drift.drift_metrics`).
 
     Returns:
         {} when the batch carries no agent-loop non-tensors.
@@ -44,6 +47,7 @@ def agent_loop_metrics(batch: DataProto) -> dict[str, float]:
     for key in ("tokenization_mismatch", "aborted", "failed"):  # trajectories flagged by the agent loops
         if key in ntb:
             out[f"multiturn/{key}"] = float(np.sum(np.asarray(ntb[key], dtype=np.float64)))
+    out.update(drift_metrics(ntb))  # multi_turn/drift_rate, multi_turn/drift_first_offset
     return out
 
 

@@ -117,7 +117,14 @@ class AgentLoopRollout:
             self.interactions = load_interactions(builtin_config_file(mt.interaction_config_path, "interaction"))
         self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
         if self.tools and tokenizer is not None:  # a template that ignores tools fails here, before training
-            ChatTemplate(tokenizer, [t.tool_schema for t in self.tools.values()], self.template_kwargs)
+            ChatTemplate(tokenizer, self._tool_schemas(), self.template_kwargs)
+        if mt.enable and tokenizer is not None and mt.template_audit:
+            from verl.workers.rollout.agent_loop.template_audit import log_template_audit
+
+            log_template_audit(tokenizer, self._tool_schemas(), self.template_kwargs)
+
+    def _tool_schemas(self) -> list[dict[str, Any]] | None:
+        return [t.tool_schema for t in self.tools.values()] or None
 
     def __getattr__(self, name: str) -> Any:  # rng_state, set_rng_state, ... of the inner engine
         if name == "engine":  # not set yet (e.g. while unpickling): no recursion
@@ -163,7 +170,14 @@ class AgentLoopRollout:
         finally:
             if callable(getattr(self.engine, "sleep", None)):  # free_cache_engine of a server engine (vLLM)
                 self.engine.sleep()
-        return self._assemble(prompts, results, meta)
+        out = self._assemble(prompts, results, meta)
+        if "tool_agent" in names:  # the token-drift monitor (verl.workers.rollout.agent_loop.drift)
+            from verl.workers.rollout.agent_loop.drift import mark_drift
+
+            kwargs = dict(prompts.meta_info.get("apply_chat_template_kwargs") or self.template_kwargs)
+            chat = ChatTemplate(self.tokenizer, self._tool_schemas(), kwargs)
+            mark_drift(out, names, chat, self.config.multi_turn.token_drift_samples)
+        return out
 
     def _context(self, prompts: DataProto) -> tuple[AgentContext, dict[str, Any]]:
         from verl.workers.rollout.hf_server import as_token_engine
