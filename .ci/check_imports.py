@@ -29,7 +29,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "verl"
 LAYERS: list[set[str]] = [
-    {"cli", "trainer", "__init__", "model_merger", "utils/config", "utils/reward_score"},
+    {"cli", "trainer", "experimental", "__init__", "model_merger", "utils/config", "utils/reward_score"},
     {"workers"},
     {"single_controller", "engine", "workers/rollout", "tools", "interactions"},
     {"modules"},
