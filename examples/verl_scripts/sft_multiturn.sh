@@ -2,6 +2,7 @@
 # Multi-turn SFT on the engine-layout SFT trainer: verl's examples/sft/multiturn/run_qwen2_5_0_5b_fsdp.sh.
 # usage: sft_multiturn.sh <nproc_per_node> <save_path> [overrides...]
 set -euo pipefail
+SFT_STEPS=${TOTAL_TRAINING_STEPS:-1}  # verl's default here is 1 (_common.sh's is null)
 source "$(dirname "$0")/_common.sh"
 
 if [ "$#" -lt 2 ]; then
@@ -15,7 +16,7 @@ shift 2
 MODEL_PATH=${MODEL_PATH:-Qwen/Qwen2.5-0.5B-Instruct}
 SP_SIZE=${SP_SIZE:-1}
 MICRO_BATCH_SIZE_PER_GPU=${MICRO_BATCH_SIZE_PER_GPU:-4}
-TOTAL_TRAINING_STEPS=${TOTAL_TRAINING_STEPS:-1}
+TOTAL_TRAINING_STEPS=$SFT_STEPS
 TRAIN_FILES=${TRAIN_FILES:-$HOME/data/multiturn/train.parquet}
 VAL_FILES=${VAL_FILES:-$HOME/data/multiturn/test.parquet}
 PROJECT_NAME=${PROJECT_NAME:-multiturn-sft}

@@ -102,18 +102,20 @@ def _losses(out: Path) -> dict[int, float]:
 
 @pytest.mark.e2e
 def test_torchrun_one_and_two_ranks_equal_losses(tmp_path: Path, tiny_qwen: Path, mt_data: dict[str, str]) -> None:
-    for name, nproc in (("one", 1), ("two", 2)):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
-               "-m", "verl.trainer.sft_trainer", *keys(tiny_qwen, mt_data, tmp_path, name)]
-        r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
-        assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    one, two = _losses(tmp_path / "one" / "out"), _losses(tmp_path / "two" / "out")
+    """One process (in this one) vs ``torchrun --nproc_per_node=2 -m verl.trainer.sft_trainer`` (gloo, FSDP2)."""
+    one = {int(h["step"]): h["train/loss"] for h in fit(keys(tiny_qwen, mt_data, tmp_path, "one"))}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "verl.trainer.sft_trainer", *keys(tiny_qwen, mt_data, tmp_path, "two")]
+    r = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    two = _losses(tmp_path / "two" / "out")
     assert sorted(one) == [1, 2] and one[2] != one[1]
     for step in one:
         assert two[step] == pytest.approx(one[step], abs=1e-5)
 
 
-@pytest.mark.e2e
+@pytest.mark.slow  # two Ray workers: minutes on a shared CPU
+@pytest.mark.ray
 def test_sft_trainer_ray_equals_torchrun(tmp_path: Path, tiny_qwen: Path, mt_data: dict[str, str]) -> None:
     runs = {"ray": [sys.executable, "-m", "verl.trainer.sft_trainer_ray", "trainer.nnodes=1", "trainer.n_gpus_per_node=2"],
             "spmd": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
@@ -130,7 +132,7 @@ def test_verl_multiturn_sft_example_runs_one_step(tmp_path: Path, tiny_qwen: Pat
     """verl's examples/sft/multiturn/run_qwen2_5_0_5b_fsdp.sh (examples/verl_scripts/sft_multiturn.sh):
     paths, sizes and the logger replaced; nothing else."""
     env = {**_env(), "PYTHON": sys.executable, "MODEL_PATH": str(tiny_qwen), "TRAIN_FILES": mt_data["train"],
-           "VAL_FILES": mt_data["test"], "MICRO_BATCH_SIZE_PER_GPU": "2", "LOGGER": "['console','jsonl']"}
+           "VAL_FILES": mt_data["test"], "MICRO_BATCH_SIZE_PER_GPU": "2", "TOTAL_TRAINING_STEPS": "1", "LOGGER": "['console','jsonl']"}
     script = REPO / "examples" / "verl_scripts" / "sft_multiturn.sh"
     r = subprocess.run(["bash", str(script), "1", str(tmp_path / "ckpt"), "data.train_batch_size=4",
                         "data.max_length=512", f"+trainer.output_dir={tmp_path}/out", "trainer.device=cpu"],

@@ -94,6 +94,10 @@ class Registry(Generic[T]):
             msg += f". Did you mean {close[0]!r}?"
         return msg
 
+    def remove(self, name: str) -> None:
+        """Unregister ``name`` (no-op when absent); for views that replace entries (verl's dict registries)."""
+        self._entries.pop(name, None)
+
     def names(self) -> list[str]:
         """Registered names, sorted."""
         return sorted(self._entries)

@@ -159,6 +159,30 @@ def get_policy_loss_fn(name: str) -> Callable[..., Any]:
     return getattr(fn, "verl_fn", None) or _as_verl_loss(fn)
 
 
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, **kwargs: Any) -> torch.Tensor:
-    """verl's ``agg_loss(loss_mat, loss_mask, loss_agg_mode)``: `(B, R)` -> 0-d, with this batch's own counts."""
-    return _agg_loss(loss_mat, loss_mask, loss_agg_mode, **kwargs)
+def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, dp_size: int = 1,
+             batch_num_tokens: Any = None, global_batch_size: Any = None, loss_scale_factor: Any = None,
+             **kwargs: Any) -> torch.Tensor:
+    """verl's ``agg_loss``: `(B, R)` -> 0-d, verl's formula (``verl/trainer/ppo/core_algos.py``).
+
+    One rank's share of the global loss, times ``dp_size`` (FSDP averages gradients over ranks):
+    ``token-mean`` divides by ``batch_num_tokens`` (the global token count; this batch's own
+    with ``dp_size=1``), ``token-sum`` is the masked sum, ``seq-*`` modes divide by
+    ``global_batch_size`` (sequences with a valid token), ``seq-mean-token-sum-norm`` also by
+    ``loss_scale_factor`` (default: the tensor width, as verl). The product's own keywords
+    (``global_token_count``, ``global_seq_count``) pass through to `verl.algorithms.agg_loss`.
+
+    Raises:
+        ValueError: ``dp_size > 1`` without the global count the mode needs; an unknown mode.
+    """
+    if kwargs:
+        return _agg_loss(loss_mat, loss_mask, loss_agg_mode, loss_scale_factor=loss_scale_factor, **kwargs)
+    if loss_agg_mode == "token-sum":
+        return (loss_mat * loss_mask.to(loss_mat.dtype)).sum() * dp_size
+    needs = batch_num_tokens if loss_agg_mode == "token-mean" else global_batch_size
+    if dp_size > 1 and needs is None:
+        raise ValueError(f"loss_agg_mode={loss_agg_mode}: the global "
+                         f"{'batch_num_tokens' if loss_agg_mode == 'token-mean' else 'global_batch_size'} is required when dp_size > 1")
+    if loss_agg_mode == "seq-mean-token-sum-norm" and loss_scale_factor is None:
+        loss_scale_factor = loss_mask.shape[-1]
+    return _agg_loss(loss_mat, loss_mask, loss_agg_mode, global_token_count=batch_num_tokens,
+                     global_seq_count=global_batch_size, loss_scale_factor=loss_scale_factor) * dp_size
