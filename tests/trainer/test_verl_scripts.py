@@ -84,12 +84,25 @@ def test_verl_script_trains_one_step(script, tiny_model_dir, verl_script_data, t
 
 
 @pytest.mark.e2e
-def test_dapo_with_verls_sequence_parallel_size_stops_with_one_line(tiny_model_dir, verl_script_data, tmp_path):
+@pytest.mark.ray
+def test_dapo_trains_one_step_with_ulysses_sequence_parallel_2(tiny_model_dir, verl_script_data, tmp_path):
+    """verl's DAPO recipe at ulysses_sequence_parallel_size=2 on 2 Ray workers (actor and reference
+    split along the sequence; gradient checkpointing, dynamic batch sizes and FSDP2 offload as the
+    recipe sets them)."""
+    proc = _run("dapo.sh", tiny_model_dir, verl_script_data, tmp_path, **PER_SCRIPT["dapo.sh"], SP_SIZE="2", NGPUS="2")
+    out = proc.stdout + proc.stderr
+    assert "unknown key" not in out, out[-3000:]
+    assert proc.returncode == 0, out[-3000:]
+    assert "step:1 " in out or "training/global_step:1" in out or "step 1" in out, out[-3000:]
+
+
+@pytest.mark.e2e
+def test_dapo_with_sp_not_dividing_the_world_stops_with_one_line(tiny_model_dir, verl_script_data, tmp_path):
     proc = _run("dapo.sh", tiny_model_dir, verl_script_data, tmp_path, SP_SIZE="8")
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
-    line = next(ln for ln in out.splitlines() if "is not supported yet" in ln)
-    assert "`actor_rollout_ref.actor.ulysses_sequence_parallel_size` is not supported yet: " in line
+    line = next(ln for ln in out.splitlines() if "ulysses_sequence_parallel_size=8" in ln)
+    assert "must divide the world size 1" in line
     assert "unknown key" not in out
 
 

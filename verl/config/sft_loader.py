@@ -137,7 +137,12 @@ def _check(cfg: SFTRootConfig) -> None:
         (t.default_hdfs_dir is None, "trainer.default_hdfs_dir is not supported yet: set it to null and copy default_local_dir yourself"),
         (t.resume_mode in ("auto", "disable", "resume_path"), f"trainer.resume_mode: must be auto | disable | resume_path, got {t.resume_mode!r}"),
         (t.device in ("cpu", "cuda"), f"trainer.device: must be cpu | cuda, got {t.device!r}"),
-        (cfg.ulysses_sequence_parallel_size == 1, "ulysses_sequence_parallel_size is not supported yet: use 1"),
+        (cfg.ulysses_sequence_parallel_size >= 1, "ulysses_sequence_parallel_size: must be >= 1"),
+        (cfg.ulysses_sequence_parallel_size == 1 or cfg.use_remove_padding,
+         f"ulysses_sequence_parallel_size={cfg.ulysses_sequence_parallel_size} needs use_remove_padding=true: "
+         "sequence parallelism splits packed (padding-free) sequences"),
+        (cfg.ulysses_sequence_parallel_size == 1 or t.algorithm == "sft",
+         f"ulysses_sequence_parallel_size with trainer.algorithm={t.algorithm} is not supported yet: use 1 (sft only)"),
         (d.max_token_len_per_gpu >= 1, "data.max_token_len_per_gpu: must be >= 1"),
         (m.fsdp_config.mixed_precision in (None, "bfloat16", "float32", "bf16", "fp32"),
          f"model.fsdp_config.mixed_precision: must be bfloat16 | float32 | null, got {m.fsdp_config.mixed_precision!r}"),

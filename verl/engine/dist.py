@@ -50,6 +50,25 @@ def dp_rank() -> int:
     return dist.get_rank() if is_distributed() else 0
 
 
+_LAYOUT = {"sp": 1}
+
+
+def set_sequence_parallel_size(sp: int) -> None:
+    """Record that this process's ranks split sequences in groups of ``sp`` (Ulysses): the data is
+    sharded over ``world / sp`` data-parallel ranks (`data_parallel_size`, `data_parallel_rank`)."""
+    _LAYOUT["sp"] = sp
+
+
+def data_parallel_size() -> int:
+    """Number of data shards: the world size divided by the sequence-parallel size."""
+    return dp_world_size() // _LAYOUT["sp"]
+
+
+def data_parallel_rank() -> int:
+    """This process's data shard (the ranks of one sequence-parallel group share it)."""
+    return dp_rank() // _LAYOUT["sp"]
+
+
 def barrier() -> None:
     """Wait for every rank (no-op in one process)."""
     if is_distributed():

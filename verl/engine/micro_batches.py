@@ -20,6 +20,8 @@ def split_micro_batches(
     Dynamic mode: Karmarkar–Karp balanced groups whose *effective* token count (attention mask
     sum, never the padded width) stays within `max_token_len`. Every
     data-parallel rank runs the same number of micro-batches, because FSDP's collectives pair up.
+    Under Ulysses sequence parallelism (an active SP group of ``sp`` ranks) the budget is
+    ``max_token_len · sp`` per micro-batch, as verl's: each rank then holds ``max_token_len`` of its tokens.
 
     Returns:
         (micro_batches, index_lists): the input rows of each micro-batch (dynamic mode), for
@@ -28,8 +30,10 @@ def split_micro_batches(
     if not use_dynamic_bsz:
         size = micro_batch_size or len(data)
         return data.split(size), None
+    from verl.modules.ulysses import active_sp_size
     from verl.utils.seqlen_balancing import get_num_micro_batches, rearrange_micro_batches
 
+    max_token_len *= active_sp_size()  # the budget is per device; a micro-batch spans the SP group
     seq_lens = data.batch["attention_mask"].sum(-1)
     count = max(get_num_micro_batches(seq_lens, max_token_len), min_num_micro_batch or 1)
     count = all_reduce_max(count)

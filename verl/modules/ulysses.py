@@ -31,6 +31,7 @@ import torch.distributed as dist
 __all__ = [
     "ATTN_NAME",
     "active_group",
+    "active_sp_size",
     "check_heads",
     "enable_ulysses",
     "gather_seq",
@@ -64,6 +65,12 @@ def suspended() -> Iterator[None]:
 def active_group() -> dist.ProcessGroup | None:
     """The SP group of the enclosing `sequence_parallel` block, or None."""
     return _STATE["group"]
+
+
+def active_sp_size() -> int:
+    """Size of the active SP group (1 outside `sequence_parallel`)."""
+    group = active_group()
+    return 1 if group is None else dist.get_world_size(group)
 
 
 def sp_rank_and_size(group: dist.ProcessGroup) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import torch
 from verl.config.schema import FSDPConfig, ModelConfig, OptimConfig
 from verl.config.sft_schema import SFTRootConfig
 from verl.engine.base import MicroBatchSpec
-from verl.engine.dist import dp_rank, dp_world_size, sum_floats
+from verl.engine.dist import data_parallel_rank, data_parallel_size, dp_rank, dp_world_size, sum_floats
 from verl.protocol import DataProto
 from verl.trainer.hybrid_streams import DPOStream, SFTStream
 
@@ -68,13 +68,13 @@ def _micro_spec(cfg: SFTRootConfig, size: int | None = None) -> MicroBatchSpec:
 def _micro_size(cfg: SFTRootConfig) -> int:
     d = cfg.data
     if d.micro_batch_size is not None:
-        return max(1, d.micro_batch_size // dp_world_size())
+        return max(1, d.micro_batch_size // data_parallel_size())
     return d.micro_batch_size_per_gpu
 
 
 def _check_divisible(batch_size: int, what: str) -> None:
-    if batch_size % dp_world_size():
-        raise ValueError(f"{what}={batch_size} is not divisible by the number of ranks ({dp_world_size()})")
+    if batch_size % data_parallel_size():
+        raise ValueError(f"{what}={batch_size} is not divisible by the data-parallel size ({data_parallel_size()})")
 
 
 def _tokenizer(cfg: SFTRootConfig) -> Any:
@@ -148,7 +148,7 @@ def _streams(cfg: SFTRootConfig, tok: Any, engine_box: dict[str, Any], device: s
 
 def _shard_rows(n: int) -> tuple[list[int], list[bool]]:
     """This rank's validation rows: equal counts per rank (the last rows repeated, flagged to be ignored)."""
-    world, rank = dp_world_size(), dp_rank()
+    world, rank = data_parallel_size(), data_parallel_rank()  # SP ranks share their shard
     per = -(-n // world)
     idx = [rank * per + i for i in range(per)]
     return [i if i < n else n - 1 for i in idx], [i < n for i in idx]
@@ -231,9 +231,12 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
     from verl.modules import create_model
     from verl.trainer.sft_loop import SupervisedTrainer
 
+    from verl.workers.sharding.ulysses import UlyssesLayout
+
     t = cfg.trainer
     device = t.device if t.device == "cpu" else f"cuda:{torch.cuda.current_device()}"
     torch.manual_seed(t.seed)
+    layout = UlyssesLayout.build(cfg.ulysses_sequence_parallel_size, dp_world_size(), t.device)
     from verl.trainer.model_access import read_model_config
 
     tok = _tokenizer(cfg)
@@ -246,6 +249,7 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
         if getattr(t, key) == "after_each_epoch":
             setattr(t, key, streams[0].sampler.steps_per_epoch)
     module = create_model("actor", model_config_of(cfg), device=device)
+    layout.prepare(module)
     engine = build_engine(module, _fsdp_config(cfg), dp_world_size(), optim=_optim_config(cfg), total_steps=total,
                           grad_clip=cfg.optim.clip_grad, device=device)
     for s in box.get("dpo_streams", []):
@@ -254,4 +258,4 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
         s.attach(engine, lambda: create_model("actor", model_config_of(cfg), device=device))
     weights = normalised_weights(t.task_weights, len(streams))
     return SupervisedTrainer(cfg, engine, streams, weights, tok, total, _validator(cfg, tok, engine, streams, val_ds),
-                             _hf_exporter(cfg, tok, engine))
+                             _hf_exporter(cfg, tok, engine), sp_layout=layout if layout.sp > 1 else None)

@@ -15,7 +15,7 @@ from typing import Any
 
 
 from verl.config.sft_schema import SFTRootConfig
-from verl.engine.dist import barrier, dp_rank, dp_world_size, sum_floats
+from verl.engine.dist import barrier, data_parallel_rank, data_parallel_size, dp_rank, dp_world_size, sum_floats
 from verl.protocol import DataProto
 from verl.trainer.checkpoint import CheckpointManager, step_of
 
@@ -39,10 +39,13 @@ class SupervisedTrainer:
     """
 
     def __init__(self, config: SFTRootConfig, engine: Any, streams: list[Any], weights: list[float], tokenizer: Any,
-                 total_steps: int, validator: Any = None, export_hf: Any = None) -> None:
+                 total_steps: int, validator: Any = None, export_hf: Any = None, sp_layout: Any = None) -> None:
         self.config, self.engine, self.streams, self.weights = config, engine, streams, weights
         self.tokenizer, self.total_steps, self.validator, self.export_hf = tokenizer, total_steps, validator, export_hf
         self.rank, self.world_size = dp_rank(), dp_world_size()
+        # Ulysses SP (verl.workers.sharding.ulysses): the ranks of an SP group share a data shard
+        self.sp_layout = sp_layout
+        self.data_rank, self.data_world = data_parallel_rank(), data_parallel_size()
         t = config.trainer
         self.ckpt = CheckpointManager(t.default_local_dir, t.max_ckpt_to_keep)
         self.tracker: Any = None
@@ -60,10 +63,12 @@ class SupervisedTrainer:
         history: list[dict[str, float]] = []
         while self.global_step < self.total_steps:
             self.global_step += 1
-            metrics = self.train_step(self.global_step)
+            with self._sp_scope():
+                metrics = self.train_step(self.global_step)
             last = self.global_step == self.total_steps
             if self.validator is not None and (last or (t.test_freq > 0 and self.global_step % t.test_freq == 0)):
-                metrics.update(self.validator())
+                with self._sp_scope():
+                    metrics.update(self.validator())
             # the metrics row is durable before its checkpoint is published (as in the RL loop): a
             # kill in between redoes the step on resume instead of losing its row
             history.append({"step": self.global_step, **metrics})
@@ -80,10 +85,10 @@ class SupervisedTrainer:
         start = time.perf_counter()
         prepared, metrics = [], {}
         for stream in self.streams:
-            batch, extra = stream.prepare(stream.batch(step, self.rank, self.world_size), step)
+            batch, extra = stream.prepare(stream.batch(step, self.data_rank, self.data_world), step)
             prepared.append(batch)
             if extra:  # per-rank means (equal row counts per rank) -> global means
-                extra = {k: v / self.world_size for k, v in sum_floats(extra).items()}
+                extra = {k: v / self.data_world for k, v in sum_floats(extra).items()}
             metrics.update(self._named(stream, extra))
         on_device = getattr(self.engine, "on_device", None)  # offload-aware engines bring weights in once per step
         with on_device() if on_device is not None else nullcontext():
@@ -98,6 +103,10 @@ class SupervisedTrainer:
             metrics["train/loss"] = sum(w * metrics[f"hybrid/{s.name}/loss"] for s, w in zip(self.streams, self.weights))
         metrics["timing_s/step"] = time.perf_counter() - start
         return metrics
+
+    def _sp_scope(self) -> Any:
+        """The SP layout's scope (sequences split, reductions over data-parallel ranks), or nothing."""
+        return self.sp_layout.scope() if self.sp_layout is not None else nullcontext()
 
     def _accumulate(self, stream: Any, weight: float, batch: DataProto) -> dict[str, float]:
         """Gradient of ``weight · L_stream`` accumulated micro-batch by micro-batch; metrics summed over ranks."""

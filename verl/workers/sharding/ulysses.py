@@ -64,7 +64,10 @@ class UlyssesLayout:
         Raises:
             ConfigError: ``sp`` does not divide ``world_size`` (`data_parallel_size`).
         """
+        from verl.engine.dist import set_sequence_parallel_size
+
         dp = data_parallel_size(world_size, sp)
+        set_sequence_parallel_size(sp)
         if sp == 1:
             return cls(sp=1, dp=dp)
         from torch.distributed.device_mesh import init_device_mesh
