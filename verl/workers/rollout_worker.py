@@ -93,9 +93,15 @@ class RolloutWorker(RolloutAttestMixin, Worker):
     @register(Dispatch.ONE_TO_ALL)
     def begin_weight_update(self, policy_version: int = 0) -> None:
         """Start receiving one sync (full or trainable-only; the sender decides) of the actor after
-        ``policy_version`` updates (reported back by the attestation, `sync_fingerprints`)."""
+        ``policy_version`` updates (reported back by the attestation, `sync_fingerprints`).
+
+        An engine with partial rollouts (``hf``) is paused first: a generation in flight (another
+        thread) parks at a decode-step boundary until `finish_weight_update` sets the engine's
+        ``policy_version`` and resumes it (each trajectory then continues from its prefix)."""
         self._update = {"start": time.perf_counter(), "tensors": 0.0, "bytes": 0.0, "buckets": 0.0}
         self._pending_version = int(policy_version)
+        if callable(getattr(self.engine, "pause", None)):  # partial rollouts: generation in flight parks
+            self.engine.pause()
         if self.module is None:
             self.engine.begin_weight_update()
 
@@ -126,6 +132,9 @@ class RolloutWorker(RolloutAttestMixin, Worker):
             self.engine.finish_weight_update()
         self.synced_once = True
         self.policy_version = self._pending_version
+        if callable(getattr(self.engine, "resume", None)):  # tokens sampled from now on carry the new version
+            self.engine.set_policy_version(self.policy_version)
+            self.engine.resume()
         stats = {k: v for k, v in self._update.items() if k != "start"}
         stats["seconds"] = time.perf_counter() - self._update["start"]
         return stats
