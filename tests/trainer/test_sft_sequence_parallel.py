@@ -23,6 +23,8 @@ def test_sft_sp2_equals_one_process(tmp_path: Path) -> None:
     assert sorted(one) == [1, 2, 3] and one[3] != one[1]
     for step in one:
         assert sp2[step] == pytest.approx(one[step], abs=1e-5), step
+    # 8 rows in micro-batches of 2: 4 split forwards a step (without SP the losses would agree too)
+    assert losses(tmp_path, "sp2", "perf/sp_split_forwards") == {1: 4.0, 2: 4.0, 3: 4.0}
     assert losses(tmp_path, "sp2", "val/loss")[3] == pytest.approx(losses(tmp_path, "one", "val/loss")[3], abs=1e-5)
 
 

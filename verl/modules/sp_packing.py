@@ -20,7 +20,14 @@ import torch
 from verl.modules.packing import PackedResponses
 from verl.modules.ulysses import active_group, gather_seq, sp_rank_and_size
 
-__all__ = ["refuse_padded_under_sp", "run_packed"]
+__all__ = ["refuse_padded_under_sp", "run_packed", "split_forward_count"]
+
+_SPLIT = {"forwards": 0}
+
+
+def split_forward_count() -> int:
+    """Packed forwards of this process that ran split over an SP group (a counter, for metrics)."""
+    return _SPLIT["forwards"]
 
 # forward(input_ids (rows, l), position_ids (rows, l), keep (rows, l) bool, labels (k,)) -> (k,) outputs (or None)
 PackedForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], Sequence["torch.Tensor | None"]]
@@ -44,6 +51,7 @@ def run_packed(packed: PackedResponses, device: torch.device, forward: PackedFor
     if group is None:
         return list(forward(ids.to(device), pos.to(device), keep.to(device), packed.labels.to(device)))
     rank, sp = sp_rank_and_size(group)
+    _SPLIT["forwards"] += 1
     rows, width = ids.shape
     padded = -(-width // sp) * sp
     labels = torch.zeros(rows, width, dtype=packed.labels.dtype)

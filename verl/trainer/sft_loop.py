@@ -16,6 +16,7 @@ from typing import Any
 
 from verl.config.sft_schema import SFTRootConfig
 from verl.engine.dist import barrier, data_parallel_rank, data_parallel_size, dp_rank, dp_world_size, sum_floats
+from verl.modules.sp_packing import split_forward_count
 from verl.protocol import DataProto
 from verl.trainer.checkpoint import CheckpointManager, step_of
 
@@ -64,7 +65,10 @@ class SupervisedTrainer:
         while self.global_step < self.total_steps:
             self.global_step += 1
             with self._sp_scope():
+                split_before = split_forward_count()
                 metrics = self.train_step(self.global_step)
+                if self.sp_layout is not None:  # forwards of this step split along the sequence
+                    metrics["perf/sp_split_forwards"] = float(split_forward_count() - split_before)
             last = self.global_step == self.total_steps
             if self.validator is not None and (last or (t.test_freq > 0 and self.global_step % t.test_freq == 0)):
                 with self._sp_scope():
