@@ -164,6 +164,10 @@ class DistillationConfig:
         return self.n_gpus_per_node * self.nnodes
 
 
+_VERL_TARGETS = {TeacherModelConfig: "verl.workers.config.DistillationTeacherModelConfig",
+                 TeacherInferenceConfig: "verl.workers.config.RolloutConfig"}
+
+
 def _typed(cls: type, values: Any, path: str) -> Any:
     """``cls`` built from a user mapping, refusing unknown keys (``_target_`` markers are dropped)."""
     from verl.config.errors import ConfigError, did_you_mean
@@ -173,7 +177,9 @@ def _typed(cls: type, values: Any, path: str) -> Any:
     names = {f.name for f in dataclasses.fields(cls)}
     kwargs: dict[str, Any] = {}
     for k, v in values.items():
-        if k == "_target_":
+        if k == "_target_":  # verl's marker of the class the entry instantiates
+            if v != _VERL_TARGETS[cls]:
+                raise ConfigError(f"{path}._target_: {v!r} does not match this entry (verl writes {_VERL_TARGETS[cls]!r})")
             continue
         if k not in names:
             raise ConfigError(f"unknown key '{path}.{k}'{did_you_mean(str(k), names)}")
