@@ -87,3 +87,24 @@ def test_recommendations_are_capped_at_what_one_step_uses():
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
     assert plan.recommend == {"ppo_max_token_len_per_gpu": rows * seq, "ppo_micro_batch_size_per_gpu": rows,
                               "rollout.max_num_seqs": rows}
+
+
+def test_plan_divides_per_rank_activations_by_the_sequence_parallel_size():
+    """world 2: sp=2 puts all 8 rows on one data-parallel rank, micro-batches of 2 rows, each rank
+    holding half the columns: the activation and logit terms of sp=1's 2-row micro-batch, halved."""
+    base = ["data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=6",
+            "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.logprob_chunk_size=8",
+            "trainer.n_gpus_per_node=2", "algorithm.adv_estimator=grpo"]
+    sp1 = plan_memory(load_config(None, base), device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
+    sp2 = plan_memory(load_config(None, [*base, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]),
+                      device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
+    assert sp2.static == sp1.static  # parameters stay sharded over the world
+    grads = 4e6 / 2
+    # unfused (FSDP2): 2 rows x 10 tokens x 7680 B + 2 rows x 4 scored x (2 x 1000 x 4) + two chunk blocks
+    blocks = 2 * 8 * 1000 * 4
+    assert sp1.stages["update_actor"] == grads + 20 * 7680 + 8 * 8000 + blocks
+    assert sp2.stages["update_actor"] == grads + 10 * 7680 + 4 * 8000 + blocks
+    # log-prob forward of all of a rank's rows: 4 rows (sp=1) vs 8 rows over 2 ranks: the same per rank
+    assert sp2.stages["log_prob"] == sp1.stages["log_prob"]
+    assert sp2.recommend["ppo_micro_batch_size_per_gpu"] == 8  # capped at the 8 rows of the one dp rank

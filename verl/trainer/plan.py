@@ -33,7 +33,13 @@ actor's devices hold no rollout copy, and the **rollout** stage is planned for a
 
 Tokens per micro-batch are the real tokens under ``use_remove_padding`` (packed) and
 ``rows · (max_prompt_length + max_response_length)`` otherwise; scored positions K are the
-response tokens (packed) or ``rows · (R + 1)`` (padded). The peak is runtime + static + the
+response tokens (packed) or ``rows · (R + 1)`` (padded).
+
+Ulysses sequence parallelism (``*.ulysses_sequence_parallel_size`` = sp): a role's rows are
+split over ``dp = world / sp`` data-parallel ranks, and each micro-batch's tokens over the sp
+ranks of its group, so the per-rank activations, scored logits and log-prob forwards are those
+of ``rows · tokens / sp`` (a dynamic budget spans ``sp`` devices: ``ppo_max_token_len_per_gpu · sp``
+tokens per micro-batch, as in verl). Parameters stay sharded over the whole world. The peak is runtime + static + the
 largest stage. The recommendation is the largest actor token budget (``ppo_max_token_len_per_gpu``
 and the matching ``ppo_micro_batch_size_per_gpu``) and ``rollout.max_num_seqs`` that keep the
 peak under 90 % of the device memory, capped at what one step can use (all of a rank's
@@ -125,17 +131,25 @@ def _tokens(cfg: Any, rows: int, packed: bool) -> tuple[float, float]:
     return rows * (p + r), rows * (r + 1)
 
 
+def sp_sizes(cfg: Any) -> tuple[int, int]:
+    """(actor, critic) ``ulysses_sequence_parallel_size``."""
+    return cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size, cfg.critic.ulysses_sequence_parallel_size
+
+
 def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, gen_rows: int,
                  train_tokens: float, train_scored: float) -> dict[str, float]:
-    """Transient bytes of each stage (rollout, log-prob forwards, actor and critic updates)."""
+    """Transient bytes of each stage (rollout, log-prob forwards, actor and critic updates); the
+    train tokens are one rank's (already divided by the actor's sp)."""
     arr = cfg.actor_rollout_ref
     pb = _dtype_bytes(arr.model.dtype)
     p, r = cfg.data.max_prompt_length, cfg.data.max_response_length
     kv = 2 * actor.layers * actor.kv_dim * (p + r) * gen_rows * pb
     stages = {"rollout": kv + (SAMPLING_TEMPS + 1) * gen_rows * actor.vocab * 4}
-    rows = cfg.data.train_batch_size * arr.rollout.n // world
+    sp, critic_sp = sp_sizes(cfg)
+    rows = cfg.data.train_batch_size * arr.rollout.n // (world // sp)  # one data-parallel rank's rows
     lp_rows = arr.rollout.log_prob_micro_batch_size_per_gpu or rows
     _, lp_scored = _tokens(cfg, lp_rows, arr.model.use_remove_padding)
+    lp_scored /= sp
     chunk = 2 * arr.actor.logprob_chunk_size * actor.vocab * 4
     fused = fused_head_applies(cfg, world)
     # fused: only the chunk's own logits (its statistics run 16 rows at a time)
@@ -144,7 +158,8 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
                               + train_scored * per_scored + chunk_bytes)
     if critic is not None:
-        stages["update_critic"] = critic.n_params * 4 / world + train_tokens * critic.activation_bytes_per_token(4)
+        critic_tokens = train_tokens * sp / critic_sp  # the same micro-batches, split over the critic's sp
+        stages["update_critic"] = critic.n_params * 4 / world + critic_tokens * critic.activation_bytes_per_token(4)
     return stages
 
 
@@ -191,12 +206,14 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
         static["rollout_copy"] = actor.n_params * pb
     if critic is not None:
         static["critic_params_adam"] = 3 * critic.n_params * 4 / world
-    rows = cfg.data.train_batch_size * arr.rollout.n // world
+    sp = sp_sizes(cfg)[0]
+    rows = cfg.data.train_batch_size * arr.rollout.n // (world // sp)  # one data-parallel rank's rows
     micro_rows = arr.actor.ppo_micro_batch_size_per_gpu or rows
     tokens, scored = _tokens(cfg, micro_rows, arr.model.use_remove_padding)
     if arr.actor.use_dynamic_bsz:
-        tokens = min(tokens, arr.actor.ppo_max_token_len_per_gpu)
+        tokens = min(tokens, arr.actor.ppo_max_token_len_per_gpu * sp)
         scored = tokens * cfg.data.max_response_length / (cfg.data.max_prompt_length + cfg.data.max_response_length)
+    tokens, scored = tokens / sp, scored / sp  # each rank of the SP group holds 1 / sp of the columns
     gen_per_worker = cfg.data.train_batch_size * arr.rollout.n // (rollout_world_size(cfg) if split else world)
     gen_rows = min(gen_per_worker, arr.rollout.max_num_seqs)
     stages = _stage_bytes(cfg, actor, critic, world, gen_rows, tokens, scored)
@@ -217,16 +234,18 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
 def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, free: float, rows: int,
                gen_rows: int) -> dict[str, int]:
     """Largest actor token budget and rollout batch whose stage fits in ``free`` bytes, capped at
-    what one step can use: ``rows`` trajectories of full length per rank, ``gen_rows`` sequences
-    per rollout worker (a larger value changes nothing)."""
+    what one step can use: ``rows`` trajectories of full length per data-parallel rank (``1 / sp``
+    of their tokens on each device under sequence parallelism), ``gen_rows`` sequences per rollout
+    worker (a larger value changes nothing)."""
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
     frac = cfg.data.max_response_length / seq
     pb = _dtype_bytes(cfg.actor_rollout_ref.model.dtype)
     per_scored, chunk = _train_logit_bytes(cfg, actor, fused_head_applies(cfg, world))
     per_token = actor.activation_bytes_per_token(pb) + frac * per_scored
-    budget = min(max(int((free - actor.n_params * pb / world - chunk) / per_token), 0), rows * seq)
+    sp = sp_sizes(cfg)[0]
+    budget = min(max(int((free - actor.n_params * pb / world - chunk) / per_token), 0), rows * seq // sp)
     per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
-    return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget // seq, rows),
+    return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget * sp // seq, rows),
             "rollout.max_num_seqs": min(max(int(free // per_seq_gen), 0), gen_rows)}
 
 
