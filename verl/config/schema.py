@@ -389,7 +389,9 @@ class ActorConfig:
     router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
     # MoE router replay.
     ulysses_sequence_parallel_size: int = 1
-    # Ulysses sequence-parallel degree.
+    # Ulysses sequence parallelism (DeepSpeed-Ulysses): groups of this many ranks split each packed sequence
+    # and exchange attention heads by all-to-all; data parallel = world / sp (batch checks use it). Must divide
+    # the world and the model's attention and KV heads; needs model.use_remove_padding (config/sp_checks.py).
     entropy_from_logits_with_chunking: bool = False
     # Chunked entropy computation.
     entropy_checkpointing: bool = False
@@ -426,7 +428,7 @@ class RefConfig:
     router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
     # MoE router replay.
     ulysses_sequence_parallel_size: int = 1
-    # Ulysses sequence-parallel degree.
+    # 1: the reference forward sees whole sequences on each rank; the actor's value: split like the actor's.
     entropy_from_logits_with_chunking: bool = False
     # Chunked entropy computation.
     entropy_checkpointing: bool = False
@@ -689,7 +691,8 @@ class CriticConfig:
     forward_micro_batch_size: Optional[int] = None
     # Deprecated global micro batch of the value forward.
     ulysses_sequence_parallel_size: int = 1
-    # Ulysses sequence-parallel degree.
+    # The critic's Ulysses sequence parallelism (as actor.ulysses_sequence_parallel_size; needs
+    # critic.model.use_remove_padding).
 
 
 # -------------------------------------------------------------------------------------- reward

@@ -251,7 +251,8 @@ class SFTRootConfig:
     trainer: SFTTrainerConfig = field(default_factory=SFTTrainerConfig)
     checkpoint: SFTCheckpointConfig = field(default_factory=SFTCheckpointConfig)
     ulysses_sequence_parallel_size: int = 1
-    # Sequence parallelism: only 1 is supported.
+    # Ulysses sequence parallelism (trainer.algorithm=sft): groups of this many ranks share a data shard and
+    # split each packed sequence; data parallel = world / sp. Needs use_remove_padding=true.
     use_remove_padding: bool = False
     # Padding-free forward: each micro-batch's real tokens packed into rows with per-sequence
     # position ids (verl.modules.packing.pack_targets); same losses up to float rounding, no
