@@ -25,6 +25,14 @@ responses that stop without EOS are masked right. ``rollout_log_probs``
 are ``log_softmax(logits / τ)`` at the sampled tokens, before top-k / top-p filtering, 0 on
 padding; the training forward `verl.modules.forward.compute_log_probs` reproduces them.
 
+Partial rollouts (`verl.workers.rollout.partial`): between two decode steps the loop may be
+parked for a weight update (``pause`` / ``resume`` from another thread; the KV cache is then
+rebuilt by one prefill of prompt + tokens so far under the new weights) or interrupted
+(``interrupt``: the call returns, unfinished rows flagged in ``rollout_finished``; passing that
+output back continues each row from its prefix). Every sampled token records ``policy_version``
+in ``rollout_policy_versions`` `(B, R)`. ``on_trajectories_finished`` (`verl.workers.rollout.streaming`)
+receives rows as soon as they finish, for streaming rewards.
+
 Reproducibility: a ``sample_seeds`` `(B,)` int64 tensor in the batch gives every row its own
 generator (the trainer derives it from ``trainer.seed``, the step and the row), so samples do
 not depend on batching, ranks or resumption; else ``meta_info["seed"]`` seeds a fresh generator for that call; otherwise the
@@ -36,7 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -50,6 +58,7 @@ from verl.workers.rollout.hf_decode import DecodeStep
 from verl.workers.rollout.partial import NOT_SAMPLED, PartialRollout, RolloutGate, group_rows, split_continuation, version_bounds
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_uniforms, sample_tokens
 from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
+from verl.workers.rollout.streaming import row_notifier
 
 __all__ = ["HFRollout", "cache_keyword", "default_eos_token_ids"]
 
@@ -142,6 +151,7 @@ class HFRollout(PartialRollout):
         self._generator.manual_seed(int(seed) % (2**63))
         self._gate = RolloutGate()
         self.policy_version = 0
+        self.on_trajectories_finished: Callable[[list[int], DataProto], None] | None = None  # streaming hook
 
     def _device(self) -> torch.device:
         return next(self.module.parameters()).device
@@ -205,6 +215,8 @@ class HFRollout(PartialRollout):
         if position_ids is None:
             position_ids = position_ids_from_attention_mask(attention_mask)
         self._check_lengths(attention_mask, response_length)
+        out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
+        hook = self.on_trajectories_finished
         was_training = self.module.training
         self.module.eval()
         try:
@@ -214,15 +226,16 @@ class HFRollout(PartialRollout):
                     done = int(carried.lengths[rows[0]])
                     prefix = (carried.responses[rows, :done], carried.log_probs[rows, :done], carried.versions[rows, :done])
                     seeds = batch["sample_seeds"][rows] if "sample_seeds" in batch.keys() else None
+                    notify = None if hook is None else row_notifier(
+                        self, prompts, input_ids, attention_mask, position_ids, out_meta, hook, rows)
                     result = self._generate_batch(
                         input_ids[rows], attention_mask[rows], position_ids[rows],
-                        response_length, params, eos_ids, pad_id, generator, seeds, self.stop_strings, prefix,
+                        response_length, params, eos_ids, pad_id, generator, seeds, self.stop_strings, prefix, notify,
                     )
                     for field, value in zip(("responses", "lengths", "log_probs", "versions", "finished"), result, strict=True):
                         getattr(carried, field)[rows] = value
         finally:
             self.module.train(was_training)
-        out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
         return self._assemble(prompts, input_ids, attention_mask, position_ids, carried, out_meta)
 
     def _check_lengths(self, attention_mask: torch.Tensor, response_length: int) -> None:
@@ -286,6 +299,7 @@ class HFRollout(PartialRollout):
         seeds: torch.Tensor | None = None,
         stop: StopStrings | None = None,
         prefix: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+        notify: Callable[..., None] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """Decode loop for one micro-batch, continuing after ``prefix`` (responses, log-probs,
         versions `(B, L)`, the same L for every row; None = L = 0).
@@ -294,6 +308,8 @@ class HFRollout(PartialRollout):
         uniform. Between steps the gate may park the loop (`RolloutGate.boundary`); when
         ``policy_version`` changed meanwhile, the cache is rebuilt by one prefill of the context
         and the tokens sampled so far under the new weights. An interrupt ends the loop there.
+        ``notify(rows, responses, lengths, log_probs, versions)`` is called as soon as rows finish
+        (`verl.workers.rollout.streaming`), with their local indices `(k,)`.
 
         Returns:
             responses `(B, R)`, lengths `(B,)`, log-probs `(B, R)`, policy versions `(B, R)`
@@ -324,6 +340,7 @@ class HFRollout(PartialRollout):
         eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         next_pos = pos[:, -1:] + 1
         version = self.policy_version
+        reported = torch.zeros_like(finished)
         cache_arg, logits = self._prefill(ids, mask, pos, ctx_len + steps)
         # every row's uniforms for all R steps, drawn once (the same draws as per step: row_uniforms)
         uniforms = row_uniforms(seeds, response_length) if seeds is not None and not params.greedy else None
@@ -338,6 +355,8 @@ class HFRollout(PartialRollout):
                 finished |= torch.isin(tokens, eos)
             if stop is not None:
                 self._apply_stop_strings(stop, responses, log_probs, lengths, finished, t, pad_id)
+            if notify is not None:
+                reported = _notify_new(notify, finished, reported, responses, lengths, log_probs, versions)
             if t == response_length - 1 or bool(finished.all()) or not self._gate.boundary():
                 break
             new = t + 1 - done  # response tokens in the context after this step
@@ -350,6 +369,8 @@ class HFRollout(PartialRollout):
             logits = self._decode(self.module, responses[:, t : t + 1], full_mask, ctx_len + new, next_pos + new - 1, cache_arg)
         versions[:, :] = torch.where(torch.arange(response_length, device=device) < lengths[:, None], versions, NOT_SAMPLED)
         finished |= lengths >= response_length
+        if notify is not None:
+            _notify_new(notify, finished, reported, responses, lengths, log_probs, versions)
         return responses.cpu(), lengths.cpu(), log_probs.cpu(), versions.cpu(), finished.cpu()
 
     @staticmethod
@@ -395,3 +416,16 @@ class HFRollout(PartialRollout):
         non_tensors = dict(prompts.non_tensor_batch)
         non_tensors["min_global_steps"], non_tensors["max_global_steps"] = version_bounds(carried.versions, self.policy_version)
         return DataProto.from_dict(tensors={**keep, **tensors}, non_tensors=non_tensors, meta_info=meta_info)
+
+
+def _notify_new(notify: Callable[..., None], finished: torch.Tensor, reported: torch.Tensor, responses: torch.Tensor,
+                lengths: torch.Tensor, log_probs: torch.Tensor, versions: torch.Tensor) -> torch.Tensor:
+    """Call ``notify`` with the rows finished since the last call; returns the rows reported so far."""
+    new = finished & ~reported
+    if bool(new.any()):
+        rows = new.nonzero().flatten()
+        width = torch.arange(responses.shape[1], device=responses.device)
+        tags = torch.where(width < lengths[rows, None], versions[rows], NOT_SAMPLED)
+        notify(rows.cpu(), responses[rows].cpu(), lengths[rows].cpu(), log_probs[rows].cpu(), tags.cpu())
+    return reported | finished
+

@@ -36,6 +36,7 @@ trajectories have finished, the rest are aborted and come back with an empty res
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import math
 from typing import Any
@@ -116,6 +117,7 @@ class AgentLoopRollout:
 
             self.interactions = load_interactions(builtin_config_file(mt.interaction_config_path, "interaction"))
         self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
+        self.on_trajectories_finished: Any = None  # hook(rows, data) per finished trajectory (rollout.streaming)
         if self.tools and tokenizer is not None:  # a template that ignores tools fails here, before training
             ChatTemplate(tokenizer, self._tool_schemas(), self.template_kwargs)
         if mt.enable and tokenizer is not None and mt.template_audit:
@@ -157,7 +159,7 @@ class AgentLoopRollout:
         over_sample = self.config.over_sample_rate > 0 and not prompts.meta_info.get("validate", False)
         batched = self.config.mode == "sync" and not over_sample and hasattr(self.engine, "generate_sequences")
         if batched and set(names) == {"single_turn_agent"}:
-            out = self.engine.generate_sequences(prompts)
+            out = self._batched(prompts)
             n = len(out)
             out.non_tensor_batch["num_turns"] = np.ones(n, dtype=np.int64)
             out.non_tensor_batch["tool_calls"] = object_array([[] for _ in range(n)])
@@ -178,6 +180,23 @@ class AgentLoopRollout:
             chat = ChatTemplate(self.tokenizer, self._tool_schemas(), kwargs)
             mark_drift(out, names, chat, self.config.multi_turn.token_drift_samples)
         return out
+
+    def _batched(self, prompts: DataProto) -> DataProto:
+        """The inner engine's batched generation, with this wrapper's finish hook passed on."""
+        hook = self.on_trajectories_finished
+        if hook is None or not hasattr(self.engine, "on_trajectories_finished"):
+            return self.engine.generate_sequences(prompts)
+        previous, self.engine.on_trajectories_finished = self.engine.on_trajectories_finished, hook
+        try:
+            return self.engine.generate_sequences(prompts)
+        finally:
+            self.engine.on_trajectories_finished = previous
+
+    def _report(self, prompts: DataProto, i: int, meta: dict[str, Any], task: asyncio.Future[AgentLoopOutput]) -> None:
+        """Hand a trajectory that ended well to the finish hook, as a one-row batch."""
+        if self.on_trajectories_finished is None or task.cancelled() or task.exception() is not None:
+            return
+        self.on_trajectories_finished([i], self._assemble(prompts[i : i + 1], [task.result()], meta))
 
     def _context(self, prompts: DataProto) -> tuple[AgentContext, dict[str, Any]]:
         from verl.workers.rollout.hf_server import as_token_engine
@@ -218,6 +237,8 @@ class AgentLoopRollout:
         rows = self._rows(prompts)
         was_training = getattr(getattr(self.engine, "module", None), "training", None)
         tasks = [asyncio.ensure_future(loops[n].run(row)) for n, row in zip(names, rows, strict=True)]
+        for i, task in enumerate(tasks):
+            task.add_done_callback(functools.partial(self._report, prompts, i, meta))
         rate = float(getattr(self.config, "over_sample_rate", 0.0) or 0.0)
         if rate > 0 and not meta.get("validate", False):
             await _abort_slowest(tasks, rate)
