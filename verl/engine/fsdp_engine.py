@@ -48,7 +48,9 @@ class FSDPTrainingEngine:
             `infer_batch`, `save`/`load` of the weights and `state_for_rollout` apply.
         scheduler: LR scheduler stepped once per `lr_scheduler_step`, or None.
         grad_clip: max global gradient norm.
-        world_size: data-parallel size.
+        world_size: ranks FSDP2 shards over and averages gradients over (data parallel × Ulysses
+            sequence parallel: the SP ranks' losses are equal copies whose gradients add up, see
+            `verl.workers.sharding.ulysses`); the loss multiplier.
         offload_params: keep parameters on the CPU between calls (world size 1, accelerator).
         offload_optimizer: keep optimizer state on the CPU between calls (same).
         device: where computation runs (``cpu`` or ``cuda``).
@@ -214,7 +216,7 @@ def build_engine(
     Args:
         module: the model on ``device``.
         fsdp: sharding, mixed precision and offload settings (``*.fsdp_config``).
-        world_size: data-parallel size.
+        world_size: ranks to shard over (data parallel × sequence parallel).
         optim: optimizer section; None builds a frozen (inference-only) engine.
         total_steps: number of `lr_scheduler_step` calls planned (cosine decay length).
         grad_clip: max global gradient norm.
