@@ -140,7 +140,6 @@ def test_noop_keys_load_at_non_default_values():
 
 
 @pytest.mark.parametrize("override, key", [
-    ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "actor_rollout_ref.rollout.tensor_model_parallel_size"),
     ("actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.n_gpus_per_node"),
     ("actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"),
     ("actor_rollout_ref.actor.rollout_n=3", "actor_rollout_ref.actor.rollout_n"),

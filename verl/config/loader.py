@@ -6,10 +6,15 @@
    file may build on others with a Hydra-style ``defaults`` list (``defaults: [gsm8k_grpo]`` or
    ``defaults: [../base.yaml, _self_]``): each entry is a preset name or a YAML path relative to
    the including file, merged in order, and the file's own keys are merged last (``_self_`` is
-   accepted and has no other effect; ``ppo_trainer``, verl's base config, means the schema
-   defaults, and a ``hydra: {searchpath: ...}`` section is dropped, as in verl's recipes; group
-   entries like ``- actor: dp_actor`` are not supported).
-   Each document in the seed layout is translated first (:mod:`verl.config.compat`).
+   accepted and has no other effect). A file in verl's Hydra layout — group entries
+   (``- actor@actor_rollout_ref.actor: ${model_engine}_actor``) or ``ppo_trainer`` found in its
+   folder or ``hydra.searchpath`` — is composed by Hydra itself (:mod:`verl.config.hydra_compose`;
+   group selections among the overrides, ``model_engine=...``, go to Hydra); a file whose
+   ``ppo_trainer`` is on no search path keeps the built-in meaning (the schema defaults, which
+   are verl's values). Each document in the seed layout is translated first
+   (:mod:`verl.config.compat`); verl's current layout (``_target_`` markers, ``reward.*``,
+   ``critic.fsdp``, verl's ``null`` placeholders) is normalised after the overrides
+   (:mod:`verl.config.verl_layout`).
 2. **overrides** — Hydra-grammar ``a.b=c``, ``+a.b=c``, ``~a.b`` (:mod:`verl.config.overrides`).
 3. **keys** — unknown keys are rejected with a did-you-mean; a scalar for a list-of-strings field
    becomes a one-element list (:func:`verl.config.introspect.check_tree`).
@@ -51,6 +56,8 @@ from verl.config.introspect import check_tree, key_kind, type_at, type_name
 from verl.config.overrides import apply_overrides
 from verl.config.schema import RootConfig
 from verl.config.compat import translate_override, translate_seed_layout
+from verl.config.hydra_compose import BaseConfigNotFound, compose_file, group_names, needs_hydra, split_group_overrides
+from verl.config.verl_layout import normalize_verl_tree
 
 __all__ = [
     "PRESET_DIR",
@@ -145,6 +152,27 @@ def _compose(raw: dict[str, Any], base_dir: Path | None, where: str, seen: tuple
     return merge_trees(tree, translate_seed_layout(raw))
 
 
+def _compose_top(raw: dict[str, Any], path: Path, overrides: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """A file in verl's Hydra layout (group defaults, or ``ppo_trainer`` found on the search path)
+    is composed by Hydra (:mod:`verl.config.hydra_compose`), group selections among the
+    overrides going to Hydra; any other file by :func:`_compose`. A file whose defaults are
+    plain names and whose ``ppo_trainer`` is not on a search path keeps the built-in meaning
+    (``ppo_trainer`` = the schema defaults, which are verl's values)."""
+    if needs_hydra(raw):
+        groups = group_names(path.parent)
+        for entry in ((raw.get("hydra") or {}).get("searchpath") or []):
+            if isinstance(entry, str) and entry.startswith("file://"):
+                groups |= group_names(Path(entry.removeprefix("file://")).expanduser())
+        selections, values = split_group_overrides(overrides, groups)
+        plain = all(isinstance(e, str) for e in (raw.get("defaults") or []))
+        try:
+            return compose_file(path, selections), values
+        except BaseConfigNotFound:
+            if not plain:
+                raise
+    return _compose(raw, path.parent, str(path), (path,)), list(overrides)
+
+
 def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
     key = str(getattr(e, "full_key", "") or "")
     detail = str(getattr(e, "msg", e)).splitlines()[0]
@@ -159,6 +187,7 @@ def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
 
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     tree = apply_overrides(tree, overrides, translate=translate_override)
+    normalize_verl_tree(tree)
     check_unknown_owned(tree, key_kind)
     check_tree(tree)
     import_external_lib(tree)
@@ -215,7 +244,7 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[
         return _build({}, overrides)
     resolved = _resolve(path, None)
     raw = _read_yaml(resolved)
-    tree = _compose(raw, resolved.parent, str(resolved), (resolved,))
+    tree, overrides = _compose_top(raw, resolved, overrides)
     # runs of different config files must not share output / checkpoint directories: a file that
     # does not name its experiment itself (a preset it builds on may) is named after the file
     if "experiment_name" not in (raw.get("trainer") or {}):

@@ -27,10 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from verl.config.schema_v1 import TrainerV1Config
 from verl.config.schema_guards import AlarmsConfig, SentinelConfig
 from verl.config.schema_distill import DistillationConfig
 from verl.config.schema_attest import SyncCheckConfig
+from verl.config.schema_v1 import TrainerV1Config
 from verl.config.schema_verl import (
     CheckpointEngineConfig,
     CustomClassConfig,
@@ -51,6 +51,13 @@ from verl.config.schema_verl import (
     TraceConfig,
     TransferQueueConfig,
     WrapPolicyConfig,
+)
+from verl.config.schema_verl import (  # verl's current layout (config/verl_layout.py)
+    DisaggregationConfig,
+    EngineLoRAConfig,
+    QATConfig,
+    SkipConfig,
+    VerlRewardConfig,
 )
 
 
@@ -124,6 +131,12 @@ class DataConfig:
     # Column of videos (multi-modal data).
     return_multi_modal_inputs: bool = True
     # Keep processor outputs of multi-modal samples.
+    audio_key: str = "audios"
+    # Column of audio (multi-modal data).
+    mm_processor_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Multi-modal processor options.
+    function_tool_path: Optional[str] = None
+    # verl mirrors rollout.multi_turn.function_tool_path here.
     sampler: SamplerConfig = field(default_factory=SamplerConfig)
     # Custom training sampler class.
     datagen: CustomClassConfig = field(default_factory=CustomClassConfig)
@@ -180,6 +193,8 @@ class ModelConfig:
     # Tiled MLP.
     mtp: MTPConfig = field(default_factory=MTPConfig)
     # Multi-token prediction.
+    lora: EngineLoRAConfig = field(default_factory=EngineLoRAConfig)
+    # verl's engine-side LoRA (megatron / new engines); FSDP LoRA is lora_rank / lora_alpha.
 
 
 @dataclass
@@ -212,6 +227,8 @@ class OptimConfig:
     # Cosine cycles over the decay phase (0.5 = half a cosine down to min_lr_ratio).
     lr_scheduler_type: str = "constant"
     # constant | cosine; warmup_style is its deprecated alias.
+    zero_indexed_step: bool = False
+    # true: the first update uses the schedule at step 0 (verl's YAML default); false: at step 1.
     override_optimizer_config: Optional[Dict[str, Any]] = None
     # Extra optimizer constructor keyword arguments.
 
@@ -256,6 +273,16 @@ class FSDPConfig:
     # Engine name.
     dtype: str = "bfloat16"
     # Engine compute dtype.
+    entropy_from_logits_chunk_size: int = 2048
+    # Chunk of the chunked entropy computation.
+    pad_to_length: bool = False
+    # Pad packed batches to a bucketed length (for compiled kernels).
+    pad_to_length_bucket: int = 1024
+    # The bucket of pad_to_length.
+    qat: QATConfig = field(default_factory=QATConfig)
+    # Quantization-aware training.
+    turbo_config: Dict[str, Any] = field(default_factory=dict)
+    # verl's turbo FSDP implementation options.
 
 
 @dataclass
@@ -266,6 +293,8 @@ class CheckpointContentConfig:
     # What is restored on resume.
     async_save: bool = False
     # Write checkpoints in a background thread.
+    strict: bool = True
+    # Every saved tensor must match a model parameter on load.
 
 
 @dataclass
@@ -396,6 +425,12 @@ class ActorConfig:
     # Chunked entropy computation.
     entropy_checkpointing: bool = False
     # Recompute the entropy in backward.
+    entropy_from_logits_chunk_size: int = 2048
+    # Chunk of the chunked entropy computation.
+    pad_to_length: bool = False
+    # Pad packed batches to a bucketed length (for compiled kernels).
+    qat: QATConfig = field(default_factory=QATConfig)
+    # verl mirrors fsdp_config.qat here.
     use_remove_padding: Optional[bool] = None
     # verl mirrors model.use_remove_padding here; None = model.use_remove_padding.
     calculate_sum_pi_squared: bool = False
@@ -433,6 +468,10 @@ class RefConfig:
     # Chunked entropy computation.
     entropy_checkpointing: bool = False
     # Recompute the entropy in backward.
+    entropy_from_logits_chunk_size: int = 2048
+    # Chunk of the chunked entropy computation.
+    pad_to_length: bool = False
+    # Pad packed batches to a bucketed length (for compiled kernels).
 
 
 @dataclass
@@ -459,6 +498,8 @@ class MultiTurnConfig:
     tool_config_path: Optional[str] = None
     # YAML listing tools (class_name, config, tool_schema in OpenAI function format), or
     # builtin://NAME for a shipped one (calculator, code_interpreter, gsm8k).
+    function_tool_path: Optional[str] = None
+    # Python file or module of plain-function tools (verl's function tools).
     format: str = "hermes"
     # Tool-call format of the model's text: hermes (``<tool_call>{json}</tool_call>``).
     max_user_turns: Optional[int] = None
@@ -619,6 +660,14 @@ class RolloutConfig:
     # Quantization settings file.
     mtp: Any = None
     # verl mirrors model.mtp here.
+    full_determinism: bool = False
+    # Deterministic engine kernels.
+    moe_load_balance_metrics_interval: int = 0
+    # Steps between MoE load-balance metrics; 0 = off.
+    qat: Any = None
+    # verl mirrors the actor's fsdp_config.qat here.
+    disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)
+    # Prefill/decode disaggregated serving.
     layered_summon: bool = False
     # Gather LoRA weights layer by layer for the engine.
     nnodes: int = 0
@@ -690,6 +739,10 @@ class CriticConfig:
     # Critic profiler.
     forward_micro_batch_size: Optional[int] = None
     # Deprecated global micro batch of the value forward.
+    fsdp: FSDPConfig = field(default_factory=FSDPConfig)
+    # verl's engine spelling of model.fsdp_config (both hold the same values, config/verl_layout.py).
+    loss_scale_factor: Optional[float] = None
+    # verl mirrors actor.loss_scale_factor here.
     ulysses_sequence_parallel_size: int = 1
     # The critic's Ulysses sequence parallelism (as actor.ulysses_sequence_parallel_size; needs
     # critic.model.use_remove_padding).
@@ -942,15 +995,15 @@ class TrainerConfig:
     # Seconds to wait for Ray workers to register.
     use_legacy_worker_impl: str = "auto"
     # verl's worker implementation switch.
-    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
-    # Live reward-hacking alarms (alarm/* metrics; see verl.config.schema_guards).
-    sentinel: SentinelConfig = field(default_factory=SentinelConfig)
-    # Divergence sentinel, incident bundles for `verl replay`, rollback (see verl.config.schema_guards).
     use_v1: bool = True
     # verl's switch to its V1 trainer (default true there): one loop here either way; the mode is
     # trainer.v1.trainer_mode.
     v1: TrainerV1Config = field(default_factory=TrainerV1Config)
     # verl's trainer modes (sync | separate_async) and replay-buffer sampler (see verl.config.schema_v1).
+    alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
+    # Live reward-hacking alarms (alarm/* metrics; see verl.config.schema_guards).
+    sentinel: SentinelConfig = field(default_factory=SentinelConfig)
+    # Divergence sentinel, incident bundles for `verl replay`, rollback (see verl.config.schema_guards).
 
 
 @dataclass
@@ -970,6 +1023,10 @@ class RootConfig:
     # verl's TransferQueue data plane.
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
     # ray.init arguments.
+    reward: VerlRewardConfig = field(default_factory=VerlRewardConfig)
+    # verl's reward namespace; migrated onto reward_model / custom_reward_function (config/reward_layout.py).
+    skip: SkipConfig = field(default_factory=SkipConfig)
+    # verl's skip manager (replay of dumped stage outputs).
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     # On-policy distillation from a teacher model (off by default; see verl.config.schema_distill).
 

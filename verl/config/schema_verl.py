@@ -31,6 +31,14 @@ class ProfilerConfig:
     # Directory of the traces.
     tool_config: Dict[str, Any] = field(default_factory=dict)
     # Per-tool options (nsys / npu / torch / torch_memory sub-mappings).
+    relocate_results: bool = False
+    # Move the traces to save_path when the run ends.
+    finish_hook_cmd: Optional[str] = None
+    # Shell command run on the traces when profiling ends.
+    finish_hook_all_ranks: bool = False
+    # Run the hook on every rank (else finish_hook_ranks).
+    finish_hook_ranks: List[int] = field(default_factory=list)
+    # Ranks that run the hook.
 
 
 @dataclass
@@ -45,6 +53,14 @@ class GlobalProfilerConfig:
     # Merge consecutive profiled steps into one trace.
     save_path: str = "outputs/profile"
     # Directory of the traces.
+    relocate_results: bool = False
+    # Move the traces to save_path when the run ends.
+    finish_hook_cmd: Optional[str] = None
+    # Shell command run on the traces when profiling ends.
+    finish_hook_all_ranks: bool = False
+    # Run the hook on every rank (else finish_hook_ranks).
+    finish_hook_ranks: List[int] = field(default_factory=list)
+    # Ranks that run the hook.
     global_tool_config: Dict[str, Any] = field(default_factory=dict)
     # Per-tool options (nsys controller/worker options, torch_memory).
 
@@ -123,6 +139,8 @@ class CheckpointEngineConfig:
     # than a bucket travels alone. The colocated hf engine has no buckets (verl_keys.CONDITIONAL).
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Options of verl's other backends; must stay empty (naive takes none).
+    custom_backend_module: Optional[str] = None
+    # Module registering a user checkpoint-engine backend; None = the built-in ones.
 
 
 @dataclass
@@ -135,6 +153,10 @@ class TraceConfig:
     # Decode token ids in traces.
     max_samples_per_step_per_worker: Optional[int] = None
     # Traces per step and worker.
+    project_name: Optional[str] = None
+    # Trace project (verl: trainer.project_name).
+    experiment_name: Optional[str] = None
+    # Trace experiment (verl: trainer.experiment_name).
 
 
 @dataclass
@@ -182,6 +204,8 @@ class FilterGroupsConfig:
     # any numeric key the scorer returns; None = seq_final_reward.
     max_num_gen_batches: int = 0
     # Generation batches tried per step before giving up (error); 0 = no limit.
+    max_inflight_gen_batches: int = 1
+    # Generation batches in flight at once (verl overlaps them); 1 = one after the other.
 
 
 @dataclass
@@ -258,6 +282,10 @@ class RMRolloutConfig:
 class TransferQueueConfig:
     enable: bool = False
     # verl's TransferQueue data plane.
+    metrics: Dict[str, Any] = field(default_factory=lambda: {"enabled": False, "port": 0})
+    # TransferQueue metrics endpoint (read only with enable=true).
+    backend: Dict[str, Any] = field(default_factory=dict)
+    # TransferQueue storage backend options (read only with enable=true).
 
 
 @dataclass
@@ -268,3 +296,145 @@ class RayKwargsConfig:
     # Keyword arguments of ray.init (num_cpus, runtime_env, ...); null values are dropped.
     timeline_json_file: Optional[str] = None
     # Write ray.timeline() to this file when the run ends (Ray backend).
+
+
+@dataclass
+class QATConfig:
+    """Quantization-aware training (verl's ``QATEngineConfig``, ``*.qat``)."""
+
+    enable: bool = False
+    # Train with fake-quantized weights.
+    mode: str = "w4a16"
+    # Quantization scheme.
+    group_size: int = 16
+    # Quantization group size.
+    ignore_patterns: List[str] = field(default_factory=lambda: ["lm_head", "embed_tokens", "re:.*mlp.gate$"])
+    # Modules left unquantized.
+    activation_observer: str = "static_minmax"
+    # Activation range observer.
+    quantization_config_path: Optional[str] = None
+    # Quantization config file.
+
+
+@dataclass
+class EngineLoRAConfig:
+    """verl's engine-side LoRA section (``model.lora``; megatron / new-engine LoRA)."""
+
+    type: str = "lora"
+    # Adapter type.
+    merge: bool = False
+    # Merge the adapter before weight sync.
+    rank: int = 0
+    # Adapter rank; 0 = no engine-side LoRA (FSDP LoRA is model.lora_rank).
+    alpha: int = 32
+    # Adapter scale numerator.
+    dropout: float = 0.0
+    # Adapter dropout.
+    target_modules: List[str] = field(default_factory=lambda: ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"])
+    # Megatron module names.
+    exclude_modules: List[str] = field(default_factory=list)
+    # Modules without adapters.
+    dropout_position: str = "pre"
+    # Where dropout applies.
+    lora_A_init_method: str = "xavier"
+    # Init of A.
+    lora_B_init_method: str = "zero"
+    # Init of B.
+    a2a_experimental: bool = False
+    # Experimental all-to-all for expert adapters.
+    dtype: Optional[str] = None
+    # Adapter dtype.
+    adapter_path: Optional[str] = None
+    # Adapter to load.
+    freeze_vision_model: bool = True
+    # VLM: keep the vision model frozen.
+    freeze_vision_projection: bool = True
+    # VLM: keep the projection frozen.
+    freeze_language_model: bool = True
+    # Train only the adapter.
+
+
+@dataclass
+class DisaggregationConfig:
+    """Prefill/decode disaggregated serving (``rollout.disaggregation``)."""
+
+    enabled: bool = False
+    # Separate prefill and decode replicas.
+    prefill_replicas: int = 1
+    decode_replicas: int = 1
+    decode_tensor_model_parallel_size: Optional[int] = None
+    transfer_backend: str = "nixl"
+    bootstrap_port: Optional[int] = None
+    ib_device: Optional[str] = None
+    # KV-transfer settings between the replicas.
+
+
+@dataclass
+class SkipStageConfig:
+    """One stage of verl's skip manager (``skip.<stage>``): replay a dumped stage output."""
+
+    enable: bool = False
+    # Replay this stage from dump_dir instead of running it.
+    dump_dir: str = "~/.verl/rollout_dump"
+    # Where stage outputs are dumped and read back.
+    steps: List[int] = field(default_factory=list)
+    # Steps to replay; empty = all.
+    action: str = "cache"
+    # cache (dump, then replay) | ...
+
+
+@dataclass
+class SkipConfig:
+    """verl's skip manager (``skip``): replay of dumped rollouts for debugging."""
+
+    rollout: SkipStageConfig = field(default_factory=SkipStageConfig)
+    rollout_tq: SkipStageConfig = field(default_factory=SkipStageConfig)
+    async_rollout: SkipStageConfig = field(default_factory=SkipStageConfig)
+
+
+@dataclass
+class RewardFunctionSection:
+    """``reward.custom_reward_function``."""
+
+    path: Optional[str] = None
+    # Python file defining the scorer; None = built-in scorers routed by data_source.
+    name: str = "compute_score"
+    # Function name in that file.
+    reward_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Extra keyword arguments passed to the function.
+
+
+@dataclass
+class RewardModelSection:
+    """``reward.reward_model`` (verl's ``RewardModelConfig``)."""
+
+    enable: bool = False
+    # Score with a reward model.
+    enable_resource_pool: bool = False
+    # Its own resource pool.
+    n_gpus_per_node: int = 8
+    # Devices per node of that pool (read only with enable_resource_pool).
+    nnodes: int = 0
+    # Nodes of that pool.
+    model_path: Optional[str] = None
+    # Reward model directory.
+    rollout: Dict[str, Any] = field(default_factory=dict)
+    # Serving engine of a generative reward model (not supported: refused when enable and rollout.name are set).
+
+
+@dataclass
+class VerlRewardConfig:
+    """verl's ``reward`` section (``verl/trainer/config/reward/reward.yaml``).
+
+    Its values are migrated onto the keys the product reads (``reward_model.*``,
+    ``custom_reward_function.*``, ``reward_manager.*``) by :mod:`verl.config.reward_layout`.
+    """
+
+    num_workers: int = 8
+    # Reward-loop workers scoring in parallel (the same scores result).
+    custom_reward_function: RewardFunctionSection = field(default_factory=RewardFunctionSection)
+    reward_manager: RewardManagerSection = field(default_factory=RewardManagerSection)
+    reward_model: RewardModelSection = field(default_factory=RewardModelSection)
+    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
+    reward_kwargs: Dict[str, Any] = field(default_factory=dict)
+    # Keyword arguments of every reward-function call (verl's DAPO settings).

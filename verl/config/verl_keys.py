@@ -30,6 +30,7 @@ import functools
 from typing import Any
 
 from verl.config.errors import ConfigError, not_supported
+from verl.config.verl_keys_layout import merge_layout_tables
 
 __all__ = [
     "CONDITIONAL",
@@ -237,6 +238,9 @@ INDIRECT: dict[str, str] = {
     "*.log_prob_micro_batch_size": "deprecated global size, turned into log_prob_micro_batch_size_per_gpu by finalize",
 }
 """Keys that take effect but are read without an attribute access: pattern -> how."""
+
+
+merge_layout_tables(NOOP, UNSUPPORTED, CONDITIONAL, INDIRECT, HF_ENGINE)  # verl's current layout: config/verl_keys_layout.py
 
 
 @functools.lru_cache(maxsize=None)

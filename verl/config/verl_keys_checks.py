@@ -162,9 +162,11 @@ def _check_split_rollout(cfg: Any) -> None:
         value = getattr(r, key)
         if value < 0:
             raise ConfigError(f"actor_rollout_ref.rollout.{key}: must be >= 0 (0 = the trainer's), got {value}")
-        if value and arr.hybrid_engine:
+        # verl's default mirrors trainer.<key>: the colocated rollout then uses the actor's workers
+        if value and arr.hybrid_engine and value != getattr(t, key):
             raise _refuse(f"actor_rollout_ref.rollout.{key}", "it sizes the rollout's own resource pool; set "
-                          "actor_rollout_ref.hybrid_engine=false, or leave it 0 (the colocated rollout uses the actor's workers)")
+                          "actor_rollout_ref.hybrid_engine=false, or leave it 0 or trainer's value (the colocated "
+                          "rollout uses the actor's workers)")
     if arr.hybrid_engine:
         return
     size = (r.nnodes or t.nnodes) * (r.n_gpus_per_node or t.n_gpus_per_node)

@@ -79,7 +79,11 @@ class PPOCritic:
         micro = MicroBatchSpec(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
         loss_fn = value_loss_fn(cfg)
         metrics: dict[str, list[float]] = defaultdict(list)
+        # critic.shuffle: mini-batches drawn from a seeded permutation each epoch, as the actor's
+        generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
         for _ in range(cfg.ppo_epochs):
+            if cfg.shuffle:
+                data = data[torch.randperm(len(data), generator=generator)]
             for mini in data.split(mini_batch_size):
                 step = self.engine.train_batch(mini, loss_fn, micro)
                 for k, v in step.metrics.items():
