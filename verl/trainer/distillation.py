@@ -131,8 +131,15 @@ def build_teacher(cfg: RootConfig, actor_pool: Any, make_group: Callable[..., An
                 raise ConfigError(f"distillation: teacher {key!r} has {teacher.world_size} devices "
                                   "(num_replicas x per_replica_world_size); the local backend runs one; use trainer.backend=ray")
             if actor_pool is not None:  # the Ray backend
+                import ray
+
                 from verl.single_controller.ray import RayResourcePool
 
+                free = ray.available_resources().get("GPU", 0.0)
+                if cfg.trainer.device == "cuda" and free < teacher.world_size:  # else the placement waits for GPUs that never come
+                    raise ConfigError(f"distillation: teacher {key!r} needs {teacher.world_size} GPU(s) of its own besides the "
+                                      f"actor's, but {free:g} are free; lower distillation.n_gpus_per_node / nnodes, or set "
+                                      "nnodes=0 to colocate the teacher with the actor")
                 pool = RayResourcePool(teacher.world_size, cfg.trainer.device)
                 pools.append(pool)
         wg = make_group(cfg, pool, f"teacher_{key}", TeacherWorker, cfg.actor_rollout_ref.model, teacher,
