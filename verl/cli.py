@@ -33,6 +33,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "merge": ("verl.trainer.merge", "checkpoint -> Hugging Face directory: verl merge CKPT_DIR OUT_DIR"),
     "doctor": ("verl.trainer.doctor", "environment report + pre-flight checks: verl doctor [CONFIG] [key=value ...]"),
     "reward": ("verl.trainer.reward_test", "probe the configured reward: verl reward test [CONFIG] [key=value ...] [--dump DIR] [--json]"),
+    "replay": ("verl.trainer.guards.replay", "re-run a sentinel incident step in-process (loss, grad norm): verl replay BUNDLE [--json]"),
+    "verify": ("verl.trainer.guards.verify", "paths that must agree (local/Ray, packed, micro-batched, resumed): verl verify [CONFIG] [key=value ...]"),
     "view": ("verl.trainer.viewer", "token-level trajectory inspector (HTML) of a rollout dump: verl view DIR [--out F] [--serve PORT]"),
 }
 
