@@ -120,3 +120,21 @@ def test_teacher_on_its_own_ray_pool_scores_as_the_local_run(far_student, tmp_pa
     ray_m = read_metrics(tmp_path / "ray")
     for key in ("distillation/teacher_log_prob_mean", "distillation/rollout_k1_mean", "distillation/loss"):
         assert ray_m[1][key] == pytest.approx(local[1][key], abs=1e-4), key
+
+
+def test_verl_opd_example_overrides_train_one_step(far_student, tmp_path) -> None:
+    """verl's examples/on_policy_distillation_trainer/run_qwen3_8b_fsdp.sh distillation overrides as written
+    (teacher world size and TP 1, the teacher's vLLM settings, max_model_len = prompt + response + 1)."""
+    prompt, response = 24, 6
+    verl_extra = {
+        f"{D}.n_gpus_per_node": 1, f"{D}.nnodes": 1,
+        f"{D}.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
+        f"{D}.teacher_models.teacher_model.inference.name": "vllm",
+        f"{D}.teacher_models.teacher_model.inference.gpu_memory_utilization": 0.4,
+        f"{D}.teacher_models.teacher_model.inference.max_model_len": prompt + response + 1,
+        f"{L}.loss_mode": "k1", f"{L}.topk": 64, f"{L}.use_task_rewards": False, f"{L}.use_policy_gradient": True,
+        f"{L}.loss_max_clamp": 10.0, f"{L}.log_prob_min_clamp": -10.0,
+        "algorithm.use_kl_in_reward": False, "actor_rollout_ref.rollout.n": 1, "trainer.n_gpus_per_node": 1,
+    }
+    m = _distill(far_student, BUILTIN, tmp_path, steps=1, **verl_extra)
+    assert math.isfinite(m[1]["distillation/loss"]) and abs(m[1]["distillation/rollout_k1_mean"]) > 0.5
