@@ -112,3 +112,20 @@ def test_training_reward_up_while_validation_falls_fires_divergence():
     assert outs[4]["alarm/train_val_divergence"] == 0.0  # validation improved at step 3
     assert outs[6]["alarm/train_val_divergence"] == 1.0  # step 5: 0.40 < best 0.52 - 0.05 while the score rose 0.5 -> 0.85
     assert outs[6]["alarm/train_val_divergence_value"] == pytest.approx(0.12)
+
+
+@pytest.mark.e2e
+def test_clean_quickstart_fires_no_alarm_and_no_trip(tmp_path, capsys):
+    from verl.trainer.main_ppo import run
+
+    history = run("quickstart", ["trainer.total_training_steps=6", "trainer.test_freq=3", "data.val_max_samples=64",
+                                 "trainer.progress_bar=false", "trainer.plot=false", "trainer.logger=[jsonl]",
+                                 f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"])
+    steps = [r for r in history if r["step"] > 0]
+    assert len(steps) == 6
+    flags = {k for r in steps for k in r if k.startswith("alarm/") and not k.endswith("_value")}
+    assert len(flags) == 5 and all(r[k] == 0.0 for r in steps for k in flags)
+    assert all(r["sentinel/tripped"] == 0.0 for r in steps)
+    assert all("alarm/zero_variance_groups_value" in r and "alarm/format_only_reward_value" in r for r in steps)
+    out = capsys.readouterr().out
+    assert "ALARM" not in out and "SENTINEL" not in out
