@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent / "verl"
 LAYERS: list[set[str]] = [
     {"cli", "trainer", "experimental", "__init__", "model_merger", "utils/config", "utils/reward_score"},
-    {"workers"},
+    {"workers", "workers/config"},
     {"single_controller", "engine", "workers/rollout", "tools", "interactions"},
     {"modules"},
     {"algorithms", "reward", "data", "config"},

@@ -1,1 +1,1 @@
-"""verl's experimental entry paths (``verl.experimental.*``), run on the V1 machinery (`verl.trainer.async_rl`)."""
+"""verl's ``verl.experimental`` import paths (agent loops), over the product's implementations."""

@@ -31,6 +31,13 @@ from verl.algorithms import agg_loss as _agg_loss
 from verl.algorithms.kl import AdaptiveKLController, FixedKLController, get_kl_controller, kl_penalty
 from verl.algorithms.masked import masked_mean, masked_whiten
 from verl.algorithms.verl_signatures import adapt_adv_estimator, adapt_policy_loss
+from verl.trainer.ppo.core_algos_verl import (
+    compute_gae_advantage_return,
+    compute_grpo_outcome_advantage,
+    compute_grpo_vectorized_outcome_advantage,
+    compute_rloo_outcome_advantage,
+    compute_rloo_vectorized_outcome_advantage,
+)
 from verl.config import choices
 
 __all__ = [
@@ -38,6 +45,11 @@ __all__ = [
     "AdvantageEstimator",
     "FixedKLController",
     "agg_loss",
+    "compute_gae_advantage_return",
+    "compute_grpo_outcome_advantage",
+    "compute_grpo_vectorized_outcome_advantage",
+    "compute_rloo_outcome_advantage",
+    "compute_rloo_vectorized_outcome_advantage",
     "get_adv_estimator_fn",
     "get_kl_controller",
     "get_policy_loss_fn",
@@ -147,6 +159,14 @@ def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
         return pg_loss, {f"actor/{k}": float(v) for k, v in metrics.items()}
 
     return loss
+
+
+def __getattr__(attr: str) -> Callable[..., Any]:
+    """verl's ``compute_policy_loss_<mode>`` names (``compute_policy_loss_dro``, ``..._gspo``, ...): `get_policy_loss_fn`."""
+    prefix = "compute_policy_loss_"
+    if attr.startswith(prefix) and attr[len(prefix):] in POLICY_LOSSES:
+        return get_policy_loss_fn(attr[len(prefix):])
+    raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
 def get_policy_loss_fn(name: str) -> Callable[..., Any]:
