@@ -16,6 +16,12 @@ shards the model when N > 1). Checkpoints are atomic (`verl.trainer.checkpoint`)
 ``from_pretrained`` and usable as ``actor_rollout_ref.model.path`` of ``verl train``), the
 engine state in ``actor/`` and ``trainer_state.json``; resuming restores the engine and
 continues at the next step with the same data (the samplers are functions of the step).
+
+Two key layouts: verl's older ``fsdp_sft_trainer`` one (`verl.config.sft_schema`) and verl's current
+``sft_trainer_engine.yaml`` (``model.path``, ``data.messages_key``, ``engine=fsdp``, ``optim.*``,
+``checkpoint.*``), recognised by its keys and mapped onto the same loop with verl's defaults of that
+layout (`verl.config.sft_engine_layout`). ``python -m verl.trainer.sft_trainer_ray`` runs the same
+loop on Ray workers.
 """
 
 from __future__ import annotations
@@ -38,10 +44,13 @@ logger = logging.getLogger(__name__)
 
 USAGE = """usage: verl sft [CONFIG] [key=value | +key=value | ~key ...]
        verl dpo [CONFIG] [key=value ...]
+       torchrun --nproc_per_node=N -m verl.trainer.sft_trainer [CONFIG] [key=value ...]
        torchrun --nproc_per_node=N -m verl.trainer.fsdp_sft_trainer [CONFIG] [key=value ...]
 
   CONFIG   a YAML file with verl's SFT keys (data.*, model.partial_pretrain, optim.*, trainer.*,
            dpo.*, hybrid.tasks); trainer.algorithm: sft | dpo | hybrid (verl dpo defaults to dpo)
+  or verl's sft_trainer_engine.yaml keys (model.path, data.messages_key, data.tools_key, engine=fsdp,
+           engine.*, optim.lr_scheduler_type, checkpoint.save_contents, ...; rows are chat messages)
   The last checkpoint directory (trainer.default_local_dir/global_step_N) is a Hugging Face model.
 """
 
