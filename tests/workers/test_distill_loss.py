@@ -135,3 +135,13 @@ def test_several_teachers_get_their_own_rows() -> None:
     data.non_tensor_batch["data_source"] = np.array(["math", "poetry", "math", "code"], dtype=object)
     with pytest.raises(ValueError, match="no teacher for data_source='poetry'"):
         scorer.score(data)
+
+
+def test_teacher_forwards_are_micro_batched_as_the_reference() -> None:
+    from verl.config.schema import RefConfig
+    from verl.workers.teacher_worker import teacher_micro_batches
+
+    assert teacher_micro_batches(RefConfig(), 1024) == MicroBatchSpec(1024, False, 16384)
+    ref = RefConfig(log_prob_micro_batch_size_per_gpu=8, log_prob_use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=512)
+    assert teacher_micro_batches(ref, 1024) == MicroBatchSpec(8, True, 512)
+    assert teacher_micro_batches(ref, 4).size == 4 and teacher_micro_batches(RefConfig(), None).size is None

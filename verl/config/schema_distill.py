@@ -89,7 +89,8 @@ class TeacherInferenceConfig:
     max_model_len: Optional[int] = None
     # Refused when prompt_length + response_length + 1 exceeds it (verl's check).
     max_num_seqs: Optional[int] = 1024
-    # Rows per teacher forward (micro-batch) on each rank.
+    # At most this many rows per teacher forward on each rank; the forwards are otherwise micro-batched
+    # as the reference policy's (actor_rollout_ref.ref.log_prob_* keys).
     load_format: Optional[str] = "auto"
     engine_kwargs: Dict[str, Any] = field(default_factory=dict)
     limit_images: Optional[int] = None

@@ -119,7 +119,7 @@ def build_teacher(cfg: RootConfig, actor_pool: Any, make_group: Callable[..., An
         return None
     from verl.config import ConfigError
     from verl.config.schema_distill import resolve_teachers
-    from verl.workers.teacher_worker import TeacherWorker
+    from verl.workers.teacher_worker import TeacherWorker, teacher_micro_batches
 
     params = DistillationLossParams.from_config(d.distillation_loss)
     topk = d.distillation_loss.topk if params.uses_topk else None
@@ -142,8 +142,9 @@ def build_teacher(cfg: RootConfig, actor_pool: Any, make_group: Callable[..., An
                                       "nnodes=0 to colocate the teacher with the actor")
                 pool = RayResourcePool(teacher.world_size, cfg.trainer.device)
                 pools.append(pool)
+        micro = teacher_micro_batches(cfg.actor_rollout_ref.ref, teacher.inference.max_num_seqs)
         wg = make_group(cfg, pool, f"teacher_{key}", TeacherWorker, cfg.actor_rollout_ref.model, teacher,
-                                cfg.actor_rollout_ref.ref.fsdp_config, topk, device=cfg.trainer.device)
+                        cfg.actor_rollout_ref.ref.fsdp_config, topk, micro, device=cfg.trainer.device)
         vocabs[key] = wg.init_model()[0]
         groups[key] = wg
     _check_vocab(cfg, vocabs, topk)

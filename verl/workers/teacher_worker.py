@@ -10,7 +10,7 @@ as verl's teacher servers return ``prompt_logprobs``.
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,7 +23,15 @@ if TYPE_CHECKING:
     from verl.config.schema import FSDPConfig, ModelConfig
     from verl.config.schema_distill import TeacherModelConfig
 
-__all__ = ["TeacherWorker", "teacher_topk"]
+__all__ = ["TeacherWorker", "teacher_micro_batches", "teacher_topk"]
+
+
+def teacher_micro_batches(ref: Any, max_num_seqs: int | None) -> MicroBatchSpec:
+    """The teacher's forwards are micro-batched as the reference policy's (``actor_rollout_ref.ref``:
+    ``log_prob_micro_batch_size_per_gpu``, ``log_prob_use_dynamic_bsz``, ``log_prob_max_token_len_per_gpu``),
+    with at most ``max_num_seqs`` rows (the teacher's ``inference.max_num_seqs``) per forward."""
+    sizes = [s for s in (ref.log_prob_micro_batch_size_per_gpu, max_num_seqs) if s]
+    return MicroBatchSpec(min(sizes) if sizes else None, ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu)
 
 
 def teacher_topk(module: torch.nn.Module, micro: DataProto, k: int) -> dict[str, torch.Tensor]:
@@ -58,13 +66,15 @@ class TeacherWorker(Worker):
         fsdp_config: sharding of the teacher (``actor_rollout_ref.ref.fsdp_config``: it is built
             like the reference policy).
         topk: K of a top-k distillation loss, or None for the sampled token's log-prob only.
+        micro: the micro-batches of its forwards (`teacher_micro_batches`); None = ``max_num_seqs`` rows.
         device: ``cpu`` or ``cuda``.
     """
 
     def __init__(self, model: ModelConfig, teacher: TeacherModelConfig, fsdp_config: FSDPConfig, topk: int | None = None,
-                 device: str = "cpu") -> None:
+                 micro: MicroBatchSpec | None = None, device: str = "cpu") -> None:
         super().__init__(device)
         self.model_cfg, self.teacher, self.fsdp_config, self.topk = model, teacher, fsdp_config, topk
+        self.micro = micro or MicroBatchSpec(teacher.inference.max_num_seqs)
         self.engine = None
 
     @register(Dispatch.ONE_TO_ALL)
@@ -88,7 +98,7 @@ class TeacherWorker(Worker):
             ``teacher_logprobs`` `(B, R)` (log π_t of each sampled token) without top-k; with it,
             ``teacher_logprobs`` `(B, R, K)` and ``teacher_ids`` `(B, R, K)`.
         """
-        micro = MicroBatchSpec(self.teacher.inference.max_num_seqs)
+        micro = self.micro
         if self.topk is None:
             log_probs, _ = compute_log_prob(self.engine, data, 1.0, micro)
             return DataProto.from_dict(tensors={"teacher_logprobs": log_probs})
