@@ -158,6 +158,11 @@ def policy_loss_fn(
     `PPOActor.update_policy`) zeroes the per-token policy-gradient loss of the tokens it leaves
     out; the entropy and KL terms and every denominator keep all response tokens.
 
+    ``distill`` (a `verl.workers.distill_loss.DistillationLossParams`, the batch's
+    ``meta_info["distillation"]``) adds on-policy distillation's term against the teacher's scores
+    in the micro-batch (`verl.workers.distill_loss.distillation_term`); a top-k loss takes the
+    student's log-probs from the same padded forward that gives its logits.
+
     Every term is aggregated by ``cfg.loss_agg_mode`` with the mini-batch's global counts, so the
     micro-batch losses sum to the mini-batch loss. Metrics are additive the same way (per-token
     rates weighted by the micro-batch's share of tokens).
