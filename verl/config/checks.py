@@ -388,6 +388,9 @@ def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
         raise ConfigError(f"{prefix}.rollout_data_max_rows: bounds the rollout dump, which is off; set {prefix}.rollout_data_dir too")
     if t.sentinel.enable and t.sentinel.action == "rollback" and t.save_freq <= 0:
         raise ConfigError(f"{prefix}.sentinel.action: rollback restores the last good checkpoint; set {prefix}.save_freq > 0")
+    if t.sentinel.enable and t.sentinel.action == "rollback" and t.v1.trainer_mode != "sync":
+        raise not_supported(f"{prefix}.sentinel.action=rollback", f"with {prefix}.v1.trainer_mode="
+                            f"{t.v1.trainer_mode} the sentinel can warn or stop (action=warn|stop)")
     world = t.nnodes * t.n_gpus_per_node
     if t.backend == "local" and world > 1:
         raise ConfigError(

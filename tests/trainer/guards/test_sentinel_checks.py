@@ -75,3 +75,9 @@ def test_config_ranges_and_rollback_needs_checkpoints():
         load_config(None, ["trainer.alarms.clip_ratio=1.5"])
     cfg = load_config(None, ["trainer.sentinel.action=rollback", "trainer.save_freq=5"])
     assert cfg.trainer.sentinel.action == "rollback"
+
+
+def test_rollback_in_an_async_mode_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match=r"`trainer.sentinel.action=rollback` is not supported yet: .*separate_async"):
+        load_config(None, ["trainer.sentinel.action=rollback", "trainer.save_freq=5", "trainer.v1.trainer_mode=separate_async",
+                           "actor_rollout_ref.hybrid_engine=false"])

@@ -48,11 +48,15 @@ def zero_variance_share(scores: torch.Tensor, uids: np.ndarray) -> float:
         groups with max - min == 0 over all groups, in [0, 1]; groups of one sample count as
         zero-variance (they carry no group signal either).
     """
-    groups: dict[Any, list[float]] = {}
-    for uid, s in zip(uids.tolist(), scores.tolist(), strict=True):
-        groups.setdefault(uid, []).append(float(s))
-    flat = sum(1 for v in groups.values() if max(v) - min(v) == 0.0)
-    return flat / max(len(groups), 1)
+    if len(uids) == 0:
+        return 0.0
+    _, group = np.unique(np.asarray(uids).astype(str), return_inverse=True)
+    values = scores.detach().double().cpu().numpy()
+    lo = np.full(group.max() + 1, np.inf)
+    hi = np.full(group.max() + 1, -np.inf)
+    np.minimum.at(lo, group, values)
+    np.maximum.at(hi, group, values)
+    return float(np.mean(hi - lo == 0.0))
 
 
 def format_only_share(scores: torch.Tensor, acc: np.ndarray) -> float:

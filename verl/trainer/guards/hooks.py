@@ -14,7 +14,6 @@ restored, the tripping batch is skipped when the data loader yields it again, th
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,13 +77,18 @@ class RunGuards:
         return False
 
     def before_update(self, trainer: Any, actor_batch: Any) -> None:
-        """Keep a copy of the update batch and the RNG states for an incident bundle."""
+        """Keep the update batch and the RNG states for an incident bundle.
+
+        The batch is kept by reference in new containers (`DataProto.select`): keys the update adds
+        or replaces do not reach it, and no tensor is copied (the cost is the memory of up to
+        ``replay_window`` batches kept alive).
+        """
         if self.sentinel is None:
             return
         step = trainer.global_step + 1
         last = self._last_checkpoint(trainer, step)[1]
         self.window = [s for s in self.window if last < s.step < step]
-        self.window.append(ReplayStep(step, copy.deepcopy(actor_batch), capture_rng_state()))
+        self.window.append(ReplayStep(step, actor_batch.select(), capture_rng_state()))
         del self.window[:-self.config.trainer.sentinel.replay_window]
 
     def after_step(self, trainer: Any, batch: Any, metrics: dict[str, float]) -> dict[str, float]:
