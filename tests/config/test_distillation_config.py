@@ -112,3 +112,10 @@ def test_enabled_section_refuses(overrides: list[str], message: str):
 
 def test_disabled_section_is_not_checked():
     load_config(None, [f"{LOSS}.loss_mode=k1", "distillation.nnodes=3"])  # verl's defaults and leftovers load while off
+
+
+def test_teacher_temperature_is_scoring_temperature_one(caplog):
+    with caplog.at_level("WARNING"):
+        load_config(None, [*ON, "actor_rollout_ref.rollout.temperature=0.7",
+                           "distillation.teacher_models.teacher_model.inference.temperature=0.7"])
+    assert "inference.temperature=0.7 has no effect" in caplog.text

@@ -57,6 +57,9 @@ def check_distillation_section(d: DistillationConfig, prefix: str) -> None:
         if t.inference.dtype not in (None, "float32", "bfloat16", "fp32", "bf16"):
             raise ConfigError(f"{prefix}.teacher_models: teacher {name!r} inference.dtype must be float32 or bfloat16, "
                               f"got {t.inference.dtype!r}")
+        if t.inference.temperature not in (None, 1.0):  # verl's default interpolates the rollout's temperature
+            logger.warning("%s.teacher_models: teacher %r inference.temperature=%s has no effect: teacher log-probs are "
+                           "scored at temperature 1, as verl", prefix, name, t.inference.temperature)
 
 
 def check_distillation_run(cfg: Any) -> None:

@@ -103,7 +103,8 @@ class TeacherInferenceConfig:
     # The student's lengths (verl interpolates them from actor_rollout_ref.rollout); checked
     # against max_model_len.
     temperature: Optional[float] = None
-    # Not used: teacher log-probs are always at temperature 1, as verl (scoring, not sampling).
+    # Not used: teacher log-probs are always at temperature 1, as verl (scoring, not sampling); another
+    # value logs a warning.
 
 
 SERVER_KEYS = ("gpu_memory_utilization", "enforce_eager", "cudagraph_capture_sizes", "free_cache_engine",
