@@ -6,6 +6,8 @@ Usage::
     verl bench --shape gsm8k [--size small]      # random Qwen2 model, GSM8K prompts, 4 x n=4, 64 tokens
     verl bench my.yaml key=value ... --steps 6 --out bench.json
     verl bench --shape gsm8k --compare trl       # TRL's GRPOTrainer on the same shape, steps alternated
+    verl bench --shape gsm8k --mode separate_async trainer.v1.separate_async.parameter_sync_step=1
+                                                 # trainer.v1.trainer_mode (default: the config's)
 
 What it prints (medians over the steps after the first, which warms up allocators and caches):
 
@@ -147,9 +149,13 @@ class VerlStepper:
 
     def step(self) -> StepRecord:
         """One RL step; returns its `StepRecord` (the trainer's metrics are kept in ``history``)."""
-        cfg = self.config
         metrics = self.trainer.train_step(self._next_batch())
         self.trainer.global_step += 1
+        return self.record(metrics)
+
+    def record(self, metrics: dict[str, float]) -> StepRecord:
+        """The `StepRecord` of a step's metrics (also kept in ``history``)."""
+        cfg = self.config
         self.history.append(metrics)
         n_traj = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
         tokens = metrics["perf/total_num_tokens"]
@@ -178,6 +184,28 @@ class VerlStepper:
     def close(self) -> None:
         """Release worker groups."""
         self.trainer.close()
+
+
+class AsyncStepper(VerlStepper):
+    """Steps of ``trainer.v1.trainer_mode=separate_async``: the rollout thread keeps generating
+    between and during the steps, so a step's wall time is what the trainer waits plus trains."""
+
+    def __init__(self, config: Any) -> None:
+        super().__init__(config)
+        from verl.trainer.async_rl import SeparateAsyncLoop
+
+        self.loop = SeparateAsyncLoop(self.trainer)
+        self._started = False
+
+    def step(self) -> StepRecord:
+        if not self._started:
+            self._started = self.loop.start()
+        return self.record(self.loop.step_once())
+
+    def close(self) -> None:
+        if self._started:
+            self.loop.stop()
+        super().close()
 
 
 def _median(values: list[float]) -> float:
@@ -252,6 +280,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--work-dir", default=None, help="cache for the random model and parquet (default: a temp dir)")
     parser.add_argument("--out", default=None, help="JSON record path")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--mode", choices=("sync", "separate_async", "colocate_async"), default=None,
+                        help="trainer.v1.trainer_mode to bench (default: the config's)")
     ns = parser.parse_args(argv)
     if ns.steps < 2:
         parser.error("--steps must be >= 2 (the first step is warm-up)")
@@ -275,6 +305,13 @@ def _load(ns: argparse.Namespace, work_dir: Path) -> tuple[Any, list[str], str]:
             raise SystemExit("verl bench: give either CONFIG or --shape, not both")
         path, base = shape_config(shape, work_dir, ns.steps, ns.size)
         overrides = [*base, *overrides]
+    if ns.mode not in (None, "sync"):
+        # one weight sync per step unless the overrides say otherwise (verl: train = sync x mini)
+        base_cfg = load_config(path, overrides)
+        sync = base_cfg.data.train_batch_size // base_cfg.actor_rollout_ref.actor.ppo_mini_batch_size
+        overrides = [f"trainer.v1.separate_async.parameter_sync_step={sync}", *overrides]
+    if ns.mode is not None:
+        overrides = [f"trainer.v1.trainer_mode={ns.mode}", *overrides]
     return load_config(path, overrides), overrides, shape
 
 
@@ -297,9 +334,12 @@ def measure_shape_throughput(shapes: dict[str, LinearShape], flops: FlopModel) -
 def run_bench(ns: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     """Run the benchmark described by the parsed arguments; returns the JSON record."""
     cfg, overrides, shape = _load(ns, work_dir)
+    if ns.compare is not None and cfg.trainer.v1.trainer_mode != "sync":
+        raise SystemExit("verl bench: --compare alternates single steps; an async mode keeps generating between them, "
+                         "so compare modes with benchmarks/bench_async_modes.py instead")
     peak = measure_matmul_peak()
     print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", flush=True)
-    stepper = VerlStepper(cfg)
+    stepper = VerlStepper(cfg) if cfg.trainer.v1.trainer_mode == "sync" else AsyncStepper(cfg)
     rss_verl = RssSampler()
     ours: list[StepRecord] = []
 

@@ -111,13 +111,24 @@ class SeparateAsyncLoop:
 
     # ------------------------------------------------------------------------- run
     def run(self) -> list[dict[str, float]]:
+        """Resume, train until ``total_training_steps``, stop the rollout thread; returns the metrics."""
+        if self.start():
+            try:
+                self._train_loop()
+            finally:
+                self.stop()
+        return self.p.history
+
+    def start(self) -> bool:
+        """Resume, sync the rollout, validate before training, start the rollout thread and submit
+        the prompts that run ahead; False when there is nothing to train (done, or ``val_only``)."""
         t, p, cfg = self.t, self.p, self.cfg
         resumed = t._load_checkpoint()
         p.tracker.keep_until(t.global_step if resumed else -1)
         if t.global_step >= p.total_training_steps:
             print(f"Training already complete: global_step {t.global_step} >= total_training_steps "
                   f"{p.total_training_steps}; nothing to do.", flush=True)
-            return p.history
+            return False
         ahead = self.warmup * cfg.data.train_batch_size
         if resumed and _STATE_KEY in t.state.extra:
             self.feed.load(t.state.extra[_STATE_KEY])
@@ -128,23 +139,28 @@ class SeparateAsyncLoop:
             p.tracker.log(val, step=t.global_step)
             p.history.append({"step": t.global_step, **val})
             if cfg.trainer.val_only:
-                return p.history
+                return False
         self.rollouter.start()
-        try:
-            if ahead:
-                self._submit(ahead)
-            self._train_loop()
-        finally:
-            self.rollouter.stop(timeout_s=600)
-        return p.history
+        if ahead:
+            self._submit(ahead)
+        return True
+
+    def stop(self) -> None:
+        """End the rollout thread (the generation call in flight finishes first)."""
+        self.rollouter.stop(timeout_s=600)
+
+    def step_once(self) -> dict[str, float]:
+        """One RL step (``global_step`` advanced); returns its metrics."""
+        metrics = self._step()
+        self.t.global_step += 1
+        return metrics
 
     def _train_loop(self) -> None:
         t, p, cfg = self.t, self.p, self.cfg
         bar = progress_bar(cfg.trainer.progress_bar, p.total_training_steps, t.global_step)
         save_timing: dict[str, float] = {}
         while t.global_step < p.total_training_steps:
-            metrics = self._step()
-            t.global_step += 1
+            metrics = self.step_once()
             last = t.global_step >= p.total_training_steps
             if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or t.global_step % cfg.trainer.test_freq == 0):
                 with self.rollouter.lock:  # the rollout group generates one call at a time
