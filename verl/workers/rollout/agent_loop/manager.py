@@ -108,11 +108,11 @@ class AgentLoopRollout:
             from verl.tools.registry import load_tools
 
             self.tools = load_tools(builtin_config_file(mt.tool_config_path, "tool"))
-        if mt.interaction_config_path:
         if mt.function_tool_path:  # verl's plain-function tools (@function_tool), beside the configured ones
             from verl.tools.function_tool import FunctionToolAdapter, load_function_tools_from_path
 
             self.tools.update({t.name: FunctionToolAdapter(t) for t in load_function_tools_from_path(mt.function_tool_path)})
+        if mt.interaction_config_path:
             from verl.interactions import load_interactions
 
             self.interactions = load_interactions(builtin_config_file(mt.interaction_config_path, "interaction"))
