@@ -39,3 +39,21 @@ def test_grpo_three_steps_sp2_equals_sp1(tiny_model_dir: Path, tmp_path: Path) -
     for step in (1, 2, 3):
         for key in KEYS:
             assert sp2[step][key] == pytest.approx(sp1[step][key], abs=1e-4, rel=1e-4), (step, key)
+
+
+def test_gae_two_steps_actor_and_critic_sp2_equal_sp1(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """PPO with a critic: the critic's values (after its first update) and losses at sp=2 equal sp=1."""
+    keys = ("critic/vf_loss", "critic/grad_norm", "critic/values/mean", "critic/vpred_mean", "actor/pg_loss",
+            "actor/grad_norm")
+    runs = {}
+    for sp in (1, 2):
+        extra = {"algorithm.adv_estimator": "gae", "trainer.total_training_steps": 2, "trainer.n_gpus_per_node": sp,
+                 "actor_rollout_ref.rollout.n": 1, "critic.optim.lr": 1e-3, "critic.model.use_remove_padding": True,
+                 "actor_rollout_ref.actor.ulysses_sequence_parallel_size": sp, "critic.ulysses_sequence_parallel_size": sp,
+                 "trainer.balance_batch": False}
+        RLTrainer(config=load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path / f"sp{sp}", **extra))).fit()
+        runs[sp] = read_metrics(tmp_path / f"sp{sp}")
+    assert abs(runs[1][2]["critic/values/mean"]) > 1e-4  # the critic moved
+    for step in (1, 2):
+        for key in keys:
+            assert runs[2][step][key] == pytest.approx(runs[1][step][key], abs=1e-4, rel=1e-4), (step, key)
