@@ -81,3 +81,26 @@ def test_cli_writes_responses(tmp_path: Path, tiny_model_dir: Path) -> None:
     import pyarrow.parquet as pq
 
     assert rc == 0 and len(pq.read_table(out).column("responses").to_pylist()[0]) == 1
+
+
+@pytest.mark.e2e
+def test_verl_generation_server_script(tmp_path: Path, tiny_model_dir: Path) -> None:
+    """verl's examples/generation/run_deepseek_llm_7b.sh (examples/verl_scripts/generation_server.sh):
+    paths, sizes, GPU count and rollout.name=hf replaced; 2 replicas, 2 samples per prompt."""
+    import os
+    import subprocess
+    import sys
+
+    import pyarrow.parquet as pq
+
+    root = Path(__file__).resolve().parents[2]
+    data, out = tmp_path / "p.parquet", tmp_path / "gen" / "out.parquet"
+    write_parquet([{"prompt": CHAT}, {"prompt": [{"role": "user", "content": "2+2="}]}], data)
+    env = {**os.environ, "PYTHON": sys.executable, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "MODEL_PATH": str(tiny_model_dir), "DATA_PATH": str(data), "OUTPUT_PATH": str(out), "NGPUS_PER_NODE": "2",
+           "ROLLOUT_TP": "1", "PROMPT_LENGTH": "512", "RESPONSE_LENGTH": "4", "N_SAMPLES": "2", "ROLLOUT_NAME": "hf"}
+    r = subprocess.run(["bash", str(root / "examples" / "verl_scripts" / "generation_server.sh"), "trainer.device=cpu"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    responses = pq.read_table(out).column("responses").to_pylist()
+    assert [len(x) for x in responses] == [2, 2]
