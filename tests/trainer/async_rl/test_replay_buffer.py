@@ -94,3 +94,31 @@ def test_bad_settings_are_refused():
         ReplayBuffer(1, "keep")
     with pytest.raises(ValueError, match=">= 0"):
         ReplayBuffer(-1, "drop")
+
+
+def test_a_custom_sampler_is_built_with_the_buffer_arguments_and_its_kwargs(tmp_path):
+    from types import SimpleNamespace
+
+    from verl.trainer.async_rl.loop import build_replay_buffer
+
+    path = tmp_path / "my_sampler.py"
+    path.write_text(
+        "from verl.trainer.async_rl.replay_buffer import ReplayBuffer\n"
+        "class NewestFirst(ReplayBuffer):\n"
+        "    def __init__(self, *, tag, **kw):\n"
+        "        super().__init__(**kw)\n"
+        "        self.tag = tag\n"
+        "    def _pick(self, batch_size, version):\n"
+        "        if len(self._finished) < batch_size:\n"
+        "            return None\n"
+        "        order = sorted(self._finished.values(), key=lambda g: -g.seq)[:batch_size]\n"
+        "        for g in order:\n"
+        "            del self._finished[g.uid]\n"
+        "        return order\n")
+    cfg = SimpleNamespace(max_off_policy_threshold=4, max_off_policy_strategy="wait", sampler_kwargs={"tag": "x"},
+                          custom_sampler=SimpleNamespace(path=str(path), name="NewestFirst"))
+    buffer = build_replay_buffer(cfg, refill=None)
+    assert type(buffer).__name__ == "NewestFirst" and buffer.tag == "x" and buffer.threshold == 4
+    prod = _Producer(buffer)
+    prod.finish(prod.submit(version=0, k=3))
+    assert [g.uid for g in buffer.sample(batch_size=2, version=0)[0]] == ["p2", "p1"]
