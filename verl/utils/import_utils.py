@@ -15,7 +15,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["load_extern_module", "load_extern_type"]
+__all__ = ["load_extern_module", "load_extern_object", "load_extern_type"]
 
 
 def load_extern_module(path: str) -> ModuleType:
@@ -63,3 +63,21 @@ def load_extern_type(path: str, name: str) -> Any:
         public = sorted(k for k in vars(module) if not k.startswith("_"))
         raise AttributeError(f"{name!r} not found in {path}; it defines {public}")
     return getattr(module, name)
+
+
+def load_extern_object(module_path: str | None, object_name: str) -> Any:
+    """verl's ``load_extern_object``: the attribute ``object_name`` of a ``.py`` file or module, with verl's errors.
+
+    Raises:
+        FileNotFoundError: a ``.py`` path that does not exist.
+        AttributeError: no such object (or ``module_path`` is None).
+        RuntimeError: the file cannot be imported (a syntax error, ...; the cause is chained).
+    """
+    if module_path is None:
+        raise AttributeError(f"Object not found in module: object_name={object_name!r}, module_path=None")
+    try:
+        return load_extern_type(module_path, object_name)
+    except FileNotFoundError:
+        raise
+    except ImportError as e:
+        raise RuntimeError(str(e)) from e
