@@ -76,6 +76,21 @@ def _hydra_message(e: Exception) -> str:
 
 
 def compose_file(path: Path, group_overrides: Sequence[str] = ()) -> dict[str, Any]:
+    """Cached :func:`_compose_file` (keyed by the file, its folder's modification time and the
+    group selections); returns a fresh copy each call."""
+    import copy
+
+    resolved = path.resolve()
+    key = (str(resolved), tuple(group_overrides), resolved.stat().st_mtime_ns, resolved.parent.stat().st_mtime_ns)
+    if key not in _CACHE:
+        _CACHE[key] = _compose_file(resolved, group_overrides)
+    return copy.deepcopy(_CACHE[key])
+
+
+_CACHE: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def _compose_file(path: Path, group_overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Composes a config file of verl's layout with Hydra.
 
     Args:

@@ -123,6 +123,11 @@ def unknown_key_message(path: str) -> str:
     The suggestion is, in order: a close name among the valid keys of the same section; the same
     leaf name in another section; the closest full dotted key. Only canonical keys are suggested.
     """
+    from verl.config.verl_hints import layout_hint
+
+    hint = layout_hint(path)  # a key verl renamed, or a section of a feature the product lacks
+    if hint is not None:
+        return hint
     table = _key_table()
     parent, _, leaf = path.rpartition(".")
     rest = ""

@@ -91,6 +91,7 @@ VERL_NULL_DEFAULTS: tuple[str, ...] = (
     "*.optim.warmup_style", "data.seed", "reward_model.model.trust_remote_code", "reward_model.enable",
     "reward_model.enable_resource_pool", "reward_model.n_gpus_per_node", "reward_model.nnodes",
     "reward_model.reward_loop_source", "reward_model.reward_manager", "custom_reward_function.name",
+    "reward.custom_reward_function.name",
 )
 """Keys verl's defaults hold as ``null`` ("not set") that the schema types as non-null: there a
 ``null`` is the schema default, verl's behaviour when the key is unset (``warmup_style`` null =
