@@ -7,7 +7,6 @@ at the next step with one line naming it.
 
 from __future__ import annotations
 
-
 import pytest
 from run_helpers import read_metrics, tiny_run_overrides
 
@@ -35,10 +34,12 @@ def _assert_clean(metrics: dict[int, dict], steps: int) -> None:
     assert any(row["actor/pg_loss"] != 0.0 for row in metrics.values())  # the policy really moved
 
 
+@pytest.mark.e2e
 def test_a_clean_split_run_never_trips(tiny_model_dir, tmp_path):
     _assert_clean(_fit(tiny_model_dir, tmp_path, 3), 3)
 
 
+@pytest.mark.e2e
 def test_a_split_sync_that_skips_one_tensor_stops_the_run_naming_it(tiny_model_dir, tmp_path, monkeypatch):
     name = "model.layers.1.mlp.down_proj.weight"
     real = rollout_worker.load_bucket_in_place  # the copy skips it; the worker still counts it as loaded

@@ -18,7 +18,10 @@ from verl.data.prepare import gsm8k_ground_truth, gsm8k_multiturn_row
 from verl.protocol import DataProto
 from verl.workers.rollout.agent_loop import AgentLoopRollout
 from verl.workers.rollout.agent_loop.drift import drift_metrics, sample_rows
-from verl.workers.rollout.agent_loop.template_audit import audit_template, log_template_audit
+from verl.workers.rollout.agent_loop.template_audit import (
+    audit_template,
+    log_template_audit,
+)
 from verl.workers.rollout.request import TokenOutput, TokenRequest
 from verl.workers.rollout.trajectories import agent_loop_metrics
 

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 __all__ = ["LORA_PREFIX", "SAMPLES", "Fingerprint", "adapter_fingerprints", "fingerprint", "fingerprint_named",
-           "sample_positions"]
+           "fingerprint_samples", "gather_samples", "sample_positions"]
 
 LORA_PREFIX = "lora:"
 """Name prefix of a LoRA adapter's tensors as a vLLM engine loads them (peft save naming after it)."""
@@ -68,11 +68,23 @@ def fingerprint(tensor: torch.Tensor, digest_dtype: torch.dtype | str | None = N
     """`Fingerprint` of a full (unsharded) tensor; its samples are cast to ``digest_dtype`` (None = its own)."""
     flat = tensor.detach().reshape(-1)
     picked = flat[sample_positions(flat.numel(), samples).to(flat.device)]
-    target = _DTYPES.get(digest_dtype, tensor.dtype) if isinstance(digest_dtype, str) else (digest_dtype or tensor.dtype)
-    picked = picked.to(target).cpu().contiguous()
+    return fingerprint_samples(picked, tensor.dtype, tuple(tensor.shape), digest_dtype)
+
+
+def fingerprint_samples(picked: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...],
+                        digest_dtype: torch.dtype | str | None = None) -> Fingerprint:
+    """`Fingerprint` from a tensor's `sample_positions` values `(S,)` (gathered elsewhere, e.g. from shards).
+
+    Args:
+        picked: the sampled elements, in position order.
+        dtype / shape: the whole tensor's dtype and shape.
+        digest_dtype: dtype the samples are hashed in (None = ``dtype``).
+    """
+    target = _DTYPES.get(digest_dtype, dtype) if isinstance(digest_dtype, str) else (digest_dtype or dtype)
+    picked = picked.detach().to(target).cpu().contiguous()
     digest = hashlib.blake2b(picked.view(torch.uint8).numpy().tobytes(), digest_size=8).hexdigest()
     total = float(picked.double().sum()) if picked.numel() else 0.0
-    return Fingerprint(str(tensor.dtype), tuple(tensor.shape), digest, str(target), total)
+    return Fingerprint(str(dtype), tuple(shape), digest, str(target), total)
 
 
 def fingerprint_named(items: Iterable[tuple[str, torch.Tensor]], samples: int = SAMPLES) -> dict[str, Fingerprint]:
@@ -83,3 +95,56 @@ def fingerprint_named(items: Iterable[tuple[str, torch.Tensor]], samples: int = 
 def adapter_fingerprints(state: Mapping[str, torch.Tensor]) -> dict[str, Fingerprint]:
     """Fingerprints of a LoRA adapter's tensors (peft save naming), under ``lora:<name>``."""
     return {LORA_PREFIX + name: fingerprint(t) for name, t in state.items()}
+
+
+def _row_sharded(tensor: Any) -> bool:
+    """A ``DTensor`` sharded along dim 0 on a 1-D mesh (FSDP2's layout): sampled from local shards."""
+    from torch.distributed.tensor import Shard
+
+    placements = tuple(tensor.placements)
+    return tensor.device_mesh.ndim == 1 and len(placements) == 1 and isinstance(placements[0], Shard) \
+        and placements[0].dim == 0 and tensor.ndim > 0
+
+
+def _local_samples(tensor: Any, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(indices into pos, values)`` of the sampled elements this rank's shard holds."""
+    from torch.distributed.tensor._utils import compute_local_shape_and_global_offset
+
+    local = tensor.to_local()
+    _, offset = compute_local_shape_and_global_offset(tensor.shape, tensor.device_mesh, tensor.placements)
+    row = max(1, tensor.numel() // max(1, tensor.shape[0]))
+    rows = pos // row - int(offset[0])
+    mine = ((rows >= 0) & (rows < local.shape[0])).nonzero().reshape(-1)
+    values = local.detach().reshape(local.shape[0], row)[rows[mine].to(local.device), (pos[mine] % row).to(local.device)]
+    return mine, values.cpu()
+
+
+def gather_samples(items: Iterable[tuple[str, torch.Tensor]], samples: int = SAMPLES) -> list[tuple[str, torch.Tensor, torch.dtype, tuple[int, ...]]]:
+    """``(name, sampled values (S,), dtype, shape)`` of every tensor, FSDP2 shards included.
+
+    A row-sharded ``DTensor`` is sampled on its local shard and the pieces of every such tensor
+    are exchanged in one ``all_gather_object`` over its mesh (a collective: every rank calls this
+    with the same tensors in the same order), instead of one all-gather of each whole tensor;
+    other ``DTensor`` layouts are gathered whole (``full_tensor()``).
+    """
+    out: list[Any] = []
+    pieces: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    group = None
+    for name, tensor in items:
+        pos = sample_positions(tensor.numel(), samples)
+        if hasattr(tensor, "to_local") and _row_sharded(tensor) and (group is None or tensor.device_mesh.get_group() is group):
+            group = tensor.device_mesh.get_group()
+            pieces[len(out)] = _local_samples(tensor, pos)
+            out.append([name, torch.empty(len(pos), dtype=tensor.dtype), tensor.dtype, tuple(tensor.shape)])
+            continue
+        full = tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+        out.append([name, full.detach().reshape(-1)[pos.to(full.device)], tensor.dtype, tuple(tensor.shape)])
+    if pieces:
+        import torch.distributed as dist
+
+        everyone: list[Any] = [None] * dist.get_world_size(group)
+        dist.all_gather_object(everyone, pieces, group=group)
+        for rank_pieces in everyone:
+            for i, (where, values) in rank_pieces.items():
+                out[i][1][where] = values
+    return [tuple(entry) for entry in out]  # type: ignore[misc]

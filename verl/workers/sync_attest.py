@@ -26,8 +26,8 @@ Metrics: ``sync/fingerprint_match`` (1.0 / 0.0), ``sync/mismatched_tensors``,
 `SyncAttestationError` (one line naming the tensors) or, with ``on_mismatch=warn``, logs that
 line once per check and the run goes on.
 
-Cost: two strided gathers of ``SAMPLES`` values per tensor (an all-gather per parameter on an
-FSDP2-sharded actor) and, every ``canary_every`` syncs, two forwards of ``len(canary_ids)``
+Cost: two strided gathers of ``SAMPLES`` values per tensor (an FSDP2-sharded actor samples its
+local shards and exchanges the samples in one object all-gather) and, every ``canary_every`` syncs, two forwards of ``len(canary_ids)``
 tokens; the figure on the GSM8K bench shape is in benchmarks/README.md.
 """
 
@@ -46,6 +46,8 @@ from verl.utils.weight_fingerprint import (
     Fingerprint,
     fingerprint,
     fingerprint_named,
+    fingerprint_samples,
+    gather_samples,
     sample_positions,
 )
 
@@ -64,24 +66,24 @@ class SyncAttestationError(RuntimeError):
 
 
 def module_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
-    """Every state-dict entry of ``module`` as ``(name, full tensor)``, tied aliases included.
-
-    An FSDP2 ``DTensor`` is gathered (``full_tensor()``, a collective every rank enters in the
-    same order), one tensor at a time.
-    """
-    for name, tensor in module.state_dict(keep_vars=True).items():
-        yield name, tensor.full_tensor() if hasattr(tensor, "full_tensor") else tensor
+    """Every state-dict entry of ``module`` as ``(name, tensor)``, tied aliases included; FSDP2
+    parameters stay ``DTensor`` shards (`expected_fingerprints` samples them where they live)."""
+    yield from module.state_dict(keep_vars=True).items()
 
 
 def expected_fingerprints(items: Iterable[tuple[str, torch.Tensor]], actual: Mapping[str, Fingerprint],
                           samples: int = SAMPLES) -> dict[str, Fingerprint]:
     """The actor's fingerprints, each hashed in the dtype the rollout hashed its own in.
 
+    A collective when ``items`` holds FSDP2 shards (`gather_samples`: one object all-gather per
+    check); every rank calls it with the same items.
+
     Args:
-        items: the actor's ``(name, full tensor)`` pairs, under the rollout's names.
+        items: the actor's ``(name, tensor)`` pairs (full or ``DTensor``), under the rollout's names.
         actual: the rollout's fingerprints (a name it lacks is hashed in the actor's dtype).
     """
-    return {name: fingerprint(t, actual[name].digest_dtype if name in actual else None, samples) for name, t in items}
+    return {name: fingerprint_samples(picked, dtype, shape, actual[name].digest_dtype if name in actual else None)
+            for name, picked, dtype, shape in gather_samples(items, samples)}
 
 
 def compare_fingerprints(expected: Mapping[str, Fingerprint], actual: Mapping[str, Fingerprint]) -> list[str]:

@@ -100,7 +100,7 @@ def engine_fingerprints(engine: Any) -> dict[str, Fingerprint]:
 
 def actor_expected(module: nn.Module, actual: Mapping[str, Fingerprint], vllm_names: bool) -> dict[str, Fingerprint]:
     """The actor side, hashed in the rollout's digest dtypes (`expected_fingerprints`); a collective
-    when the actor is FSDP2-sharded (one all-gather per tensor, every rank in the same order)."""
+    when the actor is FSDP2-sharded (its shards' samples are exchanged in one object all-gather)."""
     items = vllm_items(module) if vllm_names else module_tensors(module)
     return expected_fingerprints(items, actual)
 
