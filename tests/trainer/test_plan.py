@@ -101,10 +101,10 @@ def test_plan_divides_per_rank_activations_by_the_sequence_parallel_size():
                       device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
     assert sp2.static == sp1.static  # parameters stay sharded over the world
     grads = 4e6 / 2
-    # unfused (FSDP2): 2 rows x 10 tokens x 7680 B + 2 rows x 4 scored x (2 x 1000 x 4) + two chunk blocks
-    blocks = 2 * 8 * 1000 * 4
-    assert sp1.stages["update_actor"] == grads + 20 * 7680 + 8 * 8000 + blocks
-    assert sp2.stages["update_actor"] == grads + 10 * 7680 + 4 * 8000 + blocks
+    # unfused (FSDP2): 2 rows x 10 tokens x 7680 B + 2 rows x 4 scored x (2 x 1000 x 4) + two chunk
+    # blocks of min(chunk 8, K) rows: 8 rows at sp=1, the 4 scored rows of a rank at sp=2
+    assert sp1.stages["update_actor"] == grads + 20 * 7680 + 8 * 8000 + 2 * 8 * 1000 * 4
+    assert sp2.stages["update_actor"] == grads + 10 * 7680 + 4 * 8000 + 2 * 4 * 1000 * 4
     # log-prob forward of all of a rank's rows: 4 rows (sp=1) vs 8 rows over 2 ranks: the same per rank
     assert sp2.stages["log_prob"] == sp1.stages["log_prob"]
     assert sp2.recommend["ppo_micro_batch_size_per_gpu"] == 8  # capped at the 8 rows of the one dp rank

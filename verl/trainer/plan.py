@@ -15,7 +15,8 @@ model's config on the meta device; nothing is loaded):
   decode step's `(B, V)` float32 logits plus about six sampling temporaries of that size, for
   ``min(batch, rollout.max_num_seqs)`` sequences;
 - **log-prob forward** (old / reference, no grad): the scored logits `(K, V)` plus the chunked
-  log-softmax's ``2 · chunk · V`` float32 block; with the fused LM head (`fused_head_applies`:
+  log-softmax's ``2 · chunk · V`` float32 block (``chunk = min(logprob_chunk_size, K)`` rows, here
+  and in the update); with the fused LM head (`fused_head_applies`:
   world size 1, no LoRA) only one ``chunk · V`` block (the chunk's logits);
 - **training** (actor, critic): gradients (parameter-sized, alive from backward to the step),
   activations saved for backward per token and layer (Llama/Qwen2 decoder in float32:
@@ -150,11 +151,12 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     lp_rows = arr.rollout.log_prob_micro_batch_size_per_gpu or rows
     _, lp_scored = _tokens(cfg, lp_rows, arr.model.use_remove_padding)
     lp_scored /= sp
-    chunk = 2 * arr.actor.logprob_chunk_size * actor.vocab * 4
+    # a block holds at most the K scored rows of the micro-batch (K below the chunk size: K rows)
+    chunk = 2 * min(arr.actor.logprob_chunk_size, lp_scored) * actor.vocab * 4
     fused = fused_head_applies(cfg, world)
     # fused: only the chunk's own logits (its statistics run 16 rows at a time)
     stages["log_prob"] = chunk / 2 if fused else lp_scored * actor.vocab * pb + chunk
-    per_scored, chunk_bytes = _train_logit_bytes(cfg, actor, fused)
+    per_scored, chunk_bytes = _train_logit_bytes(cfg, actor, fused, train_scored)
     stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
                               + train_scored * per_scored + chunk_bytes)
     if critic is not None:
@@ -163,17 +165,19 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     return stages
 
 
-def _train_logit_bytes(cfg: Any, actor: ModelShape, fused: bool) -> tuple[float, float]:
+def _train_logit_bytes(cfg: Any, actor: ModelShape, fused: bool, scored: float | None = None) -> tuple[float, float]:
     """The update's float32 logit memory: (bytes per scored position, bytes of `(chunk, V)` temporaries).
 
     Unfused: the `(K, V)` logits and their gradient (2 per position) and two `(chunk, V)` blocks.
     Fused head: one `(K, V)` buffer that the gradient overwrites and no block (its statistics run
     16 rows at a time); with ``logprob_head_recompute`` no `(K, V)` buffer and one block (the
-    chunk's recomputed logits).
+    chunk's recomputed logits). A block has ``min(chunk, scored)`` rows (``scored``: the micro-batch's
+    K on this rank; None = a full chunk).
     """
     a = cfg.actor_rollout_ref.actor
     copies, blocks = ((0, 1) if a.logprob_head_recompute else (1, 0)) if fused else (2, 2)
-    return copies * actor.vocab * 4, blocks * a.logprob_chunk_size * actor.vocab * 4
+    rows = a.logprob_chunk_size if scored is None else min(a.logprob_chunk_size, scored)
+    return copies * actor.vocab * 4, blocks * rows * actor.vocab * 4
 
 
 def fused_head_applies(cfg: Any, world: int) -> bool:
