@@ -55,12 +55,13 @@ from verl.algorithms.masked import compute_response_mask_from_lengths
 from verl.modules.forward import position_ids_from_attention_mask
 from verl.protocol import DataProto
 from verl.workers.rollout.hf_decode import DecodeStep
-from verl.workers.rollout.partial import NOT_SAMPLED, PartialRollout, RolloutGate, group_rows, split_continuation, version_bounds
+from verl.workers.rollout.partial import (NOT_SAMPLED, Carried, PartialRollout, RolloutGate, group_rows, split_continuation,
+                                          version_bounds)
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_uniforms, sample_tokens
 from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 from verl.workers.rollout.streaming import row_notifier
 
-__all__ = ["HFRollout", "cache_keyword", "default_eos_token_ids"]
+__all__ = ["HFRollout", "assemble_rollout", "cache_keyword", "default_eos_token_ids"]
 
 
 def _as_id_list(ids: int | Sequence[int] | None) -> list[int]:
@@ -392,30 +393,43 @@ class HFRollout(PartialRollout):
             log_probs[i, n : t + 1] = 0.0
 
     def _assemble(self, prompts: DataProto, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  position_ids: torch.Tensor, carried: Any, meta_info: dict[str, Any]) -> DataProto:
-        """Output batch in verl's layout (see `RolloutEngine.generate_sequences`), plus
-        ``rollout_policy_versions`` `(B, R)`, ``rollout_finished`` `(B,)` and verl's
-        ``min_global_steps`` / ``max_global_steps`` non-tensors (`verl.workers.rollout.partial`)."""
-        responses = carried.responses.to(input_ids.dtype)
-        response_length = responses.shape[1]
-        response_mask = compute_response_mask_from_lengths(carried.lengths, response_length, dtype=torch.long)
-        offsets = torch.arange(1, response_length + 1, dtype=position_ids.dtype)
-        tensors = {
-            "prompts": input_ids,
-            "responses": responses,
-            "input_ids": torch.cat([input_ids, responses], dim=1),
-            "attention_mask": torch.cat([attention_mask, response_mask.to(attention_mask.dtype)], dim=1),
-            "position_ids": torch.cat([position_ids, position_ids[:, -1:] + offsets], dim=1),
-            "response_mask": response_mask,
-            "rollout_log_probs": carried.log_probs,
-            "rollout_policy_versions": carried.versions,
-            "rollout_finished": carried.finished,
-        }
-        # the seeds travel with a partial output, so that resubmitting it continues the same draws
-        keep = {"sample_seeds": prompts.batch["sample_seeds"]} if "sample_seeds" in prompts.batch.keys() else {}
-        non_tensors = dict(prompts.non_tensor_batch)
-        non_tensors["min_global_steps"], non_tensors["max_global_steps"] = version_bounds(carried.versions, self.policy_version)
-        return DataProto.from_dict(tensors={**keep, **tensors}, non_tensors=non_tensors, meta_info=meta_info)
+                  position_ids: torch.Tensor, carried: Carried, meta_info: dict[str, Any]) -> DataProto:
+        """`assemble_rollout` with this engine's ``policy_version``."""
+        return assemble_rollout(prompts, input_ids, attention_mask, position_ids, carried, meta_info, self.policy_version)
+
+
+def assemble_rollout(prompts: DataProto, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
+                     carried: Carried, meta_info: dict[str, Any], version: int) -> DataProto:
+    """Output batch in verl's layout (see `RolloutEngine.generate_sequences`), plus
+    ``rollout_policy_versions`` `(B, R)`, ``rollout_finished`` `(B,)` and verl's
+    ``min_global_steps`` / ``max_global_steps`` non-tensors (`verl.workers.rollout.partial`;
+    ``version`` for rows without a sampled token); shared by the hf and vLLM engines.
+
+    Args:
+        prompts: the input batch (non-tensors and ``sample_seeds`` pass through).
+        input_ids, attention_mask, position_ids: `(B, P)` the prompt part.
+        carried: the responses, lengths, log-probs, versions and finished flags.
+    """
+    responses = carried.responses.to(input_ids.dtype)
+    response_length = responses.shape[1]
+    response_mask = compute_response_mask_from_lengths(carried.lengths, response_length, dtype=torch.long)
+    offsets = torch.arange(1, response_length + 1, dtype=position_ids.dtype)
+    tensors = {
+        "prompts": input_ids,
+        "responses": responses,
+        "input_ids": torch.cat([input_ids, responses], dim=1),
+        "attention_mask": torch.cat([attention_mask, response_mask.to(attention_mask.dtype)], dim=1),
+        "position_ids": torch.cat([position_ids, position_ids[:, -1:] + offsets], dim=1),
+        "response_mask": response_mask,
+        "rollout_log_probs": carried.log_probs,
+        "rollout_policy_versions": carried.versions,
+        "rollout_finished": carried.finished,
+    }
+    # the seeds travel with a partial output, so that resubmitting it continues the same draws
+    keep = {"sample_seeds": prompts.batch["sample_seeds"]} if "sample_seeds" in prompts.batch.keys() else {}
+    non_tensors = dict(prompts.non_tensor_batch)
+    non_tensors["min_global_steps"], non_tensors["max_global_steps"] = version_bounds(carried.versions, version)
+    return DataProto.from_dict(tensors={**keep, **tensors}, non_tensors=non_tensors, meta_info=meta_info)
 
 
 def _notify_new(notify: Callable[..., None], finished: torch.Tensor, reported: torch.Tensor, responses: torch.Tensor,

@@ -34,8 +34,8 @@ import torch
 
 from verl.protocol import DataProto
 
-__all__ = ["NOT_SAMPLED", "Carried", "PartialRollout", "RolloutGate", "group_rows", "split_continuation",
-           "version_bounds"]
+__all__ = ["NOT_SAMPLED", "Carried", "PartialRollout", "RolloutGate", "group_rows", "merge_continuation",
+           "split_continuation", "version_bounds"]
 
 NOT_SAMPLED = -1
 """``rollout_policy_versions`` of a token no policy sampled: padding, tool and user tokens."""
@@ -249,6 +249,31 @@ def group_rows(lengths: torch.Tensor, finished: torch.Tensor, chunk: int) -> lis
         rows = todo[lengths[todo] == length]
         groups += list(torch.split(rows, max(int(chunk), 1)))
     return groups
+
+
+def merge_continuation(carried: Carried, rows: list[int], responses: torch.Tensor, lengths: torch.Tensor,
+                       log_probs: torch.Tensor, versions: list[list[int]], finished: list[bool]) -> None:
+    """Append new tokens after each row's prefix, in place (engines that resubmit the prefix as
+    prompt tokens: vLLM).
+
+    Args:
+        carried: the batch's state (`split_continuation`); row ``rows[j]`` grows.
+        rows: the rows generated, in the order of the other arguments.
+        responses: `(k, W)` new ids (pad after ``lengths``), W >= every new length.
+        lengths: `(k,)` new tokens per row (at most R minus the row's prefix).
+        log_probs: `(k, W)` their log-probs.
+        versions: per row, the policy version of each new token.
+        finished: per row, whether it ended (False: interrupted, resumable).
+    """
+    width = carried.responses.shape[1]
+    for j, i in enumerate(rows):
+        done, n = int(carried.lengths[i]), int(lengths[j])
+        n = min(n, width - done)
+        carried.responses[i, done:done + n] = responses[j, :n]
+        carried.log_probs[i, done:done + n] = log_probs[j, :n]
+        carried.versions[i, done:done + n] = torch.tensor(versions[j][:n], dtype=torch.long)
+        carried.lengths[i] = done + n
+        carried.finished[i] = bool(finished[j]) or done + n >= width
 
 
 def version_bounds(versions: torch.Tensor, default: int) -> tuple[np.ndarray, np.ndarray]:

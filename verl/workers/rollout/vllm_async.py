@@ -59,6 +59,11 @@ class VLLMAsyncTokenEngine:
         self._thread.start()
         self._ids = itertools.count()
         self.in_flight = self.max_in_flight = 0  # vLLM requests submitted and not finished (tests, metrics)
+        self.policy_version = 0  # tags the tokens of each request segment (set by VLLMRollout)
+        self._live: set[str] = set()  # request ids in flight (aborted at a pause)
+        self._resumed = asyncio.Event()  # cleared while paused; created on no loop (Python >= 3.10)
+        self._resumed.set()
+        self._interrupted = False
         with restore_process_state():  # vLLM lowers torch's thread count and re-seeds the global RNGs
             self.engine = self._call(self._start(args))
         self.weights = EngineWeightSync(self._rpc, lambda lora_id: self._call(self.engine.remove_lora(lora_id)),
@@ -118,7 +123,8 @@ class VLLMAsyncTokenEngine:
         ids = list(completion.token_ids)
         log_probs = [lp[t].logprob for lp, t in zip(completion.logprobs, ids)] if completion.logprobs else [0.0] * len(ids)
         reason = completion.finish_reason if completion.finish_reason in ("stop", "length") else "abort"
-        return TokenOutput(token_ids=ids, log_probs=log_probs, finish_reason=reason)
+        return TokenOutput(token_ids=ids, log_probs=log_probs, finish_reason=reason,
+                           policy_versions=list(completion.policy_versions))
 
     def run_batch(self, prompts: list[list[int]], params: list[Any], lora_request: Any = None) -> list[Any]:
         """Submit every prompt at once and wait for all (synchronous): vLLM ``RequestOutput``s in order.
@@ -134,18 +140,75 @@ class VLLMAsyncTokenEngine:
 
         return self._call(gather())
 
+    # partial rollouts: a pause aborts every request in flight (vLLM returns each one's tokens so
+    # far, finish reason "abort"); after resume each is resubmitted with prompt + those tokens for
+    # the rest of its budget, as many times as it is paused; an interrupt ends it there instead
+    def pause(self) -> None:
+        """Abort the requests in flight and hold new ones until `resume` (they continue then)."""
+        self._call(self._pause())
+
+    def resume(self) -> None:
+        """Resubmit the paused requests' prefixes under the weights loaded now."""
+        self._call(self._resume())
+
+    def interrupt(self) -> None:
+        """Abort the requests in flight for good: they return their tokens so far, ``abort``."""
+        self._interrupted = True
+        self._call(self._abort_live())
+
+    def clear_interrupt(self) -> None:
+        """Let requests run to their end again after `interrupt`."""
+        self._interrupted = False
+
+    async def _pause(self) -> None:
+        self._resumed.clear()
+        await self._abort_live()
+
+    async def _resume(self) -> None:
+        self._resumed.set()
+
+    async def _abort_live(self) -> None:
+        if self._live:
+            await self.engine.abort(sorted(self._live))
+
     async def _request(self, prompt_ids: list[int], params: Any, tag: str, lora_request: Any = None) -> Any:
-        """One vLLM request on the engine's loop; its final ``RequestOutput``."""
+        """One request on the engine's loop, resubmitted after each pause; a `SegmentedOutput`."""
+        ids: list[int] = []
+        log_probs: list[Any] = []
+        versions: list[int] = []
+        final = None
+        while True:
+            await self._resumed.wait()
+            version = self.policy_version
+            segment = params if not ids else _rest_of(params, len(ids))
+            output = await self._segment(list(prompt_ids) + ids, segment, tag, lora_request)
+            final = output if output is not None else final  # aborted before its first token: None
+            completion = output.outputs[0] if output is not None else None
+            new = list(completion.token_ids) if completion is not None else []
+            ids += new
+            log_probs += list(completion.logprobs or []) if completion is not None else []
+            versions += [version] * len(new)
+            ended = completion is not None and completion.finish_reason in ("stop", "length")
+            if ended or self._interrupted or len(ids) >= params.max_tokens:
+                break
+        reason = final.outputs[0].finish_reason if final is not None and ended else "abort"
+        has_logprobs = final is not None and final.outputs[0].logprobs is not None
+        return SegmentedOutput(final, ids, log_probs if has_logprobs else None, versions, reason)
+
+    async def _segment(self, prompt_ids: list[int], params: Any, tag: str, lora_request: Any) -> Any:
+        """One vLLM request; its final ``RequestOutput``."""
         request_id = f"{tag or 'verl'}-{next(self._ids)}"
         final = None
         self.in_flight += 1  # only this loop's thread touches the counters
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        self._live.add(request_id)
         try:
             async for output in self.engine.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id,
                                                      lora_request=lora_request or self.weights.lora_request()):
                 final = output
         finally:
             self.in_flight -= 1
+            self._live.discard(request_id)
         return final
 
     def _check_synced(self) -> None:
@@ -161,3 +224,34 @@ class VLLMAsyncTokenEngine:
         self._thread.join(timeout=30)
         self.weights.close()
         shutil.rmtree(self._model_dir, ignore_errors=True)
+
+
+class _Completion:
+    """``outputs[0]`` of a `SegmentedOutput`: vLLM's fields the callers read, plus versions."""
+
+    def __init__(self, token_ids: list[int], logprobs: list[Any] | None, finish_reason: Any, versions: list[int]) -> None:
+        self.token_ids, self.logprobs, self.finish_reason, self.policy_versions = token_ids, logprobs, finish_reason, versions
+
+
+class SegmentedOutput:
+    """A request's output over all its segments (vLLM ``RequestOutput`` fields the callers read:
+    ``outputs[0].token_ids / logprobs / finish_reason``; ``prompt_logprobs`` of the last segment),
+    with ``outputs[0].policy_versions`` per token; finish reason ``abort`` unless it ended."""
+
+    def __init__(self, final: Any, token_ids: list[int], logprobs: list[Any] | None, versions: list[int],
+                 finish_reason: str) -> None:
+        self.prompt_logprobs = getattr(final, "prompt_logprobs", None)
+        self.outputs = [_Completion(token_ids, logprobs, finish_reason, versions)]
+
+
+def _rest_of(params: Any, produced: int) -> Any:
+    """vLLM sampling params for the rest of a request after ``produced`` tokens: the remaining
+    budget, a seed derived from (seed, produced) so the continuation does not replay the draws."""
+    from verl.workers.rollout.sampling import derive_seeds
+
+    rest = params.clone()
+    rest.max_tokens = int(params.max_tokens) - produced
+    if params.seed is not None:
+        rest.seed = int(derive_seeds([int(params.seed) % (2**63), produced], 1)[0])
+    return rest
+

@@ -54,9 +54,11 @@ trainer (prompts arrive repeated); requests of one prompt share its KV through p
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import os
 import shutil
+import threading
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -65,8 +67,10 @@ import torch
 from torch import nn
 
 from verl.protocol import DataProto
-from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list
-from verl.workers.rollout.sampling import resolve_sampling
+from verl.modules.forward import position_ids_from_attention_mask
+from verl.workers.rollout.hf_rollout import HFRollout, _as_id_list, assemble_rollout
+from verl.workers.rollout.partial import merge_continuation, split_continuation
+from verl.workers.rollout.sampling import derive_seeds, resolve_sampling
 from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 from verl.workers.rollout.vllm_config import (
     engine_device,
@@ -182,6 +186,55 @@ class VLLMRollout:
         self.sleep_supported = bool(config.free_cache_engine) and engine_device() != "cpu"
         self.sleeping = False
         self.last_update_s = 0.0
+        self.policy_version = 0  # tags the sampled tokens (rollout_policy_versions)
+        self._generation: Any = contextlib.nullcontext() if serve_async else threading.Lock()
+        self._paused = False
+
+    # partial rollouts (verl.workers.rollout.partial): the async engine aborts its requests at a
+    # pause and resubmits each one's prompt + tokens so far at resume; the offline engine cannot
+    # stop a call, so a pause there waits for the call in progress to end
+    def pause(self, timeout: float | None = None) -> None:
+        """Stop generation for a weight update (see the comment above).
+
+        Raises:
+            TimeoutError: the offline engine's call in progress did not end within ``timeout``.
+        """
+        if self.serve_async:
+            self.backend.pause()
+        elif not self._paused:
+            if not self._generation.acquire(timeout=-1 if timeout is None else timeout):
+                raise TimeoutError(f"the vLLM generation call did not end within {timeout} s")
+            self._paused = True
+
+    def resume(self) -> None:
+        """Let generation go on (the async engine resubmits the aborted requests' prefixes)."""
+        if self.serve_async:
+            self.backend.resume()
+        elif self._paused:
+            self._paused = False
+            self._generation.release()
+
+    def interrupt(self) -> None:
+        """Make calls in flight return now, unfinished rows flagged (``rollout_finished`` False).
+
+        Raises:
+            ValueError: the offline engine (``rollout.mode=sync`` without agent loops).
+        """
+        if not self.serve_async:
+            raise ValueError("interrupting a vLLM generation is not supported yet on the offline engine: "
+                             "set actor_rollout_ref.rollout.mode=async (vLLM's async engine)")
+        self.backend.interrupt()
+
+    def clear_interrupt(self) -> None:
+        """Allow generation again after `interrupt`."""
+        if self.serve_async:
+            self.backend.clear_interrupt()
+
+    def set_policy_version(self, version: int) -> None:
+        """The version of the weights now loaded (tags the tokens sampled from now on)."""
+        self.policy_version = int(version)
+        if self.serve_async:
+            self.backend.policy_version = self.policy_version
 
     @property
     def llm(self) -> Any:
@@ -223,12 +276,14 @@ class VLLMRollout:
             self.backend.sleep(level=1)
             self.sleeping = True
 
-    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module) -> None:
+    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module,
+                       version: int | None = None) -> None:
         """Load new weights into the engine in place, then drop its prefix cache (stale KV).
 
         Args:
             state_dict_or_model: the actor module (streamed in buckets; LoRA: only the adapter
                 after the first call) or a full state dict with checkpoint names.
+            version: the new ``policy_version`` (when given).
 
         Raises:
             RuntimeError: the engine has parameters the update did not cover.
@@ -237,6 +292,8 @@ class VLLMRollout:
         self.wake_up()
         self.backend.update_weights(state_dict_or_model)
         self.last_update_s = time.perf_counter() - start
+        if version is not None:
+            self.set_policy_version(version)
 
     # bucket by bucket, from a rollout worker on its own resource pool (hybrid_engine=false)
     def begin_weight_update(self) -> None:
@@ -280,23 +337,33 @@ class VLLMRollout:
         eos_ids = _as_id_list(meta.get("eos_token_id")) or self.eos_token_id
         pad_id = int(meta.get("pad_token_id", self.pad_token_id))
         batch = prompts.batch
-        input_ids, attention_mask = batch["input_ids"], batch["attention_mask"]
+        input_ids, attention_mask, position_ids, carried = split_continuation(prompts, response_length, pad_id)
         HFRollout._check_lengths(self, attention_mask, response_length)  # the hf engine's input contract
-        requests = [ids[m.bool()].tolist() for ids, m in zip(input_ids, attention_mask)]
-        sampling = [
-            vllm_sampling_params(params, response_length, eos_ids, seed, self.config.ignore_eos,
-                                 self.config.calculate_log_probs, self.config.stop, self.config.include_stop_str_in_output)
-            for seed in _row_seeds(batch, meta, len(prompts))
-        ]
-        self.wake_up()
-        outputs = self.backend.run_batch(requests, sampling)
-        self.sleep()
+        if position_ids is None:
+            position_ids = position_ids_from_attention_mask(attention_mask)
+        # a continuation resubmits prompt + prefix as the prompt, for the rest of the budget; its
+        # seed is derived from (row seed, prefix length) so it does not replay the prefix's draws
+        todo = (~carried.finished).nonzero().flatten().tolist()
+        seeds = _row_seeds(batch, meta, len(prompts))
+        requests, sampling = [], []
+        for i in todo:
+            done = int(carried.lengths[i])
+            requests.append(input_ids[i][attention_mask[i].bool()].tolist() + carried.responses[i, :done].tolist())
+            seed = seeds[i] if done == 0 or seeds[i] is None else int(derive_seeds([seeds[i], done], 1)[0])
+            sampling.append(vllm_sampling_params(params, response_length - done, eos_ids, seed, self.config.ignore_eos,
+                                                 self.config.calculate_log_probs, self.config.stop,
+                                                 self.config.include_stop_str_in_output))
+        with self._generation:  # `pause` waits for the call in progress (offline engine)
+            self.wake_up()
+            outputs = self.backend.run_batch(requests, sampling) if requests else []
+            self.sleep()
         responses, lengths, log_probs = _collect(outputs, response_length, pad_id, self.stop_strings)
-        from verl.modules.forward import position_ids_from_attention_mask
-
-        position_ids = batch["position_ids"] if "position_ids" in batch.keys() else position_ids_from_attention_mask(attention_mask)
+        versions = [list(getattr(o.outputs[0], "policy_versions", None) or [self.policy_version] * int(n))
+                    for o, n in zip(outputs, lengths.tolist(), strict=True)]
+        finished = [o.outputs[0].finish_reason in ("stop", "length") for o in outputs]
+        merge_continuation(carried, todo, responses, lengths, log_probs, versions, finished)
         out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
-        out = HFRollout._assemble(prompts, position_ids, responses, lengths, log_probs, out_meta)
+        out = assemble_rollout(prompts, input_ids, attention_mask, position_ids, carried, out_meta, self.policy_version)
         if not self.config.calculate_log_probs:
             out.batch.pop("rollout_log_probs")
         return out
