@@ -52,3 +52,13 @@ def test_padded_only_forward_and_reward_model_sp_are_refused():
     msg = _error(f"{SP}=2", "actor_rollout_ref.actor.calculate_sum_pi_squared=true", "algorithm.adv_estimator=optimal_token_baseline")
     assert "calculate_sum_pi_squared` is not supported yet" in msg
     assert "`reward_model.ulysses_sequence_parallel_size` is not supported yet" in _error("reward_model.ulysses_sequence_parallel_size=2")
+
+
+def test_preflight_refuses_heads_not_divisible_by_sp(tiny_model_dir):
+    """The tiny model has 4 heads and 2 KV heads: sp=4 divides the world 4 but not the KV heads."""
+    from verl.trainer.preflight import check_model
+
+    cfg = load_config(None, [*BASE, f"{SP}=4", f"actor_rollout_ref.model.path={tiny_model_dir}"])
+    with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=4 does not divide the model's num_key_value_heads=2"):
+        check_model(cfg)
+    check_model(load_config(None, [*BASE, f"{SP}=2", f"actor_rollout_ref.model.path={tiny_model_dir}"]))

@@ -6,7 +6,8 @@ The checks here need no model: ``sp`` divides the world, the role's forwards are
 (``use_remove_padding``, as verl requires), the reference policy (it lives in the actor's workers)
 runs split like the actor or with whole sequences, and a forward that only exists padded is
 refused. The mini-batch rules of `verl.config.consistency` divide by ``dp``
-(`data_parallel_size`). Heads not divisible by ``sp`` are refused when the model is built
+(`data_parallel_size`). Heads not divisible by ``sp`` are refused by the pre-flight's model check
+(it reads config.json before any worker starts) and again when a worker builds the model
 (`verl.modules.ulysses.check_heads`).
 """
 
