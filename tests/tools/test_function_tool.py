@@ -35,3 +35,11 @@ def test_function_tool_path_loads_into_the_agent_loop(tmp_path: Path) -> None:
     assert tool.tool_schema["function"]["parameters"]["required"] == ["a", "b"]
     result = asyncio.run(call_tool(tool, "i0", FunctionCall("add_numbers", {"a": 2, "b": 40}), timeout_s=5.0))
     assert (result.response.text, result.reward, result.metrics, result.status) == ("42", 0.5, {"calls": 1}, "ok")
+
+
+def test_multi_turn_enable_with_function_tools_only(tmp_path: Path) -> None:
+    path = tmp_path / "only_tools.py"
+    path.write_text(textwrap.dedent(TOOLS).replace("add_numbers", "add_only"))
+    cfg = load_config(None, ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.multi_turn.enable=true",
+                             f"actor_rollout_ref.rollout.multi_turn.function_tool_path={path}"])
+    assert "add_only" in AgentLoopRollout(None, cfg.actor_rollout_ref.rollout, tokenizer=None).tools

@@ -328,8 +328,9 @@ def _check_rollout_correction(rc: S.RolloutCorrectionConfig, prefix: str) -> Non
 
 
 def _check_multi_turn(m: S.MultiTurnConfig, prefix: str) -> None:
-    if m.enable and not (m.tool_config_path or m.interaction_config_path):
-        raise ConfigError(f"{prefix}.enable=true needs {prefix}.tool_config_path or {prefix}.interaction_config_path")
+    if m.enable and not (m.tool_config_path or m.function_tool_path or m.interaction_config_path):
+        raise ConfigError(f"{prefix}.enable=true needs {prefix}.function_tool_path, {prefix}.tool_config_path or "
+                          f"{prefix}.interaction_config_path")
     if m.use_inference_chat_template:
         raise ConfigError(f"`{prefix}.use_inference_chat_template` is not supported yet: leave it false "
                           "(trajectories keep the sampled ids of every turn)")
