@@ -58,12 +58,12 @@ def test_student_moves_toward_the_teacher(far_student, tmp_path) -> None:
 
 
 def test_policy_gradient_and_direct_forms_run_with_the_task_loss(far_student, tmp_path) -> None:
-    k3 = _distill(far_student, BUILTIN, tmp_path / "k3", **{f"{L}.distillation_loss_coef": 0.5,
+    k3 = _distill(far_student, BUILTIN, tmp_path / "k3", steps=1, **{f"{L}.distillation_loss_coef": 0.5,
                                                             f"{L}.loss_max_clamp": 5.0})
-    k1 = _distill(far_student, BUILTIN, tmp_path / "k1", **{f"{L}.loss_mode": "k1", f"{L}.use_policy_gradient": True,
+    k1 = _distill(far_student, BUILTIN, tmp_path / "k1", steps=1, **{f"{L}.loss_mode": "k1", f"{L}.use_policy_gradient": True,
                                                             f"{L}.loss_max_clamp": 10.0})
     for m in (k3, k1):
-        assert sorted(m) == [1, 2]
+        assert sorted(m) == [1]
         for step in m.values():
             assert math.isfinite(step["actor/pg_loss"]) and math.isfinite(step["distillation/loss"])
     assert all(step["distillation/loss"] <= 5.0 for step in k3.values())
