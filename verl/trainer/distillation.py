@@ -40,6 +40,7 @@ class TeacherScorer:
         teacher_key: the non-tensor batch field whose value is a row's routing key.
         params: the actor's loss settings, put in ``meta_info["distillation"]``.
         topk: K of a top-k loss, else None.
+        pools: the teachers' own Ray pools (released by `shutdown`; colocated teachers have none).
     """
 
     groups: dict[str, Any]
