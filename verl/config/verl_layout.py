@@ -50,6 +50,25 @@ def _target_known(path: str) -> bool:
     return bool(_classes_for(path))
 
 
+OTHER_ENGINES: dict[str, str] = {"megatron": "Megatron-LM", "torchtitan": "TorchTitan", "veomni": "VeOmni",
+                                 "automodel": "AutoModel"}
+"""verl's training engines other than FSDP: their strategy name -> the engine."""
+
+
+def _refuse_other_engines(tree: dict[str, Any]) -> None:
+    """A role on verl's Megatron / TorchTitan / VeOmni engine is refused by name, before its
+    engine-specific keys (``megatron.*``, ``optim.muon_*``, ...) are reported one by one."""
+    from verl.config.errors import not_supported
+
+    roles = (("actor_rollout_ref.actor", (tree.get("actor_rollout_ref") or {}).get("actor")),
+             ("actor_rollout_ref.ref", (tree.get("actor_rollout_ref") or {}).get("ref")), ("critic", tree.get("critic")))
+    for path, role in roles:
+        strategy = role.get("strategy") if isinstance(role, dict) else None
+        if isinstance(strategy, str) and strategy in OTHER_ENGINES:
+            raise not_supported(f"{path}.strategy", f"{strategy!r} is verl's {OTHER_ENGINES[strategy]} engine; this "
+                                "product trains with FSDP2 only: use strategy=fsdp (verl's model_engine=dp, ppo_trainer.yaml)")
+
+
 def _drop_model_engine(tree: dict[str, Any]) -> None:
     if "model_engine" not in tree:
         return
@@ -128,6 +147,7 @@ def normalize_verl_tree(tree: dict[str, Any]) -> dict[str, Any]:
     from verl.config.introspect import key_kind
 
     _strip_targets(tree, "", key_kind)
+    _refuse_other_engines(tree)
     _drop_model_engine(tree)
     migrate_reward(tree)
     if isinstance(tree.get("critic"), dict):

@@ -86,6 +86,16 @@ def run_one(script: Path, env: dict[str, str], cwd: Path, timeout: int) -> dict[
             "last_error": "" if rc == 0 else error[-400:]}
 
 
+def write_table(results: dict[str, dict[str, object]], path: Path) -> None:
+    """The results as a Markdown table (pasted into ../README.md)."""
+    rows = ["| script (verl source) | result | seconds | error |", "|---|---|---|---|"]
+    for name, r in sorted(results.items()):
+        source = name.replace("__", "/").removeprefix("e2e_")
+        source = ("tests/special_e2e/" if name.startswith("e2e_") else "examples/") + source
+        rows.append(f"| `{source}` | {r['result']} | {r['seconds']} | {str(r['last_error']).replace('|', '/')} |")
+    path.write_text("\n".join(rows) + "\n")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=None)
@@ -110,6 +120,7 @@ def main() -> int:
         print(f"{script.name}: {results[script.name]['result']} ({results[script.name]['seconds']} s) "
               f"{results[script.name]['last_error']}", flush=True)
         Path(args.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
+    write_table(results, Path(args.out).with_suffix(".md"))
     passed = sum(r["result"] == "pass" for r in results.values())
     print(f"{passed}/{len(results)} scripts trained one step")
     return 0 if passed == len(results) else 1
