@@ -83,3 +83,29 @@ def test_verl_api_loop_masks_and_turns_reach_the_batch(quickstart):
     assert (mask.sum(-1) <= 6).all() and (mask.sum(-1) >= 2).all()
     assert int((mask[0] == 0).sum()) >= note  # the inserted text is not model-generated
     assert out.non_tensor_batch["num_turns"].tolist() == [4, 4, 4]
+
+
+def test_agent_loop_config_path_registers_verl_loops(tmp_path, quickstart, monkeypatch):
+    """verl's ``agent.agent_loop_config_path``: a YAML list of {name, _target_} (extra keys to the constructor)."""
+    import sys
+
+    pkg = tmp_path / "my_loops.py"
+    pkg.write_text(
+        "from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopOutput\n"
+        "class Echo(AgentLoopBase):\n"
+        "    def __init__(self, *args, prefix='', **kwargs):\n"
+        "        super().__init__(*args, **kwargs)\n"
+        "        self.prefix = prefix\n"
+        "    async def run(self, sampling_params, **kwargs):\n"
+        "        ids = self.tokenizer.encode(self.prefix, add_special_tokens=False)\n"
+        "        out = await self.server_manager.generate(request_id='x', prompt_ids=ids, sampling_params={**sampling_params, 'max_tokens': 2})\n"
+        "        return AgentLoopOutput(prompt_ids=ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids), num_turns=2)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yaml = tmp_path / "agent_loops.yaml"
+    yaml.write_text("- name: echo_loop\n  _target_: my_loops.Echo\n  prefix: '3+4='\n")
+    model, tok = quickstart
+    cfg = RolloutConfig(response_length=4, prompt_length=24, temperature=1.0, mode="async")
+    cfg.agent.agent_loop_config_path = str(yaml)
+    out = AgentLoopRollout(HFRollout(model, cfg, tok), cfg, tok).generate_sequences(_batch(tok, "echo_loop"))
+    assert out.batch["response_mask"].sum(-1).tolist() == [2, 2, 2]
+    assert "my_loops" in sys.modules

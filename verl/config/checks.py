@@ -339,9 +339,6 @@ def _check_multi_turn(m: S.MultiTurnConfig, prefix: str) -> None:
 
 
 def _check_agent(a: S.AgentLoopConfig, prefix: str) -> None:
-    if a.agent_loop_config_path is not None:
-        raise ConfigError(f"`{prefix}.agent_loop_config_path` is not supported yet: use the built-in agent loops "
-                          f"({', '.join(sorted(C.AGENT_LOOPS))})")
     if any(v is not None for v in (a.custom_async_server or {}).values()):
         raise ConfigError(f"`{prefix}.custom_async_server` is not supported yet: the rollout engine serves the "
                           "token-level request API itself (rollout.name=hf | vllm)")

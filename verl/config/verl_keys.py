@@ -139,7 +139,7 @@ UNSUPPORTED: dict[str, str] = {
 OWNED: dict[str, str] = {
     "actor_rollout_ref.rollout.multi_turn.*": "multi-turn tool rollouts (verl/workers/rollout/agent_loop, checks in config/checks.py)",
     "actor_rollout_ref.rollout.agent.default_agent_loop": "the agent loops (verl/workers/rollout/agent_loop)",
-    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "the agent loops (refused unless null, config/checks.py)",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "the agent loops: verl's {name, _target_} YAML (workers/rollout/agent_loop/verl_api.py)",
     "actor_rollout_ref.rollout.agent.custom_async_server": "the agent loops (refused unless null, config/checks.py)",
     "data.tool_config_path": "multi-turn tool rollouts (issue 9)",
     "algorithm.rollout_correction.*": "rollout-correction importance sampling (issue 13)",

@@ -116,6 +116,10 @@ class AgentLoopRollout:
             from verl.interactions import load_interactions
 
             self.interactions = load_interactions(builtin_config_file(mt.interaction_config_path, "interaction"))
+        if config.agent.agent_loop_config_path:  # verl's {name, _target_} list of (verl-API) agent loops
+            from verl.workers.rollout.agent_loop.verl_api import load_agent_loop_config
+
+            load_agent_loop_config(config.agent.agent_loop_config_path)
         self.default_agent = "tool_agent" if mt.enable else config.agent.default_agent_loop
         self.on_trajectories_finished: Any = None  # hook(rows, data) per finished trajectory (rollout.streaming)
         if self.tools and tokenizer is not None:  # a template that ignores tools fails here, before training
