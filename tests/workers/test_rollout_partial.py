@@ -188,3 +188,21 @@ def test_weights_never_change_under_a_running_decode_loop(models) -> None:
             engine.set_policy_version(3)
         finally:
             engine._gate._active = 0
+
+
+def test_gate_pause_times_out_without_a_boundary_and_version_bounds_by_hand() -> None:
+    from verl.workers.rollout.partial import RolloutGate, version_bounds
+
+    gate = RolloutGate()
+    gate.pause(timeout=0.01)  # idle: returns at once
+    gate.resume()
+    with gate.decoding():  # a loop inside a forward that never reaches a boundary
+        with pytest.raises(TimeoutError):
+            gate.pause(timeout=0.05)
+        assert not gate.paused and gate.boundary()  # resumed again: the loop goes on
+    gate.interrupt()
+    assert not gate.boundary()
+    gate.clear_interrupt()
+    assert gate.boundary()
+    lo, hi = version_bounds(torch.tensor([[0, 1, 1, -1], [2, 2, -1, -1], [-1, -1, -1, -1]]), default=7)
+    assert lo.tolist() == [0, 2, 7] and hi.tolist() == [1, 2, 7]
