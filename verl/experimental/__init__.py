@@ -1,1 +1,2 @@
-"""verl's ``verl.experimental`` import paths (agent loops), over the product's implementations."""
+"""verl's experimental paths (``verl.experimental.*``): the async entry points, run on the V1 machinery
+(`verl.trainer.async_rl`), and the agent-loop API (`verl.experimental.agent_loop`)."""
