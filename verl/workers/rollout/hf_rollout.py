@@ -152,6 +152,7 @@ class HFRollout(PartialRollout):
         self._generator.manual_seed(int(seed) % (2**63))
         self._gate = RolloutGate()
         self.policy_version = 0
+        self.weights_epoch = 0  # bumped by every weight load: a parked decode loop then rebuilds its cache
         self.on_trajectories_finished: Callable[[list[int], DataProto], None] | None = None  # streaming hook
 
     def _device(self) -> torch.device:
@@ -186,6 +187,7 @@ class HFRollout(PartialRollout):
             self.module.load_state_dict(dict(state_dict_or_model), strict=True)
         if version is not None:
             self.policy_version = int(version)
+        self.weights_epoch += 1
 
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         """Generate one response per prompt; see `RolloutEngine.generate_sequences`.
@@ -307,7 +309,7 @@ class HFRollout(PartialRollout):
 
         The context is prompt + prefix; response slot t >= L is sampled with the row's t-th
         uniform. Between steps the gate may park the loop (`RolloutGate.boundary`); when
-        ``policy_version`` changed meanwhile, the cache is rebuilt by one prefill of the context
+        the weights changed meanwhile (``weights_epoch``), the cache is rebuilt by one prefill of the context
         and the tokens sampled so far under the new weights. An interrupt ends the loop there.
         ``notify(rows, responses, lengths, log_probs, versions)`` is called as soon as rows finish
         (`verl.workers.rollout.streaming`), with their local indices `(k,)`.
@@ -340,7 +342,7 @@ class HFRollout(PartialRollout):
         full_mask[:, :ctx_len] = mask
         eos = torch.tensor(eos_ids, dtype=torch.long, device=device)
         next_pos = pos[:, -1:] + 1
-        version = self.policy_version
+        version, epoch = self.policy_version, self.weights_epoch
         reported = torch.zeros_like(finished)
         cache_arg, logits = self._prefill(ids, mask, pos, ctx_len + steps)
         # every row's uniforms for all R steps, drawn once (the same draws as per step: row_uniforms)
@@ -361,8 +363,9 @@ class HFRollout(PartialRollout):
             if t == response_length - 1 or bool(finished.all()) or not self._gate.boundary():
                 break
             new = t + 1 - done  # response tokens in the context after this step
-            if self.policy_version != version:  # new weights: the cache holds the old ones' keys / values
-                version = self.policy_version
+            version = self.policy_version
+            if self.weights_epoch != epoch:  # new weights: the cache holds the old ones' keys / values
+                epoch = self.weights_epoch
                 cache_arg, logits = self._prefill(
                     torch.cat([ids, responses[:, done : t + 1]], dim=1), full_mask[:, : ctx_len + new],
                     torch.cat([pos, next_pos + torch.arange(new, device=device)], dim=1), ctx_len + steps)

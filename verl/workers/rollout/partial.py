@@ -133,11 +133,14 @@ class RolloutGate:
 class PartialRollout:
     """The pause / resume / interrupt / version API of an engine (mixed into `HFRollout`).
 
-    The engine sets ``self._gate = RolloutGate()`` and ``self.policy_version = 0``.
+    The engine sets ``self._gate = RolloutGate()``, ``self.policy_version = 0`` and
+    ``self.weights_epoch = 0`` (bumped by every weight load, also an in-place one announced by
+    `set_policy_version`).
     """
 
     _gate: RolloutGate
     policy_version: int
+    weights_epoch: int
 
     def pause(self, timeout: float | None = None) -> None:
         """Park in-flight generation at a decode-step boundary (see `RolloutGate.pause`)."""
@@ -173,6 +176,7 @@ class PartialRollout:
         """
         self._check_can_load()
         self.policy_version = int(version)
+        self.weights_epoch += 1
 
     def _check_can_load(self) -> None:
         if not self._gate.idle_or_parked():
