@@ -129,3 +129,61 @@ def test_clean_quickstart_fires_no_alarm_and_no_trip(tmp_path, capsys):
     assert all("alarm/zero_variance_groups_value" in r and "alarm/format_only_reward_value" in r for r in steps)
     out = capsys.readouterr().out
     assert "ALARM" not in out and "SENTINEL" not in out
+
+
+LENGTH_REWARD = '''
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    """Pays any response longer than 50 characters: a reward a policy can hack with length alone."""
+    return 1.0 if len(solution_str) > 50 else 0.0
+'''
+
+
+def cut_responses(out: DataProto, target: int, pad_id: int) -> DataProto:
+    """The generated rows cut to ``target`` tokens (the scripted policy's length of this step)."""
+    b = out.batch
+    prompt_len = b["prompts"].shape[1]
+    keep = torch.arange(b["responses"].shape[1]) < target
+    mask = b["response_mask"] * keep
+    b["response_mask"] = mask
+    b["responses"] = torch.where(mask.bool(), b["responses"], pad_id)
+    b["input_ids"] = torch.cat([b["prompts"], b["responses"]], dim=1)
+    b["attention_mask"] = torch.cat([b["attention_mask"][:, :prompt_len], mask.to(b["attention_mask"].dtype)], dim=1)
+    return out
+
+
+@pytest.mark.e2e
+def test_training_run_paid_for_length_fires_the_length_alarm(tiny_model_dir, tmp_path, capsys):
+    """The real loop (generation, the "length > 50" reward, update, metrics) with a scripted policy
+    whose responses grow 5 tokens per step: the length alarm fires once the two windows are full."""
+    from run_helpers import tiny_run_overrides
+
+    from verl.config import load_config
+    from verl.trainer import RLTrainer
+
+    reward = tmp_path / "length_reward.py"
+    tmp_path.mkdir(exist_ok=True)
+    reward.write_text(LENGTH_REWARD)
+    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
+        "trainer.total_training_steps": 11, "data.max_response_length": 64, "custom_reward_function.path": str(reward),
+        "actor_rollout_ref.rollout.ignore_eos": True}))  # every row runs to the cap; the script sets its length
+    trainer = RLTrainer(config=cfg)
+    parts = trainer._parts()
+    generate = parts.actor_rollout_wg.generate_sequences
+
+    def scripted(batch):
+        out = generate(batch)
+        if batch.meta_info.get("validate"):
+            return out
+        return cut_responses(out, 10 + 5 * (trainer.global_step + 1), parts.tokenizer.pad_token_id)
+
+    parts.actor_rollout_wg.generate_sequences = scripted
+    history = trainer.fit()
+    lengths = [r["response_length/mean"] for r in history]
+    scores = [r["critic/score/mean"] for r in history]
+    assert lengths[0] == 15 and lengths[9] == 60  # the script held
+    # the reward pays the length (decoded text is shorter than the token count: special tokens are dropped)
+    assert scores[0] == 0.0 and scores[-1] > 0.0
+    fired = [r["step"] for r in history if r["alarm/length_explosion"] == 1.0]
+    assert fired and fired[0] == 10
+    out = capsys.readouterr().out
+    assert out.count("ALARM step 10: length_explosion") == 1
