@@ -105,17 +105,17 @@ class SplitActorRollout:
         """
         from verl.workers.sync_attest import Fingerprint
 
-        ranks = self.rollout_wg.sync_fingerprints()
-        actual = [{n: Fingerprint.from_wire(w) for n, w in r["fingerprints"].items()} for r in ranks]
-        wire = self.actor_wg.sync_expected(ranks[0]["fingerprints"], bool(ranks[0]["vllm"]))[0]
-        expected = {n: Fingerprint.from_wire(w) for n, w in wire.items()}
-
         def canary() -> tuple[Any, Any]:
             ids, mine = self.actor_wg.sync_canary()[0]
             return mine, self.rollout_wg.sync_canary(ids)[0]
 
-        self.attestor.check(actual, lambda _: expected, self.policy_version,
-                            min(int(r["version"]) for r in ranks), canary)
+        with self.attestor.timed():
+            ranks = self.rollout_wg.sync_fingerprints()
+            actual = [{n: Fingerprint.from_wire(w) for n, w in r["fingerprints"].items()} for r in ranks]
+            wire = self.actor_wg.sync_expected(ranks[0]["fingerprints"], bool(ranks[0]["vllm"]))[0]
+            expected = {n: Fingerprint.from_wire(w) for n, w in wire.items()}
+            self.attestor.check(actual, lambda _: expected, self.policy_version,
+                                min(int(r["version"]) for r in ranks), canary)
 
     # ------------------------------------------------------------------ ActorRolloutGroup
     def generate_sequences(self, prompts: DataProto) -> DataProto:

@@ -33,6 +33,7 @@ tokens; the figure on the GSM8K bench shape is in benchmarks/README.md.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -170,7 +171,6 @@ class SyncAttestor:
         Raises:
             SyncAttestationError: a mismatch with ``on_mismatch=error``.
         """
-        start = time.perf_counter()
         due = canary_fn is not None and self.canary_due()
         self.checks += 1
         ranks = [actual] if isinstance(actual, Mapping) else list(actual)
@@ -189,11 +189,19 @@ class SyncAttestor:
             metrics["sync/canary_max_abs_diff"] = diff
             if not diff <= self.tolerance:  # NaN fails too
                 problems.append(f"canary log-probs differ by {diff:.3g} nats (tolerance {self.tolerance:g})")
-        self._seconds += time.perf_counter() - start
         self._metrics = metrics
         if problems:
             self._report(problems, actor_version)
         return metrics
+
+    @contextlib.contextmanager
+    def timed(self) -> Iterator[None]:
+        """Count the block's seconds in ``timing_s/sync_check`` (wrap both sides' work and `check`)."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._seconds += time.perf_counter() - start
 
     def _report(self, problems: list[str], version: int) -> None:
         shown = "; ".join(problems[:8]) + (f"; ... {len(problems) - 8} more" if len(problems) > 8 else "")

@@ -129,9 +129,10 @@ def attest_engine(attestor: SyncAttestor, actor_module: nn.Module, engine: Any, 
     """
     vllm = streams_weights(engine)
     ids = canary_ids(vocab_size(actor_module))
-    return attestor.check(
-        engine_fingerprints(engine),
-        lambda actual: actor_expected(actor_module, actual, vllm),
-        actor_version, rollout_version,
-        lambda: (module_canary(actor_module, ids), engine_canary(engine, ids)),
-    )
+    with attestor.timed():
+        return attestor.check(
+            engine_fingerprints(engine),
+            lambda actual: actor_expected(actor_module, actual, vllm),
+            actor_version, rollout_version,
+            lambda: (module_canary(actor_module, ids), engine_canary(engine, ids)),
+        )
