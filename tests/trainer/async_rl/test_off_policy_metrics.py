@@ -36,3 +36,15 @@ def test_on_policy_batch_has_span_one_and_staleness_zero():
 def test_a_row_without_response_tokens_takes_the_range_of_its_tags():
     v_min, v_max = trajectory_version_range(torch.tensor([[5, 5], [0, 2]]), torch.tensor([[0, 0], [1, 0]]))
     assert v_min.tolist() == [5, 0] and v_max.tolist() == [5, 0]
+
+
+def test_engine_version_tags_translate_to_loop_versions():
+    from verl.trainer.async_rl.rollouter import translate_versions
+
+    # the engine counts actor updates (2 per sync here): tags 0, 2, 4 are loop versions 0, 1, 2
+    tags = torch.tensor([[0, 0, 2, -1], [2, 4, 4, 4]])
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 1, 1]])
+    out = translate_versions(tags, mask, {0: 0, 2: 1, 4: 2})
+    assert out.tolist() == [[0, 0, 1, -1], [1, 2, 2, 2]]
+    with pytest.raises(KeyError, match="never synced"):
+        translate_versions(tags, mask, {0: 0})

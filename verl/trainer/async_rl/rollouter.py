@@ -6,12 +6,21 @@ updates the actor: on Ray the two groups are different processes; in process tor
 GIL inside its kernels, so both threads compute at once.
 
 Each request is one submission (whole prompt groups: ``rollout.n`` rows per prompt). One
-generation call holds ``lock``; the trainer takes the same lock to stream new weights (or to
-validate on the rollout group), so weights never change under a running generation: a call in
-flight when the trainer wants to sync finishes on the old weights and its tokens carry the old
-version (no partial rollouts). Every generated row gets ``rollout_policy_versions`` `(B, R)`
-int64: the version loaded during its generation on every sampled token, -1 elsewhere. The group is then
-scored here, in this thread (the reward overlaps training), and put into the `ReplayBuffer`.
+generation call holds ``lock`` (validation on the rollout group takes it too). Weight syncs:
+
+* ``partial=True`` (the in-process ``hf`` engine, which pauses in place): the trainer streams the
+  weights while a call is in flight; `RolloutWorker.begin_weight_update` parks every decode loop
+  at a step boundary, the buckets load, and each trajectory continues from its prefix under the
+  new weights (partial rollouts: one trajectory may span versions). The engine tags each sampled
+  token with the version it was handed (`SplitActorRollout.policy_version`, actor updates);
+  `translate_versions` turns those into this loop's versions (syncs) with the map the trainer
+  registers before each sync (`map_version`).
+* ``partial=False`` (Ray, vLLM): the sync takes ``lock``, so a call in flight finishes on the old
+  weights and all its tokens carry the version loaded when it started.
+
+Every generated row gets ``rollout_policy_versions`` `(B, R)` int64 (-1 where no policy sampled:
+padding, tool tokens). The group is then scored here, in this thread (the reward overlaps
+training), and put into the `ReplayBuffer`.
 
 Idle time (``rollouter/idle_ratio``) = time waiting for a request or for the lock.
 """
@@ -32,7 +41,7 @@ from verl.trainer.async_rl.replay_buffer import ReplayBuffer
 from verl.trainer.metrics import reduce_worker_metrics
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
-__all__ = ["Request", "Rollouter", "VERSIONS_KEY"]
+__all__ = ["Request", "Rollouter", "VERSIONS_KEY", "translate_versions"]
 
 VERSIONS_KEY = "rollout_policy_versions"
 
@@ -62,10 +71,13 @@ class Rollouter:
         n: trajectories per prompt (``rollout.n``).
     """
 
-    def __init__(self, rollout_wg: Any, buffer: ReplayBuffer, score: Callable[[DataProto], dict[str, float]], n: int) -> None:
+    def __init__(self, rollout_wg: Any, buffer: ReplayBuffer, score: Callable[[DataProto], dict[str, float]], n: int,
+                 partial: bool = False) -> None:
         self.rollout_wg, self.buffer, self.score, self.n = rollout_wg, buffer, score, n
+        self.partial = partial
         self.lock = threading.Lock()
-        self.version = 0  # weights loaded in the rollout group (changed by the trainer under `lock`)
+        self.version = 0  # weights loaded in the rollout group (changed by the trainer)
+        self._engine_versions: dict[int, int] = {}  # engine's version tag -> loop version
         self._queue: queue.Queue[Request | None] = queue.Queue()
         self._thread: threading.Thread | None = None
         self.idle_s = 0.0
@@ -75,6 +87,10 @@ class Rollouter:
         """Start the thread (once)."""
         self._thread = threading.Thread(target=self._run, name="verl-rollouter", daemon=True)
         self._thread.start()
+
+    def map_version(self, engine_version: int, version: int) -> None:
+        """Tokens the engine tags ``engine_version`` were sampled by loop version ``version``."""
+        self._engine_versions[int(engine_version)] = int(version)
 
     def submit(self, request: Request) -> None:
         """Queue a request (generated in submission order)."""
@@ -123,12 +139,30 @@ class Rollouter:
         metrics.update(agent_loop_metrics(out))
         batch = request.batch.repeat(self.n, interleave=True)
         batch.union(out)
-        # the call ran under the lock, so every sampled token is the loaded version's; the engine's
-        # own tags (if any) count in its units, these in syncs (verl's versions); -1 where the
-        # policy sampled nothing (padding, tool tokens), as the engines tag them
+        # without partial rollouts the call ran under the sync lock: every sampled token is the
+        # version loaded at its start; with them the engine's tags (its units) are translated
         mask = batch.batch["response_mask"].bool()
-        batch.batch[VERSIONS_KEY] = torch.where(mask, torch.full_like(mask, version, dtype=torch.int64), -1)
+        tags = batch.batch[VERSIONS_KEY] if self.partial and VERSIONS_KEY in batch.batch.keys() else None
+        if tags is not None:
+            batch.batch[VERSIONS_KEY] = translate_versions(tags, mask, self._engine_versions)
+        else:
+            batch.batch[VERSIONS_KEY] = torch.where(mask, torch.full_like(mask, version, dtype=torch.int64), -1)
         metrics.update(self.score(batch))
         for i, uid in enumerate(request.uids):
             self.buffer.put(uid, batch[i * self.n:(i + 1) * self.n], metrics)
         self.busy_s += time.perf_counter() - t1
+
+
+def translate_versions(tags: torch.Tensor, response_mask: torch.Tensor, mapping: dict[int, int]) -> torch.Tensor:
+    """Engine version tags `(B, R)` as loop versions; -1 outside ``response_mask``.
+
+    Raises:
+        KeyError: a sampled token carries a tag no sync registered.
+    """
+    out = torch.full_like(tags, -1, dtype=torch.int64)
+    mask = response_mask.bool()
+    for tag in torch.unique(tags[mask]).tolist():
+        if int(tag) not in mapping:
+            raise KeyError(f"rollout_policy_versions: engine version {int(tag)} was never synced (known: {sorted(mapping)})")
+        out[mask & (tags == tag)] = mapping[int(tag)]
+    return out
