@@ -26,13 +26,20 @@ def _blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
     return [m for m in module.modules() if type(m).__name__ in names]
 
 
-def shard_module(module: torch.nn.Module, cfg: FSDPConfig, world_size: int) -> torch.nn.Module:
-    """Wrap `module` with FSDP2 when `world_size` > 1; return it unchanged otherwise."""
+def shard_module(module: torch.nn.Module, cfg: FSDPConfig, world_size: int, mesh: Any = None) -> torch.nn.Module:
+    """Wrap `module` with FSDP2 when `world_size` > 1; return it unchanged otherwise.
+
+    Args:
+        mesh: the 1-D `DeviceMesh` to shard over (the ``dp`` dim of a ``(dp, tp)`` mesh, whose
+            ``world_size`` ranks it holds); None = every rank of the world.
+    """
     if world_size <= 1:
         return module
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {"reshard_after_forward": cfg.reshard_after_forward}
+    if mesh is not None:
+        kwargs["mesh"] = mesh
     if cfg.mixed_precision:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch_dtype(cfg.mixed_precision), reduce_dtype=torch.float32)
     if cfg.param_offload or cfg.optimizer_offload:

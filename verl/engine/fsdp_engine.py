@@ -209,7 +209,7 @@ class FSDPTrainingEngine:
 
 def build_engine(
     module: torch.nn.Module, fsdp: FSDPConfig, world_size: int, *, optim: OptimConfig | None = None,
-    total_steps: int = 0, grad_clip: float = 1.0, device: str = "cpu",
+    total_steps: int = 0, grad_clip: float = 1.0, device: str = "cpu", mesh: Any = None,
 ) -> FSDPTrainingEngine:
     """Shard ``module`` (FSDP2 when ``world_size > 1``), build its AdamW and LR schedule, wrap them.
 
@@ -221,8 +221,10 @@ def build_engine(
         total_steps: number of `lr_scheduler_step` calls planned (cosine decay length).
         grad_clip: max global gradient norm.
         device: ``cpu`` or ``cuda``.
+        mesh: the FSDP2 mesh when not the whole world (the ``dp`` dim under tensor parallelism,
+            `verl.workers.sharding.tensor_parallel.shard_kwargs`; ``world_size`` is its size).
     """
-    module = shard_module(module, fsdp, world_size)
+    module = shard_module(module, fsdp, world_size, mesh)
     optimizer = scheduler = None
     if optim is not None:
         optimizer = build_optimizer(module, optim)

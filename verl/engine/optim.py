@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -18,13 +18,35 @@ def build_optimizer(module: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Op
     is a plain floating-point tensor on one of those devices, else the multi-tensor (foreach)
     one, e.g. for FSDP2's DTensor shards. Both compute the same update up to float rounding;
     fused saves the per-parameter Python loop and several passes over the optimizer state.
+    Parameters on different meshes (tensor parallel: TP-split DTensors next to replicated
+    ones) take the per-parameter loop, as a multi-tensor op cannot mix meshes.
     """
     params = [p for p in module.parameters() if p.requires_grad]
     fused = bool(params) and all(
         type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params
     )
+    foreach = None if fused else len(_by_mesh(params)) == 1
     return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
-                             fused=True if fused else None, foreach=None if fused else True)
+                             fused=True if fused else None, foreach=foreach)
+
+
+def _by_mesh(tensors: list[torch.Tensor]) -> dict[Any, list[torch.Tensor]]:
+    """``tensors`` grouped by their DTensor mesh (None: plain tensors)."""
+    groups: dict[Any, list[torch.Tensor]] = {}
+    for t in tensors:
+        groups.setdefault(getattr(t, "device_mesh", None), []).append(t)
+    return groups
+
+
+def _global_grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
+    """The 2-norm of all gradients, also over parameters on different meshes (one norm per mesh,
+    made whole with ``full_tensor``, then combined)."""
+    grads = [p.grad for p in params if p.grad is not None]
+    norms = []
+    for group in _by_mesh(grads).values():
+        norm = torch.nn.utils.get_total_norm(group)
+        norms.append(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+    return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.tensor(0.0)
 
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float,
@@ -72,7 +94,11 @@ def clip_grad_and_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer
         gradients without updating, so one bad micro-batch cannot poison the weights.
     """
     params = [p for p in module.parameters() if p.requires_grad]
-    norm = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
+    if len(_by_mesh(params)) > 1:  # tensor parallel: TP-split and replicated parameters
+        norm = _global_grad_norm(params)
+        torch.nn.utils.clip_grads_with_norm_(params, max_norm, norm, foreach=False)
+    else:
+        norm = torch.nn.utils.clip_grad_norm_(params, max_norm=max_norm)
     if hasattr(norm, "full_tensor"):  # DTensor under FSDP2: the global norm
         norm = norm.full_tensor()
     norm_f = float(norm)
