@@ -77,9 +77,14 @@ def test_streamed_rewards_equal_batch_rewards_and_arrive_before_the_batch_ends(q
     assert streamed["reward_extra_info"]["index"] == list(range(N))
     assert streamed["reward_metrics"] == ref["reward_metrics"]
     lengths = out.batch["response_mask"].sum(1)
-    assert len(set(lengths.tolist())) > 1 and len(calls) > 1  # rows of different lengths reported apart
-    assert sorted(r for rows in calls for r in rows) == list(range(N))
+    assert len(set(lengths.tolist())) > 1
+    assert sorted(calls) == [[i] for i in range(N)]  # one scoring call per trajectory
     assert engine.on_trajectories_finished is None  # the hook is removed afterwards
+    handed: list[tuple[list[int], int]] = []  # the hook itself: rows as they finish, during the call
+    engine.on_trajectories_finished = lambda rows, data: handed.append((rows, int(data.batch["response_mask"].sum(1).max())))
+    engine.generate_sequences(_batch(tok))
+    assert len(handed) > 1 and handed[0][1] < int(lengths.max())  # the first rows came before the longest ended
+    assert sorted(r for rows, _ in handed for r in rows) == list(range(N))
 
 
 def test_hung_and_raising_scorers_are_contained_per_sample(quickstart) -> None:

@@ -93,6 +93,12 @@ class StreamingRewardScorer:
         index = list(rows) if rows is not None else list(range(len(data)))
         return self._pool.submit(self._score, data, index)
 
+    def submit_each(self, data: DataProto, rows: Sequence[int] | None = None) -> list[Future[ScoredItem]]:
+        """`submit` every row on its own: rows handed over together (a micro-batch that finished
+        at the same step) are scored in parallel, one trajectory per call."""
+        index = list(rows) if rows is not None else list(range(len(data)))
+        return [self.submit(data[k : k + 1], [row]) for k, row in enumerate(index)]
+
     def _score(self, data: DataProto, rows: list[int]) -> ScoredItem:
         start = time.perf_counter()
         result = self.reward_fn(data, return_dict=True)

@@ -51,7 +51,7 @@ def row_notifier(engine: Any, prompts: DataProto, input_ids: torch.Tensor, atten
 
 
 def generate_and_score(engine: Any, prompts: DataProto, scorer: StreamingRewardScorer,
-                       timeout_s: float | None = None) -> tuple[DataProto, dict[str, Any]]:
+                       timeout_s: float | None = None, per_row: bool = True) -> tuple[DataProto, dict[str, Any]]:
     """Generate ``prompts`` and score every trajectory as soon as it finishes.
 
     Args:
@@ -60,6 +60,8 @@ def generate_and_score(engine: Any, prompts: DataProto, scorer: StreamingRewardS
         prompts: the prompt batch (``rollout.n`` repeats already made).
         scorer: where the finished rows go.
         timeout_s: longest wait for each scoring result after generation (None = no limit).
+        per_row: score every trajectory in its own call (`StreamingRewardScorer.submit_each`);
+            False keeps the rows handed over together in one call (a batched scorer).
 
     Returns:
         (the engine's output, the reward in the reward managers' layout: ``reward_tensor`` `(B, R)`,
@@ -76,7 +78,7 @@ def generate_and_score(engine: Any, prompts: DataProto, scorer: StreamingRewardS
 
     def hook(rows: list[int], data: DataProto) -> None:
         reported.update(rows)
-        futures.append(scorer.submit(data, rows))
+        futures.extend(scorer.submit_each(data, rows) if per_row else [scorer.submit(data, rows)])
 
     previous = engine.on_trajectories_finished
     engine.on_trajectories_finished = hook
