@@ -78,9 +78,10 @@ def test_reward_model_path_migrates():
     assert cfg.reward_model.model.path == "/rm"
 
 
-def test_generative_reward_model_is_refused():
-    with pytest.raises(ConfigError, match=r"^`reward\.reward_model\.rollout\.name` is not supported yet: generative"):
-        _load("reward.reward_model.enable=true", "reward.reward_model.model_path=/rm", "reward.reward_model.rollout.name=vllm")
+def test_reward_model_served_by_verls_reward_loop_runs_in_the_reward_model_worker():
+    cfg = _load("reward.reward_model.enable=true", "reward.reward_model.model_path=/rm",
+                "reward.reward_model.rollout.name=vllm", "reward.reward_model.rollout.tensor_model_parallel_size=1")
+    assert cfg.reward_model.enable is True and cfg.reward_model.model.path == "/rm"
 
 
 def _user_file(tmp_path: Path, body: str) -> Path:

@@ -33,7 +33,10 @@ def script_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     root = tmp_path_factory.mktemp("verl_current_scripts")
     env = dict(os.environ)
     env.update(run_all.SIZES)
-    env.update({"HOME": str(run_all.make_home(root)), "MODEL_PATH": str(run_all.make_model(root)),
+    model, home = str(run_all.make_model(root)), run_all.make_home(root)
+    env.update({"HOME": str(home), "MODEL_PATH": model, "REWARD_MODEL_PATH": model,
+                "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"),
+                "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                 "PYTHONPATH": f"{run_all.ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"})

@@ -17,9 +17,9 @@ Here both spellings work and mean the same setting:
   e.g. ``reward_model.reward_manager`` for ``reward.reward_manager.name``);
 - a legacy value and a new value that are both set and differ (the new one off verl's default)
   is an error naming both keys;
-- ``reward.reward_model.rollout`` (a generative reward model's serving engine) is read only when
-  ``reward.reward_model.enable=true`` and its ``name`` is set; that is refused as not supported
-  yet (generative reward models), like the legacy ``reward_model.rollout.*``.
+- ``reward.reward_model.rollout`` is the engine verl's reward loop serves the reward model with;
+  here the reward model (``model_path``, a sequence-classification model) is scored by the
+  product's reward-model worker, so those serving settings have no effect (the same scores).
 
 The product's earlier top-level ``reward_manager.{source,name,module}`` keys are a third spelling
 of ``reward.reward_manager.*`` and follow the same rules.
@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from verl.config.errors import ConfigError, not_supported
+from verl.config.errors import ConfigError
 
 __all__ = ["REWARD_KEYS", "migrate_reward"]
 
@@ -120,22 +120,15 @@ def _migrate_one(tree: dict[str, Any], new: str, legacy: tuple[str, ...], target
 
 def _check_generative(tree: dict[str, Any]) -> None:
     rollout = _get(tree, "reward.reward_model.rollout")
-    if not isinstance(rollout, dict):
-        return
-    if rollout.get("name") == "???":  # verl's "mandatory when used"
+    if isinstance(rollout, dict) and rollout.get("name") == "???":  # verl's "mandatory when used"
         rollout["name"] = None
-    if _get(tree, "reward.reward_model.enable") is True and rollout.get("name"):
-        raise not_supported("reward.reward_model.rollout.name",
-                            "generative reward models are not supported; use a sequence-classification reward "
-                            "model (reward.reward_model.model_path) or a rule reward")
 
 
 def migrate_reward(tree: dict[str, Any]) -> dict[str, Any]:
     """Applies the rules above to a tree of user values (in place; also returned).
 
     Raises:
-        ConfigError: A legacy and a new spelling of one setting both set and different, or a
-            generative reward model (``reward.reward_model.rollout.name`` with ``enable=true``).
+        ConfigError: A legacy and a new spelling of one setting both set and different.
     """
     touched = "reward" in tree or any(k in tree for k in ("reward_model", "custom_reward_function", "sandbox_fusion",
                                                           "reward_manager"))

@@ -419,7 +419,7 @@ class RewardModelSection:
     model_path: Optional[str] = None
     # Reward model directory.
     rollout: Dict[str, Any] = field(default_factory=dict)
-    # Serving engine of a generative reward model (not supported: refused when enable and rollout.name are set).
+    # The engine verl's reward loop serves the reward model with (no effect here: the reward-model worker scores it).
 
 
 @dataclass

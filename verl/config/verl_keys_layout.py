@@ -28,7 +28,8 @@ LAYOUT_NOOP: dict[str, str] = {
     "skip.*": _READ_WITH.format("skip.<stage>.enable=true"),
     "transfer_queue.metrics": _READ_WITH.format("transfer_queue.enable=true"),
     "transfer_queue.backend": _READ_WITH.format("transfer_queue.enable=true"),
-    "reward.reward_model.rollout": "a generative reward model's engine; refused when reward.reward_model.enable=true names one",
+    "reward.reward_model.rollout": ("the engine verl's reward loop serves the reward model with; the reward model "
+                                    "(model_path) is scored by the reward-model worker here (the same scores)"),
     "reward.num_workers": "verl's reward-loop worker count (parallel scoring, the same scores); scorers run in the trainer here",
     "reward_model.num_workers": "verl's reward-loop worker count (parallel scoring, the same scores); scorers run in the trainer here",
     "reward.reward_model.n_gpus_per_node": "read only with reward.reward_model.enable_resource_pool=true",

@@ -4,10 +4,11 @@
 Each ``*.sh`` here is a verbatim copy of a verl script (verl-project/verl at 1dda039, Apache-2.0;
 the header line names its source). Only what a user changes on a new machine is set:
 
-- the environment variables the script itself reads: ``MODEL_PATH`` (a tiny random model),
+- the environment variables the script itself reads: ``MODEL_PATH`` and ``REWARD_MODEL_PATH`` (a tiny random model),
   ``INFER_BACKEND``/``ENGINE``=hf, GPU counts (``NGPUS_PER_NODE``, ``NUM_GPUS``) = 1, sizes
   (``TRAIN_BATCH_SIZE``, ``PPO_MINI_BATCH_SIZE``, ``MAX_PROMPT_LENGTH``, ``MAX_RESPONSE_LENGTH``,
   ``ROLLOUT_N``, ``ROLLOUT_TP``, token budgets), ``VERL_USE_UV=0``;
+- ``TRAIN_FILE`` / ``TEST_FILE`` (scripts reading them) name the GSM8K files below;
 - ``HOME`` points at a folder holding ``data/gsm8k`` and ``data/math`` parquet files in verl's
   layout (built from /work/shared/data with ``verl.data.prepare``), so the scripts' own
   ``$HOME/data/...`` paths are used as written;
@@ -46,6 +47,8 @@ OVERRIDES = [
     "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "data.train_batch_size=2",
     "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=8",
     "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "trainer.save_freq=-1",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
 ]
 
 
@@ -109,7 +112,9 @@ def main() -> int:
     home, model = make_home(work), make_model(work)
     env = dict(os.environ)
     env.update(SIZES)
-    env.update({"HOME": str(home), "MODEL_PATH": str(model), "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+    env.update({"HOME": str(home), "MODEL_PATH": str(model), "REWARD_MODEL_PATH": str(model),
+                "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"), "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
+                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                 "PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"})
     results = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
