@@ -206,3 +206,31 @@ def test_gate_pause_times_out_without_a_boundary_and_version_bounds_by_hand() ->
     assert gate.boundary()
     lo, hi = version_bounds(torch.tensor([[0, 1, 1, -1], [2, 2, -1, -1], [-1, -1, -1, -1]]), default=7)
     assert lo.tolist() == [0, 2, 7] and hi.tolist() == [1, 2, 7]
+
+
+def test_rollout_worker_bucketed_sync_during_generation_is_a_partial_rollout(models) -> None:
+    """The split pool's sync (begin / load buckets in place / finish) from another thread while
+    the rollout worker generates: the generation parks, continues under the new weights."""
+    from verl.config.schema import ActorRolloutRefConfig
+    from verl.workers.rollout_worker import RolloutWorker
+
+    a, b = models
+    engine = _engine(_copy(a))
+    worker = RolloutWorker(ActorRolloutRefConfig())
+    worker.engine = worker.rollout = engine
+    worker.module, worker.synced_once = engine.module, True
+    state = list(b.state_dict().items())
+
+    def sync() -> None:
+        worker.begin_weight_update(policy_version=4)
+        for k in range(0, len(state), 5):
+            worker.load_weight_bucket(state[k : k + 5])
+        worker.finish_weight_update()
+
+    _at_boundary(engine, 3, sync)
+    out = worker.generate_sequences(_prompts(PROMPTS))
+    before = _engine(_copy(a)).generate_sequences(_prompts(PROMPTS)).batch["responses"]
+    resp, v = out.batch["responses"], out.batch["rollout_policy_versions"]
+    assert torch.equal(resp[:, :3], before[:, :3])
+    assert torch.equal(resp[:, 3:], _fresh(b, PROMPTS, before[:, :3]))
+    assert (v[:, :3] == 0).all() and (v[:, 3:] == 4).all() and engine.policy_version == worker.policy_version == 4
