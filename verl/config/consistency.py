@@ -18,6 +18,7 @@ from verl.config.errors import ConfigError
 from verl.config.finalize import world_size
 from verl.config.schema import RootConfig
 from verl.config.sp_checks import check_sequence_parallel, data_parallel_size
+from verl.config.tp_checks import check_tensor_parallel
 from verl.config.v1_checks import check_trainer_v1
 
 __all__ = ["check_consistency"]
@@ -54,7 +55,7 @@ def _dp_size(dp: int, cfg: RootConfig, prefix: str) -> str:
     world = world_size(cfg)
     if dp == world:
         return _WORLD.format(w=world)
-    return f"data-parallel size {dp} ({_WORLD.format(w=world)} / {prefix}.ulysses_sequence_parallel_size)"
+    return f"data-parallel size {dp} ({_WORLD.format(w=world)} / {prefix}.ulysses_sequence_parallel_size x tensor_parallel_size)"
 
 
 def _check_batch_sizes(cfg: RootConfig) -> None:
@@ -243,6 +244,7 @@ def check_consistency(cfg: RootConfig) -> None:
     """
     _check_algorithm(cfg)
     check_sequence_parallel(cfg)
+    check_tensor_parallel(cfg)
     _check_batch_sizes(cfg)
     _check_lengths(cfg)
     _check_token_budgets(cfg)

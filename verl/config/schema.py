@@ -261,6 +261,9 @@ class FSDPConfig:
     # Deterministic kernels.
     ulysses_sequence_parallel_size: int = 1
     # Ulysses sequence-parallel degree.
+    tensor_parallel_size: int = 1
+    # Tensor-parallel degree of the actor / critic (verl's torchtitan-engine key): decoder blocks split over
+    # groups of this many ranks, FSDP2 over world / tp (verl/workers/sharding/tensor_parallel.py); the ref keeps 1.
     entropy_from_logits_with_chunking: bool = False
     # Chunked entropy computation.
     use_torch_compile: bool = True

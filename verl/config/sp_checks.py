@@ -23,8 +23,12 @@ _ACTOR = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
 
 
 def data_parallel_size(cfg: RootConfig, role: str) -> int:
-    """``world / sp`` of ``role`` (``actor`` or ``critic``); the world when the check has not run yet."""
+    """``world / (sp · tp)`` of ``role`` (``actor`` or ``critic``; ``tp``: its
+    ``fsdp_config.tensor_parallel_size``); the world when the check has not run yet."""
+    from verl.config.tp_checks import tensor_parallel_size
+
     sp = (cfg.actor_rollout_ref.actor if role == "actor" else cfg.critic).ulysses_sequence_parallel_size
+    sp *= tensor_parallel_size(cfg, role)
     world = world_size(cfg)
     return world // sp if sp >= 1 and world % sp == 0 else world
 

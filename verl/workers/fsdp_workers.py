@@ -19,7 +19,7 @@ from verl.single_controller.base import Dispatch, Worker, register
 from verl.engine import FSDPTrainingEngine, MicroBatchSpec, build_engine
 from verl.workers.actor import PPOActor, compute_log_prob, compute_sum_pi_squared
 from verl.workers.critic import PPOCritic
-from verl.workers.sharding.ulysses import UlyssesLayout
+from verl.workers.sharding.tensor_parallel import build_layout, shard_kwargs
 from verl.workers.sync_attest_worker import ActorAttestMixin
 
 if TYPE_CHECKING:
@@ -74,11 +74,12 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         in_place = cfg.rollout.name == "hf"
         shared = self.world_size == 1 or not in_place or not cfg.hybrid_engine
         rollout_module = module if shared else copy.deepcopy(module).requires_grad_(False)
-        # data parallel x Ulysses SP (verl.workers.sharding.ulysses); the rollout copy keeps whole sequences
-        self.sp = UlyssesLayout.build(cfg.actor.ulysses_sequence_parallel_size, self.world_size, self.device)
+        # data parallel x Ulysses SP or x TP (verl.workers.sharding); the rollout copy keeps whole sequences
+        self.sp = build_layout(cfg.actor.ulysses_sequence_parallel_size, cfg.actor.fsdp_config.tensor_parallel_size,
+                               self.world_size, self.device)
         self.ref_sp = cfg.ref.ulysses_sequence_parallel_size == self.sp.sp > 1
         self.sp.prepare(module)
-        self.actor_engine = build_engine(module, cfg.actor.fsdp_config, self.world_size, optim=cfg.actor.optim,
+        self.actor_engine = build_engine(module, cfg.actor.fsdp_config, **shard_kwargs(self.sp, self.world_size), optim=cfg.actor.optim,
                                          total_steps=total_training_steps, grad_clip=cfg.actor.grad_clip, device=self.device)
         self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
         if self.use_reference and cfg.model.lora_rank == 0:
@@ -241,10 +242,11 @@ class CriticWorker(Worker):
 
         cfg = self.config
         torch.manual_seed(self.seed)
-        self.sp = UlyssesLayout.build(cfg.ulysses_sequence_parallel_size, self.world_size, self.device)
+        self.sp = build_layout(cfg.ulysses_sequence_parallel_size, cfg.model.fsdp_config.tensor_parallel_size,
+                               self.world_size, self.device)
         module = create_model("critic", cfg.model, device=self.device)
         self.sp.prepare(module)
-        self.engine = build_engine(module, cfg.model.fsdp_config, self.world_size,
+        self.engine = build_engine(module, cfg.model.fsdp_config, **shard_kwargs(self.sp, self.world_size),
                                    optim=cfg.optim, total_steps=total_training_steps, grad_clip=cfg.grad_clip, device=self.device)
         self.critic = PPOCritic(self.engine, cfg)
         self.mini_batch_size = _per_rank(cfg.ppo_mini_batch_size * self.rollout_n, self.sp.dp, "critic.ppo_mini_batch_size * rollout.n")

@@ -1,0 +1,45 @@
+"""Load-time rules of ``*.fsdp_config.tensor_parallel_size`` (config/tp_checks.py): one-line errors
+naming the numbers, and the mini-batch checks over the data-parallel size world / tp."""
+
+from __future__ import annotations
+
+import pytest
+
+from verl.config import load_config
+from verl.config.errors import ConfigError
+
+TP = "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size"
+BASE = ["trainer.n_gpus_per_node=4", "algorithm.adv_estimator=grpo", "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2"]
+
+
+def _error(*overrides: str) -> str:
+    with pytest.raises(ConfigError) as err:
+        load_config(None, [*BASE, *overrides])
+    msg = str(err.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_tp_loads_for_actor_and_critic():
+    cfg = load_config(None, [*BASE, f"{TP}=2"])
+    assert cfg.actor_rollout_ref.actor.fsdp_config.tensor_parallel_size == 2
+    cfg = load_config(None, [*BASE, "algorithm.adv_estimator=gae", "critic.model.fsdp_config.tensor_parallel_size=2",
+                             "critic.ppo_mini_batch_size=2"])
+    assert cfg.critic.model.fsdp_config.tensor_parallel_size == 2
+
+
+def test_tp_must_divide_the_world():
+    assert "tensor_parallel_size=3 must divide the world size 4" in _error(f"{TP}=3")
+
+
+def test_tp_with_sp_or_on_the_ref_is_refused():
+    msg = _error(f"{TP}=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.model.use_remove_padding=true")
+    assert "not supported yet" in msg and "ulysses_sequence_parallel_size=2" in msg
+    assert "not supported yet" in _error("actor_rollout_ref.ref.fsdp_config.tensor_parallel_size=2")
+
+
+def test_mini_batch_is_checked_over_world_over_tp():
+    # 1 prompt x n=2 = 2 trajectories: fine over dp = 4 / 2, not over the whole world of 4
+    load_config(None, [*BASE, f"{TP}=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1"])
+    assert "not divisible" in _error("actor_rollout_ref.actor.ppo_mini_batch_size=1")

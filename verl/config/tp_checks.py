@@ -1,0 +1,57 @@
+"""Load-time checks of tensor parallelism (``*.fsdp_config.tensor_parallel_size``, verl's
+torchtitan-engine key name under the role's engine section).
+
+A role's ``world = trainer.nnodes x trainer.n_gpus_per_node`` ranks form ``dp = world / tp``
+data-parallel groups of ``tp`` ranks that each hold a column / row slice of every decoder block
+(`verl.workers.sharding.tensor_parallel`). Checked here without the model: ``tp`` divides the
+world, is not combined with Ulysses SP (not supported yet), and the reference policy (frozen, FSDP2
+over the whole world) keeps 1. Heads not divisible by ``tp`` and an architecture without a plan are
+refused when a worker builds the model (`verl.workers.sharding.tensor_parallel.check_tp_heads`).
+"""
+
+from __future__ import annotations
+
+from verl.config.errors import ConfigError, not_supported
+from verl.config.finalize import world_size
+from verl.config.schema import RootConfig
+
+__all__ = ["check_tensor_parallel", "tensor_parallel_size"]
+
+_ACTOR = "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size"
+_CRITIC = "critic.model.fsdp_config.tensor_parallel_size"
+
+
+def tensor_parallel_size(cfg: RootConfig, role: str) -> int:
+    """The TP degree of ``role`` (``actor`` or ``critic``)."""
+    fsdp = cfg.actor_rollout_ref.actor.fsdp_config if role == "actor" else cfg.critic.model.fsdp_config
+    return fsdp.tensor_parallel_size
+
+
+def _check_role(key: str, tp: int, sp: int, world: int, lora: bool) -> None:
+    if tp < 1:
+        raise ConfigError(f"{key}: must be >= 1, got {tp}")
+    if tp == 1:
+        return
+    if world % tp:
+        raise ConfigError(f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
+    if sp > 1:
+        raise not_supported(key, f"together with ulysses_sequence_parallel_size={sp}; use one of them")
+    if lora:
+        raise not_supported(key, "with LoRA (model.lora_rank > 0); use tensor_parallel_size=1")
+
+
+def check_tensor_parallel(cfg: RootConfig) -> None:
+    """The TP settings of the actor, reference and critic (see the module docstring).
+
+    Raises:
+        ConfigError: one line naming the key and the numbers.
+    """
+    world, arr = world_size(cfg), cfg.actor_rollout_ref
+    _check_role(_ACTOR, arr.actor.fsdp_config.tensor_parallel_size, arr.actor.ulysses_sequence_parallel_size, world,
+                arr.model.lora_rank > 0)
+    if cfg.critic.enable:
+        _check_role(_CRITIC, cfg.critic.model.fsdp_config.tensor_parallel_size, cfg.critic.ulysses_sequence_parallel_size,
+                    world, getattr(cfg.critic.model, "lora_rank", 0) > 0)
+    if arr.ref.fsdp_config.tensor_parallel_size != 1:
+        raise not_supported("actor_rollout_ref.ref.fsdp_config.tensor_parallel_size",
+                            "the reference policy is sharded with FSDP2 over the whole world; leave it 1")
