@@ -43,3 +43,13 @@ def test_mini_batch_is_checked_over_world_over_tp():
     # 1 prompt x n=2 = 2 trajectories: fine over dp = 4 / 2, not over the whole world of 4
     load_config(None, [*BASE, f"{TP}=2", "actor_rollout_ref.actor.ppo_mini_batch_size=1"])
     assert "not divisible" in _error("actor_rollout_ref.actor.ppo_mini_batch_size=1")
+
+
+ROLLOUT_TP = "actor_rollout_ref.rollout.tensor_model_parallel_size"
+
+
+def test_hf_rollout_tp_loads_and_is_checked():
+    cfg = load_config(None, [*BASE, f"{ROLLOUT_TP}=2"])
+    assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+    assert "tensor_model_parallel_size=3 must divide the world size 4" in _error(f"{ROLLOUT_TP}=3")
+    assert "hybrid_engine=false" in _error(f"{ROLLOUT_TP}=2", "actor_rollout_ref.hybrid_engine=false")

@@ -52,6 +52,19 @@ def check_tensor_parallel(cfg: RootConfig) -> None:
     if cfg.critic.enable:
         _check_role(_CRITIC, cfg.critic.model.fsdp_config.tensor_parallel_size, cfg.critic.ulysses_sequence_parallel_size,
                     world, getattr(cfg.critic.model, "lora_rank", 0) > 0)
+    _check_rollout(cfg, world)
     if arr.ref.fsdp_config.tensor_parallel_size != 1:
         raise not_supported("actor_rollout_ref.ref.fsdp_config.tensor_parallel_size",
                             "the reference policy is sharded with FSDP2 over the whole world; leave it 1")
+
+
+def _check_rollout(cfg: RootConfig, world: int) -> None:
+    """The hf engine's ``rollout.tensor_model_parallel_size`` (vLLM checks its own, vllm_config.py)."""
+    arr = cfg.actor_rollout_ref
+    tp, key = arr.rollout.tensor_model_parallel_size, "actor_rollout_ref.rollout.tensor_model_parallel_size"
+    if arr.rollout.name != "hf" or tp == 1:
+        return
+    if world % tp:
+        raise ConfigError(f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
+    if not arr.hybrid_engine:
+        raise not_supported(key, f"{tp} with hybrid_engine=false (a separate rollout worker group); use hybrid_engine=true")

@@ -184,7 +184,8 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.layered_summon": ("noop", "the hf engine uses the actor's (LoRA) weights in place"),
     "actor_rollout_ref.rollout.prometheus.*": ("unsupported", "the hf engine exports no server metrics; use rollout.name=vllm"),
     "actor_rollout_ref.rollout.engine_kwargs": ("noop", "options of the vllm/sglang engines only"),
-    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1 or use rollout.name=vllm"),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("effect", "the hf engine splits its decoder blocks over groups of this many "
+                                                             "ranks (DTensor; verl/workers/sharding/tensor_parallel.py)"),
     "actor_rollout_ref.rollout.data_parallel_size": ("unsupported", "the hf engine's data parallelism is the worker count; set it to 1"),
     "actor_rollout_ref.rollout.expert_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1"),
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1"),

@@ -66,7 +66,8 @@ LAYOUT_INDIRECT: dict[str, str] = {
 _LAYOUT_ONLY = ("a server engine's model-parallel layout (where the weights live, not which tokens are sampled); "
                 "the hf engine runs one whole model copy per worker")
 LAYOUT_HF_ENGINE: dict[str, tuple[str, str]] = {
-    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("noop", _LAYOUT_ONLY),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("effect", "the hf engine splits its decoder blocks over groups of "
+                                                             "this many ranks (DTensor; verl/workers/sharding/tensor_parallel.py)"),
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ("noop", _LAYOUT_ONLY),
     "actor_rollout_ref.rollout.expert_parallel_size": ("noop", _LAYOUT_ONLY),
     "actor_rollout_ref.rollout.prometheus.enable": ("unsupported", "the hf engine exports no server metrics; use rollout.name=vllm"),

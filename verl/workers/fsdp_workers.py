@@ -19,7 +19,7 @@ from verl.single_controller.base import Dispatch, Worker, register
 from verl.engine import FSDPTrainingEngine, MicroBatchSpec, build_engine
 from verl.workers.actor import PPOActor, compute_log_prob, compute_sum_pi_squared
 from verl.workers.critic import PPOCritic
-from verl.workers.sharding.tensor_parallel import build_layout, shard_kwargs
+from verl.workers.sharding.tensor_parallel import build_layout, build_rollout_layout, shard_kwargs
 from verl.workers.sync_attest_worker import ActorAttestMixin
 
 if TYPE_CHECKING:
@@ -91,6 +91,9 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         if not cfg.hybrid_engine:  # the rollout lives in its own worker group (RolloutWorker), fed by next_weight_bucket
             return
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+        self.rollout_tp = build_rollout_layout(cfg.rollout, self.world_size, self.device)  # hf TP decode, or None
+        if self.rollout_tp is not None:
+            self.rollout_tp.prepare(rollout_module)
         engine = wrap_rollout_engine(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), cfg.rollout, tokenizer)
         self.rollout = SyncedRollout(engine, shared=self.world_size == 1 and in_place, sync_check=cfg.rollout.sync_check)
         if not in_place:  # the engine starts from the actor's config only: give it the weights
@@ -108,7 +111,8 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         start = time.perf_counter()
         self.rollout.sync_weights(self.actor_engine)
         with self.actor_engine.on_device():  # world size 1 generates with the actor's own weights
-            out = self.rollout.generate_sequences(prompts)
+            tp = getattr(self, "rollout_tp", None)  # hf TP: the group decodes its ranks' prompts together
+            out = tp.run(prompts, self.rollout.generate_sequences) if tp is not None else self.rollout.generate_sequences(prompts)
         metrics = out.meta_info.setdefault("metrics", {})
         metrics["timing_s/generate_sequences"] = time.perf_counter() - start
         return out

@@ -119,6 +119,20 @@ def load_bucket_in_place(target: nn.Module, bucket: Iterable[tuple[str, torch.Te
     for name, value in bucket:
         if name not in tensors:
             raise KeyError(f"rollout module has no tensor named {name!r}")
-        tensors[name].data.copy_(value)
+        _copy_into(tensors[name], value)
         copied += 1
     return copied
+
+
+def _copy_into(target: torch.Tensor, value: torch.Tensor) -> None:
+    """Copy the whole ``value`` into ``target``; a tensor-parallel (``DTensor``) target takes only its
+    own slice (cut locally from ``value``, no communication), so the rollout's TP layout is filled
+    from the actor's whole tensors one at a time."""
+    if not hasattr(target, "device_mesh"):
+        target.data.copy_(value)
+        return
+    from torch.distributed.tensor import distribute_tensor
+
+    mine = target.to_local()
+    whole = value.to(device=mine.device, dtype=mine.dtype)
+    mine.copy_(distribute_tensor(whole, target.device_mesh, target.placements, src_data_rank=None).to_local())

@@ -36,7 +36,7 @@ import torch
 from verl.config.errors import ConfigError
 from verl.protocol import DataProto
 
-__all__ = ["TP_ARCHITECTURES", "TensorParallelLayout", "build_layout", "check_tp_heads", "shard_kwargs", "tp_plan"]
+__all__ = ["TP_ARCHITECTURES", "TensorParallelLayout", "build_layout", "build_rollout_layout", "check_tp_heads", "shard_kwargs", "tp_plan"]
 
 TP_ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "mistral")
 """Hugging Face ``model_type`` values whose decoder blocks have a TP plan (same projection names)."""
@@ -77,7 +77,7 @@ def _decoder_blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
     return _blocks(module)
 
 
-def apply_tensor_parallel(module: torch.nn.Module, tp_mesh: Any, tp: int) -> torch.nn.Module:
+def apply_tensor_parallel(module: torch.nn.Module, tp_mesh: Any, tp: int, what: str = "tensor_parallel_size") -> torch.nn.Module:
     """Split every decoder block of ``module`` over ``tp_mesh`` in place (`tp_plan`).
 
     Raises:
@@ -86,11 +86,11 @@ def apply_tensor_parallel(module: torch.nn.Module, tp_mesh: Any, tp: int) -> tor
     from torch.distributed.tensor.parallel import parallelize_module
 
     if hasattr(module, "peft_config"):
-        raise ConfigError(f"tensor_parallel_size={tp} with LoRA (model.lora_rank > 0) is not supported yet")
-    check_tp_heads(module.config, tp)
+        raise ConfigError(f"{what}={tp} with LoRA (model.lora_rank > 0) is not supported yet")
+    check_tp_heads(module.config, tp, what)
     blocks = _decoder_blocks(module)
     if not blocks:
-        raise ConfigError(f"tensor_parallel_size={tp}: the model has no decoder blocks to split")
+        raise ConfigError(f"{what}={tp}: the model has no decoder blocks to split")
     for block in blocks:
         parallelize_module(block, tp_mesh, tp_plan())
     return module
@@ -121,10 +121,17 @@ class TensorParallelLayout:
     dp: int
     mesh: Any
     sp: int = 1
+    what: str = "tensor_parallel_size"
 
     @classmethod
-    def build(cls, tp: int, world_size: int, device: str = "cpu") -> TensorParallelLayout:
+    def build(cls, tp: int, world_size: int, device: str = "cpu", what: str = "tensor_parallel_size",
+              training: bool = True) -> TensorParallelLayout:
         """The layout of ``world_size`` ranks at TP degree ``tp`` (a collective).
+
+        Args:
+            what: the key named in errors.
+            training: the layout of a trained model (its TP groups share one data shard, recorded
+                in `verl.engine.dist`); False for the rollout's own layout.
 
         Raises:
             ConfigError: ``tp`` does not divide ``world_size``.
@@ -134,10 +141,11 @@ class TensorParallelLayout:
         from verl.engine.dist import set_sequence_parallel_size
         from verl.workers.sharding.ulysses import data_parallel_size
 
-        dp = data_parallel_size(world_size, tp, "tensor_parallel_size")
-        set_sequence_parallel_size(tp)  # the ranks of a TP group share one data shard
+        dp = data_parallel_size(world_size, tp, what)
+        if training:
+            set_sequence_parallel_size(tp)  # the ranks of a TP group share one data shard
         mesh = init_device_mesh("cpu" if device == "cpu" else "cuda", (dp, tp), mesh_dim_names=("dp", "tp"))
-        return cls(tp=tp, dp=dp, mesh=mesh)
+        return cls(tp=tp, dp=dp, mesh=mesh, what=what)
 
     @property
     def tp_group(self) -> Any:
@@ -149,7 +157,7 @@ class TensorParallelLayout:
 
     def prepare(self, module: torch.nn.Module) -> None:
         """Split ``module``'s decoder blocks over the ``tp`` dim (`apply_tensor_parallel`)."""
-        apply_tensor_parallel(module, self.mesh["tp"], self.tp)
+        apply_tensor_parallel(module, self.mesh["tp"], self.tp, self.what)
 
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
@@ -190,6 +198,23 @@ def build_layout(sp: int, tp: int, world_size: int, device: str = "cpu") -> Any:
     if tp > 1:
         return TensorParallelLayout.build(tp, world_size, device)
     return UlyssesLayout.build(sp, world_size, device)
+
+
+def build_rollout_layout(config: Any, world_size: int, device: str = "cpu") -> TensorParallelLayout | None:
+    """The hf rollout's own ``(dp, tp)`` layout at ``rollout.tensor_model_parallel_size`` (None at 1
+    or for another engine, which reads the key itself: vLLM's ``tensor_parallel_size``).
+
+    The engine's copy of the model is split like the trained one (`tp_plan`); the ranks of a TP
+    group decode the same prompts together (`TensorParallelLayout.run`), each holding ``1 / tp`` of
+    every decoder block, and get the whole logits (replicated head), so they sample the same tokens.
+
+    Raises:
+        ConfigError: the degree does not divide ``world_size``.
+    """
+    tp = int(getattr(config, "tensor_model_parallel_size", 1) or 1)
+    if tp == 1 or config.name != "hf":
+        return None
+    return TensorParallelLayout.build(tp, world_size, device, "rollout.tensor_model_parallel_size", training=False)
 
 
 def shard_kwargs(layout: Any, world_size: int) -> dict[str, Any]:
