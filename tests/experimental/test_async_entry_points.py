@@ -37,7 +37,7 @@ def test_fully_async_keys_map_onto_v1():
 
 
 @pytest.mark.parametrize("arg, message", [
-    ("async_training.partial_rollout=True", "`async_training.partial_rollout` is not supported yet"),
+    ("async_training.partial_rollout=False", "set async_training.partial_rollout=True"),  # the hf engine resumes them
     ("async_training.use_dynamic_resource_scheduling=True", "hybrid_rollout.enable_switch"),
     ("async_training.max_staleness=2", "trainer.v1.separate_async"),
 ])
@@ -47,9 +47,24 @@ def test_fully_async_keys_without_an_equivalent_are_one_line_errors(arg, message
     assert message in err and "\n" not in err
 
 
-def test_fully_async_defaults_ask_for_partial_rollout_false(capsys):
-    assert fully_async_main([]) == 2  # verl's default partial_rollout=True cannot be honoured here
-    assert "async_training.partial_rollout=False" in capsys.readouterr().err
+def test_partial_rollouts_on_ray_are_a_one_line_error(capsys):
+    # verl's default partial_rollout=True: a Ray rollout actor serves one call at a time
+    assert fully_async_main(["trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "async_training.partial_rollout=False" in err and "\n" not in err
+
+
+@pytest.mark.e2e
+def test_fully_async_entry_point_trains_with_its_defaults(tmp_path):
+    out = tmp_path / "out"
+    rc = fully_async_main(["async_training.trigger_parameter_sync_step=1", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                           "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=16", "data.max_response_length=8",
+                           "trainer.total_training_steps=2", "trainer.val_before_train=False", "data.val_files=[]",
+                           "trainer.logger=[jsonl]", "trainer.progress_bar=False", "trainer.plot=False",
+                           f"trainer.output_dir={out}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"])
+    assert rc == 0
+    rows = {int(r["step"]): r for r in map(json.loads, Path(out / "metrics.jsonl").read_text().splitlines())}
+    assert sorted(rows) == [1, 2] and rows[2]["training/off_policy/trajectory_staleness_worst/max"] == 1.0
 
 
 @pytest.mark.e2e

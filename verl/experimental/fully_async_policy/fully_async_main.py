@@ -13,12 +13,17 @@ from collections.abc import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Translate the arguments, then run `verl.trainer.main_ppo.main`; returns the exit status."""
-    from verl.trainer.async_rl.legacy import translate_fully_async
+    from verl.config import load_config
+    from verl.trainer.async_rl.legacy import check_partial_rollout, translate_fully_async, wants_partial_rollout
+    from verl.trainer.main_ppo import hydra_config_args
     from verl.trainer.main_ppo import main as main_ppo
 
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        return main_ppo(translate_fully_async(args))
+        translated = translate_fully_async(args)
+        path, overrides = hydra_config_args([a for a in translated if a != "--debug"])
+        check_partial_rollout(wants_partial_rollout(args), load_config(path, [a for a in overrides if "=" in a]))
+        return main_ppo(translated)
     except ValueError as e:  # ConfigError included: one line, as main_ppo prints it
         print(f"verl train: config error: {e}", file=sys.stderr, flush=True)
         return 2

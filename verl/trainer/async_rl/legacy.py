@@ -18,8 +18,9 @@
                                                     most ``ceil(s) + 1`` versions (``wait``): the
                                                     rollout runs whole batches ahead, not a
                                                     fraction of one
-  ``async_training.partial_rollout``                true is not supported yet (in-flight
-                                                    trajectories finish on the old weights): false
+  ``async_training.partial_rollout``                what the run does (`check_partial_rollout`):
+                                                    true with the in-process ``hf`` engine, false
+                                                    on Ray or vLLM; the other value is refused
   ``async_training.use_trainer_do_validate``,       only their defaults (false)
   ``use_dynamic_resource_scheduling``
   ``async_training.dynamic_schedule_*``,            inert without dynamic scheduling
@@ -37,10 +38,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from verl.config.errors import ConfigError, not_supported
 
-__all__ = ["translate_fully_async", "translate_one_step_off"]
+__all__ = ["check_partial_rollout", "translate_fully_async", "translate_one_step_off", "wants_partial_rollout"]
 
 _ROLLOUT_POOL = {"rollout.nnodes": "actor_rollout_ref.rollout.nnodes",
                  "rollout.n_gpus_per_node": "actor_rollout_ref.rollout.n_gpus_per_node",
@@ -121,9 +123,9 @@ def translate_fully_async(args: Sequence[str]) -> list[str]:
             raise ConfigError(f"unknown key '{key}': verl's fully async keys map to trainer.v1.separate_async."
                               "{parameter_sync_step,num_warmup_batches} and trainer.v1.sampler.*")
         settings[name] = value
-    if settings["partial_rollout"].lower() != "false":
-        raise not_supported("async_training.partial_rollout", "in-flight trajectories finish on the weights they "
-                            "started with; set async_training.partial_rollout=False (V1: trainer.v1.trainer_mode=separate_async)")
+    partial = settings["partial_rollout"].lower()
+    if partial not in ("true", "false"):
+        raise ConfigError(f"async_training.partial_rollout: must be true or false, got {settings['partial_rollout']!r}")
     staleness = float(settings["staleness_threshold"])
     if staleness < 0:
         raise ConfigError(f"async_training.staleness_threshold: must be >= 0, got {staleness}")
@@ -137,3 +139,33 @@ def translate_fully_async(args: Sequence[str]) -> list[str]:
     if total_prompts is not None:
         out.append(f"trainer.total_training_steps={max(1, total_prompts // (sync * mini))}")
     return [*out, *rest]
+
+
+PARTIAL_MARK = "async_training.partial_rollout"
+
+
+def wants_partial_rollout(args: Sequence[str]) -> bool:
+    """``async_training.partial_rollout`` of verl's fully async arguments (verl's default: true)."""
+    value = _FULLY_ASYNC_DEFAULTS["partial_rollout"]
+    for arg in args:
+        kv = _split(arg)
+        if kv and kv[0] == PARTIAL_MARK:
+            value = kv[1]
+    return value.lower() == "true"
+
+
+def check_partial_rollout(wanted: bool, cfg: Any) -> None:
+    """Refuse an ``async_training.partial_rollout`` the run cannot do (one line, naming what to set).
+
+    Partial rollouts (a weight sync during a generation, each trajectory resumed under the new
+    weights) need the in-process ``hf`` engine (`verl.trainer.async_rl.loop.partial_rollouts`).
+    """
+    from verl.trainer.async_rl.loop import partial_rollouts
+
+    able = partial_rollouts(cfg)
+    if wanted and not able:
+        raise not_supported("async_training.partial_rollout", "a sync waits for the generation in flight on Ray and "
+                            "with vLLM; set async_training.partial_rollout=False (or run the hf engine in process)")
+    if not wanted and able:
+        raise not_supported("async_training.partial_rollout", "trainer.v1.trainer_mode=separate_async resumes in-flight "
+                            "trajectories under new weights with the in-process hf engine; set async_training.partial_rollout=True")
