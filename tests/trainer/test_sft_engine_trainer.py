@@ -141,3 +141,19 @@ def test_verl_multiturn_sft_example_runs_one_step(tmp_path: Path, tiny_qwen: Pat
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     assert sorted(_losses(tmp_path / "out")) == [1]
     assert (tmp_path / "ckpt" / "global_step_1" / "actor" / "model.safetensors").is_file()
+
+
+@pytest.mark.e2e
+def test_verl_sft_engine_e2e_script_runs(tmp_path: Path, tiny_qwen: Path, mt_data: dict[str, str]) -> None:
+    """verl's tests/special_e2e/sft/run_sft_engine.sh (examples/verl_scripts/sft_engine.sh), BACKEND=fsdp, mode=spmd:
+    paths, sizes (batch 4, token budget 512) and the logger replaced; its 2 steps run, validation after each epoch."""
+    env = {**_env(), "PYTHON": sys.executable, "MODEL_PATH": str(tiny_qwen), "TRAIN_FILES": mt_data["train"],
+           "VAL_FILES": mt_data["test"], "TRAIN_BATCH_SIZE": "4", "MAX_TOKEN_LEN": "512", "ckpts_home": str(tmp_path / "ckpt"),
+           "LOGGER": "['console','jsonl']"}
+    script = REPO / "examples" / "verl_scripts" / "sft_engine.sh"
+    r = subprocess.run(["bash", str(script), f"+trainer.output_dir={tmp_path}/out", "trainer.device=cpu"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
+    assert any("val/loss" in r for r in rows)

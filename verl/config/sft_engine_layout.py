@@ -151,7 +151,9 @@ def engine_layout_tree(tree: dict[str, Any], overrides: Sequence[str], device_de
         elif kind == "mapped":
             target, convert = info if isinstance(info, tuple) else (info, None)
             try:
-                set_path(out, target, convert(value, merged) if convert else value)
+                converted = convert(value, merged) if convert else value
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+            if not target.startswith("_checked."):  # a key only validated here (it has no SFT schema field)
+                set_path(out, target, converted)
     return out

@@ -92,6 +92,17 @@ def _schedule(value: Any, tree: dict[str, Any]) -> str:
     return alias if alias is not None and value == "constant" else value
 
 
+def _fsdp_size(value: Any, tree: dict[str, Any]) -> None:
+    """engine.fsdp_size: -1 or the world size (torchrun's WORLD_SIZE, else nnodes x n_gpus_per_node) shard over all ranks."""
+    import os
+
+    t = tree["trainer"]
+    world = int(os.environ.get("WORLD_SIZE") or t["nnodes"] * t["n_gpus_per_node"])
+    if value not in (-1, world):
+        raise ValueError(f"`engine.fsdp_size={value}` is not supported yet: hybrid sharding (HSDP) is not implemented; "
+                         f"use -1 or the world size {world}")
+
+
 def _compute_dtype(value: Any, tree: dict[str, Any]) -> str | None:
     """engine.dtype is the mixed-precision compute dtype on CUDA; on CPU the compute runs in model_dtype."""
     if value not in ("bfloat16", "float32", "float16"):
@@ -130,6 +141,7 @@ MAPPED: dict[str, Any] = {
     "engine.model_dtype": "model.fsdp_config.model_dtype",
     "engine.dtype": ("model.fsdp_config.mixed_precision", _compute_dtype),
     "engine.ulysses_sequence_parallel_size": "ulysses_sequence_parallel_size",
+    "engine.fsdp_size": ("_checked.fsdp_size", _fsdp_size),
     **{f"optim.{k}": f"optim.{k}" for k in ("lr", "weight_decay", "betas", "clip_grad", "min_lr_ratio", "num_cycles",
                                              "zero_indexed_step")},
     "optim.lr_warmup_steps_ratio": "optim.warmup_steps_ratio",
@@ -154,7 +166,6 @@ UNSUPPORTED: dict[str, tuple[Any, str]] = {
     "model.mtp.enable_train": (False, "multi-token prediction is not wired; leave it false"),
     "model.mtp.enable_rollout": (False, "multi-token prediction is not wired; leave it false"),
     "model.lora.rank": (0, "this is the Megatron engine's LoRA block; use model.lora_rank with engine=fsdp"),
-    "engine.fsdp_size": (-1, "hybrid sharding (HSDP) is not implemented; FSDP2 shards over all ranks, use -1"),
     "engine.full_determinism": (False, "deterministic kernels are not wired; seeded CPU runs are already reproducible"),
     "engine.pad_to_length": (False, "padding every micro-batch to a fixed length is not wired; leave it false"),
     "engine.forward_only": (False, "the SFT trainer trains; leave it false"),
