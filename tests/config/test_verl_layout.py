@@ -134,3 +134,8 @@ def test_plain_defaults_without_verl_on_the_search_path_keep_the_schema_defaults
     user = tmp_path / "plain.yaml"
     user.write_text("defaults: [ppo_trainer, _self_]\nalgorithm:\n  adv_estimator: grpo\n")
     assert load_config(user, CPU).algorithm.adv_estimator == "grpo"
+
+
+def test_sapo_taus_under_policy_loss_as_verls_sapo_script_writes_them():
+    cfg = _load("+actor_rollout_ref.actor.policy_loss.tau_pos=1.5", "+actor_rollout_ref.actor.policy_loss.tau_neg=2.0")
+    assert (cfg.actor_rollout_ref.actor.tau_pos, cfg.actor_rollout_ref.actor.tau_neg) == (1.5, 2.0)

@@ -57,7 +57,7 @@ from verl.config.overrides import apply_overrides
 from verl.config.schema import RootConfig
 from verl.config.compat import translate_override, translate_seed_layout
 from verl.config.hydra_compose import BaseConfigNotFound, compose_file, group_names, needs_hydra, split_group_overrides
-from verl.config.verl_layout import normalize_verl_tree
+from verl.config.verl_layout import normalize_verl_tree, translate_layout_override
 
 __all__ = [
     "PRESET_DIR",
@@ -186,7 +186,7 @@ def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
 
 
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
-    tree = apply_overrides(tree, overrides, translate=translate_override)
+    tree = apply_overrides(tree, overrides, translate=lambda k, v: translate_layout_override(k, v) or translate_override(k, v))
     normalize_verl_tree(tree)
     check_unknown_owned(tree, key_kind)
     check_tree(tree)

@@ -28,7 +28,36 @@ from verl.config.errors import ConfigError
 from verl.config.reward_layout import migrate_reward
 from verl.config.verl_targets import check_target
 
-__all__ = ["MODEL_ENGINES", "normalize_verl_tree"]
+__all__ = ["MODEL_ENGINES", "OVERRIDE_ALIASES", "normalize_verl_tree", "translate_layout_override"]
+
+OVERRIDE_ALIASES: dict[str, str] = {
+    "actor_rollout_ref.actor.policy_loss.tau_pos": "actor_rollout_ref.actor.tau_pos",
+    "actor_rollout_ref.actor.policy_loss.tau_neg": "actor_rollout_ref.actor.tau_neg",
+}
+"""Spellings verl's scripts use for a key that lives elsewhere (verl's SAPO script adds
+``+actor_rollout_ref.actor.policy_loss.tau_pos``; SAPO reads ``actor.tau_pos``) -> that key."""
+
+
+def translate_layout_override(key: str, value: Any) -> dict[str, Any] | None:
+    """An override written with an :data:`OVERRIDE_ALIASES` spelling, as the canonical values."""
+    from verl.config._tree import nested
+
+    target = OVERRIDE_ALIASES.get(key)
+    return nested(target, value) if target is not None else None
+
+
+def _move_aliases(tree: dict[str, Any]) -> None:
+    from verl.config._tree import get_path, set_path
+
+    for alias, target in OVERRIDE_ALIASES.items():
+        parent, leaf = get_path(tree, alias)
+        if parent is None or leaf not in parent:
+            continue
+        value = parent.pop(leaf)
+        t_parent, t_leaf = get_path(tree, target)
+        if t_parent is not None and t_leaf in t_parent and t_parent[t_leaf] != value:
+            raise ConfigError(f"{alias}={value!r} and {target}={t_parent[t_leaf]!r} disagree; set only {target}")
+        set_path(tree, target, value)
 
 MODEL_ENGINES = frozenset({"dp", "megatron", "torchtitan", "veomni", "automodel"})
 """verl's ``model_engine`` group options (``verl/trainer/config/model_engine/*.yaml``)."""
@@ -147,6 +176,7 @@ def normalize_verl_tree(tree: dict[str, Any]) -> dict[str, Any]:
     from verl.config.introspect import key_kind
 
     _strip_targets(tree, "", key_kind)
+    _move_aliases(tree)
     _refuse_other_engines(tree)
     _drop_model_engine(tree)
     migrate_reward(tree)
