@@ -157,3 +157,18 @@ def test_verl_sft_engine_e2e_script_runs(tmp_path: Path, tiny_qwen: Path, mt_dat
     rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert [r["step"] for r in rows if "train/loss" in r] == [1, 2]
     assert any("val/loss" in r for r in rows)
+
+
+@pytest.mark.e2e
+def test_verl_gsm8k_sft_example_with_lora_runs(tmp_path: Path, tiny_qwen: Path, mt_data: dict[str, str]) -> None:
+    """verl's examples/sft/gsm8k/run_qwen2_5_0_5b_fsdp.sh with USE_PEFT=1 (examples/verl_scripts/sft_gsm8k.sh): one
+    epoch of 2 steps with LoRA rank 32; paths, sizes and the logger replaced."""
+    env = {**_env(), "PYTHON": sys.executable, "MODEL_PATH": str(tiny_qwen), "TRAIN_FILES": mt_data["train"],
+           "VAL_FILES": mt_data["test"], "MICRO_BATCH_SIZE_PER_GPU": "2", "USE_PEFT": "1", "LOGGER": "['console','jsonl']"}
+    script = REPO / "examples" / "verl_scripts" / "sft_gsm8k.sh"
+    r = subprocess.run(["bash", str(script), "1", str(tmp_path / "ckpt"), "data.train_batch_size=4",
+                        f"+trainer.output_dir={tmp_path}/out", "trainer.device=cpu"],
+                       env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert sorted(_losses(tmp_path / "out")) == [1, 2]
+    assert (tmp_path / "ckpt" / "global_step_2" / "actor" / "model.safetensors").is_file()
