@@ -92,7 +92,8 @@ class RLStream:
         self.engine = engine
         shared = engine.world_size == 1
         module = engine.module if shared else make_module().requires_grad_(False)
-        self.rollout = SyncedRollout(build_rollout_engine(module, self.rollout_cfg, self.tokenizer), shared=shared)
+        self.rollout = SyncedRollout(build_rollout_engine(module, self.rollout_cfg, self.tokenizer), shared=shared,
+                                     sync_check=self.rollout_cfg.sync_check)  # attested when not shared
 
     def batch(self, step: int, rank: int, world_size: int) -> DataProto:
         """This rank's prompts of step ``step`` (left-padded)."""
@@ -119,7 +120,8 @@ class RLStream:
         full.batch["advantages"] = adv
         full.batch["old_log_probs"] = self.engine.infer_batch(full, lambda m, mb: {"lp": _response_logps(m, mb, self.remove_padding)}, self.micro)["lp"]
         seq_scores = scores.sum(-1)
-        return full, {"score_mean": float(seq_scores.mean()), "response_length": float(mask.sum(-1).float().mean())}
+        return full, {"score_mean": float(seq_scores.mean()), "response_length": float(mask.sum(-1).float().mean()),
+                      **self.rollout.take_sync_metrics()}
 
     def loss_fn(self, weight: float) -> Any:
         """``weight ·`` the clipped policy-gradient loss, token-mean over the step's global response tokens."""
