@@ -75,7 +75,11 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
                "sharded": float(hasattr(split.model.layers[0].self_attn.q_proj.weight, "device_mesh"))}
         # an FSDP2 actor (other weights) synced into the TP layout, one whole tensor at a time
         actor = build_engine(_tiny_lm(seed=1), FSDPConfig(), 2)
-        sync_in_place(actor.module, split)
+        stats: dict[str, float] = {}
+        sync_in_place(actor.module, split, stats=stats)
+        out["peak_extra"] = stats["peak_extra_bytes"]  # the largest whole tensor, never the whole model
+        out["largest"] = float(max(p.numel() * p.element_size() for p in whole.parameters()))
+        out["model"] = float(sum(p.numel() * p.element_size() for p in whole.parameters()))
         synced = layout.run(mine, _engine(split).generate_sequences)
         b = synced.batch
         with torch.no_grad():
@@ -100,4 +104,5 @@ def test_tp2_greedy_tokens_equal_tp1_and_a_sync_from_fsdp_gives_the_actors_log_p
         print(rank, out)
         assert out["sharded"] == 1.0 and out["tokens_equal"] == 1.0
         assert out["lp_tp"] <= 1e-5 and out["lp_sync"] <= 1e-5
+        assert out["peak_extra"] == out["largest"] < out["model"] / 4
         assert out["changed"] == 1.0  # the synced weights (seed 1) decode other tokens than seed 0's

@@ -40,7 +40,14 @@ Ulysses sequence parallelism (``*.ulysses_sequence_parallel_size`` = sp): a role
 split over ``dp = world / sp`` data-parallel ranks, and each micro-batch's tokens over the sp
 ranks of its group, so the per-rank activations, scored logits and log-prob forwards are those
 of ``rows · tokens / sp`` (a dynamic budget spans ``sp`` devices: ``ppo_max_token_len_per_gpu · sp``
-tokens per micro-batch, as in verl). Parameters stay sharded over the whole world. The peak is runtime + static + the
+tokens per micro-batch, as in verl). Parameters stay sharded over the whole world.
+
+Tensor parallelism (``*.fsdp_config.tensor_parallel_size`` = tp): rows over ``dp = world / tp``;
+each rank holds ``1 / world`` of the decoder projections (`ModelShape.block_params`) and
+``tp / world`` of the rest (embeddings, norms, heads: FSDP2 over ``dp`` only), ``1 / tp`` of the
+split activations (`ModelShape.activation_bytes_per_token`), whole logits. The hf rollout at
+``rollout.tensor_model_parallel_size`` = t holds ``1 / t`` of the blocks in its copy and decodes
+``t`` ranks' rows per group (whole sampling logits). The peak is runtime + static + the
 largest stage. The recommendation is the largest actor token budget (``ppo_max_token_len_per_gpu``
 and the matching ``ppo_micro_batch_size_per_gpu``) and ``rollout.max_num_seqs`` that keep the
 peak under 90 % of the device memory, capped at what one step can use (all of a rank's
@@ -101,9 +108,25 @@ class ModelShape:
         return cls(n_params=n, hidden=hidden, layers=layers, kv_dim=kv_heads * head_dim, intermediate=inter,
                    vocab=int(c.vocab_size))
 
-    def activation_bytes_per_token(self, dtype_bytes: int) -> int:
-        """Values saved for backward per token over all layers (see the module docstring)."""
-        return self.layers * (6 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate) * dtype_bytes
+    def activation_bytes_per_token(self, dtype_bytes: int, tp: int = 1) -> float:
+        """Values saved for backward per token over all layers (see the module docstring); under
+        tensor parallelism q, k, v, the attention output and the MLP's four are ``1 / tp`` per rank,
+        the norms' inputs and outputs (``4·H``) whole."""
+        split = 2 * self.hidden + 2 * self.kv_dim + 4 * self.intermediate
+        return self.layers * (4 * self.hidden + split / tp) * dtype_bytes
+
+    @property
+    def block_params(self) -> int:
+        """Parameters of the decoder blocks' projections (q, o: ``H·H``; k, v: ``H·kv_dim``; gate,
+        up, down: ``H·I``): what tensor parallelism splits."""
+        h = self.hidden
+        return self.layers * (2 * h * h + 2 * h * self.kv_dim + 3 * h * self.intermediate)
+
+    def params_per_rank(self, world: int, tp: int = 1) -> float:
+        """Parameters one of ``world`` ranks holds: FSDP2 over all of them at ``tp == 1``; under TP the
+        split projections over ``world`` (tp slices, each over ``world / tp``), the rest over ``world / tp``."""
+        block = min(self.block_params, self.n_params) if tp > 1 else 0
+        return block / world + (self.n_params - block) * tp / world
 
 
 @dataclass
@@ -137,6 +160,14 @@ def sp_sizes(cfg: Any) -> tuple[int, int]:
     return cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size, cfg.critic.ulysses_sequence_parallel_size
 
 
+def tp_sizes(cfg: Any) -> tuple[int, int, int]:
+    """(actor, critic, hf rollout) tensor-parallel degrees (``*.fsdp_config.tensor_parallel_size``,
+    ``rollout.tensor_model_parallel_size`` of the hf engine in the actor's workers; 1 otherwise)."""
+    arr = cfg.actor_rollout_ref
+    rollout = arr.rollout.tensor_model_parallel_size if arr.rollout.name == "hf" and arr.hybrid_engine else 1
+    return arr.actor.fsdp_config.tensor_parallel_size, cfg.critic.model.fsdp_config.tensor_parallel_size, rollout
+
+
 def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, gen_rows: int,
                  train_tokens: float, train_scored: float) -> dict[str, float]:
     """Transient bytes of each stage (rollout, log-prob forwards, actor and critic updates); the
@@ -145,9 +176,11 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     pb = _dtype_bytes(arr.model.dtype)
     p, r = cfg.data.max_prompt_length, cfg.data.max_response_length
     kv = 2 * actor.layers * actor.kv_dim * (p + r) * gen_rows * pb
-    stages = {"rollout": kv + (SAMPLING_TEMPS + 1) * gen_rows * actor.vocab * 4}
+    tp, critic_tp, rollout_tp = tp_sizes(cfg)
+    # a TP group decodes its ranks' rows together: rollout_tp x the rows, 1 / rollout_tp of the KV heads, whole logits
+    stages = {"rollout": kv + (SAMPLING_TEMPS + 1) * gen_rows * rollout_tp * actor.vocab * 4}
     sp, critic_sp = sp_sizes(cfg)
-    rows = cfg.data.train_batch_size * arr.rollout.n // (world // sp)  # one data-parallel rank's rows
+    rows = cfg.data.train_batch_size * arr.rollout.n // (world // (sp * tp))  # one data-parallel rank's rows
     lp_rows = arr.rollout.log_prob_micro_batch_size_per_gpu or rows
     _, lp_scored = _tokens(cfg, lp_rows, arr.model.use_remove_padding)
     lp_scored /= sp
@@ -157,11 +190,12 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     # fused: only the chunk's own logits (its statistics run 16 rows at a time)
     stages["log_prob"] = chunk / 2 if fused else lp_scored * actor.vocab * pb + chunk
     per_scored, chunk_bytes = _train_logit_bytes(cfg, actor, fused, train_scored)
-    stages["update_actor"] = (actor.n_params * pb / world + train_tokens * actor.activation_bytes_per_token(pb)
+    stages["update_actor"] = (actor.params_per_rank(world, tp) * pb + train_tokens * actor.activation_bytes_per_token(pb, tp)
                               + train_scored * per_scored + chunk_bytes)
     if critic is not None:
         critic_tokens = train_tokens * sp / critic_sp  # the same micro-batches, split over the critic's sp
-        stages["update_critic"] = critic.n_params * 4 / world + critic_tokens * critic.activation_bytes_per_token(4)
+        stages["update_critic"] = (critic.params_per_rank(world, critic_tp) * 4
+                                   + critic_tokens * critic.activation_bytes_per_token(4, critic_tp))
     return stages
 
 
@@ -202,16 +236,18 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
     arr = cfg.actor_rollout_ref
     world = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
     pb = _dtype_bytes(arr.model.dtype)
-    static = {"actor_params": actor.n_params * pb / world, "actor_adam": 2 * actor.n_params * 4 / world}
+    tp, critic_tp, rollout_tp = tp_sizes(cfg)
+    share = actor.params_per_rank(world, tp)
+    static = {"actor_params": share * pb, "actor_adam": 2 * share * 4}
     if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
         static["ref_params"] = actor.n_params * pb / world
     split = not arr.hybrid_engine  # the rollout on its own devices (module docstring)
     if world > 1 and not split:
-        static["rollout_copy"] = actor.n_params * pb
+        static["rollout_copy"] = actor.params_per_rank(rollout_tp, rollout_tp) * pb  # TP: 1 / tp of the blocks
     if critic is not None:
-        static["critic_params_adam"] = 3 * critic.n_params * 4 / world
+        static["critic_params_adam"] = 3 * critic.params_per_rank(world, critic_tp) * 4
     sp = sp_sizes(cfg)[0]
-    rows = cfg.data.train_batch_size * arr.rollout.n // (world // sp)  # one data-parallel rank's rows
+    rows = cfg.data.train_batch_size * arr.rollout.n // (world // (sp * tp))  # one data-parallel rank's rows
     micro_rows = arr.actor.ppo_micro_batch_size_per_gpu or rows
     tokens, scored = _tokens(cfg, micro_rows, arr.model.use_remove_padding)
     if arr.actor.use_dynamic_bsz:
@@ -245,9 +281,10 @@ def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: in
     frac = cfg.data.max_response_length / seq
     pb = _dtype_bytes(cfg.actor_rollout_ref.model.dtype)
     per_scored, chunk = _train_logit_bytes(cfg, actor, fused_head_applies(cfg, world))
-    per_token = actor.activation_bytes_per_token(pb) + frac * per_scored
+    tp = tp_sizes(cfg)[0]
+    per_token = actor.activation_bytes_per_token(pb, tp) + frac * per_scored
     sp = sp_sizes(cfg)[0]
-    budget = min(max(int((free - actor.n_params * pb / world - chunk) / per_token), 0), rows * seq // sp)
+    budget = min(max(int((free - actor.params_per_rank(world, tp) * pb - chunk) / per_token), 0), rows * seq // sp)
     per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
     return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget * sp // seq, rows),
             "rollout.max_num_seqs": min(max(int(free // per_seq_gen), 0), gen_rows)}

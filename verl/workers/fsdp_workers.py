@@ -167,6 +167,8 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         if self.rollout is not None:
             # the syncs of the weights this step generated with (see SyncedRollout.take_unreported_sync_s)
             metrics["timing_s/update_weights"] = self.rollout.take_unreported_sync_s()
+            # the largest whole tensor a sync gathered beyond this rank's shard (in-place syncs)
+            metrics["perf/update_weights_peak_extra_mb"] = self.rollout.sync_stats.get("peak_extra_bytes", 0.0) / 2**20
             metrics.update(self.rollout.take_sync_metrics())  # weight-sync attestation (verl.workers.sync_attest)
             self.rollout.mark_stale()
         return DataProto(meta_info={"metrics": metrics})

@@ -26,6 +26,7 @@ attest. Its metrics are reported with the sync time (`take_sync_metrics`).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -36,7 +37,8 @@ from verl.workers.weight_stream import full_tensor, load_bucket_in_place
 
 
 @torch.no_grad()
-def sync_in_place(source: torch.nn.Module, target: torch.nn.Module, trainable_only: bool = False) -> int:
+def sync_in_place(source: torch.nn.Module, target: torch.nn.Module, trainable_only: bool = False,
+                  stats: dict[str, float] | None = None) -> int:
     """Copy ``source``'s (possibly FSDP2-sharded) parameters and buffers into ``target``'s tensors.
 
     A collective when ``source`` is sharded: every rank must call it with the same modules.
@@ -45,6 +47,8 @@ def sync_in_place(source: torch.nn.Module, target: torch.nn.Module, trainable_on
         source: the actor (plain or sharded: DTensor parameters are gathered one at a time).
         target: an unsharded module with the same parameter names (the rollout's copy).
         trainable_only: copy only parameters with ``requires_grad`` (the ones an update changes).
+        stats: filled with ``peak_extra_bytes``: the bytes of the largest whole tensor this rank
+            gathered beyond its shard (one is alive at a time; 0 when ``source`` is unsharded).
 
     Returns:
         Number of tensors copied.
@@ -56,7 +60,19 @@ def sync_in_place(source: torch.nn.Module, target: torch.nn.Module, trainable_on
     if not trainable_only:
         items += list(source.named_buffers())
     # a generator: each parameter is gathered just before its copy, so one unsharded tensor at a time
-    return load_bucket_in_place(target, ((name, full_tensor(tensor)) for name, tensor in items))
+    peak = [0]
+
+    def gathered() -> Iterator[tuple[str, torch.Tensor]]:
+        for name, tensor in items:
+            whole = full_tensor(tensor)
+            if whole is not tensor:  # a gathered copy (a DTensor shard made whole)
+                peak[0] = max(peak[0], whole.numel() * whole.element_size())
+            yield name, whole
+
+    copied = load_bucket_in_place(target, gathered())
+    if stats is not None:
+        stats["peak_extra_bytes"] = float(peak[0])
+    return copied
 
 
 class SyncedRollout:
@@ -79,6 +95,7 @@ class SyncedRollout:
         self.engine, self.shared = engine, shared
         self._stale, self._synced_once = False, False
         self.last_sync_s = 0.0
+        self.sync_stats: dict[str, float] = {}  # the last in-place sync's peak_extra_bytes (sync_in_place)
         self._unreported_s = 0.0
         self.policy_version = self.rollout_version = 0
         use = sync_check is not None and sync_check.enable and not shared
@@ -100,7 +117,7 @@ class SyncedRollout:
             with actor.on_device():
                 self.engine.update_weights(actor.module)
         elif isinstance(target, torch.nn.Module) and isinstance(getattr(actor, "module", None), torch.nn.Module):
-            sync_in_place(actor.module, target, trainable_only=self._synced_once and not force)
+            sync_in_place(actor.module, target, trainable_only=self._synced_once and not force, stats=self.sync_stats)
         else:
             self.engine.update_weights(actor.state_for_rollout())
         self.last_sync_s = time.perf_counter() - start

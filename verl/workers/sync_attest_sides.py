@@ -39,10 +39,14 @@ __all__ = ["actor_expected", "adapter_fingerprints", "attest_engine", "default_c
            "module_fingerprints", "vllm_items"]
 
 def module_fingerprints(module: nn.Module) -> dict[str, Fingerprint]:
-    """Fingerprints of every parameter and buffer of an unsharded module, under every name it has."""
+    """Fingerprints of every parameter and buffer of an unsharded module, under every name it has.
+
+    A tensor-parallel rollout copy (``DTensor`` slices) is fingerprinted on its whole tensors, one
+    gathered at a time (a collective every rank of the group enters in the same order)."""
     items = dict(module.named_parameters(remove_duplicate=False))
     items.update(module.named_buffers(remove_duplicate=False))
-    return fingerprint_named(items.items())
+    return {name: fingerprint_named([(name, t.full_tensor() if hasattr(t, "full_tensor") else t)])[name]
+            for name, t in items.items()}
 
 
 def vllm_items(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
