@@ -168,7 +168,7 @@ def test_tiny_buckets_give_the_same_run(tmp_path, tiny_model_dir):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (["actor_rollout_ref.rollout.nnodes=1"], r"^`actor_rollout_ref.rollout.nnodes` is not supported yet: it sizes the rollout's own"),
+    (["actor_rollout_ref.rollout.nnodes=2"], r"^`actor_rollout_ref.rollout.nnodes` is not supported yet: it sizes the rollout's own"),
     (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.n_gpus_per_node=2"],
      r"^actor_rollout_ref.hybrid_engine=false: a rollout pool of 2 workers needs the Ray backend"),
     (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"],
