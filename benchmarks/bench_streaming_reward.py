@@ -125,6 +125,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--batches", type=int, default=3, help="generation calls of the pipelined scenario")
+    parser.add_argument("--scenarios", default="in_call,pipelined", help="comma-separated subset to run")
     parser.add_argument("--work-dir", default="/tmp/verl-bench-stream")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -133,7 +134,8 @@ def main() -> int:
     engine, tok = build(Path(args.work_dir), max_num_seqs=4)
     manager = create_reward_manager("naive", tok, compute_score=slow_score, timeout_s=5.0)
     scenarios = {"in_call": [prompt_batch(tok, 0, shared)], "pipelined": [prompt_batch(tok, 4 * i, shared) for i in range(args.batches)]}
-    engine.generate_sequences(scenarios["in_call"][0])  # warm-up (allocations, head layout)
+    scenarios = {k: v for k, v in scenarios.items() if k in args.scenarios.split(",")}
+    engine.generate_sequences(next(iter(scenarios.values()))[0])  # warm-up (allocations, head layout)
     rounds: dict[str, list[dict[str, float]]] = {k: [] for k in scenarios}
     for r in range(args.rounds):
         for name, batches in scenarios.items():
