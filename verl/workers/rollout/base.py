@@ -44,7 +44,10 @@ class RolloutEngine(Protocol):
             ``prompts (B, P)``, ``responses (B, R)``, ``input_ids / attention_mask / position_ids
             (B, P + R)``, ``response_mask (B, R)``, ``rollout_log_probs (B, R)``; the prompts'
             non-tensors and meta info passed through. Repeating prompts ``rollout.n`` times is
-            the caller's job.
+            the caller's job. Engines with partial rollouts (``hf``, ``vllm``) also return
+            ``rollout_policy_versions (B, R)`` int64 (-1 where no policy sampled) and
+            ``rollout_finished (B,)`` bool, and continue a partial output passed back in
+            (`verl.workers.rollout.partial`).
         """
         ...
 
