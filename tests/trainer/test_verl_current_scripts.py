@@ -37,6 +37,7 @@ def script_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env.update({"HOME": str(home), "MODEL_PATH": model, "REWARD_MODEL_PATH": model,
                 "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"),
                 "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
+                "VAL_FILE": str(home / "data" / "math" / "test.parquet"),
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                 "PYTHONPATH": f"{run_all.ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
                 "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"})

@@ -8,7 +8,7 @@ the header line names its source). Only what a user changes on a new machine is 
   ``INFER_BACKEND``/``ENGINE``=hf, GPU counts (``NGPUS_PER_NODE``, ``NUM_GPUS``) = 1, sizes
   (``TRAIN_BATCH_SIZE``, ``PPO_MINI_BATCH_SIZE``, ``MAX_PROMPT_LENGTH``, ``MAX_RESPONSE_LENGTH``,
   ``ROLLOUT_N``, ``ROLLOUT_TP``, token budgets), ``VERL_USE_UV=0``;
-- ``TRAIN_FILE`` / ``TEST_FILE`` (scripts reading them) name the GSM8K files below;
+- ``TRAIN_FILE`` / ``TEST_FILE`` / ``VAL_FILE`` (scripts reading them) name the GSM8K / MATH files below;
 - ``HOME`` points at a folder holding ``data/gsm8k`` and ``data/math`` parquet files in verl's
   layout (built from /work/shared/data with ``verl.data.prepare``), so the scripts' own
   ``$HOME/data/...`` paths are used as written;
@@ -114,6 +114,7 @@ def main() -> int:
     env.update(SIZES)
     env.update({"HOME": str(home), "MODEL_PATH": str(model), "REWARD_MODEL_PATH": str(model),
                 "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"), "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
+                "VAL_FILE": str(home / "data" / "math" / "test.parquet"),
                 "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
                 "PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", "HF_HUB_OFFLINE": "1",
                 "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"})
