@@ -196,10 +196,13 @@ class HFRollout(PartialRollout):
         ``temperature``, ``top_k``, ``top_p``, ``validate`` (defaults from ``val_kwargs``),
         ``response_length`` (default ``config.response_length``), ``seed``. The output's
         ``meta_info`` also records ``temperature`` (of the reported log-probs), the eos and pad ids.
+        A partial output passed back in (it holds ``rollout_finished``) continues each unfinished
+        row from its prefix (`verl.workers.rollout.partial.split_continuation`).
 
         Raises:
             ValueError: no response length, prompts that are not left-padded, longer than
-                ``config.prompt_length``, or prompt + response longer than ``config.max_model_len``.
+                ``config.prompt_length``, or prompt + response longer than ``config.max_model_len``;
+                a partial output of another response length.
         """
         meta = prompts.meta_info
         params = resolve_sampling(self.config, meta)
