@@ -434,7 +434,9 @@ class RLTrainer:
     # ---------------------------------------------------------------------------- validation
     def _validate(self) -> dict[str, float]:
         """Generate on the validation set, score, aggregate per data source (`val_loop.run_validation`)."""
-        return run_validation(self._parts(), self.config, self.global_step, self._gen_batch, self._with_seeds)
+        val = run_validation(self._parts(), self.config, self.global_step, self._gen_batch, self._with_seeds)
+        self.guards.on_validation(self, val)  # the train/validation divergence alarm
+        return val
 
     # --------------------------------------------------------------------------- checkpoints
     def save_checkpoint(self) -> Path:

@@ -45,7 +45,7 @@ def run_scripted(alarms: RewardAlarms, steps: int, length_of_step, reward=length
         scores = [reward("builtin", "x" * n, None) for n in lengths]
         batch = scripted_batch(lengths, scores)
         metrics = compute_data_metrics(batch, use_critic=False)
-        rows.append(alarms.update(step, batch, metrics, history=[]))
+        rows.append(alarms.update(step, batch, metrics))
     return rows
 
 
@@ -93,7 +93,7 @@ def test_share_alarms_need_patience_steps_in_a_row():
     for step, acc in enumerate([True, False, False, True, False, False, False], start=1):
         batch = scripted_batch([10] * 8, [1.0] * 8, acc=[acc] * 8)  # every group flat, reward for wrong answers
         metrics = {"response_length/clip_ratio": 1.0 if step >= 5 else 0.0}
-        out = alarms.update(step, batch, metrics, history=[])
+        out = alarms.update(step, batch, metrics)
         fired.append((out["alarm/zero_variance_groups"], out["alarm/format_only_reward"], out["alarm/clip_ratio"]))
     assert [f[0] for f in fired] == [0, 0, 1, 1, 1, 1, 1]  # flat groups from step 1: fires at step 3
     assert [f[1] for f in fired] == [0, 0, 0, 0, 0, 0, 1]  # the streak restarts after the correct step 4
@@ -103,12 +103,12 @@ def test_share_alarms_need_patience_steps_in_a_row():
 
 def test_training_reward_up_while_validation_falls_fires_divergence():
     alarms = RewardAlarms(AlarmsConfig(), echo=lambda line: None)
-    history: list[dict[str, float]] = []
     outs = {}
     for step, (score, val) in enumerate([(0.2, 0.5), (0.3, None), (0.5, 0.52), (0.7, None), (0.8, 0.40), (0.9, None)], start=1):
         batch = scripted_batch([10] * 8, [score] * 8)
-        outs[step] = alarms.update(step, batch, {"critic/score/mean": score}, history)
-        history.append({"step": step, "critic/score/mean": score, **({"val/accuracy": val} if val is not None else {})})
+        outs[step] = alarms.update(step, batch, {"critic/score/mean": score})
+        if val is not None:  # validation after the step, as in the loop
+            alarms.note_validation(step, {"val/accuracy": val})
     assert outs[4]["alarm/train_val_divergence"] == 0.0  # validation improved at step 3
     assert outs[6]["alarm/train_val_divergence"] == 1.0  # step 5: 0.40 < best 0.52 - 0.05 while the score rose 0.5 -> 0.85
     assert outs[6]["alarm/train_val_divergence_value"] == pytest.approx(0.12)
@@ -187,3 +187,37 @@ def test_training_run_paid_for_length_fires_the_length_alarm(tiny_model_dir, tmp
     assert fired and fired[0] == 10
     out = capsys.readouterr().out
     assert out.count("ALARM step 10: length_explosion") == 1
+
+
+def test_state_round_trip_continues_like_an_uninterrupted_run():
+    """The alarm state saved with a checkpoint: a resumed run reports what the uninterrupted one does."""
+    def steps(alarms, lo, hi):
+        out = []
+        for step in range(lo, hi + 1):
+            n = 20 + 7 * step
+            batch = scripted_batch([n] * 8, [length_reward("s", "x" * n, None)] * 8, acc=[False] * 8)
+            out.append(alarms.update(step, batch, compute_data_metrics(batch, use_critic=False)))
+            if step % 3 == 0:
+                alarms.note_validation(step, {"val/accuracy": 0.9 - 0.1 * step})
+        return out
+
+    whole = steps(RewardAlarms(AlarmsConfig(), echo=lambda line: None), 1, 14)
+    first = RewardAlarms(AlarmsConfig(), echo=lambda line: None)
+    head = steps(first, 1, 6)  # the checkpoint after step 6 (and its validation)
+    import torch as _torch
+
+    saved = _torch.load(_save(first.state_dict()), weights_only=True)  # as a checkpoint's trainer_state.pt is read
+    resumed = RewardAlarms(AlarmsConfig(), echo=lambda line: None)
+    resumed.load_state_dict(saved)
+    assert head + steps(resumed, 7, 14) == whole
+    for name in ("length_explosion", "format_only_reward", "train_val_divergence"):
+        assert any(r[f"alarm/{name}"] for r in whole[6:]), name  # each alarm's state matters after the resume
+
+
+def _save(obj):
+    import io
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    buf.seek(0)
+    return buf

@@ -100,22 +100,46 @@ class RewardAlarms:
         self._streak = dict.fromkeys(ALARMS, 0)
         self._best_val: tuple[float, int] | None = None  # (accuracy, step)
         self._score_by_step: dict[int, float] = {}
+        self._last_val: tuple[float, int] | None = None  # (accuracy, step) of the latest validation
 
-    def update(self, step: int, batch: Any, metrics: dict[str, float], history: list[dict[str, float]]) -> dict[str, float]:
+    def state_dict(self) -> dict[str, Any]:
+        """The alarm state as plain containers (saved with checkpoints, so a resumed run continues it)."""
+        return {"fired": sorted(self.fired), "series": [list(x) for x in self._series], "streak": dict(self._streak),
+                "best_val": list(self._best_val) if self._best_val is not None else None,
+                "score_by_step": dict(self._score_by_step),
+                "last_val": list(self._last_val) if self._last_val is not None else None}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of `state_dict` (an empty dict = a fresh state)."""
+        if not state:
+            return
+        self.fired = set(state["fired"])
+        self._series = deque((tuple(x) for x in state["series"]), maxlen=2 * self.cfg.window)
+        self._streak = {**dict.fromkeys(ALARMS, 0), **state["streak"]}
+        self._best_val = tuple(state["best_val"]) if state["best_val"] is not None else None
+        self._score_by_step = {int(k): float(v) for k, v in state["score_by_step"].items()}
+        self._last_val = tuple(state["last_val"]) if state.get("last_val") is not None else None
+
+    def note_validation(self, step: int, metrics: dict[str, float]) -> None:
+        """Record a validation's accuracy (`validation_accuracy` of its metrics) done after step ``step``."""
+        acc = validation_accuracy(metrics)
+        if acc is not None:
+            self._last_val = (acc, step)
+
+    def update(self, step: int, batch: Any, metrics: dict[str, float]) -> dict[str, float]:
         """The ``alarm/*`` metrics of step ``step`` (1-based).
 
         Args:
             step: the step these metrics belong to.
             batch: the step's `DataProto` (``token_level_scores`` `(B, R)`, ``uid``, optional ``acc``).
             metrics: the step's metrics so far (``critic/score/mean``, ``response_length/*``).
-            history: earlier rows of the run (validation rows carry ``val/*``).
         """
         out: dict[str, float] = {}
         values: dict[str, Reading | None] = {
             "length_explosion": self._length(metrics),
             "zero_variance_groups": self._zero_variance(batch),
             "format_only_reward": self._format_only(batch),
-            "train_val_divergence": self._divergence(step, metrics, history),
+            "train_val_divergence": self._divergence(step, metrics),
             "clip_ratio": self._clip(metrics),
         }
         for name, reading in values.items():
@@ -164,17 +188,17 @@ class RewardAlarms:
         return share, share >= self.cfg.format_only_share, (f"{share:.0%} of the positive reward goes to samples the scorer marks incorrect (threshold "
                        f"{self.cfg.format_only_share:.0%} for {self.cfg.patience} steps): reward for format, not answers")
 
-    def _divergence(self, step: int, metrics: dict[str, float], history: list[dict[str, float]]) -> Reading | None:
+    def _divergence(self, step: int, metrics: dict[str, float]) -> Reading | None:
         if "critic/score/mean" in metrics:
             self._score_by_step[step] = float(metrics["critic/score/mean"])
-        last_val = next((r for r in reversed(history) if validation_accuracy(r) is not None), None)
-        if last_val is None:
+        if self._last_val is None:
             return None
-        acc, val_step = validation_accuracy(last_val), int(last_val["step"])
+        acc, val_step = self._last_val
         if self._best_val is None or acc > self._best_val[0]:
             self._best_val = (acc, val_step)
         best, best_step = self._best_val
-        before = [s for k, s in self._score_by_step.items() if k <= best_step]
+        self._score_by_step = {k: v for k, v in self._score_by_step.items() if k >= best_step}  # older ones are never read
+        before = [s for k, s in self._score_by_step.items() if k == best_step]
         since = [s for k, s in self._score_by_step.items() if best_step < k <= val_step]
         if not since:
             return 0.0, False, "no training steps since the best validation"

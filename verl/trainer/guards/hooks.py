@@ -2,8 +2,10 @@
 
 `RLTrainer` calls, per step: `skip_batch` (first, with the data-loader batch), `before_update`
 (with the actor's update batch, right before ``update_actor``) and `after_step` (with the
-step's batch and metrics; returns the ``alarm/*`` and ``sentinel/*`` metrics and may raise), and
-runs its loop through `fit_with_rollback`. The module is self-contained: it reads the trainer's
+step's batch and metrics; returns the ``alarm/*`` and ``sentinel/*`` metrics and may raise);
+`on_validation` after each validation; and it runs its loop through `fit_with_rollback`. The
+alarm and sentinel state lives in ``TrainerState.extra`` too, so checkpoints carry it and a
+resumed run reports what an uninterrupted one does. The module is self-contained: it reads the trainer's
 parts, config and state and never changes the loop's stages.
 
 On a sentinel trip `after_step` writes an incident bundle (`verl.trainer.guards.incident`), prints
@@ -25,6 +27,7 @@ from verl.trainer.guards.sentinel import DivergenceSentinel, batch_digest
 from verl.trainer.state import capture_rng_state
 from verl.utils.errors import UserError
 
+STATE_KEY = "run_guards"  # key of the alarm and sentinel state in TrainerState.extra (saved with checkpoints)
 MAX_ROLLBACKS = 3  # a batch that trips again after 3 rollbacks is not a one-off: stop instead
 
 
@@ -62,6 +65,7 @@ class RunGuards:
         self.rollbacks = 0
         self._digest = ""
         self._resume_saved: tuple[str, str | None] | None = None  # the user's resume settings during a rollback
+        self._synced: dict[str, Any] | None = None  # the state last loaded from / saved to trainer.state.extra
 
     # ------------------------------------------------------------------------------- hooks
     def skip_batch(self, batch_dict: dict[str, Any]) -> bool:
@@ -100,19 +104,46 @@ class RunGuards:
             RollbackRequested: a trip with action=rollback.
         """
         step = trainer.global_step + 1
+        self._sync_state(trainer)
         out: dict[str, float] = {}
         if self.alarms is not None:
-            out.update(self.alarms.update(step, batch, metrics, trainer.parts.history))
+            out.update(self.alarms.update(step, batch, metrics))
         if self.sentinel is None:
+            self._save_state(trainer)
             return out
         if self.window and self.window[-1].step == step:
             self.window[-1].recorded = {k: float(metrics[k]) for k in REPLAY_KEYS if k in metrics}
         adv = batch.batch["advantages"] if "advantages" in batch.batch.keys() else None
         reasons, sentinel_metrics = self.sentinel.check(step, metrics, adv)
         out.update(sentinel_metrics)
+        self._save_state(trainer)
         if reasons:
             self._trip(trainer, step, reasons, {**metrics, **out})
         return out
+
+    # ------------------------------------------------------------------------------- state
+    def _sync_state(self, trainer: Any) -> None:
+        """Load the state a checkpoint restore put into ``trainer.state.extra`` (once per restore)."""
+        saved = trainer.state.extra.get(STATE_KEY)
+        if saved is not None and saved is not self._synced:
+            if self.alarms is not None:
+                self.alarms.load_state_dict(saved.get("alarms", {}))
+            if self.sentinel is not None:
+                self.sentinel.load_state_dict(saved.get("sentinel", {}))
+            self._synced = saved
+
+    def _save_state(self, trainer: Any) -> None:
+        """Put the alarm and sentinel state where the next checkpoint saves it."""
+        saved = {"alarms": self.alarms.state_dict() if self.alarms is not None else {},
+                 "sentinel": self.sentinel.state_dict() if self.sentinel is not None else {}}
+        trainer.state.extra[STATE_KEY] = self._synced = saved
+
+    def on_validation(self, trainer: Any, metrics: dict[str, float]) -> None:
+        """Record a validation (after step ``trainer.global_step``) for the train/validation divergence alarm."""
+        if self.alarms is not None:
+            self._sync_state(trainer)
+            self.alarms.note_validation(trainer.global_step, metrics)
+            self._save_state(trainer)
 
     # ------------------------------------------------------------------------------- trips
     def _trip(self, trainer: Any, step: int, reasons: list[str], metrics: dict[str, float]) -> None:

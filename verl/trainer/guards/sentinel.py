@@ -79,7 +79,17 @@ class DivergenceSentinel:
         out["sentinel/tripped"] = 1.0 if reasons else 0.0
         if not reasons:
             self.good[step] = self._summary(metrics)
+            self.good = {k: self.good[k] for k in sorted(self.good)[-self.cfg.window:]}  # only the window is read
         return reasons, out
+
+    def state_dict(self) -> dict[str, Any]:
+        """The running statistics as plain containers (saved with checkpoints)."""
+        return {"good": {int(k): dict(v) for k, v in self.good.items()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of `state_dict` (an empty dict = a fresh state)."""
+        if state:
+            self.good = {int(k): {n: float(x) for n, x in v.items()} for k, v in state["good"].items()}
 
     def forget_after(self, step: int) -> None:
         """Drop the statistics of steps after ``step`` (a rollback re-runs them)."""
