@@ -74,26 +74,46 @@ class RayResourcePool:
     fraction of them, so several groups fit on one pool.
     """
 
-    def __init__(self, world_size: int, device: str = "cpu") -> None:
+    def __init__(self, world_size: int, device: str = "cpu", nnodes: int = 1) -> None:
         import ray
         from ray.util.placement_group import placement_group
 
         # on CPU a bundle is a logical worker slot: allow a few pools (separate placements) per core
         ensure_ray(num_cpus=max(4 * world_size, os.cpu_count() or 1) if device == "cpu" else None)
-        self.world_size, self.device = world_size, device
-        bundle = {"CPU": 1} if device == "cpu" else {"CPU": 1, "GPU": 1}
-        self.placement_group = placement_group([bundle] * world_size, strategy="PACK")
-        ray.get(self.placement_group.ready(), timeout=120)
+        self.world_size, self.device, self.nnodes = world_size, device, nnodes
+        self.per_node = world_size // nnodes
+        if nnodes > 1:  # one STRICT_PACK group per node, ranks node-major (verl.single_controller.ray_nodes)
+            from verl.single_controller.ray_nodes import node_placement_groups
+
+            self.groups = node_placement_groups(nnodes, self.per_node, device)
+        else:
+            bundle = {"CPU": 1} if device == "cpu" else {"CPU": 1, "GPU": 1}
+            self.groups = [placement_group([bundle] * world_size, strategy="PACK")]
+            ray.get(self.groups[0].ready(), timeout=120)
+        self.placement_group = self.groups[0]
         self.master_port = _free_port()
+
+    def bundle(self, rank: int) -> tuple[Any, int]:
+        """(placement group, bundle index) of ``rank``: node-major, ``per_node`` ranks per group."""
+        return self.groups[rank // self.per_node], rank % self.per_node
+
+    def rendezvous(self) -> tuple[str, int]:
+        """MASTER_ADDR and a fresh MASTER_PORT for a group on this pool: the rank-0 worker's node."""
+        if self.nnodes == 1:
+            return "127.0.0.1", _free_port()
+        from verl.single_controller.ray_nodes import rendezvous_address
+
+        return rendezvous_address(*self.bundle(0))
 
     def release(self) -> None:
         """Remove the placement group."""
         from ray.util.placement_group import remove_placement_group
 
-        try:
-            remove_placement_group(self.placement_group)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        for group in self.groups:
+            try:
+                remove_placement_group(group)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
 
 
 class _WorkerHost:
@@ -122,6 +142,12 @@ class _WorkerHost:
     def pid(self) -> int:
         return os.getpid()
 
+    def node(self) -> tuple[str, str]:
+        """(Ray node id, node IP) of this worker."""
+        import ray
+
+        return ray.get_runtime_context().get_node_id(), ray.util.get_node_ip_address()
+
 
 class RayWorkerGroup(BaseWorkerGroup):
     """A group of ``world_size`` Ray actors hosting ``worker_cls``.
@@ -149,22 +175,30 @@ class RayWorkerGroup(BaseWorkerGroup):
         device = getattr(trainer_cfg, "device", "cpu")
         self.pool = resource_pool or RayResourcePool(world_size, device)
         self.placement_group = self.pool.placement_group
-        port = _free_port()
+        addr, port = self.pool.rendezvous()
         threads = max(1, (os.cpu_count() or 1) // world_size)
         host_cls = ray.remote(_WorkerHost)
         self.actors = []
         for rank in range(world_size):
-            env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "VERL_DEVICE": device,
+            group, index = self.pool.bundle(rank)
+            env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(index),
+                   "MASTER_ADDR": addr, "MASTER_PORT": str(port), "VERL_DEVICE": device,
                    "OMP_NUM_THREADS": str(threads), "VERL_ROLE": self.role, STACK_DIR_ENV: str(self.stack_dir)}
-            strategy = PlacementGroupSchedulingStrategy(self.placement_group, placement_group_bundle_index=rank)
+            strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
             actor = host_cls.options(
                 scheduling_strategy=strategy, num_cpus=0.01, num_gpus=0 if device == "cpu" else 0.01,
                 max_concurrency=1, name=None,
             ).remote(env, worker_cls, args, kwargs)
             self.actors.append(actor)
+        self.watch = None
         self._execute("ping", [()] * world_size, [{}] * world_size, list(range(world_size)))
         self.pids = self.worker_pids()  # asked now: a hung worker cannot answer later
+        self.nodes = ray.get([a.node.remote() for a in self.actors])
+        if self.pool.nnodes > 1:
+            from verl.single_controller.ray_nodes import node_watch
+
+            self.watch = node_watch()
+            self.watch.register(self.role, self.nodes)
 
     def _execute(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
         refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i]) for i, r in enumerate(ranks)]
@@ -182,16 +216,28 @@ class RayWorkerGroup(BaseWorkerGroup):
         start = time.monotonic()
         while pending:
             done, pending = ray.wait(pending, num_returns=1, timeout=self.poll_s)
+            self._check_nodes()
             for ref in done:
                 try:
                     ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - re-raised with the rank attached
                     rank = ranks[refs.index(ref)]
+                    if self.watch is not None and isinstance(e, ray.exceptions.RayActorError):
+                        self._check_nodes(self.nodes[rank][0])  # a node loss is named as such
                     self.shutdown()
                     raise WorkerError(f"{self.role} worker rank {rank} failed in {name}(): {type(e).__name__}: {e}") from e
             if pending and deadline is not None and time.monotonic() - start > deadline:
                 self._on_hang(name, key, [ranks[refs.index(r)] for r in pending], time.monotonic() - start)
         return ray.get(refs)
+
+    def _check_nodes(self, dead_actor_node: str | None = None) -> None:
+        """Multi-node pools: stop the group and raise `NodeLostError` once a hosting node is dead."""
+        if self.watch is None:
+            return
+        lost = self.watch.confirm(dead_actor_node) if dead_actor_node else self.watch.lost  # the thread polls
+        if lost is not None:
+            self.shutdown()
+            raise lost
 
     def _on_hang(self, name: str, key: str, pending: list[int], elapsed: float) -> None:
         """Dump every worker's stacks, kill the actors, raise `HangError` (module docstring)."""
@@ -233,4 +279,6 @@ class RayWorkerGroup(BaseWorkerGroup):
             except Exception:  # noqa: BLE001 - already dead
                 pass
         self.actors = []
+        if getattr(self, "watch", None) is not None:
+            self.watch.unregister(self.role)
         shutil.rmtree(self.stack_dir, ignore_errors=True)

@@ -64,7 +64,7 @@ def build_resource_pool(cfg: RootConfig) -> Any:
         from verl.single_controller.ray import ensure_ray
 
         ensure_ray(**init)
-    return RayResourcePool(world_size(cfg), cfg.trainer.device)
+    return RayResourcePool(world_size(cfg), cfg.trainer.device, nnodes=cfg.trainer.nnodes)
 
 
 def build_worker_group(cfg: RootConfig, pool: Any, role: str, worker_cls: type, *args: Any, **kwargs: Any) -> Any:
