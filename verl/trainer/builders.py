@@ -121,7 +121,8 @@ def build_split_rollout(cfg: RootConfig, actor_wg: Any) -> tuple[Any, Any]:
         size = rollout_world_size(cfg)
         if cfg.trainer.device == "cuda":  # else the placement group waits for devices that never come
             check_free_gpus(size, ray.available_resources().get("GPU", 0.0))
-        pool = RayResourcePool(size, cfg.trainer.device)
+        nnodes = cfg.actor_rollout_ref.rollout.nnodes or cfg.trainer.nnodes
+        pool = RayResourcePool(size, cfg.trainer.device, nnodes=nnodes)
     rollout_wg = build_worker_group(cfg, pool, "rollout", RolloutWorker, cfg.actor_rollout_ref, seed=cfg.trainer.seed,
                                     device=cfg.trainer.device)
     rollout_wg.init_model()
