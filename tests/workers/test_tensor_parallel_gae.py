@@ -38,3 +38,22 @@ def test_gae_two_steps_tp2_equals_tp1(tiny_model_dir: Path, tmp_path: Path) -> N
     for step in (1, 2):
         for key in KEYS:
             assert runs[2][step][key] == pytest.approx(runs[1][step][key], abs=1e-4, rel=1e-4), (step, key)
+
+
+def test_grpo_two_steps_sp2_actor_into_tp2_rollout_equals_one_process(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """An FSDP2 x Ulysses SP actor synced into a TP=2 hf rollout (the rollout's own layout): same
+    tokens and the same PPO KL (engine vs actor log-probs) as one process."""
+    keys = ("actor/pg_loss", "actor/grad_norm", "actor/ppo_kl", "response_length/mean", "critic/score/mean")
+    runs = {}
+    for n in (1, 2):
+        extra = {"trainer.total_training_steps": 2, "trainer.n_gpus_per_node": n, "trainer.balance_batch": False,
+                 "actor_rollout_ref.model.use_remove_padding": True, "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+                 "actor_rollout_ref.actor.ulysses_sequence_parallel_size": n,
+                 "actor_rollout_ref.rollout.tensor_model_parallel_size": n}
+        RLTrainer(config=load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path / f"n{n}", **extra))).fit()
+        runs[n] = read_metrics(tmp_path / f"n{n}")
+    print({k: (runs[1][2].get(k), runs[2][2].get(k)) for k in (*keys, "timing_s/update_weights", "perf/update_weights_peak_extra_mb")})
+    assert runs[2][2]["perf/update_weights_peak_extra_mb"] > 0  # the sharded actor was gathered tensor by tensor
+    for step in (1, 2):
+        for key in keys:
+            assert runs[2][step][key] == pytest.approx(runs[1][step][key], abs=1e-4, rel=1e-4), (step, key)
