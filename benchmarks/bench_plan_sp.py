@@ -82,10 +82,11 @@ def main() -> None:
     parser.add_argument("--micro", type=int, default=4)
     parser.add_argument("--out", default=None)
     parser.add_argument("--plan-only", action="store_true", help="print the predictions only (no run)")
+    parser.add_argument("--layouts", default="1,2", help="comma-separated sp values to run")
     ns = parser.parse_args()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for sp in (1, 2):
+        for sp in (int(x) for x in ns.layouts.split(",")):
             rows.append(run_layout(sp, ns.steps, ns.micro, Path(tmp), ns.plan_only))
             import ray
 

@@ -4,8 +4,10 @@
 meets the model. Without an active SP group it calls the forward on the packed rows as they are.
 Inside `verl.modules.ulysses.sequence_parallel` with a group of ``sp`` ranks, the rows `(rows, L)`
 are padded on the right to ``Lp = sp · ceil(L / sp)`` columns (ids 0, positions 0, 1, ...: a block
-of its own that no real token attends to, and never scored), rank r keeps columns
-``[r · Lp / sp, (r + 1) · Lp / sp)``, the forward runs on them (its attention layers exchange
+of its own that no real token attends to, and never scored), rank r keeps the striped columns
+``r, r + sp, r + 2·sp, ...`` (`verl.modules.ulysses.striped_columns`: the scored response tokens at
+the end of every sequence spread over the group, so each rank's LM head scores about K / sp of
+them), the forward runs on them (its attention layers exchange
 heads for columns, `verl.modules.ulysses`), and each per-position output is scattered into a
 `(rows, Lp / sp)` slice, gathered along the columns and read at the scored positions: the same
 `(K,)` values, in the same row-major order, as the forward on whole rows.
@@ -18,7 +20,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from verl.modules.packing import PackedResponses
-from verl.modules.ulysses import active_group, gather_seq, sp_rank_and_size
+from verl.modules.ulysses import active_group, gather_seq, natural_order, sp_rank_and_size, striped_columns
 
 __all__ = ["refuse_padded_under_sp", "run_packed", "split_forward_count"]
 
@@ -61,18 +63,19 @@ def run_packed(packed: PackedResponses, device: torch.device, forward: PackedFor
         tail = torch.arange(extra, dtype=pos.dtype).expand(rows, extra)
         ids, pos = torch.cat([ids, ids.new_zeros(rows, extra)], 1), torch.cat([pos, tail], 1)
         keep, labels = torch.cat([keep, keep.new_zeros(rows, extra)], 1), torch.cat([labels, labels.new_zeros(rows, extra)], 1)
-    cols = slice(rank * padded // sp, (rank + 1) * padded // sp)
+    cols = striped_columns(padded, rank, sp)
     keep_local = keep[:, cols].to(device)
     outs = forward(ids[:, cols].to(device), pos[:, cols].to(device), keep_local, labels[:, cols].to(device)[keep_local])
     where = keep_local.nonzero(as_tuple=True)  # row-major: the order of the forward's outputs
     full_keep = keep.to(device)
+    order = natural_order(padded, sp, full_keep.device)
     result: list[torch.Tensor | None] = []
     for out in outs:
         if out is None:
             result.append(None)
             continue
         local = out.new_zeros(rows, padded // sp).index_put(where, out)
-        result.append(gather_seq(local, 1, group)[full_keep])
+        result.append(gather_seq(local, 1, group)[:, order][full_keep])
     return result
 
 

@@ -141,6 +141,21 @@ def _heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     return got.permute(1, 2, 0, 3, 4).reshape(b, length // sp, sp * hs, d)
 
 
+def striped_columns(length: int, rank: int, sp: int) -> torch.Tensor:
+    """The columns of a padded row of ``length`` (a multiple of ``sp``) that SP rank ``rank`` holds:
+    ``rank, rank + sp, rank + 2·sp, ...`` (striped, so that the response tokens closing every
+    sequence — the scored positions, whose LM-head logits dominate the memory — and the causal
+    attention work spread evenly over the group)."""
+    return torch.arange(rank, length, sp)
+
+
+def natural_order(length: int, sp: int, device: torch.device) -> torch.Tensor:
+    """Index into a rank-major gathered row (rank 0's striped columns, then rank 1's, ...) that puts
+    the columns back in their natural order: column c sits at ``(c mod sp) · (length / sp) + c // sp``."""
+    c = torch.arange(length, device=device)
+    return (c % sp) * (length // sp) + c // sp
+
+
 def _packed_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:
     """`(b, 1, L, L)` bool: causal within each packed sequence (a new one wherever positions do not
     step by one, transformers' ``find_packed_sequence_indices`` rule)."""
@@ -178,10 +193,14 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     if position_ids is None:
         raise RuntimeError(f"ulysses_sequence_parallel_size > 1: {type(module).__name__} passes no position_ids "
                            "to its attention function; this architecture is not supported with sequence parallelism")
-    full_pos = gather_seq(position_ids.expand(query.shape[0], -1), 1, group)
-    q, k, v = (_seq_to_heads(t, group) for t in (query, key, value))
+    _, sp = sp_rank_and_size(group)
+    length = position_ids.shape[-1] * sp
+    order = natural_order(length, sp, query.device)  # the gathered columns are striped, rank-major
+    full_pos = gather_seq(position_ids.expand(query.shape[0], -1), 1, group)[:, order]
+    q, k, v = (_seq_to_heads(t, group)[:, :, order] for t in (query, key, value))
     out, _ = sdpa_attention_forward(module, q, k, v, _packed_causal_mask(full_pos), **kwargs)
-    return _heads_to_seq(out, group), None
+    back = torch.empty_like(order).index_put_((order,), torch.arange(length, device=order.device))
+    return _heads_to_seq(out[:, back], group), None
 
 
 def check_heads(config: Any, sp: int, what: str = "ulysses_sequence_parallel_size") -> None:
