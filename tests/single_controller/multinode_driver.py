@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
-from run_helpers import read_metrics, tiny_run_overrides  # noqa: E402
+from run_helpers import read_metrics, tiny_run_overrides
 
 KEYS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "actor/entropy")
 
@@ -55,7 +55,7 @@ def equal(model_dir: str, run_dir: Path) -> dict:
     _fit(model_dir, run_dir / "two", cluster.address, **{"trainer.nnodes": 2, "trainer.n_gpus_per_node": 1})
     hosts = sorted(node_watch().hosted)
     _fit(model_dir, run_dir / "one", cluster.address, **{"trainer.nnodes": 1, "trainer.n_gpus_per_node": 2})
-    pick = lambda m: {s: {k: row[k] for k in KEYS} for s, row in m.items()}  # noqa: E731
+    pick = lambda m: {s: {k: row[k] for k in KEYS} for s, row in m.items()}
     return {"two": pick(read_metrics(run_dir / "two")), "one": pick(read_metrics(run_dir / "one")), "hosts": hosts,
             "nodes": sorted(n["NodeID"] for n in ray.nodes())}
 

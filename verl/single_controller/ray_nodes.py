@@ -50,7 +50,11 @@ def node_placement_groups(nnodes: int, per_node: int, device: str, timeout_s: fl
             slots, or the groups did not land on distinct nodes.
     """
     import ray
-    from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
+    from ray.util.placement_group import (
+        placement_group,
+        placement_group_table,
+        remove_placement_group,
+    )
 
     from verl.config import ConfigError
 
