@@ -53,3 +53,16 @@ def test_hf_rollout_tp_loads_and_is_checked():
     assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
     assert "tensor_model_parallel_size=3 must divide the world size 4" in _error(f"{ROLLOUT_TP}=3")
     assert "hybrid_engine=false" in _error(f"{ROLLOUT_TP}=2", "actor_rollout_ref.hybrid_engine=false")
+
+
+def test_seed_layout_tensor_model_parallel_size_reaches_the_trained_models_only():
+    from verl.config import translate_seed_layout
+
+    out = translate_seed_layout({"fsdp_config": {"sharding_strategy": "FULL_SHARD", "tensor_model_parallel_size": 2}})
+    assert out["actor_rollout_ref"]["actor"]["fsdp_config"]["tensor_parallel_size"] == 2
+    assert out["critic"]["model"]["fsdp_config"]["tensor_parallel_size"] == 2
+    assert "tensor_parallel_size" not in out["actor_rollout_ref"]["ref"]["fsdp_config"]
+    assert "tensor_parallel_size" not in out["reward_model"]["model"]["fsdp_config"]
+    actor_only = translate_seed_layout({"model": {"actor": {"fsdp_config": {"tensor_model_parallel_size": 2}}}})
+    assert actor_only["actor_rollout_ref"]["actor"]["fsdp_config"]["tensor_parallel_size"] == 2
+    assert "critic" not in actor_only

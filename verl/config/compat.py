@@ -67,6 +67,8 @@ target_modules``                       ``ModelConfig`` field under ``model``/``m
 ``fsdp_config.mixed_precision``        ``mixed_precision`` (bf16 -> bfloat16, fp32 -> float32; a
                                        mapping's ``param_dtype``)
 ``fsdp_config.backward_prefetch``      ignored with a note (FSDP2 prefetches on its own)
+``fsdp_config.tensor_model_parallel_size`` the actor's and critic's ``fsdp_config.tensor_parallel_size``
+                                       (tensor parallel; the reference and reward model keep 1)
 ``rollout.name``                       ``actor_rollout_ref.rollout.name``; vllm/sglang also set
                                        ``trainer.device: cuda``
 ``rollout.multi_turn: true``,          ``actor_rollout_ref.rollout.multi_turn.enable: true`` and
@@ -308,13 +310,16 @@ def _fsdp(block: Any, key: str, out: dict[str, Any]) -> None:
         logger.warning("%s.backward_prefetch ignored: FSDP2 prefetches the next layer on its own", key)
     if block.pop("fsdp_size", -1) != -1:
         raise ConfigError(f"{key}.fsdp_size is not supported yet: FSDP2 shards each role over all its ranks; remove it")
+    # the documents' tensor_model_parallel_size (or the schema's name): the trained models only
+    tp = block.pop("tensor_model_parallel_size", block.pop("tensor_parallel_size", None))
     valid = _fields(S.FSDPConfig) - {"fsdp_size"}
     for name, value in block.items():
         if name not in valid:
             raise _unknown(f"{key}.{name}", valid | {"sharding_strategy", "cpu_offload", "backward_prefetch"})
         values[name] = value
     for target in FSDP_TARGETS[key]:
-        out.update(merge_trees(out, nested(target, values)))
+        trained = tp is not None and target in (f"{_ACTOR}.fsdp_config", "critic.model.fsdp_config")
+        out.update(merge_trees(out, nested(target, {**values, "tensor_parallel_size": tp} if trained else values)))
 
 
 HANDLERS: dict[str, Callable[[Any, str, dict[str, Any]], None]] = {
