@@ -24,13 +24,20 @@ os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 
 from run_helpers import read_metrics, tiny_run_overrides
 
+CLUSTER: list = []  # (cluster, worker node) once started: shut down before exiting
 KEYS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "actor/entropy")
 
 
 def _cluster():
+    from ray._common.utils import get_ray_address_file
     from ray.cluster_utils import Cluster
 
     cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3, "include_dashboard": False})
+    # Cluster writes its address to /tmp/ray/ray_current_cluster, where any other process's plain
+    # ray.init() would find it; the runs here pass the address explicitly, so take it back at once
+    address_file = Path(get_ray_address_file(None))
+    if address_file.is_file() and address_file.read_text().strip() == cluster.address:
+        address_file.unlink()
     worker = cluster.add_node(num_cpus=3)
     cluster.wait_for_nodes()
     return cluster, worker
@@ -51,7 +58,7 @@ def equal(model_dir: str, run_dir: Path) -> dict:
 
     from verl.single_controller.ray_nodes import node_watch
 
-    cluster, _ = _cluster()
+    cluster, _ = CLUSTER[:] = _cluster()
     _fit(model_dir, run_dir / "two", cluster.address, **{"trainer.nnodes": 2, "trainer.n_gpus_per_node": 1})
     hosts = sorted(node_watch().hosted)
     _fit(model_dir, run_dir / "one", cluster.address, **{"trainer.nnodes": 1, "trainer.n_gpus_per_node": 2})
@@ -61,7 +68,7 @@ def equal(model_dir: str, run_dir: Path) -> dict:
 
 
 def kill(model_dir: str, run_dir: Path) -> dict:
-    cluster, worker = _cluster()
+    cluster, worker = CLUSTER[:] = _cluster()
     killed: dict = {}
 
     def killer() -> None:
@@ -86,6 +93,11 @@ def kill(model_dir: str, run_dir: Path) -> dict:
 
 if __name__ == "__main__":
     mode, model, out = sys.argv[1], sys.argv[2], Path(sys.argv[3])
-    result = {"equal": equal, "kill": kill}[mode](model, out)
-    print("RESULT " + json.dumps(result), flush=True)
-    os._exit(0)  # skip Ray's atexit teardown of the removed node
+    try:
+        result = {"equal": equal, "kill": kill}[mode](model, out)
+        print("RESULT " + json.dumps(result), flush=True)
+    finally:
+        if CLUSTER:
+            __import__("ray").shutdown()
+            CLUSTER[0].shutdown()
+    os._exit(0)  # skip Ray's atexit hooks: the cluster is already down
