@@ -27,12 +27,19 @@ def test_b32_linear_warmup_lr_per_update():
     assert lrs == pytest.approx([2.5e-7, 5e-7, 7.5e-7, 1e-6], rel=1e-12)
 
 
+def test_linear_decays_to_floor_after_warmup():
+    # warm-up 2 of 10 updates, floor 0.2: update 6 is 4 / 8 of the decay, 0.2 + 0.8 * 0.5 = 0.6
+    assert lr_multiplier(1, 2, 10, "linear", 0.2) == pytest.approx(0.5)
+    assert lr_multiplier(6, 2, 10, "linear", 0.2) == pytest.approx(0.6)
+    assert lr_multiplier(10, 2, 10, "linear", 0.2) == pytest.approx(0.2)
+
+
 def test_cosine_decays_to_floor():
     assert lr_multiplier(10, 0, 10, "cosine", 0.1) == pytest.approx(0.1)
     assert lr_multiplier(5, 0, 10, "cosine", 0.0) == pytest.approx(0.5)
     assert lr_multiplier(3, 2, 10, "constant", 0.0) == 1.0
     with pytest.raises(ValueError):
-        lr_multiplier(3, 0, 10, "linear", 0.0)
+        lr_multiplier(3, 0, 10, "sqrt", 0.0)
 
 
 def test_nonfinite_grad_skips_step():

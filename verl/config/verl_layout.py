@@ -7,6 +7,8 @@ what verl writes that the schema spells differently:
   (:mod:`verl.config.verl_targets`) and removed (the schema's dataclasses type every section).
   Inside a free-form mapping (``override_config``, ``engine_kwargs``, ...) an unknown
   ``_target_`` is user data and is kept.
+- Roles on verl's Megatron / TorchTitan / VeOmni engines: mapped onto FSDP2 when data parallel
+  (:mod:`verl.config.engine_layout`); the AutoModel engine is refused.
 - ``model_engine`` (verl's engine-family group, ``dp`` for FSDP): its choice is already in the
   composed sections (the roles' ``strategy`` keys), so it is checked and removed.
 - The ``reward.*`` namespace and its legacy spellings (:mod:`verl.config.reward_layout`).
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from verl.config.engine_layout import engine_override, map_other_engines
 from verl.config.errors import ConfigError
 from verl.config.reward_layout import migrate_reward
 from verl.config.verl_targets import check_target
@@ -39,11 +42,12 @@ OVERRIDE_ALIASES: dict[str, str] = {
 
 
 def translate_layout_override(key: str, value: Any) -> dict[str, Any] | None:
-    """An override written with an :data:`OVERRIDE_ALIASES` spelling, as the canonical values."""
+    """An override written with an :data:`OVERRIDE_ALIASES` spelling, as the canonical values; an
+    override of a Megatron / TorchTitan / VeOmni engine key, as tree values (mapped onto FSDP2 later)."""
     from verl.config._tree import nested
 
     target = OVERRIDE_ALIASES.get(key)
-    return nested(target, value) if target is not None else None
+    return nested(target, value) if target is not None else engine_override(key, value)
 
 
 def _move_aliases(tree: dict[str, Any]) -> None:
@@ -79,14 +83,14 @@ def _target_known(path: str) -> bool:
     return bool(_classes_for(path))
 
 
-OTHER_ENGINES: dict[str, str] = {"megatron": "Megatron-LM", "torchtitan": "TorchTitan", "veomni": "VeOmni",
-                                 "automodel": "AutoModel"}
-"""verl's training engines other than FSDP: their strategy name -> the engine."""
+OTHER_ENGINES: dict[str, str] = {"automodel": "AutoModel"}
+"""verl's training engines other than FSDP that are refused (Megatron / TorchTitan / VeOmni roles run on
+FSDP2 when data parallel: :mod:`verl.config.engine_layout`)."""
 
 
 def _refuse_other_engines(tree: dict[str, Any]) -> None:
-    """A role on verl's Megatron / TorchTitan / VeOmni engine is refused by name, before its
-    engine-specific keys (``megatron.*``, ``optim.muon_*``, ...) are reported one by one."""
+    """A role on verl's AutoModel engine is refused by name, before its engine-specific keys are
+    reported one by one."""
     from verl.config.errors import not_supported
 
     roles = (("actor_rollout_ref.actor", (tree.get("actor_rollout_ref") or {}).get("actor")),
@@ -178,6 +182,7 @@ def normalize_verl_tree(tree: dict[str, Any]) -> dict[str, Any]:
     _strip_targets(tree, "", key_kind)
     _move_aliases(tree)
     _refuse_other_engines(tree)
+    map_other_engines(tree)
     _drop_model_engine(tree)
     migrate_reward(tree)
     if isinstance(tree.get("critic"), dict):

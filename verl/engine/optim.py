@@ -51,21 +51,25 @@ def _global_grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
 
 def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float,
                   num_cycles: float = 0.5) -> float:
-    """LR multiplier of update number `step` (1-based): linear warm-up, then constant or cosine.
+    """LR multiplier of update number `step` (1-based): linear warm-up, then constant, linear or cosine.
 
     Update k of a warm-up of W updates uses lr * k / W (so the first update is not wasted at 0);
     after warm-up ``constant`` keeps lr, ``cosine`` is
     ``min_lr_ratio + (1 - min_lr_ratio) * (1 + cos(2 pi num_cycles progress)) / 2`` (progress
     0 -> 1 over the decay phase; num_cycles = 0.5, verl's default, decays once to
-    ``min_lr_ratio * lr`` at ``total_steps``; Loshchilov & Hutter 2017, SGDR without restarts).
+    ``min_lr_ratio * lr`` at ``total_steps``; Loshchilov & Hutter 2017, SGDR without restarts);
+    ``linear`` is ``min_lr_ratio + (1 - min_lr_ratio) * (1 - progress)`` (TorchTitan's ``decay_type``
+    linear with ``min_lr_factor``, verl's torchtitan engine default; Megatron's ``lr_decay_style`` linear).
     """
     if warmup_steps > 0 and step <= warmup_steps:
         return step / warmup_steps
     if style == "constant" or total_steps <= warmup_steps:
         return 1.0
-    if style != "cosine":
-        raise ValueError(f"warmup_style must be 'constant' or 'cosine', got {style!r}")
+    if style not in ("cosine", "linear"):
+        raise ValueError(f"warmup_style must be 'constant', 'linear' or 'cosine', got {style!r}")
     progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    if style == "linear":
+        return min_lr_ratio + (1.0 - min_lr_ratio) * (1.0 - progress)
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(2.0 * math.pi * num_cycles * progress))
 
 
