@@ -44,5 +44,6 @@ def test_killed_node_is_named_within_60_s(tiny_model_dir, tmp_path):
     assert error is not None and error.startswith("NodeLostError: "), error
     assert result["killed"] in error and "actor_rollout_ref rank(s) [1]" in error, error
     assert result["latency_s"] < 60, result
+    print(f"node loss reported {result['latency_s']:.1f} s after the kill")
     assert sum(result["killed"] in ln and "verl node watch" in ln for ln in stderr.splitlines()) == 1
     assert int(result["latest"]) >= 1 and result["ckpt_problem"] is None, result

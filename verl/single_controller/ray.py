@@ -222,27 +222,40 @@ class RayWorkerGroup(BaseWorkerGroup):
                     ray.get(ref)
                 except Exception as e:  # noqa: BLE001 - re-raised with the rank attached
                     rank = ranks[refs.index(ref)]
-                    if self.watch is not None and isinstance(e, ray.exceptions.RayActorError):
-                        self._check_nodes(self.nodes[rank][0])  # a node loss is named as such
+                    # a dead actor, or a survivor's broken collective: a node loss is named as such
+                    self._check_nodes(failed=True)
                     self.shutdown()
                     raise WorkerError(f"{self.role} worker rank {rank} failed in {name}(): {type(e).__name__}: {e}") from e
             if pending and deadline is not None and time.monotonic() - start > deadline:
                 self._on_hang(name, key, [ranks[refs.index(r)] for r in pending], time.monotonic() - start)
         return ray.get(refs)
 
-    def _check_nodes(self, dead_actor_node: str | None = None) -> None:
-        """Multi-node pools: stop the group and raise `NodeLostError` once a hosting node is dead."""
+    def _check_nodes(self, failed: bool = False) -> None:
+        """Multi-node pools: stop the group and raise `NodeLostError` once a hosting node is dead.
+
+        ``failed``: a rank's call just failed; each of the group's nodes whose raylet does not
+        answer is given `ACTOR_DEATH_GRACE_S` for Ray to mark it dead (live nodes return at once).
+        """
         if self.watch is None:
             return
-        lost = self.watch.confirm(dead_actor_node) if dead_actor_node else self.watch.lost  # the thread polls
+        lost = self.watch.lost  # the thread polls
+        for node_id in dict.fromkeys(n for n, _ in self.nodes) if failed and lost is None else ():
+            lost = lost or self.watch.confirm(node_id)
         if lost is not None:
             self.shutdown()
             raise lost
 
+    def _on_driver_node(self, rank: int) -> bool:
+        import ray
+
+        nodes = getattr(self, "nodes", None)
+        return nodes is None or nodes[rank][0] == ray.get_runtime_context().get_node_id()
+
     def _on_hang(self, name: str, key: str, pending: list[int], elapsed: float) -> None:
         """Dump every worker's stacks, kill the actors, raise `HangError` (module docstring)."""
         pids = getattr(self, "pids", [])
-        workers = [(rank, pid, self.stack_dir / f"{self.role}_rank{rank}.txt") for rank, pid in enumerate(pids)]
+        workers = [(rank, pid, self.stack_dir / f"{self.role}_rank{rank}.txt") for rank, pid in enumerate(pids)
+                   if self._on_driver_node(rank)]  # a pid of another node means nothing here: never signal it
         states = {rank: process_state(pid) for rank, pid, _ in workers}
         stacks = dump_stacks(workers)
         text = format_report(self.role, name, elapsed, self.deadlines.explain(key), pending, workers, states, stacks)
