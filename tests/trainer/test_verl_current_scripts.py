@@ -53,6 +53,25 @@ def test_the_list_has_at_least_15_scripts():
     assert len(SCRIPTS) >= 15
 
 
+def test_the_async_entry_point_scripts_are_in_the_list():
+    assert "experimental_one_step_off_policy__dapo_7b_math_fsdp2_4_12.sh" in SCRIPTS
+    assert "experimental_fully_async_policy__dapo_7b_math_fsdp2_4_4.sh" in SCRIPTS
+
+
+def test_a_script_without_args_forwarding_gets_python_shims_appending_the_overrides(tmp_path):
+    run_all = _runner()
+    script = CURRENT / "experimental_fully_async_policy__dapo_7b_math_fsdp2_4_4.sh"
+    env = run_all.python_shim(script, {"PATH": "/usr/bin"}, tmp_path)
+    assert env["PATH"] == f"{tmp_path / 'shim'}{os.pathsep}/usr/bin"
+    shim = (tmp_path / "shim" / "python3").read_text()
+    assert shim.startswith(f"#!/bin/sh\nexec {sys.executable} \"$@\" trainer.device=cpu ")
+    assert shim.rstrip().endswith("actor_rollout_ref.actor.fsdp_config.fsdp_size=-1")
+    assert "rollout.n_gpus_per_node=1" in shim and "async_training.require_batches=1" in shim
+    forwarding = CURRENT / "gspo_trainer__run_qwen3_8b_fsdp.sh"
+    assert run_all.python_shim(forwarding, {"PATH": "/usr/bin"}, tmp_path / "other") == {"PATH": "/usr/bin"}
+    assert run_all.overrides_for(forwarding) == run_all.OVERRIDES
+
+
 @pytest.mark.e2e
 def test_one_current_verl_script_trains_one_step(script_env, tmp_path):
     _check("gspo_trainer__run_qwen3_8b_fsdp.sh", script_env, tmp_path)

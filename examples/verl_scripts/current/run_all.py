@@ -14,7 +14,9 @@ the header line names its source). Only what a user changes on a new machine is 
   ``$HOME/data/...`` paths are used as written;
 - appended overrides: ``trainer.device=cpu trainer.total_training_steps=1
   actor_rollout_ref.rollout.name=hf trainer.n_gpus_per_node=1`` (and the sizes again, for the
-  scripts that hard-code them).
+  scripts that hard-code them); scripts that do not forward ``"$@"`` (verl's experimental async ones)
+  get them through ``python``/``python3`` shims on ``PATH``, with the keys of their own GPU split
+  (``EXTRA_OVERRIDES``).
 
 Usage: ``python examples/verl_scripts/current/run_all.py [--only NAME ...] [--out results.json]``.
 Writes ``results.json`` (name -> pass/fail, seconds, last error line) beside this file.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -50,6 +53,39 @@ OVERRIDES = [
     "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
 ]
+# verl's experimental async scripts split the GPUs themselves (``NGPUS_PER_NODE - n_gpus_rollout``) and
+# size the rollout pool with ``rollout.*`` keys: one rollout worker; the hard-coded sizes again (sequence
+# parallel 1 and FSDP size -1, i.e. all, on one worker; fully async: one mini-batch per weight sync, a rollout budget of one batch).
+EXTRA_OVERRIDES = {
+    "experimental_one_step_off_policy": [
+        "rollout.nnodes=1", "rollout.n_gpus_per_node=1", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1"],
+    "experimental_fully_async_policy": [
+        "rollout.nnodes=1", "rollout.n_gpus_per_node=1", "rollout.total_rollout_steps=2",
+        "async_training.trigger_parameter_sync_step=1", "async_training.require_batches=1",
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1"],
+}
+
+
+def overrides_for(script: Path) -> list[str]:
+    """The appended overrides for ``script``: OVERRIDES plus its folder's EXTRA_OVERRIDES."""
+    extra = [v for prefix, keys in EXTRA_OVERRIDES.items() if script.name.startswith(prefix) for v in keys]
+    return OVERRIDES + extra
+
+
+def python_shim(script: Path, env: dict[str, str], cwd: Path) -> dict[str, str]:
+    """For a script that does not forward ``"$@"``, put ``python``/``python3`` shims first on PATH that
+    append the overrides to its one ``python -m ...`` command line (the same overrides, nothing else)."""
+    if '"$@"' in script.read_text():
+        return env
+    real = Path(sys.executable)
+    tail = " ".join(shlex.quote(o) for o in overrides_for(script))
+    shim = cwd / "shim"
+    shim.mkdir(exist_ok=True)
+    for name in ("python", "python3"):
+        (shim / name).write_text(f'#!/bin/sh\nexec {shlex.quote(str(real))} "$@" {tail}\n')
+        (shim / name).chmod(0o755)
+    return {**env, "PATH": f"{shim}{os.pathsep}{env['PATH']}"}
 
 
 def make_home(root: Path) -> Path:
@@ -77,7 +113,7 @@ def make_model(root: Path) -> Path:
 def run_one(script: Path, env: dict[str, str], cwd: Path, timeout: int) -> dict[str, object]:
     start = time.perf_counter()
     try:
-        proc = subprocess.run(["bash", str(script), *OVERRIDES], env=env, cwd=cwd, capture_output=True, text=True,
+        proc = subprocess.run(["bash", str(script), *overrides_for(script)], env=python_shim(script, env, cwd), cwd=cwd, capture_output=True, text=True,
                               timeout=timeout)
         out, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:
@@ -95,6 +131,9 @@ def write_table(results: dict[str, dict[str, object]], path: Path) -> None:
     for name, r in sorted(results.items()):
         source = name.replace("__", "/").removeprefix("e2e_")
         source = ("tests/special_e2e/" if name.startswith("e2e_") else "examples/") + source
+        if name.startswith("experimental_"):
+            folder, script = name.removeprefix("experimental_").split("__", 1)
+            source = f"verl/experimental/{folder}/shell/{script}"
         rows.append(f"| `{source}` | {r['result']} | {r['seconds']} | {str(r['last_error']).replace('|', '/')} |")
     path.write_text("\n".join(rows) + "\n")
 
