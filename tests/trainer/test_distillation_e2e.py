@@ -101,6 +101,7 @@ def test_distilled_student_gains_15_points_toward_the_teacher(tmp_path) -> None:
 
 
 @pytest.mark.ray
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_teacher_on_its_own_ray_pool_scores_as_the_local_run(far_student, tmp_path) -> None:
     """2 FSDP2 actor ranks on Ray, the teacher on a pool of its own (1 device): the same scores as in one process."""
     own_pool = {f"{D}.n_gpus_per_node": 1, f"{D}.nnodes": 1, f"{D}.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1}
@@ -139,6 +140,7 @@ def test_verl_opd_example_overrides_train_one_step(far_student, tmp_path) -> Non
     assert math.isfinite(m[1]["distillation/loss"]) and abs(m[1]["distillation/rollout_k1_mean"]) > 0.5
 
 
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_two_teachers_score_the_rows_of_their_data_source(far_student, tmp_path) -> None:
     """Rows alternate between two data sources; each source's teacher scores its rows (verl's multi-teacher keys)."""
     from verl.data.builtin_task import load_builtin_rows

@@ -144,6 +144,7 @@ def test_verl_multiturn_sft_example_runs_one_step(tmp_path: Path, tiny_qwen: Pat
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_verl_sft_engine_e2e_script_runs(tmp_path: Path, tiny_qwen: Path, mt_data: dict[str, str]) -> None:
     """verl's tests/special_e2e/sft/run_sft_engine.sh (examples/verl_scripts/sft_engine.sh), BACKEND=fsdp, mode=spmd:
     paths, sizes (batch 4, token budget 512) and the logger replaced; its 2 steps run, validation after each epoch."""
@@ -160,6 +161,7 @@ def test_verl_sft_engine_e2e_script_runs(tmp_path: Path, tiny_qwen: Path, mt_dat
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_verl_gsm8k_sft_example_with_lora_runs(tmp_path: Path, tiny_qwen: Path, mt_data: dict[str, str]) -> None:
     """verl's examples/sft/gsm8k/run_qwen2_5_0_5b_fsdp.sh with USE_PEFT=1 (examples/verl_scripts/sft_gsm8k.sh): one
     epoch of 2 steps with LoRA rank 32; paths, sizes and the logger replaced."""

@@ -13,6 +13,7 @@ from verl.config.sft_loader import load_sft_config
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_sft_sp2_equals_one_process(tmp_path: Path) -> None:
     common = [*BUILTIN, "data.val_files=builtin://arithmetic_answers/test", "data.train_batch_size=8",
               "data.micro_batch_size_per_gpu=2", "trainer.total_training_steps=3", "use_remove_padding=true"]

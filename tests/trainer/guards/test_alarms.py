@@ -115,6 +115,7 @@ def test_training_reward_up_while_validation_falls_fires_divergence():
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_clean_quickstart_fires_no_alarm_and_no_trip(tmp_path, capsys):
     from verl.trainer.main_ppo import run
 
@@ -152,6 +153,7 @@ def cut_responses(out: DataProto, target: int, pad_id: int) -> DataProto:
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_training_run_paid_for_length_fires_the_length_alarm(tiny_model_dir, tmp_path, capsys):
     """The real loop (generation, the "length > 50" reward, update, metrics) with a scripted policy
     whose responses grow 5 tokens per step: the length alarm fires once the two windows are full."""

@@ -64,6 +64,7 @@ def test_advantage_spike_trips_and_replay_is_bit_exact(tiny_model_dir, tmp_path,
     assert format_report(report).endswith("bit-exact: yes")
 
 
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_replay_detects_a_bundle_that_does_not_reproduce(tiny_model_dir, tmp_path, monkeypatch, capsys):
     _spiking(monkeypatch, at_step=3)
     RLTrainer(config=_config(tiny_model_dir, tmp_path, **{"trainer.total_training_steps": 3, "trainer.save_freq": -1,

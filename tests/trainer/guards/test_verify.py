@@ -45,6 +45,7 @@ def test_slice_and_every_variant_are_valid_configs(preset):
 
 
 @pytest.mark.e2e
+@pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_verify_quickstart_passes(capsys):
     assert main(["quickstart"]) == 0
     out = capsys.readouterr().out
