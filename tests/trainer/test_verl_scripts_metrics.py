@@ -122,7 +122,7 @@ def test_ray_init_kwargs_reach_ray(monkeypatch):
 
     seen = {}
     monkeypatch.setattr(ray_module, "ensure_ray", lambda **kw: seen.update(kw))
-    monkeypatch.setattr(ray_module, "RayResourcePool", lambda world, device: ("pool", world, device))
+    monkeypatch.setattr(ray_module, "RayResourcePool", lambda world, device, nnodes=1: ("pool", world, device))
     cfg = load_config(None, ["trainer.backend=ray", "+ray_kwargs.ray_init.num_cpus=3",
                              "+ray_kwargs.ray_init.namespace=verl_test"])
     assert builders.build_resource_pool(cfg) == ("pool", 1, "cpu")
