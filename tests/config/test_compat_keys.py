@@ -16,7 +16,7 @@ from verl.config.schema import RootConfig
 
 DATA = Path(__file__).parent / "data" / "verl_ppo_trainer_keys.txt"
 PACKAGE = Path(__file__).resolve().parents[2] / "verl"
-SCHEMA_FILES = {"schema.py", "schema_verl.py", "verl_keys.py"}
+SCHEMA_FILES = {"schema.py", "schema_rollout.py", "schema_verl.py", "verl_keys.py"}
 
 
 def _verl_keys() -> list[str]:
