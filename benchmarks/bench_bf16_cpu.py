@@ -61,8 +61,8 @@ def main() -> None:
     times: dict[str, dict[str, list[float]]] = {k: {"train": [], "decode8": []} for k in models}
     for _ in range(args.repeats):
         for name, model in models.items():
-            times[name]["train"].append(_timed(lambda: train_step(model)))
-            times[name]["decode8"].append(_timed(lambda: decode_step(model)))
+            times[name]["train"].append(_timed(lambda m=model: train_step(m)))
+            times[name]["decode8"].append(_timed(lambda m=model: decode_step(m)))
     with torch.no_grad():
         for name, model in models.items():
             logps[name], _ = compute_log_probs_and_entropy(model, ids, mask, pos, r, compute_entropy=False, remove_padding=True)

@@ -62,7 +62,9 @@ def equal(model_dir: str, run_dir: Path) -> dict:
     _fit(model_dir, run_dir / "two", cluster.address, **{"trainer.nnodes": 2, "trainer.n_gpus_per_node": 1})
     hosts = sorted(node_watch().hosted)
     _fit(model_dir, run_dir / "one", cluster.address, **{"trainer.nnodes": 1, "trainer.n_gpus_per_node": 2})
-    pick = lambda m: {s: {k: row[k] for k in KEYS} for s, row in m.items()}
+    def pick(m):
+        return {s: {k: row[k] for k in KEYS} for s, row in m.items()}
+
     return {"two": pick(read_metrics(run_dir / "two")), "one": pick(read_metrics(run_dir / "one")), "hosts": hosts,
             "nodes": sorted(n["NodeID"] for n in ray.nodes())}
 

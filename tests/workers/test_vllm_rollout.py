@@ -232,9 +232,9 @@ def test_lora_syncs_only_the_adapter(engine) -> None:
         assert eng.weights.last_tensors == len(lm.state_dict())
         fixed = list(range(4, 4 + P + R - 1))
         ids, ones, pos = torch.tensor([fixed]), torch.ones(1, len(fixed), dtype=torch.long), torch.arange(len(fixed))[None]
-        for step in range(2):  # an update trains only the adapter
+        for _ in range(2):  # an update trains only the adapter
             with torch.no_grad():
-                for name, p in adapter.items():
+                for p in adapter.values():
                     p.add_(torch.randn(p.shape) * 0.3)
             eng.update_weights(lm)
             assert eng.weights.last_tensors == len(adapter) and eng.weights.last_bytes == adapter_bytes

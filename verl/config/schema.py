@@ -30,11 +30,10 @@ from typing import Any, Dict, List, Optional
 
 from verl.config.schema_guards import AlarmsConfig, SentinelConfig
 from verl.config.schema_distill import DistillationConfig
-from verl.config.schema_attest import SyncCheckConfig
+from verl.config.schema_attest import SyncCheckConfig  # noqa: F401 (re-exported: config/checks.py uses S.SyncCheckConfig)
 from verl.config.schema_v1 import TrainerV1Config
 from verl.config.schema_rollout import AgentLoopConfig, MultiTurnConfig, RolloutConfig, SamplingConfig  # noqa: F401 (re-exported: callers use S.<Class>)
 from verl.config.schema_verl import (
-    CheckpointEngineConfig,
     CustomClassConfig,
     FilterGroupsConfig,
     FusedKernelOptions,
@@ -42,7 +41,6 @@ from verl.config.schema_verl import (
     MTPConfig,
     PFPPOConfig,
     ProfilerConfig,
-    PrometheusConfig,
     RayKwargsConfig,
     RewardManagerSection,
     RMRolloutConfig,
@@ -50,12 +48,10 @@ from verl.config.schema_verl import (
     SamplerConfig,
     SandboxFusionConfig,
     TiledMLPConfig,
-    TraceConfig,
     TransferQueueConfig,
     WrapPolicyConfig,
 )
 from verl.config.schema_verl import (  # verl's current layout (config/verl_layout.py)
-    DisaggregationConfig,
     EngineLoRAConfig,
     QATConfig,
     SkipConfig,

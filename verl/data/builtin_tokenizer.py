@@ -47,15 +47,15 @@ def build_tokenizer() -> Any:
 
 # ---- the tool-calling variant (built-in calculator task) ----
 # The tokenizer of the built-in tool-calling model ``tiny-calculator``, built in memory.
-# 
+#
 # The built-in character tokenizer (`verl.data.builtin_tokenizer`) plus four plain added tokens —
 # ``<tool_call>``, ``</tool_call>``, ``<tool_response>``, ``</tool_response>`` (ids 100-103;
 # plain, not special, so decoding keeps them, as in Qwen2.5) — and a tool-aware chat template
 # (:data:`TOOL_CHAT_TEMPLATE`). For ``tools=[calculator]`` it renders::
-# 
+#
 #     <s>S:calculator\nQ:47*38\nA:<tool_call>{"name": "calculator", "arguments": {"expression":
 #     "47*38"}}</tool_call></s><tool_response>1786</tool_response>A:1786</s>
-# 
+#
 # i.e. the tool names after ``S:``, user turns ``Q:<content>\n``, assistant turns
 # ``A:<content><tool calls></s>`` (a structured ``tool_calls`` list is written in the Hermes JSON
 # of `verl.tools.parser.render_tool_call`, without its newlines), tool turns

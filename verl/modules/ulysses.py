@@ -127,10 +127,10 @@ def gather_seq(x: torch.Tensor, dim: int, group: dist.ProcessGroup) -> torch.Ten
 def _seq_to_heads(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
     """`(b, h, l, d)` local columns of all heads -> `(b, h / sp, sp * l, d)` all columns of this rank's heads."""
     _, sp = sp_rank_and_size(group)
-    b, h, l, d = x.shape
-    chunks = x.reshape(b, sp, h // sp, l, d).transpose(0, 1)  # dim 0: the head group sent to each rank
+    b, h, local, d = x.shape
+    chunks = x.reshape(b, sp, h // sp, local, d).transpose(0, 1)  # dim 0: the head group sent to each rank
     got = _AllToAll.apply(chunks, group)  # dim 0: the source rank = its column block
-    return got.permute(1, 2, 0, 3, 4).reshape(b, h // sp, sp * l, d)
+    return got.permute(1, 2, 0, 3, 4).reshape(b, h // sp, sp * local, d)
 
 
 def _heads_to_seq(x: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:

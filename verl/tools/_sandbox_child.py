@@ -75,7 +75,10 @@ _FORBIDDEN = frozenset({
 })
 
 
-def _install_hook(workdir, path_events=tuple(_PATH_EVENTS.items()), forbidden=_FORBIDDEN):
+_PATH_EVENT_ITEMS = tuple(_PATH_EVENTS.items())
+
+
+def _install_hook(workdir, path_events=_PATH_EVENT_ITEMS, forbidden=_FORBIDDEN):
     root = os.path.realpath(workdir)
     path_events = dict(path_events)  # a private copy: the code cannot edit the module's tables into the hook
 

@@ -461,7 +461,7 @@ async def _write_all(loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> N
             view = view[os.write(fd, view):]
         except BlockingIOError:
             ready = loop.create_future()
-            loop.add_writer(fd, lambda: ready.done() or ready.set_result(None))
+            loop.add_writer(fd, lambda fut=ready: fut.done() or fut.set_result(None))
             try:
                 await ready
             finally:

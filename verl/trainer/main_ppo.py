@@ -14,6 +14,11 @@ A bad config exits with status 2 and a one-line error before any model is loaded
 
 from __future__ import annotations
 
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
 USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
 
   (no arguments)          the built-in quick start (preset 'quickstart': tiny model, arithmetic task, CPU)
@@ -26,11 +31,6 @@ USAGE = """usage: verl train [CONFIG] [key=value | +key=value | ~key ...]
                           DIR/NAME.yaml (its `defaults: [ppo_trainer, _self_]` = verl's defaults)
   verl config show [CONFIG] [overrides]   prints the resolved config
 """
-
-import sys
-import time
-from pathlib import Path
-from typing import Any, Sequence
 
 
 def plot_history(history: list[dict[str, float]], out_png: Path) -> Path | None:

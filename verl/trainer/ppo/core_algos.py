@@ -141,7 +141,9 @@ def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
 
     def loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
              rollout_is_weights=None):
-        get = (lambda k, d: getattr(config, k, d) if getattr(config, k, None) is not None else d)
+        def get(k, d):
+            return getattr(config, k, d) if getattr(config, k, None) is not None else d
+
         clip = get("clip_ratio", 0.2)
         # the variants' own settings where verl keeps them: actor.tau_pos / tau_neg, actor.policy_loss.*
         extra = {"tau_pos": get("tau_pos", 1.0), "tau_neg": get("tau_neg", 1.05)}
