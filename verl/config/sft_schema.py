@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from verl.config.schema import CustomRewardFunctionConfig
+
 
 @dataclass
 class SFTMultiTurnConfig:
@@ -178,9 +180,17 @@ class HybridTaskConfig:
     response_length: int = 8
     # rl: max new tokens per response.
     temperature: float = 1.0
-    # rl: sampling temperature.
+    # rl: sampling temperature; old log-probs and the loss score logits / temperature (as the RL trainer).
     clip_ratio: float = 0.2
     # rl: PPO clip epsilon (one update per sample, so the ratio is 1 at the step).
+    logprob_chunk_size: int = 1024
+    # rl: as actor.logprob_chunk_size: rows of logits turned into log-probs at once (old log-probs and loss).
+    reward_manager: str = "naive"
+    # rl: registered reward manager, as reward_model.reward_manager (naive | batch | dapo | prime | ...).
+    reward_timeout_s: float = 30.0
+    # rl: as reward_model.timeout_s: seconds a scorer may take per sample; over it the score is 0 and counted.
+    custom_reward_function: CustomRewardFunctionConfig = field(default_factory=CustomRewardFunctionConfig)
+    # rl: as custom_reward_function.{path,name,reward_kwargs}; path None = built-in scorers routed by data_source.
 
 
 @dataclass

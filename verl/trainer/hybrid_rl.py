@@ -9,14 +9,21 @@ Per optimizer step the stream takes ``batch_size`` prompts (verl RL rows, e.g.
    ``engine.state_for_rollout()`` through `verl.workers.rollout_sync.SyncedRollout`, as the RL
    worker does), with one seed per (``trainer.seed``, step, global trajectory index), so the
    samples do not depend on the number of ranks;
-2. scores them with the rule reward manager (`verl.reward.create_reward_manager`, routed by
-   ``data_source``);
+2. scores them with the task's reward manager, built as the RL trainer builds its own
+   (`verl.trainer.ppo.reward.load_reward_manager`: ``reward_manager``, ``reward_timeout_s`` and
+   ``custom_reward_function`` of the task; routed by ``data_source`` without a custom function);
+   a sample the manager could not score (error, timeout) leaves the loss and its GRPO group, as
+   in the RL trainer (`verl.trainer.reward_errors.mask_unscored_samples`);
 3. computes GRPO advantages (`verl.algorithms.compute_advantage`, Shao et al. 2024) per prompt group;
-4. computes ``old_log_probs`` with the current actor (`TrainingEngine.infer_batch`).
+4. computes ``old_log_probs`` with the current actor at the sampling temperature
+   (`verl.workers.actor.compute_log_prob`, the RL worker's function, chunked by the task's
+   ``logprob_chunk_size``).
 
-Its loss is PPO's clipped surrogate (``POLICY_LOSSES["vanilla"]``) aggregated as token-mean over
-the step's global response-token count (`verl.algorithms.agg_loss`). With one update per batch
-the ratio is 1 at the step, so the gradient is the plain policy gradient ``−Σ A ∇log π / N``.
+Its loss is the RL trainer's (`verl.workers.actor.policy_loss_fn`) for an actor section built
+from the task (`actor_config`): PPO's clipped surrogate (``policy_loss.loss_mode=vanilla``,
+symmetric clip ``clip_ratio``) under ``logits / temperature``, token-mean over the step's global
+response-token count. With one update per batch the ratio is 1 at the step, so the gradient is
+the plain policy gradient ``−Σ A ∇log π_τ / N``.
 """
 
 from __future__ import annotations
@@ -26,23 +33,43 @@ from typing import Any
 import numpy as np
 import torch
 
-from verl.algorithms import POLICY_LOSSES, agg_loss, compute_advantage
+from verl.algorithms import compute_advantage
+from verl.config.schema import ActorConfig, PolicyLossConfig, RootConfig
 from verl.engine.base import GlobalCounts, MicroBatchSpec
 from verl.engine.dist import dp_rank, dp_world_size
 from verl.protocol import DataProto, collate_fn
 from verl.trainer.hybrid_streams import StepSampler
+from verl.trainer.reward_errors import mask_unscored_samples
+from verl.workers.actor import compute_log_prob, policy_loss_fn
 from verl.workers.rollout.sampling import derive_seeds
 
-__all__ = ["RLStream"]
+__all__ = ["RLStream", "actor_config", "reward_config"]
 
 
-def _response_logps(module: torch.nn.Module, micro: DataProto, remove_padding: bool) -> torch.Tensor:
-    from verl.modules.forward import compute_log_probs_and_entropy
+def actor_config(task: Any) -> ActorConfig:
+    """The actor section whose loss the stream trains with (`verl.workers.actor.policy_loss_fn`).
 
-    b, dev = micro.batch, next(module.parameters()).device
-    ids, attn, pos = (b[k].to(dev) for k in ("input_ids", "attention_mask", "position_ids"))
-    return compute_log_probs_and_entropy(module, ids, attn, pos, b["responses"].shape[-1], compute_entropy=False,
-                                         remove_padding=remove_padding)[0]
+    Vanilla PPO loss with the symmetric clip ``task.clip_ratio``, token-mean aggregation, no
+    entropy or KL term, the task's ``logprob_chunk_size``; every other field at the RL default.
+    """
+    c = task.clip_ratio
+    return ActorConfig(clip_ratio=c, clip_ratio_low=c, clip_ratio_high=c, loss_agg_mode="token-mean",
+                       policy_loss=PolicyLossConfig(loss_mode="vanilla"), entropy_coeff=0.0, use_kl_loss=False,
+                       logprob_chunk_size=task.logprob_chunk_size)
+
+
+def reward_config(task: Any) -> RootConfig:
+    """An RL config holding the task's reward settings where `load_reward_manager` reads them.
+
+    ``reward_model.reward_manager`` = ``task.reward_manager``, ``reward_model.timeout_s`` =
+    ``task.reward_timeout_s``, ``custom_reward_function`` = the task's; the rest at the defaults
+    (``data.reward_fn_key`` = ``data_source``).
+    """
+    cfg = RootConfig()
+    cfg.reward_model.reward_manager = task.reward_manager
+    cfg.reward_model.timeout_s = task.reward_timeout_s
+    cfg.custom_reward_function = task.custom_reward_function
+    return cfg
 
 
 class RLStream:
@@ -67,7 +94,7 @@ class RLStream:
                  max_length: int, device: str, remove_padding: bool = False) -> None:
         from verl.config.schema import DataConfig, RolloutConfig
         from verl.data.loader import create_rl_dataset
-        from verl.reward import create_reward_manager
+        from verl.trainer.ppo.reward import load_reward_manager
 
         prompt_len = max_length - task.response_length
         if prompt_len < 1:
@@ -77,7 +104,8 @@ class RLStream:
         self.name, self.task, self.tokenizer, self.micro, self.seed = name, task, tokenizer, micro, seed
         self.dataset = create_rl_dataset(list(files), tokenizer, data_cfg)
         self.sampler = StepSampler(len(self.dataset), task.batch_size, seed)
-        self.reward_fn = create_reward_manager("naive", tokenizer)
+        self.reward_fn = load_reward_manager(reward_config(task), tokenizer)
+        self.actor_cfg = actor_config(task)
         self.rollout_cfg = RolloutConfig(n=task.rollout_n, response_length=task.response_length, prompt_length=prompt_len,
                                          temperature=task.temperature, do_sample=True, seed=seed)
         self.device, self.remove_padding = device, remove_padding
@@ -114,28 +142,35 @@ class RLStream:
         out.meta_info.pop("metrics", None)
         full = out.select(batch_keys=["input_ids", "attention_mask", "position_ids", "responses", "response_mask"])
         full.non_tensor_batch.update(batch.repeat(n, interleave=True).non_tensor_batch)
-        scores = self.reward_fn(full, return_dict=True)["reward_tensor"]
+        scored = self.reward_fn(full, return_dict=True)
+        scores = scored["reward_tensor"]
+        # as the RL trainer: an unscored sample (error, timeout) leaves the loss and its group
+        reward_metrics = mask_unscored_samples(full, scored.get("reward_extra_info"))
+        reward_metrics.update(scored.get("reward_metrics") or {})
         mask = full.batch["response_mask"]
         adv, _ = compute_advantage("grpo", token_level_rewards=scores, response_mask=mask, index=full.non_tensor_batch["uid"])
         full.batch["advantages"] = adv
-        full.batch["old_log_probs"] = self.engine.infer_batch(full, lambda m, mb: {"lp": _response_logps(m, mb, self.remove_padding)}, self.micro)["lp"]
+        # scored as the RL worker scores them: logits / the sampling temperature, the actor's chunking
+        full.batch["old_log_probs"], _ = compute_log_prob(self.engine, full, self.task.temperature, self.micro,
+                                                          chunk_size=self.actor_cfg.logprob_chunk_size,
+                                                          remove_padding=self.remove_padding)
         seq_scores = scores.sum(-1)
         return full, {"score_mean": float(seq_scores.mean()), "response_length": float(mask.sum(-1).float().mean()),
-                      **self.rollout.take_sync_metrics()}
+                      **{k: float(v) for k, v in reward_metrics.items()}, **self.rollout.take_sync_metrics()}
 
     def loss_fn(self, weight: float) -> Any:
-        """``weight ·`` the clipped policy-gradient loss, token-mean over the step's global response tokens."""
-        c = self.task.clip_ratio
+        """``weight ·`` the RL trainer's policy loss of a micro-batch (`actor_config`, the sampling temperature).
+
+        Metrics (additive over micro-batches and ranks): ``loss`` (the unweighted policy-gradient
+        loss), ``pg_clipfrac`` and ``ppo_kl``.
+        """
+        inner = policy_loss_fn(self.actor_cfg, self.task.temperature, self.remove_padding)
 
         def fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, float]]:
-            b = micro.batch
-            log_prob = _response_logps(module, micro, self.remove_padding)
-            dev = log_prob.device
-            mask = b["response_mask"].to(dev, torch.float32)
-            pg_losses, _ = POLICY_LOSSES["vanilla"](b["old_log_probs"].to(dev), log_prob, b["advantages"].to(dev), mask,
-                                                     clip_ratio_low=c, clip_ratio_high=c)
-            loss = agg_loss(pg_losses, mask, "token-mean", global_token_count=counts.tokens)
-            return weight * loss, {"loss": float(loss.detach())}
+            loss, metrics = inner(module, micro, counts)
+            out = {"loss": float(metrics["actor/pg_loss"])}
+            out.update({k: float(metrics[f"actor/{k}"]) for k in ("pg_clipfrac", "ppo_kl") if f"actor/{k}" in metrics})
+            return weight * loss, out
         return fn
 
     @property
