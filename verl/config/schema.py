@@ -624,7 +624,14 @@ class RewardModelConfig:
     use_reward_loop: bool = False
     # verl's asynchronous reward loop.
     num_workers: Optional[int] = None
-    # Reward-loop workers.
+    # Scoring threads of streaming rewards (verl's reward.num_workers; >= 1; None = 4); the same scores.
+    streaming: bool = True
+    # Score each trajectory as soon as the rollout finishes it, while the others still generate
+    # (sync step and separate_async rollout; verl.trainer.streaming_reward): the same scores, extra
+    # info and failure counts as scoring after generation. Streams with the in-process (local
+    # backend) hf engine and agent loops, the naive / dapo / gdpo managers (rule scorers, custom
+    # compute_score) and a reward model on its own pool (placement=separate); otherwise, and with
+    # false, the batch is scored after generation.
     rollout: RMRolloutConfig = field(default_factory=RMRolloutConfig)
     # Generative reward-model serving.
 

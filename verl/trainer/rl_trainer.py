@@ -35,6 +35,7 @@ from verl.trainer.reward_errors import mask_unscored_samples
 from verl.trainer.rollout_corr import bypass_old_log_probs, rollout_correction_stage
 from verl.trainer.truncation import mask_truncated_stage
 from verl.trainer.state import TrainerParts, TrainerState
+from verl.trainer.streaming_reward import PendingReward, build_streaming_rewards
 from verl.trainer.tracking import progress_bar, update_bar
 from verl.trainer.val_loop import run_validation
 from verl.workers.rollout.sampling import derive_seeds
@@ -65,6 +66,7 @@ class RLTrainer:
         self._reward_keys: set[str] = set()  # per-sample values the reward manager reported
         self._sampler: Any = None  # DAPO dynamic sampling (algorithm.filter_groups)
         self._pending_timing: dict[str, float] = {}
+        self._streaming: Any = None  # streaming rewards (reward_model.streaming), False where off
         # the estimator's own inputs decide the optional stages (ReMax: a greedy baseline per prompt)
         self._greedy_baseline = "reward_baselines" in estimator_inputs(self.config.algorithm.adv_estimator)
         self.guards = RunGuards(self.config)  # reward-hacking alarms, divergence sentinel (trainer.alarms / sentinel)
@@ -104,6 +106,8 @@ class RLTrainer:
 
     def close(self) -> None:
         """Shut down remote worker groups and release their resource pool (idempotent)."""
+        if self._streaming:
+            self._streaming.close()
         p = self.parts
         if p is None:
             return
@@ -186,20 +190,21 @@ class RLTrainer:
             batch.non_tensor_batch["uid"] = np.array([f"{self.global_step}-{i}" if k == 0 else f"{self.global_step}-{k}-{i}"
                                                       for i in range(len(batch))], dtype=object)
             gen_batch = self._gen_batch(batch, validate=False)
-            with timer("gen", timing):
-                gen_out = p.actor_rollout_wg.generate_sequences(
-                    self._with_seeds(gen_batch.repeat(rollout.n, interleave=True), "train" if k == 0 else f"train{k}"))
+            repeated = batch.repeat(rollout.n, interleave=True)
+            with timer("gen", timing):  # with streaming rewards the trajectories are scored as they finish
+                gen_out, pending = self.generate_scored(p.actor_rollout_wg, self._with_seeds(
+                    gen_batch.repeat(rollout.n, interleave=True), "train" if k == 0 else f"train{k}"), repeated)
             metrics.update(reduce_worker_metrics(gen_out.meta_info.pop("metrics", {})))
             metrics.update(agent_loop_metrics(gen_out))
             if self._greedy_baseline:
                 with timer("gen_max", timing):
                     baselines = self._greedy_baselines(gen_batch, batch)
-            batch = batch.repeat(rollout.n, interleave=True)
+            batch = repeated
             batch.union(gen_out)
             if self._greedy_baseline:
                 batch.batch["reward_baselines"] = baselines
             with timer("reward", timing):
-                metrics.update(self._compute_reward(batch))
+                metrics.update(self._compute_reward(batch, pending))
             if sampler is not None:
                 batch, sampling_metrics = sampler.add(batch)
                 if batch is None:
@@ -367,14 +372,30 @@ class RLTrainer:
             self._sampler = DynamicSampler(fg.metric, fg.max_num_gen_batches, self.config.data.train_batch_size)
         return self._sampler
 
-    def _compute_reward(self, batch: DataProto) -> dict[str, float]:
+    def generate_scored(self, wg: Any, gen: DataProto, prompts: DataProto) -> tuple[DataProto, PendingReward | None]:
+        """``wg.generate_sequences(gen)``; with streaming rewards also the pending scores of its
+        trajectories, scored as they finish (`verl.trainer.streaming_reward`), else None.
+
+        Args:
+            gen: the generation batch, `B` rows; prompts: its `B` prompt rows (non-tensor fields).
+        """
+        if self._streaming is None:
+            p = self._parts()
+            self._streaming = build_streaming_rewards(self.config, p.reward_fn, p.rm_wg) or False
+        if not self._streaming:
+            return wg.generate_sequences(gen), None
+        return self._streaming.generate(wg, gen, prompts)
+
+    def _compute_reward(self, batch: DataProto, pending: PendingReward | None = None) -> dict[str, float]:
         """``token_level_scores`` `(B, R)`: the reward model's score when enabled (as verl, it
-        replaces the rule scorers), else the reward manager's rule / custom scores."""
+        replaces the rule scorers), else the reward manager's rule / custom scores; ``pending``:
+        the streamed scores of the batch's generation call (`generate_scored`)."""
         p = self._parts()
         if p.rm_wg is not None:
-            batch.batch["token_level_scores"] = p.rm_wg.compute_rm_score(batch).batch["rm_scores"]
+            scores = pending.result(batch)["reward_tensor"] if pending is not None else None
+            batch.batch["token_level_scores"] = scores if scores is not None else p.rm_wg.compute_rm_score(batch).batch["rm_scores"]
             return {}
-        reward = p.reward_fn(batch, return_dict=True)
+        reward = pending.result(batch) if pending is not None else p.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = reward["reward_tensor"]
         # per-sample values the scorer reported (acc, pred, ...) travel with the batch, as in verl
         extra = {k: v for k, v in (reward.get("reward_extra_info") or {}).items() if len(v) == len(batch)}

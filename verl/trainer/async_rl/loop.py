@@ -107,7 +107,8 @@ class SeparateAsyncLoop:
         self.n = self.cfg.actor_rollout_ref.rollout.n
         self.buffer = build_replay_buffer(self.cfg.trainer.v1.sampler, self._submit)
         self.rollouter = Rollouter(self.split.rollout_wg, self.buffer, trainer._compute_reward, self.n,
-                                   partial=partial_rollouts(self.cfg) and hasattr(self.split, "policy_version"))
+                                   partial=partial_rollouts(self.cfg) and hasattr(self.split, "policy_version"),
+                                   generate=trainer.generate_scored)  # streaming rewards (reward_model.streaming)
         self.feed = PromptFeed(self.p.train_dataloader, self.cfg.trainer.seed, self.n)
         self.untrained: dict[str, Row] = {}  # submitted, neither trained nor evicted (submission order)
         self._seq = 0

@@ -20,7 +20,9 @@ generation call holds ``lock`` (validation on the rollout group takes it too). W
 
 Every generated row gets ``rollout_policy_versions`` `(B, R)` int64 (-1 where no policy sampled:
 padding, tool tokens). The group is then scored here, in this thread (the reward overlaps
-training), and put into the `ReplayBuffer`.
+training), and put into the `ReplayBuffer`. With ``generate`` (streaming rewards,
+`verl.trainer.streaming_reward`) each trajectory is scored as soon as the engine finishes it, while
+the call goes on; after the call only the last scores are waited for.
 
 Idle time (``rollouter/idle_ratio``) = time waiting for a request or for the lock.
 """
@@ -67,13 +69,17 @@ class Rollouter:
     Args:
         rollout_wg: the rollout worker group (``generate_sequences``).
         buffer: where scored groups go.
-        score: ``score(batch) -> metrics``: writes ``token_level_scores`` into the batch.
+        score: ``score(batch, pending) -> metrics``: writes ``token_level_scores`` into the batch
+            (``pending``: the streamed scores of its call, or None).
         n: trajectories per prompt (``rollout.n``).
+        generate: ``generate(wg, gen, prompts) -> (out, pending)`` (`RLTrainer.generate_scored`);
+            None = ``wg.generate_sequences(gen)``, scored after the call.
     """
 
-    def __init__(self, rollout_wg: Any, buffer: ReplayBuffer, score: Callable[[DataProto], dict[str, float]], n: int,
-                 partial: bool = False) -> None:
+    def __init__(self, rollout_wg: Any, buffer: ReplayBuffer, score: Callable[..., dict[str, float]], n: int,
+                 partial: bool = False, generate: Callable[..., tuple[DataProto, Any]] | None = None) -> None:
         self.rollout_wg, self.buffer, self.score, self.n = rollout_wg, buffer, score, n
+        self.generate = generate or (lambda wg, gen, prompts: (wg.generate_sequences(gen), None))
         self.partial = partial
         self.lock = threading.Lock()
         self.version = 0  # weights loaded in the rollout group (changed by the trainer)
@@ -134,10 +140,10 @@ class Rollouter:
             self.idle_s += t1 - t0
             version = self.version
             request.gen.meta_info["policy_version"] = version
-            out = self.rollout_wg.generate_sequences(request.gen)
+            batch = request.batch.repeat(self.n, interleave=True)
+            out, pending = self.generate(self.rollout_wg, request.gen, batch)
         metrics = reduce_worker_metrics(out.meta_info.pop("metrics", {}))
         metrics.update(agent_loop_metrics(out))
-        batch = request.batch.repeat(self.n, interleave=True)
         batch.union(out)
         # without partial rollouts the call ran under the sync lock: every sampled token is the
         # version loaded at its start; with them the engine's tags (its units) are translated
@@ -147,7 +153,7 @@ class Rollouter:
             batch.batch[VERSIONS_KEY] = translate_versions(tags, mask, self._engine_versions)
         else:
             batch.batch[VERSIONS_KEY] = torch.where(mask, torch.full_like(mask, version, dtype=torch.int64), -1)
-        metrics.update(self.score(batch))
+        metrics.update(self.score(batch, pending))
         for i, uid in enumerate(request.uids):
             self.buffer.put(uid, batch[i * self.n:(i + 1) * self.n], metrics)
         self.busy_s += time.perf_counter() - t1
