@@ -591,7 +591,10 @@ class RewardModelConfig:
     micro_batch_size: Optional[int] = None
     max_length: Optional[int] = None
     use_dynamic_bsz: bool = False
+    # Pack the reward-model forward's micro-batches by token budget (forward_max_token_len_per_gpu
+    # real tokens each, as the actor's use_dynamic_bsz) instead of micro_batch_size_per_gpu rows.
     forward_max_token_len_per_gpu: int = 32768
+    # Token budget (prompt + response, padding excluded) of one reward-model micro-batch under use_dynamic_bsz.
     reward_manager: str = "naive"
     # Rule-reward manager: naive (per sample) | batch.
     timeout_s: float = 30.0

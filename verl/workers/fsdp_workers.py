@@ -314,7 +314,9 @@ class RewardModelWorker(Worker):
             device = next(module.parameters()).device
             return {"scores": compute_rm_scores(module, *(m.batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")))}
 
-        scores = self.engine.infer_batch(data, forward, MicroBatchSpec(self.config.micro_batch_size_per_gpu))["scores"]
+        c = self.config  # use_dynamic_bsz: micro-batches packed by forward_max_token_len_per_gpu tokens, as the actor's
+        micro = MicroBatchSpec(c.micro_batch_size_per_gpu, c.use_dynamic_bsz, c.forward_max_token_len_per_gpu)
+        scores = self.engine.infer_batch(data, forward, micro)["scores"]
         mask = data.batch["response_mask"]
         last = (torch.arange(mask.shape[1]) * mask.long()).argmax(dim=-1)
         rm_scores = torch.zeros(mask.shape, dtype=torch.float32)
