@@ -3,7 +3,8 @@
 Key names and defaults are verl's (``verl/trainer/config/ppo_trainer.yaml``, section
 ``trainer.v1``). ``sync`` is the synchronous loop of `verl.trainer.rl_trainer`; ``separate_async``
 runs `verl.trainer.async_rl` (the rollout pool generates into a replay buffer of prompt groups
-while the actor trains; the rollout is standalone, as if ``actor_rollout_ref.hybrid_engine=false``).
+while the actor trains; the rollout is standalone, as if ``actor_rollout_ref.hybrid_engine=false``);
+``colocate_async`` runs `verl.trainer.async_rl.colocate` on the hybrid engine's one pool.
 Checks across sections (``data.train_batch_size = parameter_sync_step x actor.ppo_mini_batch_size``)
 are in `verl.config.v1_checks`.
 """
@@ -23,7 +24,10 @@ OFF_POLICY_STRATEGIES = frozenset({"drop", "wait"})
 @dataclass
 class ColocateAsyncConfig:
     num_warmup_batches: int = 1
-    # Prompt batches submitted to the rollout before the first step (verl's default 1).
+    # Prompt batches (data.train_batch_size prompts each) submitted before the first step, on top of
+    # the one every step submits (>= 0, verl's default 1): they generate together with the current
+    # batch, a step trains as soon as train_batch_size groups are finished, and the unfinished long
+    # tail is carried to the next step (partial rollouts). 0: nothing is carried, the run equals sync.
 
 
 @dataclass
@@ -84,7 +88,8 @@ class V1SamplerConfig:
 class TrainerV1Config:
     trainer_mode: str = "sync"
     # sync (the synchronous loop) | separate_async (rollout on its own pool, replay buffer,
-    # bounded staleness) | colocate_async (not supported yet).
+    # bounded staleness) | colocate_async (one pool: warm-up batches generate ahead, the long
+    # tail of a batch is cut and resumed under the next weights; verl.trainer.async_rl.colocate).
     sync: Dict[str, Any] = field(default_factory=dict)
     # verl's (empty) sync section.
     colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)

@@ -4,7 +4,9 @@ Every refused value is one line naming its key. The rules for ``separate_async``
 (``verl/trainer/ppo/v1/trainer_separate_async.py``): ``data.train_batch_size = parameter_sync_step
 x actor.ppo_mini_batch_size`` (one RL step = ``parameter_sync_step`` mini-batches, one weight
 sync); the rollout is standalone on its own pool (finalize sets ``hybrid_engine=false``), and
-``data.gen_batch_size`` (verl's fetch granularity) must divide the train batch.
+``data.gen_batch_size`` (verl's fetch granularity) must divide the train batch. ``colocate_async``
+(`verl.trainer.async_rl.colocate`) runs on the in-process hybrid ``hf`` engine, whose finish hook
+cuts the long tail.
 """
 
 from __future__ import annotations
@@ -41,8 +43,7 @@ def check_trainer_v1(cfg: RootConfig) -> None:
         raise ConfigError(f"{_P}.sampler.sampler_kwargs: only a custom sampler takes keyword arguments; set "
                           f"{_P}.sampler.custom_sampler.{{path,name}} or remove them")
     if v1.trainer_mode == "colocate_async":
-        raise not_supported(f"{_P}.trainer_mode", "colocate_async (warm-up batches on one pool) is not built; use "
-                            "separate_async (the rollout on its own pool) or sync")
+        _check_colocate_async(cfg)
     if v1.trainer_mode == "separate_async":
         _check_separate_async(cfg)
 
@@ -75,3 +76,34 @@ def _check_separate_async(cfg: RootConfig) -> None:
     if algo.adv_estimator == "remax":
         raise not_supported("algorithm.adv_estimator", "remax (a greedy baseline per prompt) with "
                             "trainer.v1.trainer_mode=separate_async is not built; use grpo, rloo or gae")
+
+
+def _check_colocate_async(cfg: RootConfig) -> None:
+    ca, arr = cfg.trainer.v1.colocate_async, cfg.actor_rollout_ref
+    rollout, algo, tr = arr.rollout, cfg.algorithm, cfg.trainer
+    mode = f"{_P}.trainer_mode=colocate_async"
+    if ca.num_warmup_batches < 0:
+        raise ConfigError(f"{_P}.colocate_async.num_warmup_batches: must be >= 0, got {ca.num_warmup_batches}")
+    if not arr.hybrid_engine:
+        raise ConfigError(f"actor_rollout_ref.hybrid_engine: {mode} generates in the actor's workers (one pool); "
+                          "set it true, or use trainer_mode=separate_async for a rollout on its own pool")
+    if rollout.name != "hf":
+        raise not_supported("actor_rollout_ref.rollout.name", f"{rollout.name} with {mode} is not built (the long-tail "
+                            "cut interrupts the in-process hf engine); use rollout.name=hf")
+    if tr.backend == "ray" or tr.nnodes * tr.n_gpus_per_node != 1:
+        raise not_supported("trainer.backend", f"{mode} on Ray or more than one worker is not built (the long-tail cut "
+                            "hooks the in-process engine); use one worker with trainer.backend=local or auto")
+    if rollout.multi_turn.enable or rollout.agent.default_agent_loop != "single_turn_agent" or rollout.over_sample_rate > 0:
+        raise not_supported("actor_rollout_ref.rollout.multi_turn", f"agent loops with {mode} are not built (their "
+                            "trajectories cannot resume from a partial output); use single-turn rollouts")
+    if cfg.trainer.v1.sampler.sync_refill_failed_groups:
+        raise not_supported(f"{_P}.sampler.sync_refill_failed_groups", "it applies to verl's sync sampling only; leave it false")
+    if cfg.data.gen_batch_size not in (None, cfg.data.train_batch_size):
+        raise not_supported("data.gen_batch_size", f"a generation batch other than data.train_batch_size with {mode} "
+                            "is not built; leave it unset")
+    if algo.filter_groups.enable:
+        raise not_supported("algorithm.filter_groups.enable", f"DAPO group filtering with {mode} is not built; use "
+                            "trainer_mode=sync")
+    if algo.adv_estimator == "remax":
+        raise not_supported("algorithm.adv_estimator", f"remax (a greedy baseline per prompt) with {mode} is not built; "
+                            "use grpo, rloo or gae")

@@ -53,7 +53,6 @@ NOOP: dict[str, str] = {
     "trainer.v1.sync": "verl's sync section is empty",
     "trainer.v1.separate_async.hybrid_rollout.switch_*": "read only with hybrid_rollout.enable_switch=true, which is refused",
     "trainer.v1.separate_async.hybrid_rollout.adaptive_switch_threshold": "read only with hybrid_rollout.enable_switch=true, which is refused",
-    "trainer.v1.colocate_async.num_warmup_batches": "read only with trainer.v1.trainer_mode=colocate_async, which is refused",
     "actor_rollout_ref.rollout.agent.num_workers": "verl runs agent loops in worker processes; here they are asyncio tasks inside the rollout worker (same trajectories)",
     "*.use_torch_compile": "verl compiles its log-prob/entropy helpers for speed only (" + _SAME_VALUES + ")",
     "*.fsdp_config.forward_prefetch": "overlaps all-gathers with compute (" + _SAME_VALUES + ")",

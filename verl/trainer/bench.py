@@ -187,14 +187,16 @@ class VerlStepper:
 
 
 class AsyncStepper(VerlStepper):
-    """Steps of ``trainer.v1.trainer_mode=separate_async``: the rollout thread keeps generating
-    between and during the steps, so a step's wall time is what the trainer waits plus trains."""
+    """Steps of an async ``trainer.v1.trainer_mode``: with ``separate_async`` the rollout thread
+    keeps generating between and during the steps, so a step's wall time is what the trainer waits
+    plus trains; with ``colocate_async`` a step generates until the batch is finished (the long
+    tail carried to the next step) and trains."""
 
     def __init__(self, config: Any) -> None:
         super().__init__(config)
-        from verl.trainer.async_rl import SeparateAsyncLoop
+        from verl.trainer.async_rl import build_async_loop
 
-        self.loop = SeparateAsyncLoop(self.trainer)
+        self.loop = build_async_loop(self.trainer)
         self._started = False
 
     def step(self) -> StepRecord:

@@ -124,7 +124,6 @@ def test_a_resumed_run_trains_every_prompt_of_the_epoch_exactly_once(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     ({"data.gen_batch_size": 3}, "must divide data.train_batch_size"),
     ({"trainer.v1.separate_async.parameter_sync_step": 4}, "must equal parameter_sync_step"),
-    ({"trainer.v1.trainer_mode": "colocate_async"}, "is not supported yet"),
     ({"trainer.v1.trainer_mode": "separate"}, "did you mean 'separate_async'"),
     ({"trainer.v1.sampler.max_off_policy_strategy": "keep"}, "must be drop or wait"),
     ({"trainer.v1.sampler.sync_refill_failed_groups": True}, "is not supported yet"),

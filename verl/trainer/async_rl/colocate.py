@@ -1,0 +1,302 @@
+"""``trainer.v1.trainer_mode=colocate_async``: asynchronous RL on one pool (verl's V1 shape).
+
+The actor and the rollout share the same workers (the hybrid engine, ``hybrid_engine=true``), so
+generation and training never run at the same instant. What overlaps is generation of the next
+batch with the long tail of the current one (verl ``verl/trainer/ppo/v1/trainer_colocate_async.py``:
+warm-up batches + partial rollout). One RL step at trainer version ``v`` (= ``global_step``):
+
+1. submit ``data.train_batch_size`` (K) prompts; before the first step also
+   ``colocate_async.num_warmup_batches`` x K: the batches generated ahead;
+2. staleness control (``trainer.v1.sampler``, `verl.trainer.async_rl.flights`): ``drop`` evicts
+   every group whose span ``v - submit_version + 1`` exceeds the threshold and submits as many
+   fresh prompts; ``wait`` evicts nothing and lets groups at the threshold finish first;
+3. generate until K groups are finished (generated and scored): the carried long tails first,
+   oldest first, each resuming from its prefix under the current weights, then the fresh prompts
+   (`flights.call_plan`); each call's rows decode together. As soon as K groups are finished the
+   call is interrupted at the next decode step (the long-tail cut): the unfinished trajectories
+   keep their tokens and are carried into the next step, where they continue under the new
+   weights (partial rollouts: one trajectory may span several versions);
+4. train on the K oldest finished groups as the synchronous loop does (`RLTrainer._update_stages`:
+   one RL step of ``ppo_mini_batch_size`` mini-batches); the weights the rollout reads are the
+   actor's own, so the next step generates with version ``v + 1``.
+
+Every sampled token carries the version that sampled it (``rollout_policy_versions`` `(B, R)`,
+the engine's ``policy_version`` set to ``v`` before each step's generation), which gives verl's
+``training/off_policy/trajectory_{spans,staleness,staleness_worst}/*`` (`off_policy_metrics`).
+
+With ``num_warmup_batches=0`` only the step's own K prompts are in flight, nothing is cut, and
+the run equals ``sync`` step for step (same prompts, uids, seeds, tokens). A ``drop`` eviction
+happens before generation (verl evicts a stale group once it finishes; evicting it as soon as it
+is stale spares the pool the generation of a group that can never be trained).
+
+Metrics added per step: ``training/off_policy/*`` (with ``evicted_samples``),
+``colocate_async/long_tail_cut`` (1 when a generation call was interrupted with trajectories
+unfinished),
+``colocate_async/carried_groups`` (groups left unfinished, carried to the next step) and
+``colocate_async/buffer_sampleable`` (finished groups left for the next step).
+
+Checkpoints save every prompt submitted but not trained (`PromptFeed.state`); a resumed run
+generates them again first, so across a kill no prompt is lost and none is trained twice (those
+evicted by ``drop`` are dropped on purpose).
+
+Runs on the in-process ``hf`` engine (``trainer.backend=local``): the long-tail cut is the
+engine's finish hook (``on_trajectories_finished``) interrupting its decode loop.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import torch
+
+from verl.config.errors import not_supported
+from verl.protocol import DataProto
+from verl.trainer.async_rl.feed import PromptFeed
+from verl.trainer.async_rl.flights import CutWatch, Flight, call_plan, pick, ready, span, stale
+from verl.trainer.async_rl.loop import _chunk_metrics
+from verl.trainer.async_rl.off_policy import off_policy_metrics
+from verl.trainer.async_rl.replay_buffer import _eviction_metrics
+from verl.trainer.async_rl.rollouter import VERSIONS_KEY
+from verl.trainer.metrics import reduce_worker_metrics, timer
+from verl.trainer.tracking import progress_bar, update_bar
+from verl.workers.rollout.trajectories import agent_loop_metrics
+
+if TYPE_CHECKING:
+    from verl.trainer.rl_trainer import RLTrainer
+
+__all__ = ["ColocateAsyncLoop", "local_engine"]
+
+_STATE_KEY = "colocate_async"
+
+
+def local_engine(actor_rollout_wg: Any) -> Any:
+    """The rollout engine of an in-process hybrid actor-rollout group (the hook and interrupt target).
+
+    Raises:
+        ConfigError: the group is not an in-process hybrid engine (Ray workers, a split rollout).
+    """
+    workers = getattr(actor_rollout_wg, "workers", None)
+    rollout = getattr(workers[0], "rollout", None) if workers and len(workers) == 1 else None
+    engine = getattr(rollout, "engine", None)
+    if engine is None or not hasattr(engine, "on_trajectories_finished") or not hasattr(engine, "interrupt"):
+        raise not_supported("trainer.v1.trainer_mode", "colocate_async runs on the in-process hybrid hf engine only "
+                            "(trainer.backend=local, one worker, rollout.name=hf, hybrid_engine=true)")
+    return engine
+
+
+class ColocateAsyncLoop:
+    """The ``colocate_async`` loop over an `RLTrainer`'s parts and stages (see the module docstring).
+
+    Interface shared with `SeparateAsyncLoop`: `run`, `start`, `step_once`, `stop`.
+    """
+
+    def __init__(self, trainer: RLTrainer) -> None:
+        self.t, self.cfg = trainer, trainer.config
+        self.p = trainer._parts()
+        self.engine = local_engine(self.p.actor_rollout_wg)
+        self.warmup = self.cfg.trainer.v1.colocate_async.num_warmup_batches
+        sampler = self.cfg.trainer.v1.sampler
+        self.threshold, self.strategy = sampler.max_off_policy_threshold, sampler.max_off_policy_strategy
+        self.k = self.cfg.data.train_batch_size
+        self.n = self.cfg.actor_rollout_ref.rollout.n
+        self.feed = PromptFeed(self.p.train_dataloader, self.cfg.trainer.seed, self.n)
+        self.flights: list[Flight] = []  # submitted, neither trained nor evicted (submission order)
+        self._seq = 0
+        self._out_meta: dict[str, Any] = {}
+        self.trained_uids: list[str] = []  # every prompt trained by this process, in order
+        self.evicted_uids: list[str] = []  # every prompt dropped as stale, in eviction order
+
+    # ------------------------------------------------------------------------- run
+    def run(self) -> list[dict[str, float]]:
+        """Resume, train until ``total_training_steps``; returns the metrics."""
+        if self.start():
+            self._train_loop()
+        return self.p.history
+
+    def start(self) -> bool:
+        """Resume, validate before training and submit the warm-up batches (or the saved
+        prompts); False when there is nothing to train (done, or ``val_only``)."""
+        t, p, cfg = self.t, self.p, self.cfg
+        resumed = t._load_checkpoint()
+        p.tracker.keep_until(t.global_step if resumed else -1)
+        if t.global_step >= p.total_training_steps:
+            print(f"Training already complete: global_step {t.global_step} >= total_training_steps "
+                  f"{p.total_training_steps}; nothing to do.", flush=True)
+            return False
+        ahead = self.warmup * self.k
+        if resumed and _STATE_KEY in t.state.extra:
+            self.feed.load(t.state.extra[_STATE_KEY])
+            ahead = len(self.feed.reservoir)  # the saved prompts, generated again first
+        if cfg.trainer.val_before_train and p.val_dataloader is not None and not resumed:
+            val = t._validate()
+            p.tracker.log(val, step=t.global_step)
+            p.history.append({"step": t.global_step, **val})
+            if cfg.trainer.val_only:
+                return False
+        if ahead:
+            self._submit(ahead)
+        return True
+
+    def stop(self) -> None:
+        """Nothing runs between steps on one pool (the interface of `SeparateAsyncLoop`)."""
+
+    def step_once(self) -> dict[str, float]:
+        """One RL step (``global_step`` advanced); returns its metrics."""
+        metrics = self._step()
+        self.t.global_step += 1
+        return metrics
+
+    def _train_loop(self) -> None:
+        t, p, cfg = self.t, self.p, self.cfg
+        bar = progress_bar(cfg.trainer.progress_bar, p.total_training_steps, t.global_step)
+        save_timing: dict[str, float] = {}
+        while t.global_step < p.total_training_steps:
+            metrics = self.step_once()
+            last = t.global_step >= p.total_training_steps
+            if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or t.global_step % cfg.trainer.test_freq == 0):
+                metrics.update(t._validate())
+            metrics.update(save_timing)
+            p.tracker.log(metrics, step=t.global_step)
+            p.history.append({"step": t.global_step, **metrics})
+            if cfg.trainer.save_freq > 0 and (last or t.global_step % cfg.trainer.save_freq == 0):
+                t.state.extra[_STATE_KEY] = self.feed.state([f.row for f in self.flights])
+                with timer("save_checkpoint", st := {}):
+                    t.save_checkpoint()
+                save_timing = {"timing_s/save_checkpoint": st["save_checkpoint"]}
+            update_bar(bar, metrics)
+        if bar is not None:
+            bar.close()
+
+    # ------------------------------------------------------------------------ one step
+    def _step(self) -> dict[str, float]:
+        t, version = self.t, self.t.global_step
+        timing: dict[str, float] = {}
+        with timer("step", timing):
+            self._submit(self.k)
+            evictions = self._evict(version)
+            with timer("gen", timing):  # as verl: waiting for K finished groups is generation
+                cut = self._generate(version)
+            groups = pick(self.flights, self.k)
+            chosen = {g.uid for g in groups}
+            self.flights = [f for f in self.flights if f.uid not in chosen]
+            self.trained_uids += [g.uid for g in groups]
+            batch = _training_batch(groups, {**self._out_meta, "global_step": version})
+            metrics = {**evictions, **_chunk_metrics(groups)}
+            metrics.update(off_policy_metrics(batch.batch[VERSIONS_KEY], batch.batch["response_mask"], version))
+            metrics["colocate_async/long_tail_cut"] = float(cut)
+            metrics["colocate_async/carried_groups"] = float(sum(f.started and not f.finished for f in self.flights))
+            metrics["colocate_async/buffer_sampleable"] = float(sum(f.finished for f in self.flights))
+            entropys = t._update_stages(batch, metrics, timing)
+        t.epoch = max(g.row.epoch for g in groups)
+        t._step_metrics(batch, metrics, timing, entropys)
+        metrics.update(t.guards.after_step(t, batch, metrics))  # alarms and divergence sentinel, as in sync
+        return metrics
+
+    def _evict(self, version: int) -> dict[str, float]:
+        """``drop``: evict the stale groups and submit as many fresh prompts (fresh ones are never stale)."""
+        gone = stale(self.flights, version, self.threshold, self.strategy)
+        spans = [span(f, version) for f in gone]
+        if gone:
+            ids = {f.uid for f in gone}
+            self.flights = [f for f in self.flights if f.uid not in ids]
+            self.evicted_uids += [f.uid for f in gone]
+            self._submit(len(gone))
+        return _eviction_metrics(spans)
+
+    # ------------------------------------------------------------------------ generation
+    def _generate(self, version: int) -> bool:
+        """Generate until `ready`; True when trajectories were left unfinished (the long-tail cut)."""
+        self.engine.set_policy_version(version)  # every token sampled in this step is version v
+        cut = False
+        for flights in call_plan(self.flights):
+            if self._ready(version):
+                break
+            cut = self._call(flights, version) or cut
+        return cut
+
+    def _ready(self, version: int) -> bool:
+        return ready(self.flights, version, self.k, self.threshold, self.strategy)
+
+    def _call(self, flights: list[Flight], version: int) -> bool:
+        """One generation call on ``flights``; scores those it finishes. True when it was cut
+        (interrupted with trajectories unfinished)."""
+        meta = {**self._gen_meta, "global_step": version}
+        gens = []
+        for f in flights:
+            f.gen.meta_info = dict(meta)
+            gens.append(f.gen)
+        batch = DataProto.concat(gens)
+        finished_before = sum(f.finished for f in self.flights)
+        # a cut is possible only when more groups are in flight than the batch still needs
+        watch = None
+        if sum(not f.finished for f in self.flights) > self.k - finished_before:
+            limit = max(1, int(self.threshold))
+            must = {i for i, f in enumerate(flights) if self.strategy == "wait" and span(f, version) >= limit}
+            watch = CutWatch(flights, self.n, finished_before, self.k, must, self.engine.interrupt)
+        out = self._engine_call(batch, watch)
+        metrics = reduce_worker_metrics(out.meta_info.pop("metrics", {}))
+        self._out_meta = dict(out.meta_info)
+        done_rows = out.batch["rollout_finished"].bool()
+        finished: list[tuple[Flight, DataProto]] = []
+        for i, f in enumerate(flights):
+            f.gen, f.started = out[i * self.n:(i + 1) * self.n], True
+            if bool(done_rows[i * self.n:(i + 1) * self.n].all()):
+                finished.append((f, f.gen))
+        if finished:
+            self._score(finished, metrics)
+        return watch is not None and watch.fired and len(finished) < len(flights)
+
+    def _engine_call(self, batch: DataProto, watch: CutWatch | None) -> DataProto:
+        """``generate_sequences`` through the worker group, with the cut watch on the engine's finish hook."""
+        wg = self.p.actor_rollout_wg
+        if watch is None:
+            return wg.generate_sequences(batch)
+        previous = self.engine.on_trajectories_finished
+
+        def hook(rows: list[int], data: DataProto) -> None:
+            if previous is not None:
+                previous(rows, data)
+            watch.rows_finished(rows, data)
+
+        self.engine.on_trajectories_finished = hook
+        try:
+            return wg.generate_sequences(batch)
+        finally:
+            self.engine.on_trajectories_finished = previous
+            self.engine.clear_interrupt()
+
+    def _score(self, finished: list[tuple[Flight, DataProto]], gen_metrics: dict[str, float]) -> None:
+        """Score the groups a call finished, together (as one synchronous batch would be)."""
+        batch = DataProto.concat([f.prompt for f, _ in finished]).repeat(self.n, interleave=True)
+        out = DataProto.concat([g for _, g in finished])
+        batch.union(out)
+        metrics = dict(gen_metrics)
+        metrics.update(agent_loop_metrics(out))
+        metrics.update(self.t._compute_reward(batch))
+        for i, (f, _) in enumerate(finished):
+            f.data, f.chunk_metrics = batch[i * self.n:(i + 1) * self.n], metrics
+
+    # ----------------------------------------------------------------------- submission
+    def _submit(self, k: int) -> None:
+        """Register the next ``k`` prompts (generated by the coming steps' calls)."""
+        t = self.t
+        rows = self.feed.take(k)
+        batch = DataProto.concat([r.data for r in rows])
+        batch.non_tensor_batch["uid"] = np.array([r.uid for r in rows], dtype=object)
+        gen = t._gen_batch(batch, validate=False).repeat(self.n, interleave=True)
+        gen.batch["sample_seeds"] = torch.cat([r.seeds for r in rows])
+        self._gen_meta = {k_: v for k_, v in gen.meta_info.items() if k_ != "global_step"}
+        for i, r in enumerate(rows):
+            self.flights.append(Flight(r.uid, self._seq, t.global_step, row=r, prompt=batch[i:i + 1],
+                                       gen=gen[i * self.n:(i + 1) * self.n]))
+            self._seq += 1
+
+
+def _training_batch(groups: list[Flight], meta: dict[str, Any]) -> DataProto:
+    """The groups' rows in sampling order, with one meta-info (parts generated at other steps differ)."""
+    for g in groups:
+        g.data.meta_info = {}
+    batch = DataProto.concat([g.data for g in groups])
+    batch.meta_info = dict(meta)
+    return batch
