@@ -523,6 +523,8 @@ class CriticConfig:
     forward_max_token_len_per_gpu: int = 32768
     ppo_epochs: int = 1
     shuffle: bool = False
+    # Draw the critic's mini-batches from a fresh seeded permutation of the step's trajectories each
+    # epoch (as actor.shuffle); false keeps the input order.
     grad_clip: float = 1.0
     cliprange_value: float = 0.5
     # Value clipping range around the old values.
@@ -533,7 +535,7 @@ class CriticConfig:
     rollout_n: Optional[int] = None
     # verl mirrors rollout.n here; None = rollout.n.
     data_loader_seed: Optional[int] = None
-    # Seed of the critic's mini-batch shuffle; None = trainer.seed.
+    # verl's seed of the critic's mini-batch shuffle; only None is accepted (the shuffle is seeded with 0).
     profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
     # Critic profiler.
     forward_micro_batch_size: Optional[int] = None

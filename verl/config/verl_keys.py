@@ -129,7 +129,7 @@ UNSUPPORTED: dict[str, str] = {
     "transfer_queue.*": "verl's TransferQueue data plane is not implemented; leave it off",
     "ray_kwargs.timeline_json_file": "Ray timelines are not written; call ray.timeline() yourself",
     "*.optim.override_optimizer_config": "optimizer options beyond lr/betas/eps/weight_decay are not wired; remove the key",
-    "critic.data_loader_seed": "the critic's mini-batch shuffle uses trainer.seed; remove the key",
+    "critic.data_loader_seed": "the critic's mini-batch shuffle (critic.shuffle) is seeded with 0; remove the key",
     "*.optim.optimizer": "only AdamW is wired; leave optimizer=AdamW",
     "*.optim.optimizer_impl": "only torch.optim is wired; leave optimizer_impl=torch.optim",
 }
