@@ -33,9 +33,25 @@ def test_tp_must_divide_the_world():
     assert "tensor_parallel_size=3 must divide the world size 4" in _error(f"{TP}=3")
 
 
-def test_tp_with_sp_or_on_the_ref_is_refused():
-    msg = _error(f"{TP}=2", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.model.use_remove_padding=true")
-    assert "not supported yet" in msg and "ulysses_sequence_parallel_size=2" in msg
+SP = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
+PACKED = "actor_rollout_ref.model.use_remove_padding=true"
+
+
+def test_tp_with_sp_loads_and_sp_x_tp_must_divide_the_world():
+    cfg = load_config(None, [*BASE, f"{TP}=2", f"{SP}=2", PACKED])
+    assert (cfg.actor_rollout_ref.actor.fsdp_config.tensor_parallel_size, cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size) == (2, 2)
+    msg = _error(f"{TP}=2", f"{SP}=4", PACKED)  # each divides 4, their product 8 does not
+    assert "tensor_parallel_size=2 x ulysses_sequence_parallel_size=4 = 8 must divide the world size 4" in msg
+
+
+def test_mini_batch_is_checked_over_world_over_sp_x_tp():
+    # world 8, 1 prompt x n=2 = 2 trajectories per mini-batch: fine over dp = 8 / (2 x 2), not over dp = 8 / 2
+    eight = ["trainer.n_gpus_per_node=8", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=1"]
+    load_config(None, [*BASE, *eight, f"{TP}=2", f"{SP}=2", PACKED])
+    assert "not divisible" in _error(*eight, f"{TP}=2")
+
+
+def test_tp_on_the_ref_is_refused():
     assert "not supported yet" in _error("actor_rollout_ref.ref.fsdp_config.tensor_parallel_size=2")
 
 

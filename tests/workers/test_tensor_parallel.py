@@ -208,7 +208,3 @@ def test_architecture_without_a_plan_is_one_config_line():
         check_tp_heads(cfg, 2)
     assert "\n" not in str(err.value)
 
-
-def test_tp_with_sp_is_refused():
-    with pytest.raises(ConfigError, match="not supported yet"):
-        build_layout(2, 2, 4)

@@ -4,9 +4,10 @@ torchtitan-engine key name under the role's engine section).
 A role's ``world = trainer.nnodes x trainer.n_gpus_per_node`` ranks form ``dp = world / tp``
 data-parallel groups of ``tp`` ranks that each hold a column / row slice of every decoder block
 (`verl.workers.sharding.tensor_parallel`). Checked here without the model: ``tp`` divides the
-world, is not combined with Ulysses SP (not supported yet), and the reference policy (frozen, FSDP2
-over the whole world) keeps 1. Heads not divisible by ``tp`` and an architecture without a plan are
-refused when a worker builds the model (`verl.workers.sharding.tensor_parallel.check_tp_heads`).
+world (with Ulysses SP at ``sp``: ``sp · tp`` divides it and ``dp = world / (sp · tp)``), and the
+reference policy (frozen, FSDP2 over the whole world) keeps 1. Heads not divisible by ``tp`` (or
+``heads / tp`` by ``sp``) and an architecture without a plan are refused by the pre-flight's model
+check and when a worker builds the model (`verl.workers.sharding.tensor_parallel.check_tp_sp_heads`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,9 @@ def _check_role(key: str, tp: int, sp: int, world: int, lora: bool) -> None:
         return
     if world % tp:
         raise ConfigError(f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
-    if sp > 1:
-        raise not_supported(key, f"together with ulysses_sequence_parallel_size={sp}; use one of them")
+    if world % (tp * sp):
+        raise ConfigError(f"{key}={tp} x ulysses_sequence_parallel_size={sp} = {tp * sp} must divide the world size "
+                          f"{world} (trainer.nnodes x trainer.n_gpus_per_node)")
     if lora:
         raise not_supported(key, "with LoRA (model.lora_rank > 0); use tensor_parallel_size=1")
 

@@ -204,11 +204,12 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
     return _heads_to_seq(out[:, back], group), None
 
 
-def check_heads(config: Any, sp: int, what: str = "ulysses_sequence_parallel_size") -> None:
-    """Refuse a model whose attention heads or KV heads are not divisible by ``sp``.
+def check_heads(config: Any, sp: int, what: str = "ulysses_sequence_parallel_size", tp: int = 1) -> None:
+    """Refuse a model whose attention heads or KV heads (``/ tp``: those one tensor-parallel rank
+    holds, when the blocks are also split over ``tp`` ranks) are not divisible by ``sp``.
 
     Raises:
-        ConfigError: naming both numbers.
+        ConfigError: naming the numbers (one line).
     """
     from verl.config.errors import ConfigError
 
@@ -218,6 +219,9 @@ def check_heads(config: Any, sp: int, what: str = "ulysses_sequence_parallel_siz
     if heads is None:
         raise ConfigError(f"{what}={sp}: the model config names no num_attention_heads; sequence parallelism needs it")
     for name, n in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
+        if tp > 1 and (n % tp or (n // tp) % sp):
+            raise ConfigError(f"{what}={sp} does not divide the {name} one tensor-parallel rank holds: {name}={n} / "
+                              f"tensor_parallel_size={tp} = {n / tp:g}; use sp x tp dividing {n}")
         if n % sp:
             raise ConfigError(f"{what}={sp} does not divide the model's {name}={n}; use a divisor of {n}")
 
@@ -237,11 +241,15 @@ def _register() -> None:
     _REGISTERED[ATTN_NAME] = True
 
 
-def enable_ulysses(model: torch.nn.Module, sp: int, what: str = "ulysses_sequence_parallel_size") -> None:
+def enable_ulysses(model: torch.nn.Module, sp: int, what: str = "ulysses_sequence_parallel_size", tp: int = 1) -> None:
     """Switch ``model`` (a transformers model, or a wrapper holding one) to the Ulysses attention.
 
+    Args:
+        tp: the tensor-parallel degree its blocks are split over (the all-to-all exchanges the
+            ``heads / tp`` heads of one TP rank).
+
     Raises:
-        ConfigError: heads or KV heads not divisible by ``sp`` (`check_heads`), or a model whose
+        ConfigError: heads or KV heads (``/ tp``) not divisible by ``sp`` (`check_heads`), or a model whose
             attention is not ``sdpa`` / ``eager`` (flash / flex kernels are not wrapped here).
     """
     from transformers import PreTrainedModel
@@ -251,7 +259,7 @@ def enable_ulysses(model: torch.nn.Module, sp: int, what: str = "ulysses_sequenc
     models = [m for m in model.modules() if isinstance(m, PreTrainedModel)]
     if not models:
         raise ConfigError(f"{what}={sp}: {type(model).__name__} is not a transformers model")
-    check_heads(models[0].config, sp, what)
+    check_heads(models[0].config, sp, what, tp)
     _register()
     for m in models:
         impl = m.config._attn_implementation

@@ -351,11 +351,11 @@ def model_context(config: Any) -> int | None:
 
 def check_model(cfg: Any, tokenizer: Any = None) -> str:
     """config.json readable, weights are weights, vocabulary fits the embedding, context fits, heads
-    divisible by the actor's ``ulysses_sequence_parallel_size``.
+    divisible by the actor's ``ulysses_sequence_parallel_size`` (after ``/ tensor_parallel_size`` under TP).
 
     Raises:
         ModelError: naming the two numbers that disagree and the keys to change.
-        ConfigError: attention or KV heads not divisible by the SP size (both numbers).
+        ConfigError: attention or KV heads (``/ tp``) not divisible by the SP size (the numbers).
     """
     from verl.modules.factory import resolve_model_path
 
@@ -363,10 +363,11 @@ def check_model(cfg: Any, tokenizer: Any = None) -> str:
     path = resolve_model_path(mc.path)
     config = read_model_config("actor_rollout_ref.model.path", mc.path, mc.trust_remote_code)
     sp = cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size
-    if sp > 1:  # before any worker starts: attention and KV heads are split over the SP group
+    if sp > 1:  # before any worker starts: attention and KV heads (/ tp under TP) are split over the SP group
         from verl.modules.ulysses import check_heads
 
-        check_heads(config, sp, "actor_rollout_ref.actor.ulysses_sequence_parallel_size")
+        check_heads(config, sp, "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+                    cfg.actor_rollout_ref.actor.fsdp_config.tensor_parallel_size)
     n_weights = check_weight_files(Path(path)) if Path(path).is_dir() else 0
     tokenizer = tokenizer or load_run_tokenizer(cfg)
     rows = getattr(config, "vocab_size", None)

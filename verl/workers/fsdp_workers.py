@@ -74,7 +74,7 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         in_place = cfg.rollout.name == "hf"
         shared = self.world_size == 1 or not in_place or not cfg.hybrid_engine
         rollout_module = module if shared else copy.deepcopy(module).requires_grad_(False)
-        # data parallel x Ulysses SP or x TP (verl.workers.sharding); the rollout copy keeps whole sequences
+        # data parallel x Ulysses SP and / or x TP (verl.workers.sharding); the rollout copy keeps whole sequences
         self.sp = build_layout(cfg.actor.ulysses_sequence_parallel_size, cfg.actor.fsdp_config.tensor_parallel_size,
                                self.world_size, self.device)
         self.ref_sp = cfg.ref.ulysses_sequence_parallel_size == self.sp.sp > 1
@@ -84,8 +84,8 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
         if self.use_reference and cfg.model.lora_rank == 0:
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
-            if self.ref_sp:
-                self.sp.prepare(ref)
+            if self.ref_sp:  # split like the actor's forwards (Ulysses only: the reference is not TP-split)
+                self.sp.prepare_reference(ref)
             self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
         self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.sp.dp, "ppo_mini_batch_size * rollout.n")
         if not cfg.hybrid_engine:  # the rollout lives in its own worker group (RolloutWorker), fed by next_weight_bucket

@@ -94,6 +94,10 @@ class UlyssesLayout:
 
             enable_ulysses(module, self.sp)
 
+    def prepare_reference(self, module: Any) -> None:
+        """The reference policy's `prepare` (the same switch; `TensorParallelLayout` keeps it unsplit)."""
+        self.prepare(module)
+
     @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
         """Packed forwards split over the SP group and reductions over the ``dp`` dim inside the block."""
