@@ -8,6 +8,7 @@ Usage::
     verl bench --shape gsm8k --compare trl       # TRL's GRPOTrainer on the same shape, steps alternated
     verl bench --shape gsm8k --mode separate_async trainer.v1.separate_async.parameter_sync_step=1
                                                  # trainer.v1.trainer_mode (default: the config's)
+    verl bench --mode colocate_async             # one pool: warm-up batches, the long tail cut and carried
 
 What it prints (medians over the steps after the first, which warms up allocators and caches):
 

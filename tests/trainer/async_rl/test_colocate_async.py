@@ -104,6 +104,44 @@ def test_the_long_tail_is_cut_and_finishes_under_the_next_weights(tmp_path):
 
 
 @pytest.mark.e2e
+def test_drop_at_threshold_zero_evicts_the_warm_up_lead_and_stays_on_policy(tmp_path):
+    # the groups left after step 1 (submitted at version 0) span 2 versions at step 2 > 1: all 8
+    # evicted before generating, 8 fresh prompts submitted in their place
+    drop = {**_COLO, **_LONG_TAIL, "trainer.v1.sampler.max_off_policy_threshold": 0}
+    trainer, loop, batches = _recording_trainer(_overrides(tmp_path, **drop))
+    try:
+        loop.run()
+    finally:
+        trainer.close()
+    m = read_metrics(tmp_path)
+    assert m[1]["training/off_policy/evicted_samples"] == 0.0 and m[2]["training/off_policy/evicted_samples"] == 8.0
+    assert m[2]["training/off_policy/evicted_samples_staleness/min"] == 2.0
+    assert len(loop.evicted_uids) == 8 and not set(loop.evicted_uids) & set(loop.trained_uids)
+    for step in (1, 2):
+        assert m[step]["training/off_policy/trajectory_spans/max"] == 1.0
+        assert m[step]["training/off_policy/trajectory_staleness_worst/max"] == 0.0
+
+
+@pytest.mark.e2e
+def test_wait_lets_the_groups_at_the_threshold_finish_and_drops_nothing(tmp_path):
+    wait = {**_COLO, **_LONG_TAIL, "trainer.v1.sampler.max_off_policy_threshold": 2,
+            "trainer.v1.sampler.max_off_policy_strategy": "wait", "trainer.total_training_steps": 3}
+    trainer, loop, batches = _recording_trainer(_overrides(tmp_path, **wait))
+    try:
+        loop.run()
+    finally:
+        trainer.close()
+    m = read_metrics(tmp_path)
+    for step in (1, 2, 3):
+        assert m[step]["training/off_policy/evicted_samples"] == 0.0
+        # a group trained at version v was submitted at v - 1 or later: no token older than v - 1
+        assert m[step]["training/off_policy/trajectory_staleness_worst/max"] <= 1.0
+    assert not loop.evicted_uids and len(loop.trained_uids) == 24
+    # nothing submitted at version v - 1 is left unfinished after step v (it reached the threshold)
+    assert all(f.submit_version >= 2 or f.finished for f in loop.flights)
+
+
+@pytest.mark.e2e
 def test_a_resumed_run_loses_and_repeats_no_prompt(tmp_path):
     # 32 prompts, 8 per step: one epoch = 4 steps; stopped after the checkpoint of step 2 with the
     # warm-up batch's lead (and any carried tail) submitted but not trained

@@ -229,10 +229,13 @@ class ColocateAsyncLoop:
         batch = DataProto.concat(gens)
         finished_before = sum(f.finished for f in self.flights)
         # a cut is possible only when more groups are in flight than the batch still needs
+        # (and, with wait, when no group that must finish first waits for a later call)
+        limit = max(1, int(self.threshold))
+        must_finish = {f.uid for f in self.flights if self.strategy == "wait" and not f.finished and span(f, version) >= limit}
+        here = {f.uid for f in flights}
         watch = None
-        if sum(not f.finished for f in self.flights) > self.k - finished_before:
-            limit = max(1, int(self.threshold))
-            must = {i for i, f in enumerate(flights) if self.strategy == "wait" and span(f, version) >= limit}
+        if sum(not f.finished for f in self.flights) > self.k - finished_before and must_finish <= here:
+            must = {i for i, f in enumerate(flights) if f.uid in must_finish}
             watch = CutWatch(flights, self.n, finished_before, self.k, must, self.engine.interrupt)
         out = self._engine_call(batch, watch)
         metrics = reduce_worker_metrics(out.meta_info.pop("metrics", {}))
