@@ -629,7 +629,7 @@ class RewardModelConfig:
     use_reward_loop: bool = False
     # verl's asynchronous reward loop.
     num_workers: Optional[int] = None
-    # Scoring threads of streaming rewards (verl's reward.num_workers; >= 1; None = 4); the same scores.
+    # Scoring threads of streaming rewards (verl's reward.num_workers; >= 1; None = 8, verl's default).
     streaming: bool = True
     # Score each trajectory as soon as the rollout finishes it, while the others still generate
     # (sync step and separate_async rollout; verl.trainer.streaming_reward): the same scores, extra

@@ -1,7 +1,7 @@
 """Streaming rewards in the RL loops: each trajectory is scored the moment the rollout finishes it.
 
 ``reward_model.streaming`` (default true) and ``reward_model.num_workers`` (scoring threads,
-verl's ``reward.num_workers``; None = 4). A generation call of the synchronous step
+verl's ``reward.num_workers``; None = 8, verl's default). A generation call of the synchronous step
 (`RLTrainer.train_step`) or of the ``separate_async`` rollout thread (`Rollouter`) goes through
 `StreamingRewards.generate`: it installs a finish hook on the rollout engine
 (`verl.workers.rollout.streaming`), and every trajectory the engine hands over is joined with its
@@ -52,7 +52,7 @@ from verl.single_controller.local import LocalWorkerGroup
 
 __all__ = ["DEFAULT_WORKERS", "PendingReward", "StreamingRewards", "build_streaming_rewards", "finish_hook_engine"]
 
-DEFAULT_WORKERS = 4
+DEFAULT_WORKERS = 8  # verl's reward.num_workers default
 
 
 def finish_hook_engine(wg: Any) -> Any | None:

@@ -22,7 +22,10 @@ Every generated row gets ``rollout_policy_versions`` `(B, R)` int64 (-1 where no
 padding, tool tokens). The group is then scored here, in this thread (the reward overlaps
 training), and put into the `ReplayBuffer`. With ``generate`` (streaming rewards,
 `verl.trainer.streaming_reward`) each trajectory is scored as soon as the engine finishes it, while
-the call goes on; after the call only the last scores are waited for.
+the call goes on, and the last scores are waited for by a finisher thread (which also puts the
+groups, in call order) while this thread starts the next call: no reward time is spent between
+two generation calls. ``timing_s/rollouter_reward``: from the end of a call to its groups being
+put (scoring after generation: the whole reward; streaming: the tail).
 
 Idle time (``rollouter/idle_ratio``) = time waiting for a request or for the lock.
 """
@@ -33,6 +36,7 @@ import queue
 import threading
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +90,7 @@ class Rollouter:
         self._engine_versions: dict[int, int] = {}  # engine's version tag -> loop version
         self._queue: queue.Queue[Request | None] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._finisher: ThreadPoolExecutor | None = None  # streamed calls: last scores + puts, in call order
         self.idle_s = 0.0
         self.busy_s = 0.0
 
@@ -112,6 +117,8 @@ class Rollouter:
         self._queue.put(None)
         if self._thread is not None:
             self._thread.join(timeout_s)
+        if self._finisher is not None:
+            self._finisher.shutdown(wait=True)
 
     def take_idle_ratio(self) -> float:
         """Share of the time since the last call that the thread was idle, then reset."""
@@ -153,10 +160,26 @@ class Rollouter:
             batch.batch[VERSIONS_KEY] = translate_versions(tags, mask, self._engine_versions)
         else:
             batch.batch[VERSIONS_KEY] = torch.where(mask, torch.full_like(mask, version, dtype=torch.int64), -1)
+        if pending is None:
+            self._finish(request, batch, metrics, None, time.perf_counter())
+        else:
+            if self._finisher is None:
+                self._finisher = ThreadPoolExecutor(1, thread_name_prefix="verl-rollouter-finish")
+            self._finisher.submit(self._finish_or_fail, request, batch, metrics, pending, time.perf_counter())
+        self.busy_s += time.perf_counter() - t1
+
+    def _finish(self, request: Request, batch: DataProto, metrics: dict[str, float], pending: Any, ended: float) -> None:
+        """Score the call's batch (wait for its streamed scores) and put its groups."""
         metrics.update(self.score(batch, pending))
+        metrics["timing_s/rollouter_reward"] = time.perf_counter() - ended
         for i, uid in enumerate(request.uids):
             self.buffer.put(uid, batch[i * self.n:(i + 1) * self.n], metrics)
-        self.busy_s += time.perf_counter() - t1
+
+    def _finish_or_fail(self, *args: Any) -> None:
+        try:
+            self._finish(*args)
+        except BaseException as error:  # noqa: BLE001 - handed to the trainer, which raises it
+            self.buffer.fail(error)
 
 
 def translate_versions(tags: torch.Tensor, response_mask: torch.Tensor, mapping: dict[int, int]) -> torch.Tensor:
