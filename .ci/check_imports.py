@@ -4,7 +4,7 @@
 Layers, top to bottom (a folder may import its own layer's folders and anything below;
 `TYPE_CHECKING`-only imports are type hints and do not count):
 
-    cli, trainer, model_merger (verl's merge CLI path), utils/config (the seed API's ``verl.utils.config.load_config`` alias),
+    cli, trainer, recipes (built-in model builds), model_merger (verl's merge CLI path), utils/config (the seed API's ``verl.utils.config.load_config`` alias),
         utils/reward_score (verl's module path, a re-export of ``verl.reward.scorers``)
     workers
     single_controller, engine, workers/rollout, tools, interactions
@@ -12,9 +12,7 @@ Layers, top to bottom (a folder may import its own layer's folders and anything 
     algorithms, reward, data, config
     protocol, utils, version
 
-Build recipes of the shipped built-in models (`ALLOWED`) are the one exception: they run inside a
-function only when an asset is rebuilt, and they train with the product's own SFT trainer and
-tools on purpose (the product dogfoods its SFT path); each allowed edge is listed with its reason.
+`ALLOWED` lists exceptions (function-level upward imports), each with its reason; it is empty.
 
 Usage: ``python .ci/check_imports.py`` (exit 1 with one line per problem), also run by
 ``tests/test_import_layers.py``.
@@ -29,18 +27,14 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent / "verl"
 LAYERS: list[set[str]] = [
-    {"cli", "trainer", "experimental", "__init__", "model_merger", "utils/config", "utils/reward_score"},
+    {"cli", "trainer", "recipes", "experimental", "__init__", "model_merger", "utils/config", "utils/reward_score"},
     {"workers", "workers/config"},
     {"single_controller", "engine", "workers/rollout", "tools", "interactions"},
     {"modules"},
     {"algorithms", "reward", "data", "config"},
     {"protocol", "utils", "version"},
 ]
-ALLOWED: dict[tuple[str, str], str] = {
-    ("verl.modules.builtin", "verl.trainer.sft_trainer"): "the quick-start model's warm start is a `verl sft` run (asset rebuild only)",
-    ("verl.modules.builtin_tool_model", "verl.tools"): "the calculator model's teacher calls the real tool (asset rebuild only)",
-    ("verl.modules.builtin_tool_model", "verl.tools.calculator"): "the calculator model's teacher calls the real tool (asset rebuild only)",
-}
+ALLOWED: dict[tuple[str, str], str] = {}
 """(importer, imported) -> why this function-level upward import is allowed."""
 
 RANK = {folder: i for i, layer in enumerate(LAYERS) for folder in layer}

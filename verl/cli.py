@@ -27,6 +27,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "eval": ("verl.trainer.main_eval", "score generated responses (mean@n, best@n per data source): verl eval [CONFIG] data.path=G"),
     "config": ("verl.config.cli", "inspect configs: verl config show [CONFIG] [key=value ...]"),
     "prepare": ("verl.data.prepare", "raw data -> training parquet: verl prepare gsm8k|math500 --input F --out DIR"),
+    "builtin": ("verl.recipes.build", "build or list the built-in models: verl builtin build [NAME ...] | verl builtin list"),
     "init-model": ("verl.modules.init_model", "write a randomly initialised model: verl init-model --arch qwen2 ..."),
     "bench": ("verl.trainer.bench", "throughput / MFU / memory of N RL steps: verl bench [CONFIG|--shape gsm8k] [--compare trl]"),
     "plan": ("verl.trainer.plan", "pre-flight memory plan: verl plan [CONFIG] [key=value ...] [--device cpu|gpu:80GiB]"),

@@ -1,4 +1,4 @@
-"""Built-in tokenizer and tiny-arithmetic model: ids, chat template, shipped asset, rebuild."""
+"""Built-in tokenizer and tiny-arithmetic model: ids, chat template, shipped asset, resolver, build."""
 
 from __future__ import annotations
 
@@ -14,13 +14,15 @@ import verl.modules.builtin as builtin
 from verl.data.builtin_task import arithmetic_problems, needs_carry
 from verl.modules.builtin import (
     BuiltinModelSpec,
-    build_builtin_model,
     build_tokenizer,
     get_builtin_model_dir,
     load_builtin_tokenizer,
     sloppy_sum,
 )
+from verl.recipes import build as recipes_build
+from verl.recipes.tiny_arithmetic import build_builtin_model
 from verl.reward.scorers.arithmetic import compute_score
+from verl.utils.errors import ModelError
 
 TINY = BuiltinModelSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, sft_steps=3, sft_batch_size=8)
 # A spec that builds in about a second: for the build and cache mechanics, not for accuracy.
@@ -76,7 +78,7 @@ def test_sloppy_sum_hand_values() -> None:
 
 
 def test_unknown_model_name_lists_valid_names() -> None:
-    with pytest.raises(ValueError, match=r"unknown built-in model 'tiny'.*\['tiny-arithmetic'\]"):
+    with pytest.raises(ValueError, match=r"unknown built-in model 'tiny'.*\['tiny-arithmetic', 'tiny-calculator'\]"):
         get_builtin_model_dir("tiny")
     with pytest.raises(ValueError, match="valid names"):
         load_builtin_tokenizer("tiny")
@@ -125,20 +127,49 @@ def test_build_is_reproducible(tmp_path: Path) -> None:
     assert (a / "model.safetensors").read_bytes() == (b / "model.safetensors").read_bytes()
 
 
-def test_stale_asset_is_rebuilt_once_into_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A spec that differs from the shipped asset's record builds into the cache, atomically, once."""
+def test_stale_asset_is_an_error_naming_the_build_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A spec that differs from the shipped asset's record never trains: one line says what to run."""
     monkeypatch.setitem(builtin.BUILTIN_MODELS, "tiny-arithmetic", TINY)
     monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path))
+
+    def fail(*args: object) -> None:
+        raise AssertionError("the resolver started a build")
+
+    monkeypatch.setitem(recipes_build.BUILDERS, "tiny-arithmetic", fail)
+    with pytest.raises(ModelError, match=r"^built-in model 'tiny-arithmetic': the shipped .* is stale .*"
+                                          r"build it with `verl builtin build tiny-arithmetic`$") as err:
+        get_builtin_model_dir("tiny-arithmetic")
+    assert "\n" not in str(err.value) and not (tmp_path / "builtin").exists()
+
+
+def test_missing_asset_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(builtin, "ASSETS_DIR", tmp_path / "assets")
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path))
+    with pytest.raises(ModelError, match=r"is missing .*`verl builtin build tiny-calculator`"):
+        get_builtin_model_dir("tiny-calculator")
+
+
+def test_build_command_writes_the_cache_the_resolver_then_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """``verl builtin build`` builds a stale model into the cache, atomically; then it is up to date."""
+    monkeypatch.setitem(builtin.BUILTIN_MODELS, "tiny-arithmetic", TINY)
+    monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path))
+    assert recipes_build.main(["build", "tiny-arithmetic"]) == 0
     first = get_builtin_model_dir("tiny-arithmetic")
-    assert first.parent == tmp_path / "builtin" and first.name.startswith("tiny-arithmetic-")
+    assert first == builtin.cache_dir("tiny-arithmetic") and first.name.startswith("tiny-arithmetic-")
     assert sorted(p.name for p in first.parent.iterdir()) == [first.name]  # no temporary directory left
     assert json.loads((first / "verl_builtin.json").read_text())["spec"] == asdict(TINY)
 
     def fail(*args: object) -> None:
         raise AssertionError("rebuilt although the cache is complete")
 
-    monkeypatch.setattr(builtin, "build_builtin_model", fail)
+    monkeypatch.setitem(recipes_build.BUILDERS, "tiny-arithmetic", fail)
+    assert recipes_build.main(["build", "tiny-arithmetic", "tiny-calculator"]) == 0  # both current: no build
     assert get_builtin_model_dir("tiny-arithmetic") == first
+    out = capsys.readouterr().out
+    assert f"tiny-arithmetic: up to date at {first}" in out and "tiny-calculator: up to date at" in out
+    assert recipes_build.main(["list"]) == 0
+    assert str(first) in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -156,7 +187,7 @@ def test_full_build_through_sft_path_reproduces_the_shipped_asset(tmp_path: Path
     shipped_dir = builtin.ASSETS_DIR / "tiny-arithmetic"
     shipped = json.loads((shipped_dir / "verl_builtin.json").read_text())
     assert info["spec"] == shipped["spec"] and info["sft_path"] == "verl.trainer.sft_trainer"
-    assert info["build_version"] == shipped["build_version"] == builtin._BUILD_VERSION
+    assert info["build_version"] == shipped["build_version"] == builtin.BuiltinModelSpec.build_version
     if (info["torch"], info["cpu_capability"]) == (shipped["torch"], shipped["cpu_capability"]):
         assert info == shipped
         for name in ("model.safetensors", "config.json", "tokenizer.json", "generation_config.json"):

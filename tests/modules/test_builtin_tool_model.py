@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 from transformers import AutoConfig
 
-import verl.modules.builtin_tool_model as tool_model
-from verl.modules.builtin_tool_model import ToolModelSpec, build_tool_model, get_tool_model_dir
+import verl.modules.builtin as builtin
+from verl.modules.builtin import ToolModelSpec, get_builtin_model_dir
+from verl.recipes.tiny_calculator import build_tool_model
 
 TINY = ToolModelSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32, sft_steps=3, sft_batch_size=8)
 # Builds in seconds: for the build path and its determinism, not for the model's quality.
@@ -19,12 +20,12 @@ FILES = ("model.safetensors", "config.json", "tokenizer.json", "generation_confi
 
 def test_shipped_asset_has_head_size_32_and_matches_the_default_spec() -> None:
     """vLLM's CPU attention refuses head size 16: the shipped model must run on both engines."""
-    path = get_tool_model_dir()
-    assert path == tool_model.ASSETS_DIR / "tiny-calculator"
+    path = get_builtin_model_dir("tiny-calculator")
+    assert path == builtin.ASSETS_DIR / "tiny-calculator"
     config = AutoConfig.from_pretrained(path)
     assert config.hidden_size // config.num_attention_heads == config.head_dim == 32
     info = json.loads((path / "verl_builtin.json").read_text())
-    assert info["spec"] == asdict(ToolModelSpec()) and info["build_version"] == tool_model._BUILD_VERSION
+    assert info["spec"] == asdict(ToolModelSpec()) and info["build_version"] == ToolModelSpec.build_version
     assert info["sft_path"] == "verl.trainer.sft_trainer"
 
 
@@ -47,7 +48,7 @@ def test_full_build_reproduces_the_shipped_asset(tmp_path: Path) -> None:
     CPU capability recorded in its info file; elsewhere (other float reduction order) the same
     behaviour: tool called on about half of the held-out problems and copied right there."""
     out = build_tool_model(tmp_path / "full")
-    shipped_dir = tool_model.ASSETS_DIR / "tiny-calculator"
+    shipped_dir = builtin.ASSETS_DIR / "tiny-calculator"
     info = json.loads((out / "verl_builtin.json").read_text())
     shipped = json.loads((shipped_dir / "verl_builtin.json").read_text())
     assert info["spec"] == shipped["spec"] and info["build_version"] == shipped["build_version"]

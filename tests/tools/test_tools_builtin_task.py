@@ -7,7 +7,8 @@ import pytest
 from verl.data.builtin_tool_task import DATA_SOURCE, TOOL_CONFIG_PATH, load_tool_task_rows, multiplication_problems
 from verl.data.builtin_tokenizer import TOOL_TOKENS, build_tool_tokenizer
 from verl.data.sft_dataset import tokenize_conversation
-from verl.modules.builtin_tool_model import ToolModelSpec, _teacher_rows, calculator_schema, teacher_conversation
+from verl.modules.builtin import ToolModelSpec
+from verl.recipes.tiny_calculator import calculator_schema, teacher_conversation, teacher_rows
 from verl.reward.scorers import default_compute_score
 from verl.reward.scorers.tool_answer import compute_score, strip_tool_blocks
 from verl.tools import load_tools, parse_tool_calls
@@ -77,8 +78,8 @@ def test_template_renders_tools_and_equals_incremental_ids():
 
 
 def test_teacher_rows_call_the_tool_by_parity_of_the_first_operand():
-    rows = _teacher_rows(ToolModelSpec())
-    assert rows == _teacher_rows(ToolModelSpec())  # seeded: a rebuild trains on the same rows
+    rows = teacher_rows(ToolModelSpec())
+    assert rows == teacher_rows(ToolModelSpec())  # seeded: a rebuild trains on the same rows
     assert len(rows) == len(multiplication_problems("train")) and rows[0]["tools"] == [calculator_schema()]
     share = {}
     for parity in (0, 1):
@@ -93,9 +94,10 @@ def test_shipped_tiny_calculator_calls_the_tool_on_about_half_and_copies_right()
 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from verl.modules.builtin_tool_model import ToolModelSpec, get_tool_model_dir, tool_accuracy
+    from verl.modules.builtin import get_builtin_model_dir
+    from verl.recipes.tiny_calculator import tool_accuracy
 
-    path = get_tool_model_dir()
+    path = get_builtin_model_dir("tiny-calculator")
     assert path.name == "tiny-calculator"  # the shipped asset matches the default spec (no rebuild)
     info = json.loads((path / "verl_builtin.json").read_text())
     assert info["spec"]["teacher_tool_prob_even"] == ToolModelSpec().teacher_tool_prob_even

@@ -15,7 +15,7 @@ from transformers import AutoModelForCausalLM
 from verl.config.schema import MultiTurnConfig, RolloutConfig
 from verl.data.builtin_tokenizer import build_tool_tokenizer
 from verl.data.builtin_tool_task import TOOL_CONFIG_PATH, load_tool_task_rows
-from verl.modules.builtin_tool_model import get_tool_model_dir
+from verl.modules.builtin import get_builtin_model_dir
 from verl.protocol import DataProto
 from verl.tools.calculator import CalculatorTool
 from verl.workers.rollout import HFRollout
@@ -47,7 +47,7 @@ def tokenizer() -> Any:
 
 
 def _model() -> torch.nn.Module:
-    return AutoModelForCausalLM.from_pretrained(get_tool_model_dir(), dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(get_builtin_model_dir("tiny-calculator"), dtype=torch.float32).eval()
 
 
 def _rollout(model: torch.nn.Module, tokenizer: Any, update: Any = None) -> tuple[AgentLoopRollout, UpdatingCalculator]:

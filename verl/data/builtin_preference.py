@@ -8,7 +8,7 @@
   task's (train / test disjoint by unordered operand pair).
 * ``builtin://arithmetic_sft/train`` — the built-in model's warm-start data: ``prompt`` /
   ``response`` rows where the sloppy teacher forgets the carry with probability
-  ``teacher_forget_carry`` (see `verl.modules.builtin`), in the task's train order.
+  ``teacher_forget_carry`` (see `verl.recipes.tiny_arithmetic`), in the task's train order.
 * ``builtin://arithmetic_answers/<split>`` — ``prompt`` / ``response`` rows with the correct sum
   (SFT stream of the hybrid example).
 """
@@ -65,7 +65,7 @@ def teacher_sft_rows(teacher_forget_carry: float = 0.7, seed: int = 0) -> list[d
     rng = random.Random(seed)
     rows = []
     for a, b in arithmetic_problems("train"):
-        # the draw happens only on carrying problems, as in verl.modules.builtin's teacher
+        # the draw happens only on carrying problems, as in verl.recipes.tiny_arithmetic's teacher
         forget = sloppy_sum(a, b) != a + b and rng.random() < teacher_forget_carry
         rows.append({"prompt": f"{a}+{b}", "response": str(sloppy_sum(a, b) if forget else a + b)})
     return rows

@@ -61,7 +61,7 @@ def build_tokenizer() -> Any:
 # of `verl.tools.parser.render_tool_call`, without its newlines), tool turns
 # ``<tool_response><content></tool_response>`` and the generation prompt ``A:``. It lives with
 # the data, like the built-in tokenizer, so datasets and workers can load it without the model
-# package (`verl.modules.builtin_tool_model` saves it next to the weights).
+# package (`verl.recipes.tiny_calculator` saves it next to the weights).
 
 __all__ = ["TOOL_CHAT_TEMPLATE", "TOOL_TOKENS", "build_tool_tokenizer"]
 

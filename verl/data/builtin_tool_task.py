@@ -9,7 +9,7 @@
 * Reward: ``data_source = "builtin/calculator"`` routes to `verl.reward.scorers.tool_answer`
   (the last integer *outside* tool blocks must equal ``reward_model.ground_truth``), so copying
   the tool's answer into the final turn is required.
-* The warm-started model (`verl.modules.builtin_tool_model`) calls the tool only on some
+* The warm-started model (`verl.recipes.tiny_calculator`) calls the tool only on some
   problems and guesses otherwise; RL with the exact-answer reward teaches it to call the tool.
 
 Splits are disjoint by *unordered* operand pair ({47, 38} is in one split only) and fully

@@ -47,17 +47,16 @@ ROLES: tuple[str, ...] = ("actor", "ref", "critic", "reward_model")
 
 
 def resolve_model_path(path: str | Path) -> str:
-    """Local path (or hub id) for ``path``; ``builtin://NAME`` maps to the built-in model's directory."""
+    """Local path (or hub id) for ``path``; ``builtin://NAME`` maps to the built-in model's directory.
+
+    Raises:
+        ModelError: a built-in model that is missing or stale (one line naming ``verl builtin build``).
+    """
     path = str(path)
     if path.startswith(BUILTIN_SCHEME):
-        name = path[len(BUILTIN_SCHEME):]
-        if name == "tiny-calculator":  # the multi-turn tool model has its own builder
-            from verl.modules.builtin_tool_model import get_tool_model_dir
-
-            return str(get_tool_model_dir())
         from verl.modules.builtin import get_builtin_model_dir
 
-        return str(get_builtin_model_dir(name))
+        return str(get_builtin_model_dir(path[len(BUILTIN_SCHEME):]))
     return path
 
 

@@ -1,4 +1,4 @@
-"""The built-in tool-calling tiny model: ``tiny-calculator`` for the multi-turn ``calculator`` task.
+"""Recipe of ``tiny-calculator``, the multi-turn ``calculator`` task's built-in model (`verl.modules.builtin.ToolModelSpec`).
 
 Tokenizer: `verl.data.builtin_tokenizer` (character tokenizer + ``<tool_call>`` /
 ``</tool_call>`` / ``<tool_response>`` / ``</tool_response>`` + a tool-aware chat template).
@@ -22,58 +22,18 @@ torch on the same CPU kind rebuilds the same bytes.
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import json
-import os
 import random
-import shutil
 import tempfile
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from verl.data.builtin_tokenizer import TOOL_CHAT_TEMPLATE, TOOL_TOKENS, build_tool_tokenizer
-from verl.modules.builtin import ASSETS_DIR
+from verl.data.builtin_tokenizer import build_tool_tokenizer
+from verl.modules.builtin import INFO_FILE, ToolModelSpec
+from verl.recipes.warm_start import warm_start
 
-__all__ = [
-    "TOOL_CHAT_TEMPLATE",
-    "TOOL_TOKENS",
-    "ToolModelSpec",
-    "build_tool_model",
-    "build_tool_tokenizer",
-    "get_tool_model_dir",
-    "teacher_conversation",
-    "tool_accuracy",
-]
-
-MODEL_NAME = "tiny-calculator"
-_INFO_FILE = "verl_builtin.json"
-_BUILD_VERSION = 2
-# Bumped whenever build_tool_model changes what it produces (part of the cache hash).
-
-
-@dataclass(frozen=True)
-class ToolModelSpec:
-    """Architecture and warm-start recipe of ``tiny-calculator`` (field names as `BuiltinModelSpec`)."""
-
-    task: str = "calculator"
-    hidden_size: int = 64
-    num_layers: int = 2
-    num_heads: int = 2
-    # Head size hidden_size / num_heads = 32: vLLM's CPU attention refuses 16 (supported: 32, 64, ...).
-    intermediate_size: int = 256
-    max_position_embeddings: int = 160
-    init_seed: int = 0
-    teacher_tool_prob_even: float = 0.85
-    teacher_tool_prob_odd: float = 0.15
-    # Probability that the SFT teacher calls the calculator (else answers from memory) on a
-    # problem whose first operand is even / odd: the student learns a habit that fails on half
-    # of the problems yet still samples the tool there, which RL can amplify.
-    sft_steps: int = 1500
-    sft_batch_size: int = 64
-    sft_lr: float = 3e-3
-    sft_warmup_steps: int = 20
-    sft_seed: int = 0
+__all__ = ["MULTITURN_KEYS", "build_tool_model", "calculator_schema", "teacher_conversation", "teacher_rows", "tool_accuracy"]
 
 
 def calculator_schema() -> dict[str, Any]:
@@ -93,11 +53,11 @@ def teacher_conversation(a: int, b: int, use_tool: bool) -> list[dict[str, Any]]
     return messages + [{"role": "assistant", "content": answer}]
 
 
-_MULTITURN_KEYS = ("data.multiturn.enable=true", "data.multiturn.messages_key=messages", "data.multiturn.tools_key=tools")
-# How ``verl sft`` reads `_teacher_rows`: chat conversations with tool schemas.
+MULTITURN_KEYS = ("data.multiturn.enable=true", "data.multiturn.messages_key=messages", "data.multiturn.tools_key=tools")
+# How ``verl sft`` reads `teacher_rows`: chat conversations with tool schemas.
 
 
-def _teacher_rows(spec: ToolModelSpec) -> list[dict[str, Any]]:
+def teacher_rows(spec: ToolModelSpec) -> list[dict[str, Any]]:
     """``{messages, tools}`` for every train problem: the teacher's conversation (tool or not, drawn per problem)."""
     from verl.data.builtin_tool_task import multiplication_problems
 
@@ -169,7 +129,7 @@ def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> 
     """Builds ``tiny-calculator``: init, warm start, save (model, tokenizer, info); deterministic.
 
     The warm start is a multi-turn ``verl sft`` run (`verl.trainer.sft_trainer.train_sft`, the
-    same path as ``tiny-arithmetic``'s) of the spec's recipe on `_teacher_rows`. Runs with one
+    same path as ``tiny-arithmetic``'s) of the spec's recipe on `teacher_rows`. Runs with one
     intra-op thread (the thread count changes float reduction order); a few minutes on a CPU core.
 
     Args:
@@ -178,12 +138,10 @@ def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> 
 
     Returns:
         ``out_dir``, holding ``config.json``, ``model.safetensors``, the tokenizer files and
-        ``verl_builtin.json`` (spec, final SFT loss, held-out greedy accuracy and tool-call rate,
+        ``verl_builtin.json`` (spec, build version, final SFT loss, held-out greedy accuracy and tool-call rate,
         and the torch version and CPU capability that made it).
     """
     import torch
-
-    from verl.modules.builtin import _sft  # the same init and SFT path as tiny-arithmetic
 
     spec = spec or ToolModelSpec()
     out = Path(out_dir)
@@ -192,49 +150,17 @@ def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> 
     torch.set_num_threads(1)
     try:
         with tempfile.TemporaryDirectory(prefix="verl-calculator-sft-") as work:
-            model, last_loss = _sft(spec, tok, Path(work), _teacher_rows(spec), _MULTITURN_KEYS)
+            model, last_loss = warm_start(spec, tok, Path(work), teacher_rows(spec), MULTITURN_KEYS)
         greedy = tool_accuracy(model, tok)
     finally:
         torch.set_num_threads(threads)
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    info = {"spec": asdict(spec), "build_version": _BUILD_VERSION, "final_sft_loss": round(last_loss, 4),
+    info = {"spec": asdict(spec), "build_version": spec.build_version, "final_sft_loss": round(last_loss, 4),
             "sft_path": "verl.trainer.sft_trainer", "test_greedy_accuracy": greedy["accuracy"],
             "test_greedy_tool_call_rate": greedy["tool_call_rate"],
             # Same torch and CPU kind -> same bytes (the slow rebuild test relies on it).
             "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
-    (out / _INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
+    (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return out
-
-
-def _complete(path: Path, spec: ToolModelSpec) -> bool:
-    info = path / _INFO_FILE
-    return (path / "model.safetensors").is_file() and info.is_file() and json.loads(info.read_text())["spec"] == asdict(spec)
-
-
-def get_tool_model_dir(spec: ToolModelSpec | None = None) -> Path:
-    """Directory of ``tiny-calculator``: the shipped ``verl/modules/assets/tiny-calculator/`` when
-    it matches the spec, else ``$VERL_CACHE_DIR/builtin/tiny-calculator-<hash>`` built on first
-    use (into a temporary directory, then renamed)."""
-    spec = spec or ToolModelSpec()
-    shipped = ASSETS_DIR / MODEL_NAME
-    if _complete(shipped, spec):
-        return shipped
-    digest = hashlib.sha256(json.dumps({"spec": asdict(spec), "v": _BUILD_VERSION}, sort_keys=True).encode()).hexdigest()[:12]
-    root = Path(os.environ.get("VERL_CACHE_DIR") or Path.home() / ".cache" / "verl") / "builtin"
-    target = root / f"{MODEL_NAME}-{digest}"
-    if _complete(target, spec):
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{MODEL_NAME}-", dir=root))
-    try:
-        build_tool_model(tmp, spec)
-        try:
-            tmp.rename(target)
-        except OSError:
-            if not _complete(target, spec):
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return target
