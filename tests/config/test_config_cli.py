@@ -41,7 +41,7 @@ def test_bad_config_exits_2_with_one_line(capsys: pytest.CaptureFixture[str]) ->
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err == (
-        "verl config: error: unknown key 'actor_rollout_ref.actor.ppo_mini_batchsize' "
+        "verl config: config error: unknown key 'actor_rollout_ref.actor.ppo_mini_batchsize' "
         "(did you mean 'actor_rollout_ref.actor.ppo_mini_batch_size'?)\n"
     )
     assert main(["show", "no_such_preset"]) == 2

@@ -22,7 +22,7 @@ from verl.config.errors import ConfigError, did_you_mean, not_supported
 from verl.config.schema_attest import SYNC_MISMATCH_ACTIONS
 from verl.config.schema_guards import check_alarms, check_sentinel
 
-__all__ = ["Rule", "check_sections", "SECTION_RULES"]
+__all__ = ["Rule", "check_sections", "SECTION_RULES", "unsupported"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,10 @@ class Rule:
     ok: Callable[[Any], bool]
     expect: str
     allowed: frozenset[str] = frozenset()
+    unsupported: str = ""
+    # Non-empty: a failed ``ok`` is "<what> is not supported yet: <unsupported>" (what to do instead).
+    what: str = ""
+    # The subject of that message; empty = the dotted key in backquotes.
 
 
 def ge(name: str, lo: float) -> Rule:
@@ -77,6 +81,11 @@ def each_of(name: str, allowed: frozenset[str]) -> Rule:
     """Every entry of a list value is one of the allowed names."""
     expect = "entries must be in " + ", ".join(sorted(allowed))
     return Rule(name, lambda v: all(x in allowed for x in v), expect, allowed)
+
+
+def unsupported(name: str, ok: Callable[[Any], bool], what_to_do: str, what: str = "") -> Rule:
+    """A setting that is "not supported yet" unless ``ok(value)``: the message says what to do instead."""
+    return Rule(name, ok, "", unsupported=what_to_do, what=what)
 
 
 def _finite(name: str) -> Rule:
@@ -419,34 +428,44 @@ SECTION_CHECKS: dict[type, Callable[[Any, str], None]] = {
 """Cross-field rules that stay inside one section, keyed by the section's dataclass."""
 
 
-def _apply_rules(section: Any, prefix: str) -> None:
-    for rule in SECTION_RULES.get(type(section), ()):
+def _apply_rules(section: Any, prefix: str, rules: dict[type, list[Rule]]) -> None:
+    for rule in rules.get(type(section), ()):
         value = getattr(section, rule.field)
         if value is None or rule.ok(value):
             continue
+        key = f"{prefix}.{rule.field}" if prefix else rule.field
+        if rule.unsupported:
+            raise ConfigError(f"{rule.what or f'`{key}`'} is not supported yet: {rule.unsupported}")
         hint = ""
         if rule.allowed:
             bad = value if isinstance(value, str) else next(x for x in value if x not in rule.allowed)
             hint = did_you_mean(str(bad), rule.allowed)
-        raise ConfigError(f"{prefix}.{rule.field}: {rule.expect}, got {value!r}{hint}")
+        raise ConfigError(f"{key}: {rule.expect}, got {value!r}{hint}")
 
 
-def check_sections(cfg: Any, prefix: str = "") -> None:
+def check_sections(cfg: Any, prefix: str = "", rules: dict[type, list[Rule]] | None = None,
+                   checks: dict[type, Callable[[Any, str], None]] | None = None) -> None:
     """Applies every section's rules and cross-field checks, depth first.
 
     Args:
         cfg: A schema dataclass instance (normally the ``RootConfig``).
         prefix: Its dotted path (``""`` for the root).
+        rules: The rule tables, keyed by section dataclass (default :data:`SECTION_RULES`, the
+            RL schema's; `verl.config.sft_checks` passes the SFT schema's).
+        checks: The cross-field functions ``check(section, prefix)``, likewise (default
+            :data:`SECTION_CHECKS`).
 
     Raises:
         ConfigError: The first violated rule, naming the full dotted key.
     """
+    rules = SECTION_RULES if rules is None else rules
+    checks = SECTION_CHECKS if checks is None else checks
+    _apply_rules(cfg, prefix, rules)
     if prefix:
-        _apply_rules(cfg, prefix)
-        check = SECTION_CHECKS.get(type(cfg))
+        check = checks.get(type(cfg))
         if check is not None:
             check(cfg, prefix)
     for f in dataclasses.fields(cfg):
         value = getattr(cfg, f.name)
         if dataclasses.is_dataclass(value):
-            check_sections(value, f"{prefix}.{f.name}" if prefix else f.name)
+            check_sections(value, f"{prefix}.{f.name}" if prefix else f.name, rules, checks)

@@ -7,7 +7,8 @@ Usage::
 
 CONFIG is a YAML file or a preset name; it is the first argument when that argument is not an
 override (has no ``=`` and does not start with ``~`` or ``+``). A bad config prints its one-line
-error to stderr and exits with status 2, without a traceback.
+error to stderr (``verl config: config error: ...``, as every command) and exits with status
+2, without a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from verl.config.errors import ConfigError
+from verl.utils.errors import run_reporting_user_errors
 from verl.config.loader import config_to_yaml, list_presets, load_config
 
 __all__ = ["config_command", "main", "split_config_arg"]
@@ -46,17 +47,14 @@ def split_config_arg(args: Sequence[str], default: str | None = None) -> tuple[s
 def config_command(argv: Sequence[str] | None, usage: str, prog: str,
                    body: Callable[[str | None, list[str]], int]) -> int:
     """Run ``prog [CONFIG] [key=value ...]``: ``-h`` / ``--help`` prints ``usage``; otherwise
-    ``body(config_path, overrides)``, whose Ctrl-C prints ``<prog>: interrupted`` and returns 130."""
+    ``body(config_path, overrides)``. Errors (Ctrl-C included) are the caller's: every command
+    runs under `verl.utils.errors.run_reporting_user_errors`."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] in ("-h", "--help"):
         print(usage)
         return 0
     config_path, overrides = split_config_arg(args, None)
-    try:
-        return body(config_path, overrides)
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    return body(config_path, overrides)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,10 +74,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(USAGE)
         return 0
     path, overrides = split_config_arg(rest, DEFAULT_CONFIG)
-    try:
-        cfg = load_config(path, overrides)
-    except ConfigError as e:
-        print(f"verl config: error: {e}", file=sys.stderr)
-        return 2
-    sys.stdout.write(config_to_yaml(cfg))
-    return 0
+
+    def show(_: list[str]) -> int:
+        sys.stdout.write(config_to_yaml(load_config(path, overrides)))
+        return 0
+    return run_reporting_user_errors("verl config", show, [])

@@ -1,4 +1,7 @@
-"""Walks the dataclass schema: valid dotted keys, free-form mappings, type names, key checks.
+"""Walks a dataclass schema: valid dotted keys, free-form mappings, type names, key checks.
+
+The one key walker of every command's config: each function takes the schema root
+(``RootConfig`` by default; ``SFTRootConfig``, the generate and eval roots for the other commands).
 
 Used by the loader to reject unknown keys with a did-you-mean suggestion and to describe the
 expected type in wrong-type messages. Free-form fields (typed ``Dict[...]`` or ``Any``, e.g.
@@ -74,8 +77,8 @@ def type_name(tp: Any) -> str:
 
 
 @functools.lru_cache(maxsize=None)
-def _key_table() -> dict[str, Any]:
-    """Every dotted key of the schema (sections and leaves) -> its type."""
+def _key_table(root: type = RootConfig) -> dict[str, Any]:
+    """Every dotted key of the schema rooted at ``root`` (sections and leaves) -> its type."""
     table: dict[str, Any] = {}
 
     def walk(cls: type, prefix: str) -> None:
@@ -85,28 +88,40 @@ def _key_table() -> dict[str, Any]:
             if _is_section(tp):
                 walk(_strip_optional(tp), path)
 
-    walk(RootConfig, "")
+    walk(root, "")
     return table
 
 
-def all_keys() -> list[str]:
-    """Every valid dotted key of the schema (sections and leaves)."""
-    return list(_key_table())
+def _rl_layout_hint(path: str) -> str | None:
+    from verl.config.verl_hints import layout_hint
+
+    return layout_hint(path)
 
 
-def free_form_keys() -> list[str]:
+KEY_HINTS: dict[type, Any] = {RootConfig: _rl_layout_hint}
+"""Per schema root: ``hint(path) -> message | None`` for a key a known other layout spells
+differently (verl's renamed keys, sections of engines the product lacks), tried before the
+did-you-mean search."""
+
+
+def all_keys(root: type = RootConfig) -> list[str]:
+    """Every valid dotted key of the schema rooted at ``root`` (sections and leaves)."""
+    return list(_key_table(root))
+
+
+def free_form_keys(root: type = RootConfig) -> list[str]:
     """Dotted keys of the free-form mapping fields, where ``+key=value`` may add new keys."""
-    return [k for k, tp in _key_table().items() if _is_free_form(tp) and _strip_optional(tp) is not Any]
+    return [k for k, tp in _key_table(root).items() if _is_free_form(tp) and _strip_optional(tp) is not Any]
 
 
-def type_at(path: str) -> Any:
+def type_at(path: str, root: type = RootConfig) -> Any:
     """Schema type of a dotted key (``None`` when the key is not in the schema)."""
-    return _key_table().get(path)
+    return _key_table(root).get(path)
 
 
-def key_kind(path: str) -> str:
+def key_kind(path: str, root: type = RootConfig) -> str:
     """Classifies a dotted key: ``"schema"``, ``"free"`` (below a free-form field) or ``"unknown"``."""
-    table = _key_table()
+    table = _key_table(root)
     if path in table:
         return "schema"
     parts = path.split(".")
@@ -117,18 +132,9 @@ def key_kind(path: str) -> str:
     return "unknown"
 
 
-def unknown_key_message(path: str) -> str:
-    """``unknown key 'a.b' (did you mean 'a.c'?)``, matching first at the key's own level.
-
-    The suggestion is, in order: a close name among the valid keys of the same section; the same
-    leaf name in another section; the closest full dotted key. Only canonical keys are suggested.
-    """
-    from verl.config.verl_hints import layout_hint
-
-    hint = layout_hint(path)  # a key verl renamed, or a section of a feature the product lacks
-    if hint is not None:
-        return hint
-    table = _key_table()
+def _suggestion(path: str, root: type) -> str:
+    """The closest valid key to an unknown one ("" when nothing is close); see `unknown_key_message`."""
+    table = _key_table(root)
     parent, _, leaf = path.rpartition(".")
     rest = ""
     while parent and parent not in table:  # a misspelt section: suggest from the deepest valid one
@@ -145,42 +151,88 @@ def unknown_key_message(path: str) -> str:
         same_leaf = [k for k in table if k.rpartition(".")[2] == last]
         best = difflib.get_close_matches(path, same_leaf or list(table), n=1, cutoff=0.0 if same_leaf else 0.75)
         suggestion = best[0] if best else ""
-    hint = f" (did you mean '{suggestion}'?)" if suggestion else ""
-    return f"unknown key '{path}'{hint}"
+    return suggestion
+
+
+def unknown_key_message(path: str, root: type = RootConfig, prefix: str = "") -> str:
+    """``unknown key 'a.b' (did you mean 'a.c'?)``, matching first at the key's own level.
+
+    The suggestion is, in order: a close name among the valid keys of the same section; the same
+    leaf name in another section; the closest full dotted key. Only keys of ``root``'s schema are
+    suggested, always as full dotted keys.
+
+    Args:
+        path: The unknown key, dotted, relative to ``root``.
+        root: The schema dataclass the key was looked up in (``RootConfig``, ``SFTRootConfig``, ...).
+        prefix: Written before both keys in the message (an entry of a list of sections:
+            ``hybrid.tasks[0].``).
+    """
+    hint = KEY_HINTS[root](path) if root in KEY_HINTS else None
+    if hint is not None:
+        return hint
+    suggestion = _suggestion(path, root)
+    tail = f" (did you mean '{prefix}{suggestion}'?)" if suggestion else ""
+    return f"unknown key '{prefix}{path}'{tail}"
 
 
 def _is_interpolation(value: Any) -> bool:
     return isinstance(value, str) and "${" in value
 
 
-def check_tree(tree: dict[str, Any], cls: type = RootConfig, prefix: str = "") -> None:
+def _scalar_list_elem(tp: Any) -> Any:
+    """The element type of a list of str / int / float field, else None."""
+    inner = _strip_optional(tp)
+    if typing.get_origin(inner) is list:
+        (elem,) = typing.get_args(inner) or (None,)
+        if elem in (str, int, float):
+            return elem
+    return None
+
+
+def check_tree(tree: dict[str, Any], root: type = RootConfig, prefix: str = "") -> None:
     """Rejects unknown keys and misplaced sections in a plain nested dict, in place.
 
-    Also normalises two common spellings: a scalar given for a ``List[str]`` field becomes a
-    one-element list (``data.train_files=x.parquet``, ``trainer.logger=console``, as verl's
-    scripts write them) and ``null`` for such a field becomes the empty list.
+    The one unknown-key walker of every command's config. Also normalises two common
+    spellings: a scalar given for a list-of-scalars field becomes a one-element list
+    (``data.train_files=x.parquet``, ``trainer.logger=console``, as verl's scripts write them)
+    and ``null`` becomes the empty list for a list of str and for a list field that is not
+    Optional. Entries of a list of sections
+    (``hybrid.tasks``) are checked against the entry's dataclass.
 
     Args:
         tree: The user's values (from YAML files and overrides); may be modified.
-        cls: The schema dataclass the dict describes.
-        prefix: Dotted path of ``tree`` (for messages).
+        root: The schema dataclass ``tree`` describes.
+        prefix: Written before the keys in messages (used for entries of a list of sections).
 
     Raises:
-        ConfigError: An unknown key, or a scalar where a section is expected.
+        ConfigError: An unknown key (with the closest valid one), or a scalar where a section
+            is expected.
     """
+    _check(tree, root, "", root, prefix)
+
+
+def _check(tree: dict[str, Any], cls: type, path0: str, root: type, prefix: str) -> None:
     hints = field_hints(cls)
     for key in list(tree):
-        path = f"{prefix}.{key}" if prefix else str(key)
+        path = f"{path0}.{key}" if path0 else str(key)
         if not isinstance(key, str) or key not in hints:
-            raise ConfigError(unknown_key_message(path))
+            raise ConfigError(unknown_key_message(path, root, prefix))
         tp, value = hints[key], tree[key]
+        inner = _strip_optional(tp)
         if _is_section(tp):
             if isinstance(value, dict):
-                check_tree(value, _strip_optional(tp), path)
+                _check(value, inner, path, root, prefix)
             elif not _is_interpolation(value):
-                raise ConfigError(f"{path}: expected {type_name(tp)}, got {value!r}")
-        elif _is_str_list(tp) and not _is_interpolation(value):
+                raise ConfigError(f"{prefix}{path}: expected {type_name(tp)}, got {value!r}")
+        elif typing.get_origin(inner) is list and dataclasses.is_dataclass(typing.get_args(inner)[0]):
+            if isinstance(value, list):
+                for i, entry in enumerate(value):
+                    if not isinstance(entry, dict):
+                        raise ConfigError(f"{prefix}{path}[{i}]: expected a mapping (config section), got {entry!r}")
+                    check_tree(entry, typing.get_args(inner)[0], f"{prefix}{path}[{i}].")
+        elif _scalar_list_elem(tp) is not None and not _is_interpolation(value):
             if value is None:
-                tree[key] = []
+                if _scalar_list_elem(tp) is str or inner is tp:  # null is a value of its own for an Optional list
+                    tree[key] = []
             elif isinstance(value, (str, int, float)) and not isinstance(value, bool):
-                tree[key] = [str(value)]
+                tree[key] = [str(value) if _scalar_list_elem(tp) is str else value]

@@ -1,5 +1,10 @@
 """Loading a config: YAML files and presets, overrides, type checks, finalize, validation.
 
+The steps every command shares (the YAML reader, ``defaults:`` lists and presets, the override
+applier, the unknown-key walker, type errors) are :mod:`verl.config.pipeline`'s, run here with
+:data:`RL_LAYOUT`; this module adds the RL-only steps (Hydra composition of verl's layout, seed
+and verl layout translation, finalize, consistency, verl keys).
+
 ``load_config(path, overrides)`` runs, in order:
 
 1. **compose** — read the YAML file, or the preset of that name in ``verl/config/presets/``. A
@@ -44,16 +49,17 @@ from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
-from omegaconf.errors import InterpolationResolutionError, OmegaConfBaseException
+from omegaconf.errors import OmegaConfBaseException
 
-from verl.config._tree import get_path, merge_trees
 from verl.config.checks import check_sections
 from verl.config.consistency import check_consistency
-from verl.config.errors import ConfigError, did_you_mean
+from verl.config.errors import ConfigError
 from verl.config.finalize import finalize
 from verl.config.verl_keys import check_compat, check_unknown_owned, import_external_lib
-from verl.config.introspect import check_tree, key_kind, type_at, type_name
+from verl.config.introspect import check_tree, key_kind
 from verl.config.overrides import apply_overrides
+from verl.config.pipeline import PRESET_DIR, Layout, compose, name_experiment, read_yaml, resolve_config, type_error
+from verl.config.pipeline import list_presets as pipeline_list_presets
 from verl.config.schema import RootConfig
 from verl.config.compat import translate_override, translate_seed_layout
 from verl.config.hydra_compose import BaseConfigNotFound, compose_file, group_names, needs_hydra, split_group_overrides
@@ -61,6 +67,7 @@ from verl.config.verl_layout import normalize_verl_tree, translate_layout_overri
 
 __all__ = [
     "PRESET_DIR",
+    "RL_LAYOUT",
     "config_from_dict",
     "config_to_yaml",
     "list_presets",
@@ -69,87 +76,30 @@ __all__ = [
     "validate",
 ]
 
-PRESET_DIR = Path(__file__).resolve().parent / "presets"
-"""Folder of the built-in presets; ``load_config("gsm8k_grpo")`` reads ``gsm8k_grpo.yaml`` here."""
-
-
-def list_presets() -> list[str]:
-    """Names of the built-in presets (file stems in :data:`PRESET_DIR`), sorted."""
-    return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
-
-
-def _resolve(ref: str | os.PathLike[str], base_dir: Path | None) -> Path:
-    """A file path (relative to ``base_dir`` first, then the working directory) or a preset name."""
-    path = Path(ref).expanduser()
-    candidates = [base_dir / path] if base_dir is not None and not path.is_absolute() else []
-    candidates.append(path)
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate.resolve()
-    preset = PRESET_DIR / f"{path.name.removesuffix('.yaml')}.yaml"
-    if path.parent == Path(".") and preset.is_file():
-        return preset
-    names = list_presets()
-    raise ConfigError(
-        f"config '{ref}' not found: no such file and no preset of that name (presets: {', '.join(names)})"
-        + did_you_mean(str(ref), names)
-    )
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
-    try:
-        loaded = OmegaConf.load(path)
-    except Exception as e:  # yaml.YAMLError and OmegaConf's duplicate-key errors
-        raise ConfigError(f"{path}: cannot parse YAML: {e}") from None
-    data = OmegaConf.to_container(loaded, resolve=False)
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of config sections")
-    return data  # type: ignore[return-value]
-
-
-def _default_refs(defaults: Any, where: str) -> list[str]:
-    if defaults is None:
-        return []
-    entries = [defaults] if isinstance(defaults, str) else defaults
-    if not isinstance(entries, list) or not all(isinstance(e, str) for e in entries):
-        raise ConfigError(
-            f"{where}: 'defaults' must be a list of preset names or YAML paths, got {defaults!r} "
-            "(Hydra config-group entries are not supported)"
-        )
-    return [e for e in entries if e != "_self_"]
-
-
 VERL_BASE_CONFIGS = frozenset({"ppo_trainer"})
 """``defaults`` entries naming verl's own base config: the schema defaults (verl's values) are it."""
 
 
-def _drop_hydra_section(raw: dict[str, Any], where: str) -> None:
-    """A verl recipe's ``hydra: {searchpath: [...]}`` only tells Hydra where ``ppo_trainer`` lives,
-    which is built in here; any other Hydra setting is refused rather than ignored."""
-    section = raw.pop("hydra", None)
-    if section is None:
-        return
-    if not isinstance(section, dict):
-        raise ConfigError(f"{where}: 'hydra' must be a mapping, got {section!r}")
-    for key in section:
-        if key != "searchpath":
-            raise ConfigError(f"`hydra.{key}` is not supported yet: only hydra.searchpath (for verl's "
-                              "ppo_trainer defaults, which are built in) is accepted; remove it")
+def _translate_override(key: str, value: Any) -> dict[str, Any] | None:
+    return translate_layout_override(key, value) or translate_override(key, value)
+
+
+RL_LAYOUT = Layout(
+    root=RootConfig, name="verl train", preset_dir=PRESET_DIR, base_configs=VERL_BASE_CONFIGS,
+    translate_document=translate_seed_layout, translate_override=_translate_override,
+    owned=check_unknown_owned, hydra_searchpath=True,
+)
+"""The RL config (``verl train``, ``verl config show``, the seed API) in the shared pipeline."""
+
+
+def list_presets() -> list[str]:
+    """Names of the built-in RL presets (file stems in :data:`PRESET_DIR`), sorted."""
+    return pipeline_list_presets(PRESET_DIR)
 
 
 def _compose(raw: dict[str, Any], base_dir: Path | None, where: str, seen: tuple[Path, ...]) -> dict[str, Any]:
     """Merges a document's ``defaults`` (recursively) under its own translated keys."""
-    raw = dict(raw)
-    _drop_hydra_section(raw, where)
-    tree: dict[str, Any] = {}
-    for ref in _default_refs(raw.pop("defaults", None), where):
-        if ref in VERL_BASE_CONFIGS:
-            continue
-        path = _resolve(ref, base_dir)
-        if path in seen:
-            raise ConfigError(f"{where}: 'defaults' includes {path} again (a cycle)")
-        tree = merge_trees(tree, _compose(_read_yaml(path), path.parent, str(path), (*seen, path)))
-    return merge_trees(tree, translate_seed_layout(raw))
+    return compose(raw, RL_LAYOUT, base_dir, where, seen)
 
 
 def _compose_top(raw: dict[str, Any], path: Path, overrides: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
@@ -173,20 +123,8 @@ def _compose_top(raw: dict[str, Any], path: Path, overrides: Sequence[str]) -> t
     return _compose(raw, path.parent, str(path), (path,)), list(overrides)
 
 
-def _type_error(e: OmegaConfBaseException, tree: dict[str, Any]) -> ConfigError:
-    key = str(getattr(e, "full_key", "") or "")
-    detail = str(getattr(e, "msg", e)).splitlines()[0]
-    if not key:
-        return ConfigError(f"invalid config: {detail}")
-    if isinstance(e, InterpolationResolutionError):
-        return ConfigError(f"{key}: {detail}")
-    parent, leaf = get_path(tree, key)
-    got = parent[leaf] if parent is not None and leaf in parent else getattr(e, "value", None)
-    return ConfigError(f"{key}: expected {type_name(type_at(key))}, got {got!r}")
-
-
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
-    tree = apply_overrides(tree, overrides, translate=lambda k, v: translate_layout_override(k, v) or translate_override(k, v))
+    tree = apply_overrides(tree, overrides, translate=_translate_override, root=RootConfig, owned=check_unknown_owned)
     normalize_verl_tree(tree)
     check_unknown_owned(tree, key_kind)
     check_tree(tree)
@@ -195,7 +133,7 @@ def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
         merged = OmegaConf.merge(OmegaConf.structured(RootConfig), tree)
         cfg = OmegaConf.to_object(merged)
     except OmegaConfBaseException as e:
-        raise _type_error(e, tree) from None
+        raise type_error(e, tree, RootConfig) from None
     assert isinstance(cfg, RootConfig)
     check_sections(cfg)
     cfg = finalize(cfg)
@@ -242,13 +180,10 @@ def load_config(path: str | os.PathLike[str] | None = None, overrides: Sequence[
     """
     if path is None:
         return _build({}, overrides)
-    resolved = _resolve(path, None)
-    raw = _read_yaml(resolved)
+    resolved = resolve_config(path, None, PRESET_DIR)
+    raw = read_yaml(resolved)
     tree, overrides = _compose_top(raw, resolved, overrides)
-    # runs of different config files must not share output / checkpoint directories: a file that
-    # does not name its experiment itself (a preset it builds on may) is named after the file
-    if "experiment_name" not in (raw.get("trainer") or {}):
-        tree.setdefault("trainer", {})["experiment_name"] = resolved.stem
+    name_experiment(tree, raw, resolved, RL_LAYOUT)
     return _build(tree, overrides)
 
 

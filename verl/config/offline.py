@@ -1,8 +1,10 @@
 """Config of the offline tools: ``verl generate`` (verl's ``main_generation``) and ``verl eval`` (``main_eval``).
 
-Both read a YAML file (optional) and Hydra-grammar overrides (``a.b=c``, ``+a.b=c``, ``~a.b``)
-with the same rules as the trainers: unknown keys are refused with the closest valid one, values
-are type-checked, every failure is one `ConfigError` line naming the dotted key.
+Both run the shared pipeline (`verl.config.pipeline`: the YAML reader, ``defaults:`` lists and
+presets, the override applier, the unknown-key walker) with their own layout
+(`GENERATION_LAYOUT`, `EVAL_LAYOUT`), exactly as the trainers do: unknown keys are refused with
+the closest valid one, values are type-checked, every failure is one `ConfigError` line naming
+the dotted key.
 
 ``verl generate`` keeps verl's ``generation.yaml`` layout: ``data.*`` is its own section
 (`GenerationDataConfig`); ``model.*``, ``rollout.*``, ``trainer.*`` and ``ray_kwargs.*`` are the
@@ -22,11 +24,13 @@ from pathlib import Path
 from typing import Any, Dict, Optional
 
 from omegaconf import OmegaConf
-from omegaconf.errors import OmegaConfBaseException
 
 from verl.config._tree import get_path, set_path
-from verl.config.errors import ConfigError, did_you_mean
-from verl.config.schema import CustomRewardFunctionConfig
+from verl.config.checks import Rule, check_sections, ge, gt, one_of
+from verl.config.errors import ConfigError
+from verl.config.pipeline import PRESET_DIR, Layout, load_tree, structured
+from verl.config.schema import CustomRewardFunctionConfig, ModelConfig, RolloutConfig, TrainerConfig
+from verl.config.schema_verl import RayKwargsConfig
 
 __all__ = ["EvalConfig", "GenerationConfig", "GenerationDataConfig", "load_eval_config", "load_generation_config"]
 
@@ -96,34 +100,52 @@ class EvalConfig:
     # Accepted for verl's scripts with null values only: scoring runs in this process, not on Ray.
 
 
-def _read_tree(path: str | Path | None, overrides: Sequence[str]) -> dict[str, Any]:
-    """The YAML file's tree with the overrides applied (the sections are checked by the caller)."""
-    from verl.config.sft_loader import apply_tree_overrides, read_yaml_tree
+@dataclass
+class GenerationFileConfig:
+    """The keys of a ``verl generate`` file: this tool's ``data`` and the RL sections it reads.
 
-    return apply_tree_overrides(read_yaml_tree(path) if path is not None else {}, overrides, check_keys=False)
+    Only the key walk and the overrides use it; the RL sections' values are checked by the RL
+    loader once placed at their RL paths (see `load_generation_config`).
+    """
 
-
-def _structured(cls: type, tree: dict[str, Any], prefix: str) -> Any:
-    """``tree`` merged over ``cls``'s defaults: unknown keys (did-you-mean) and type errors name the key."""
-    from verl.config.sft_loader import _check_keys
-
-    _check_keys(tree, cls, prefix)
-    try:
-        return OmegaConf.to_object(OmegaConf.merge(OmegaConf.structured(cls), tree))
-    except OmegaConfBaseException as e:
-        key = str(getattr(e, "full_key", "") or "")
-        raise ConfigError(f"{prefix}{key or 'config'}: {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
-
-
-def _check_sections(tree: dict[str, Any], valid: Sequence[str]) -> None:
-    for key, value in tree.items():
-        if key not in valid:
-            raise ConfigError(f"unknown key '{key}'" + did_you_mean(str(key), valid))
-        if value is not None and not isinstance(value, dict):
-            raise ConfigError(f"{key}: expected a mapping (config section), got {value!r}")
+    data: GenerationDataConfig = field(default_factory=GenerationDataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    # As actor_rollout_ref.model.
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    # As actor_rollout_ref.rollout; prompt_length / response_length unset = derived from the file.
+    actor: Dict[str, Any] = field(default_factory=dict)
+    # verl's generation.yaml has it; generation does not train (a documented no-op, GENERATION_NOOPS).
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    # device, seed, nnodes, n_gpus_per_node are read.
+    ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
+    # As the RL ray_kwargs.
 
 
-GENERATION_SECTIONS = ("data", "model", "rollout", "actor", "trainer", "ray_kwargs")
+GENERATION_LAYOUT = Layout(root=GenerationFileConfig, name="verl generate", preset_dir=PRESET_DIR / "generate",
+                           name_experiment=False)
+"""``verl generate`` in the shared pipeline (`verl.config.pipeline`); presets in ``presets/generate``."""
+EVAL_LAYOUT = Layout(root=EvalConfig, name="verl eval", preset_dir=PRESET_DIR / "eval", name_experiment=False)
+"""``verl eval`` in the shared pipeline; presets in ``presets/eval``."""
+
+
+OFFLINE_RULES: dict[type, list[Rule]] = {
+    GenerationDataConfig: [
+        ge("n_samples", 1),
+        ge("batch_size", 1),
+        one_of("truncation", frozenset(TRUNCATION)),
+        Rule("output_path", lambda v: v.endswith((".parquet", ".jsonl")), "must end in .parquet or .jsonl"),
+    ],
+    EvalRewardModelConfig: [gt("timeout_s", 0.0)],
+}
+"""Per-section value rules of ``verl generate`` / ``verl eval`` (`verl.config.checks.Rule` tables, as the
+trainers'); rules across sections, or on whether a key is set, follow in the loaders."""
+
+
+def _drop_null_sections(tree: dict[str, Any]) -> dict[str, Any]:
+    """``section: null`` (verl's files write empty sections so) means the section's defaults."""
+    return {k: v for k, v in tree.items() if v is not None}
+
+
 _RL_PLACE = {"model": "actor_rollout_ref.model", "rollout": "actor_rollout_ref.rollout", "actor": "actor_rollout_ref.actor"}
 # Keys of the RL sections that take effect in verl generate (a key, or the top of a mapping key);
 # any other key set to a value other than its RL default is refused as having no effect here.
@@ -217,9 +239,8 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     """
     from verl.config.loader import config_from_dict
 
-    tree = _read_tree(path, overrides)
-    _check_sections(tree, GENERATION_SECTIONS)
-    data = _structured(GenerationDataConfig, tree.get("data") or {}, "data.")
+    tree = load_tree(GENERATION_LAYOUT, path, overrides, before_overrides=_drop_null_sections)
+    data = structured(GenerationDataConfig, tree.get("data") or {}, "data.")
     ignored = _drop_noops(tree)
     _refuse_unused(tree)
     rl: dict[str, Any] = {}
@@ -243,13 +264,10 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
         if not isinstance(max_model_len, int) or isinstance(max_model_len, bool) or max_model_len < 2:
             raise ConfigError(f"rollout.max_model_len: must be an integer >= 2, got {max_model_len!r}")
         ro.max_model_len = max_model_len
+    check_sections(data, "data", rules=OFFLINE_RULES, checks={})
     rules = [
         (data.path, "data.path: set the prompts file (.parquet, .jsonl or builtin://<task>/<split>)"),
         (data.output_path, "data.output_path: set where the generated file goes (.parquet or .jsonl)"),
-        (str(data.output_path or "").endswith((".parquet", ".jsonl")), f"data.output_path: must end in .parquet or .jsonl, got {data.output_path!r}"),
-        (data.n_samples >= 1, f"data.n_samples: must be >= 1, got {data.n_samples}"),
-        (data.batch_size >= 1, f"data.batch_size: must be >= 1, got {data.batch_size}"),
-        (data.truncation in TRUNCATION, f"data.truncation: must be one of {TRUNCATION}, got {data.truncation!r}"),
         (ro.do_sample or data.n_samples == 1,  # (the RL loader refuses temperature 0 with do_sample)
          f"data.n_samples={data.n_samples} with greedy decoding (rollout.do_sample=false) gives identical samples: "
          "set data.n_samples=1 or rollout.do_sample=true"),
@@ -266,9 +284,6 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     return GenerationConfig(data=data, rl=cfg, lengths_set=lengths_set, ignored=tuple(ignored))
 
 
-EVAL_SECTIONS = ("data", "custom_reward_function", "reward_model", "ray_kwargs")
-
-
 def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> EvalConfig:
     """Load ``verl eval``'s config (verl's ``evaluation.yaml`` keys).
 
@@ -276,9 +291,7 @@ def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = 
         ConfigError: unknown key (with the closest valid one), wrong type, no ``data.path``, a
             non-null ``ray_kwargs`` value (scoring runs in this process), ``timeout_s`` <= 0.
     """
-    tree = _read_tree(path, overrides)
-    _check_sections(tree, EVAL_SECTIONS)
-    cfg = _structured(EvalConfig, tree, "")
+    cfg = structured(EvalConfig, load_tree(EVAL_LAYOUT, path, overrides, before_overrides=_drop_null_sections))
     set_key = next((f"ray_kwargs.{k}" for k, v in _leaves(cfg.ray_kwargs) if v not in (None, {})), None)
     if set_key:
         raise ConfigError(f"{set_key} is not supported yet: verl eval scores in this process, not on Ray; remove it")
@@ -286,6 +299,5 @@ def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = 
         raise ConfigError("data.path: set the generated file to score (verl generate's data.output_path)")
     if cfg.data.prompt_key != "prompt":
         raise ConfigError("data.prompt_key has no effect in verl eval (scores depend on the responses only): remove it")
-    if cfg.reward_model.timeout_s <= 0:
-        raise ConfigError(f"reward_model.timeout_s: must be > 0, got {cfg.reward_model.timeout_s}")
+    check_sections(cfg, rules=OFFLINE_RULES, checks={})
     return cfg

@@ -1,11 +1,15 @@
 """Command-line overrides in Hydra's grammar, applied to the plain dict of user values.
 
+This is the one override applier of every command (``verl train``, ``sft``, ``dpo``,
+``generate``, ``eval``, ``config show``): the schema root it checks keys against is a parameter.
+
 Parsing is Hydra's own (``OverridesParser``), so quoting, lists, dicts, ``null`` and
 interpolations behave exactly as in verl's scripts. Semantics here:
 
 - ``a.b=v``: set a key of the schema (or a key inside a free-form mapping such as
   ``actor_rollout_ref.model.override_config``). Mapping values merge into an existing mapping.
-- ``+a.b=v`` / ``++a.b=v``: the same, and the only way Hydra users expect to *add* a key; a new
+- ``+a.b=v`` / ``++a.b=v``: the same (also for a key the schema has, as verl's scripts write
+  them), and the only way Hydra users expect to *add* a key; a new
   key is legal only inside a free-form mapping (``model.override_config``,
   ``custom_reward_function.reward_kwargs``, ``rollout.engine_kwargs``, ...). Elsewhere a key
   that is not in the schema is an error with a did-you-mean suggestion.
@@ -23,9 +27,9 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from verl.config._tree import get_path, merge_trees, nested, set_path
-from verl.config.verl_keys import check_unknown_owned
 from verl.config.errors import ConfigError
 from verl.config.introspect import free_form_keys, key_kind, unknown_key_message
+from verl.config.schema import RootConfig
 
 __all__ = ["apply_overrides", "parse_overrides"]
 
@@ -82,25 +86,36 @@ def _delete(tree: dict[str, Any], key: str, expected: Any) -> None:
 def apply_overrides(
     tree: dict[str, Any], overrides: Sequence[str],
     translate: Callable[[str, Any], dict[str, Any] | None] | None = None,
+    root: type | None = RootConfig,
+    owned: Callable[[dict[str, Any], Callable[[str], str]], None] | None = None,
 ) -> dict[str, Any]:
-    """Applies dotted overrides to the user's values.
+    """Applies dotted overrides to the user's values: the one override applier of every command.
 
     Args:
         tree: Plain nested dict of user values (composed YAML files), not modified.
         overrides: Strings like ``"actor_rollout_ref.actor.optim.lr=1e-6"``, in Hydra's grammar.
         translate: ``translate(key, value)`` -> canonical values of an override written in
             another layout, or None when the override is canonical.
+        root: The schema dataclass the keys belong to (``RootConfig``, ``SFTRootConfig``, ...);
+            None skips the key checks (a layout whose keys its caller checks afterwards).
+        owned: ``owned(values, key_kind)`` raises the "not supported yet" error for an unknown key
+            that another part of the product is adding (`verl.config.verl_keys.check_unknown_owned`).
 
     Returns:
         The new dict of user values.
 
     Raises:
         ConfigError: Unparsable override, unknown key (with did-you-mean), ``+`` outside a
-            free-form mapping, sweep or package override.
+            free-form mapping, ``~key=v`` whose current value is not ``v``, sweep or package
+            override.
     """
     if not overrides:
         return tree
     tree = merge_trees({}, tree)
+
+    def kind_of(key: str) -> str:
+        return "free" if root is None else key_kind(key, root)
+
     for override in parse_overrides(overrides):
         key = override.key_or_group
         text = override.input_line or key
@@ -108,10 +123,10 @@ def apply_overrides(
             raise ConfigError(f"override '{text}': package overrides (@) are not supported")
         if override.is_sweep_override():
             raise ConfigError(f"override '{text}': sweeps are not supported (one run, one config)")
-        kind = key_kind(key)
+        kind = kind_of(key)
         if override.is_delete():
             if kind == "unknown":
-                raise ConfigError(unknown_key_message(key))
+                raise ConfigError(unknown_key_message(key, root))
             _delete(tree, key, override.value())
             continue
         value = override.value()
@@ -120,10 +135,11 @@ def apply_overrides(
             tree = merge_trees(tree, translated)
             continue
         if kind == "unknown":
-            check_unknown_owned(nested(key, value), key_kind)  # a key another issue is adding
-            message = unknown_key_message(key)
+            if owned is not None:
+                owned(nested(key, value), kind_of)  # a key another part of the product is adding
+            message = unknown_key_message(key, root)
             if override.is_add() or override.is_force_add():
-                message += "; '+' adds new keys only inside the free-form mappings " + ", ".join(free_form_keys())
+                message += "; '+' adds new keys only inside the free-form mappings " + ", ".join(free_form_keys(root))
             raise ConfigError(message)
         parent, leaf = get_path(tree, key)
         if isinstance(value, dict) and parent is not None and isinstance(parent.get(leaf), dict):
@@ -131,4 +147,3 @@ def apply_overrides(
         else:
             set_path(tree, key, value)
     return tree
-

@@ -20,7 +20,7 @@ only (`UNSUPPORTED`: any other value is the one-line "not supported yet"). A key
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from verl.config.errors import ConfigError, did_you_mean, not_supported
@@ -67,8 +67,11 @@ def uses_engine_layout(tree: dict[str, Any], overrides: Sequence[str]) -> bool:
     return new is not None
 
 
-def _apply(tree: dict[str, Any], overrides: Sequence[str], apply_overrides: Callable[..., dict[str, Any]]) -> dict[str, Any]:
-    """Group choices (``engine=fsdp``) checked and dropped; the other overrides applied to ``tree``."""
+def _apply(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
+    """Group choices (``engine=fsdp``) checked and dropped; the other overrides applied to ``tree``
+    by the shared applier, without its key checks (this layout's keys are checked by `_status`)."""
+    from verl.config.overrides import apply_overrides
+
     rest = []
     for o, (key, value) in zip(overrides, _override_keys(overrides)):
         if key in GROUPS and not isinstance(value, dict):
@@ -77,7 +80,7 @@ def _apply(tree: dict[str, Any], overrides: Sequence[str], apply_overrides: Call
                                     f"'{key}' group here; use {key}={GROUPS[key][0]}")
             continue
         rest.append(o)
-    return apply_overrides(tree, rest, check_keys=False)
+    return apply_overrides(tree, rest, root=None)
 
 
 def _resolve(tree: dict[str, Any]) -> dict[str, Any]:
@@ -116,15 +119,13 @@ def _check_target(section: str, value: Any) -> None:
                           f"(verl's is {TARGETS.get(section)!r})")
 
 
-def engine_layout_tree(tree: dict[str, Any], overrides: Sequence[str], device_default: str,
-                       apply_overrides: Callable[..., dict[str, Any]]) -> dict[str, Any]:
+def engine_layout_tree(tree: dict[str, Any], overrides: Sequence[str], device_default: str) -> dict[str, Any]:
     """The SFT schema's tree (`verl.config.sft_schema.SFTRootConfig`) of a config in verl's engine layout.
 
     Args:
         tree: the config file's tree (may be empty).
         overrides: Hydra-grammar overrides, group choices included (``engine=fsdp model=hf_model``).
         device_default: ``trainer.device`` when neither sets it (verl's default is cuda).
-        apply_overrides: `verl.config.sft_loader.apply_tree_overrides` (passed in: the loader imports this module).
 
     Raises:
         ConfigError: an unknown key (did-you-mean), a ``_target_`` of another section, a group option
@@ -134,7 +135,7 @@ def engine_layout_tree(tree: dict[str, Any], overrides: Sequence[str], device_de
     from verl.config._tree import merge_trees, set_path
 
     base = merge_trees(DEFAULTS, {"trainer": {"device": device_default}})
-    merged = _resolve(_apply(merge_trees(base, tree), overrides, apply_overrides))
+    merged = _resolve(_apply(merge_trees(base, tree), overrides))
     out: dict[str, Any] = {"data": {"multiturn": {"enable": True}}}
     for path, value in _leaves(merged):
         section, _, rest = path.partition(".")

@@ -110,13 +110,14 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     """Entry point of ``python -m verl.trainer.main_ppo`` (verl's: overrides apply to verl's
     defaults) and, through `train_cli`, of ``verl train``; returns the exit status.
 
-    Bad user input (`verl.utils.errors.UserError`, config errors included) is printed as one
-    line; ``--debug`` or ``VERL_DEBUG=1`` shows the traceback.
+    Errors go through the one CLI error path, `verl.utils.errors.run_reporting_user_errors` (a config
+    error is one line ``verl train: config error: ...``, exit status 2); ``--debug`` or
+    ``VERL_DEBUG=1`` shows the traceback.
     """
     import os
 
+    from verl.utils.errors import run_reporting_user_errors
     from verl.config.cli import split_config_arg
-    from verl.utils.errors import UserError, debug_enabled, one_line
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if "--debug" in argv:
@@ -125,27 +126,16 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
-    try:
-        hydra_path, argv = hydra_config_args(argv)
-        config_path, overrides = (hydra_path, argv) if hydra_path else split_config_arg(argv, default_config)
+    def body(args: list[str]) -> int:
+        hydra_path, args = hydra_config_args(args)
+        config_path, overrides = (hydra_path, args) if hydra_path else split_config_arg(args, default_config)
         run(config_path, overrides)
-    except UserError as e:
-        if debug_enabled():
-            raise
-        print(f"verl train: {e.kind}: {e}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except USER_ERRORS as e:
-        if debug_enabled():
-            raise
-        print(f"verl train: error: {type(e).__name__}: {one_line(e)} (run with --debug for the traceback)",
-              file=sys.stderr, flush=True)
-        return 1
-    except KeyboardInterrupt:
-        print("verl train: interrupted", file=sys.stderr)
-        return 130
+        return 0
+
+    try:
+        return run_reporting_user_errors("verl train", body, argv)
     finally:
         _shutdown_ray()
-    return 0
 
 
 def hydra_config_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
@@ -182,11 +172,6 @@ def hydra_config_args(argv: Sequence[str]) -> tuple[str | None, list[str]]:
         raise ConfigError("--config-path needs --config-name (the YAML file name without .yaml)")
     name = found["name"] if found["name"].endswith((".yaml", ".yml")) else found["name"] + ".yaml"
     return str(Path(found.get("path", ".")) / name), rest
-
-
-# Errors of the standard library that bad input can still cause where no `UserError` is raised
-# at the source (files, workers); printed as one line. Anything else is a bug and keeps its traceback.
-USER_ERRORS: tuple[type[BaseException], ...] = (FileNotFoundError, ValueError, ImportError, RuntimeError, OSError)
 
 
 def train_cli(argv: Sequence[str] | None = None) -> int:

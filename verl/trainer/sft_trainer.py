@@ -102,34 +102,27 @@ def run(config_path: str | None, overrides: Sequence[str], algorithm: str = "sft
 
 
 def main(argv: Sequence[str] | None = None, algorithm: str = "sft") -> int:
-    """``verl sft`` (``algorithm="sft"``) / ``verl dpo`` (``"dpo"``); returns the exit status (Ctrl-C: 130)."""
-    from verl.config import ConfigError
+    """``verl sft`` (``algorithm="sft"``) / ``verl dpo`` (``"dpo"``); returns the exit status.
+
+    Errors go through the one CLI error path, `verl.utils.errors.run_reporting_user_errors` (a config
+    error is one line ``verl sft: config error: ...``, exit status 2, as for ``verl train``).
+    """
+    from verl.utils.errors import run_reporting_user_errors
     from verl.config.cli import config_command
-    from verl.utils.errors import UserError, debug_enabled
 
     def body(config_path: str | None, overrides: list[str]) -> int:
         try:
             run(config_path, overrides, algorithm)
-        except ConfigError as e:
-            print(f"verl {algorithm}: config error: {e}", file=sys.stderr)
-            return 2
-        except UserError as e:
-            if debug_enabled():
-                raise
-            print(f"verl {algorithm}: {e.kind}: {e}", file=sys.stderr)
-            return e.exit_code
-        except (FileNotFoundError, ValueError, ImportError, OSError) as e:
-            if os.environ.get("VERL_TRACEBACK"):
-                raise
-            print(f"verl {algorithm}: error: {type(e).__name__}: {e}\n(set VERL_TRACEBACK=1 for the traceback)", file=sys.stderr)
-            return 1
         finally:
             import torch.distributed as dist
 
             if dist.is_available() and dist.is_initialized():
                 dist.destroy_process_group()
         return 0
-    return config_command(argv, USAGE, f"verl {algorithm}", body)
+
+    prog = f"verl {algorithm}"
+    return run_reporting_user_errors(prog, lambda args: config_command(args, USAGE, prog, body),
+                                     sys.argv[1:] if argv is None else argv)
 
 
 def dpo_main(argv: Sequence[str] | None = None) -> int:
