@@ -4,10 +4,14 @@ Every sub-command is a function ``(argv: list[str]) -> int`` (``module:function`
 ``main``) in a module that is imported only when
 called, so ``verl --help`` and ``verl config show`` never import torch models or Ray.
 
-Errors caused by the user's input (`verl.utils.errors.UserError`, which includes
-``ConfigError``) are printed as one line ``verl <command>: <kind>: <message>`` and give a
-non-zero exit status; ``--debug`` (anywhere on the command line) or ``VERL_DEBUG=1`` shows their
-traceback instead. Any other exception is a bug and keeps its traceback.
+Every sub-command's errors go through one path, `run_reporting_user_errors`
+(`verl.utils.errors`, so that the lower layers' entry points use it too): errors caused by the
+user's input (`verl.utils.errors.UserError`, which includes ``ConfigError``) are printed as one
+line ``verl <command>: <kind>: <message>`` with the error's exit status (2 for a config error),
+the same for ``verl train``, ``sft``, ``dpo``, ``generate``, ``eval`` and the rest; ``--debug``
+(anywhere on the command line) or ``VERL_DEBUG=1`` shows their traceback instead. The standard
+library's input errors (`INPUT_ERRORS`) are one line too; any other exception is a bug and keeps
+its traceback.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Callable, Sequence
 
-from verl.utils.errors import UserError, debug_enabled
+from verl.utils.errors import INPUT_ERRORS, run_reporting_user_errors
+
+__all__ = ["COMMANDS", "INPUT_ERRORS", "main", "run_reporting_user_errors"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("verl.trainer.main_ppo:train_cli", "run RL training (PPO, GRPO, ...): verl train [CONFIG] [key=value ...]"),
@@ -71,26 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     module_name, _, func = COMMANDS[name][0].partition(":")
     entry = getattr(importlib.import_module(module_name), func or "main")
     return run_reporting_user_errors(f"verl {name}", entry, rest)
-
-
-def run_reporting_user_errors(prog: str, entry: Callable[[list[str]], int | None], argv: Sequence[str]) -> int:
-    """Run ``entry(argv)``; a `UserError` becomes one line on stderr and its exit status.
-
-    Args:
-        prog: the command as the user typed it (``verl train``), prefixed to the message.
-        entry: the sub-command function.
-        argv: its arguments (``--debug`` already removed).
-
-    Returns:
-        The sub-command's exit status, or the error's ``exit_code`` (1; 2 for config errors).
-    """
-    try:
-        return int(entry(list(argv)) or 0)
-    except UserError as e:
-        if debug_enabled():
-            raise
-        print(f"{prog}: {e.kind}: {e}", file=sys.stderr, flush=True)
-        return e.exit_code
 
 
 if __name__ == "__main__":
