@@ -68,7 +68,15 @@ def test_hf_rollout_tp_loads_and_is_checked():
     cfg = load_config(None, [*BASE, f"{ROLLOUT_TP}=2"])
     assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
     assert "tensor_model_parallel_size=3 must divide the world size 4" in _error(f"{ROLLOUT_TP}=3")
-    assert "hybrid_engine=false" in _error(f"{ROLLOUT_TP}=2", "actor_rollout_ref.hybrid_engine=false")
+
+
+def test_hf_rollout_tp_on_its_own_pool_divides_the_pool():
+    split = ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.n_gpus_per_node=2"]
+    cfg = load_config(None, [*BASE, f"{ROLLOUT_TP}=2", *split])
+    assert cfg.actor_rollout_ref.rollout.tensor_model_parallel_size == 2
+    assert "must divide the rollout pool's world size 2" in _error(f"{ROLLOUT_TP}=4", *split)
+    local = ["trainer.n_gpus_per_node=1", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.hybrid_engine=false"]
+    assert "rollout pool's world size 1" in _error(f"{ROLLOUT_TP}=2", *local)  # in process: one rollout worker
 
 
 def test_seed_layout_tensor_model_parallel_size_reaches_the_trained_models_only():

@@ -13,7 +13,7 @@ check and when a worker builds the model (`verl.workers.sharding.tensor_parallel
 from __future__ import annotations
 
 from verl.config.errors import ConfigError, not_supported
-from verl.config.finalize import world_size
+from verl.config.finalize import rollout_world_size, world_size
 from verl.config.schema import RootConfig
 
 __all__ = ["check_tensor_parallel", "tensor_parallel_size"]
@@ -61,12 +61,19 @@ def check_tensor_parallel(cfg: RootConfig) -> None:
 
 
 def _check_rollout(cfg: RootConfig, world: int) -> None:
-    """The hf engine's ``rollout.tensor_model_parallel_size`` (vLLM checks its own, vllm_config.py)."""
+    """The hf engine's ``rollout.tensor_model_parallel_size`` (vLLM checks its own, vllm_config.py): it
+    divides the actor's world (hybrid engine) or the rollout pool's (``hybrid_engine=false``)."""
     arr = cfg.actor_rollout_ref
     tp, key = arr.rollout.tensor_model_parallel_size, "actor_rollout_ref.rollout.tensor_model_parallel_size"
     if arr.rollout.name != "hf" or tp == 1:
         return
-    if world % tp:
-        raise ConfigError(f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
-    if not arr.hybrid_engine:
-        raise not_supported(key, f"{tp} with hybrid_engine=false (a separate rollout worker group); use hybrid_engine=true")
+    if arr.hybrid_engine:
+        if world % tp:
+            raise ConfigError(f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
+        return
+    # the rollout's own pool (Ray); in process (the local backend) it is one worker
+    ray = cfg.trainer.backend == "ray" or (cfg.trainer.backend == "auto" and world > 1)
+    pool = rollout_world_size(cfg) if ray else 1
+    if pool % tp:
+        raise ConfigError(f"{key}={tp} must divide the rollout pool's world size {pool} (hybrid_engine=false: "
+                          "rollout.nnodes x rollout.n_gpus_per_node on Ray, 1 in process)")

@@ -23,7 +23,9 @@ the same loop whether the rollout is colocated or not (STYLE.md 10):
   between two updates (validation, ReMax's second generation, several DAPO generation batches):
   ``timing_s/update_weights`` (verl's name: seconds of every sync since the previous report, 0
   when none ran; a sync that validation triggered counts in the next step), ``weight_sync/buckets``,
-  ``weight_sync/tensors`` and ``weight_sync/megabytes`` (of the last sync).
+  ``weight_sync/tensors`` and ``weight_sync/megabytes`` (of the last sync), and
+  ``perf/update_weights_peak_extra_mb`` (the colocated engine's name: the largest bucket of whole
+  tensors a rollout rank held beyond its own weights, the largest rank's, MiB).
 * With ``rollout.sync_check.enable`` each sync is attested (`verl.workers.sync_attest`): every
   rollout rank's fingerprints against the actor's, the policy version the rollout was synced to
   against the actor's update count, and every ``canary_every`` syncs the canary on both groups;
@@ -49,7 +51,8 @@ class SplitActorRollout:
         sync_check: ``rollout.sync_check`` (`SyncCheckConfig`); None = no attestation.
 
     Attributes:
-        last_sync: what the last sync moved (``buckets``, ``tensors``, ``bytes``, ``seconds``).
+        last_sync: what the last sync moved (``buckets``, ``tensors``, ``bytes``, ``seconds``) and the
+            largest rollout rank's ``peak_extra_bytes`` and ``resident_bytes`` (`RolloutWorker.finish_weight_update`).
         syncs: number of syncs done.
     """
 
@@ -85,13 +88,17 @@ class SplitActorRollout:
             bucket = self.actor_wg.call_by_reference("next_weight_bucket")[0]  # every actor rank gathers, rank 0's result
             self.rollout_wg.load_weight_bucket(bucket)
             del bucket  # the last reference, dropped before the next gather: one bucket in the store at a time
-        for stats in self.rollout_wg.finish_weight_update():  # every rollout rank got every bucket
+        ranks = self.rollout_wg.finish_weight_update()
+        for stats in ranks:  # every rollout rank got every bucket
             if int(stats["tensors"]) != n_tensors or int(stats["buckets"]) != buckets:
                 raise RuntimeError(f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, a rollout "
                                    f"rank loaded {int(stats['tensors'])} in {int(stats['buckets'])}")
         self._stale = self._full = False
         self.syncs += 1
-        self.last_sync = {**stats, "seconds": time.perf_counter() - start}
+        peak = max(float(r.get("peak_extra_bytes", 0.0)) for r in ranks)  # the largest rank's
+        resident = max(float(r.get("resident_bytes", 0.0)) for r in ranks)
+        self.last_sync = {**stats, "peak_extra_bytes": peak, "resident_bytes": resident,
+                          "seconds": time.perf_counter() - start}
         self._unreported_s += self.last_sync["seconds"]
         if self.attestor is not None:
             self._attest()
@@ -136,6 +143,7 @@ class SplitActorRollout:
             metrics["weight_sync/buckets"] = self.last_sync["buckets"]
             metrics["weight_sync/tensors"] = self.last_sync["tensors"]
             metrics["weight_sync/megabytes"] = self.last_sync["bytes"] / 2**20
+            metrics["perf/update_weights_peak_extra_mb"] = self.last_sync["peak_extra_bytes"] / 2**20
         return out
 
     def load_checkpoint(self, in_dir: str) -> None:

@@ -26,6 +26,13 @@ Decisions:
   actor's world size); each rank generates its data-parallel chunk with a full copy. On the local
   backend it is a second in-process worker with its own copy of the weights (tests and
   debugging: the same code path as Ray, minus the processes).
+* ``hf`` with ``rollout.tensor_model_parallel_size`` = t > 1: the pool's ranks form groups of t
+  (`verl.workers.sharding.tensor_parallel.build_rollout_layout`, the colocated engine's layout);
+  the module's decoder blocks are split before the engine is built, so a rank holds ``1 / t`` of
+  every block. A bucket's whole tensors are cut locally, each rank copying only its slice
+  (`load_bucket_in_place`, no communication), so a rank holds at most one bucket of whole tensors
+  beyond its slices (``peak_extra_bytes`` of `finish_weight_update`), never a whole unsharded
+  model. The group decodes its ranks' prompts together (`TensorParallelLayout.run`).
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ class RolloutWorker(RolloutAttestMixin, Worker):
         self.module: torch.nn.Module | None = None
         self.engine: Any = None
         self.rollout: Any = None
+        self.rollout_tp: Any = None  # hf TP layout (None at tensor_model_parallel_size=1)
         self.synced_once = False
         self.lora = config.model.lora_rank > 0
         self._update: dict[str, float] = {}
@@ -70,12 +78,16 @@ class RolloutWorker(RolloutAttestMixin, Worker):
         from verl.modules import create_model, load_tokenizer
         from verl.workers.rollout import build_rollout_engine
         from verl.workers.rollout.agent_loop import wrap_rollout_engine
+        from verl.workers.sharding.tensor_parallel import build_rollout_layout
 
         cfg = self.config
+        self.rollout_tp = build_rollout_layout(cfg.rollout, self.world_size, self.device)
         tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             module = create_model("actor", cfg.model, device=self.device).requires_grad_(False)
+            if self.rollout_tp is not None:
+                self.rollout_tp.prepare(module)
             self.engine = build_rollout_engine(module, cfg.rollout, tokenizer)
         self.rollout = wrap_rollout_engine(self.engine, cfg.rollout, tokenizer)
         self.module = None if self.streams_weights() else module
@@ -98,7 +110,7 @@ class RolloutWorker(RolloutAttestMixin, Worker):
         An engine with partial rollouts (``hf``) is paused first: a generation in flight (another
         thread) parks at a decode-step boundary until `finish_weight_update` sets the engine's
         ``policy_version`` and resumes it (each trajectory then continues from its prefix)."""
-        self._update = {"start": time.perf_counter(), "tensors": 0.0, "bytes": 0.0, "buckets": 0.0}
+        self._update = {"start": time.perf_counter(), "tensors": 0.0, "bytes": 0.0, "buckets": 0.0, "peak_extra_bytes": 0.0}
         self._pending_version = int(policy_version)
         if callable(getattr(self.engine, "pause", None)):  # partial rollouts: generation in flight parks
             self.engine.pause()
@@ -116,14 +128,19 @@ class RolloutWorker(RolloutAttestMixin, Worker):
             self.engine.load_weight_bucket(bucket)
         else:
             load_bucket_in_place(self.module, bucket)
+        nbytes = float(sum(t.numel() * t.element_size() for _, t in bucket))
         self._update["tensors"] += len(bucket)
-        self._update["bytes"] += sum(t.numel() * t.element_size() for _, t in bucket)
+        self._update["bytes"] += nbytes
         self._update["buckets"] += 1
+        # the bucket's whole tensors are this rank's only memory beyond its own weights during a sync
+        self._update["peak_extra_bytes"] = max(self._update["peak_extra_bytes"], nbytes)
         return len(bucket)
 
     @register(Dispatch.ONE_TO_ALL)
     def finish_weight_update(self) -> dict[str, float]:
-        """End the sync; returns what it moved (``buckets``, ``tensors``, ``bytes``, ``seconds``).
+        """End the sync; returns what it moved (``buckets``, ``tensors``, ``bytes``, ``seconds``), the
+        largest bucket this rank held (``peak_extra_bytes``) and the bytes of its own weights
+        (``resident_bytes``: TP slices count their local part).
 
         Raises:
             RuntimeError: vLLM has parameters the sync did not cover.
@@ -137,6 +154,7 @@ class RolloutWorker(RolloutAttestMixin, Worker):
             self.engine.resume()
         stats = {k: v for k, v in self._update.items() if k != "start"}
         stats["seconds"] = time.perf_counter() - self._update["start"]
+        stats["resident_bytes"] = float(_local_bytes(self.module)) if self.module is not None else 0.0
         return stats
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -149,7 +167,8 @@ class RolloutWorker(RolloutAttestMixin, Worker):
         if not self.synced_once:
             raise RuntimeError("RolloutWorker.generate_sequences before the first weight sync: the rollout has no actor weights yet")
         start = time.perf_counter()
-        out = self.rollout.generate_sequences(prompts)
+        tp = self.rollout_tp  # hf TP: the group decodes its ranks' prompts together
+        out = tp.run(prompts, self.rollout.generate_sequences) if tp is not None else self.rollout.generate_sequences(prompts)
         out.meta_info.setdefault("metrics", {})["timing_s/generate_sequences"] = time.perf_counter() - start
         return out
 
@@ -165,8 +184,16 @@ class RolloutWorker(RolloutAttestMixin, Worker):
         """The hf engine's weights (tests compare them with the actor's); vLLM's stay in the engine.
 
         Raises:
-            ValueError: the engine holds its own weights (vLLM).
+            ValueError: the engine holds its own weights (vLLM), or TP slices of them.
         """
         if self.module is None:
             raise ValueError("the vLLM rollout keeps its weights inside the engine; compare log-probs instead")
+        if self.rollout_tp is not None:  # rank 0 alone cannot gather the group's slices
+            raise ValueError("the TP rollout holds slices of its weights; compare log-probs instead")
         return {k: v.detach().cpu().clone() for k, v in self.module.state_dict().items()}
+
+
+def _local_bytes(module: torch.nn.Module) -> int:
+    """Bytes of ``module``'s parameters and buffers held by this rank (a ``DTensor`` counts its local slice)."""
+    tensors = list(module.parameters()) + list(module.buffers())
+    return sum((t.to_local() if hasattr(t, "to_local") else t).numel() * t.element_size() for t in tensors)
