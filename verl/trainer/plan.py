@@ -47,7 +47,14 @@ each rank holds ``1 / world`` of the decoder projections (`ModelShape.block_para
 ``tp / world`` of the rest (embeddings, norms, heads: FSDP2 over ``dp`` only), ``1 / tp`` of the
 split activations (`ModelShape.activation_bytes_per_token`), whole logits. The hf rollout at
 ``rollout.tensor_model_parallel_size`` = t holds ``1 / t`` of the blocks in its copy and decodes
-``t`` ranks' rows per group (whole sampling logits). The peak is runtime + static + the
+``t`` ranks' rows per group (whole sampling logits).
+
+Both together (sp and tp, the mesh ``(dp, sp, tp)``): rows over ``dp = world / (sp · tp)``; each
+rank holds ``1 / sp`` of a micro-batch's tokens and, of those, ``1 / tp`` of the split activations
+(whole scored logits of its ``K / sp`` positions); parameters as under TP alone (FSDP2 over
+``dp · sp = world / tp`` ranks: the projections over the world, the rest over ``world / tp``). The
+critic's micro-batches are its own (rows over its ``world / (sp · tp)``, its micro-batch size or
+token budget, its sp). The peak is runtime + static + the
 largest stage. The recommendation is the largest actor token budget (``ppo_max_token_len_per_gpu``
 and the matching ``ppo_micro_batch_size_per_gpu``) and ``rollout.max_num_seqs`` that keep the
 peak under 90 % of the device memory, capped at what one step can use (all of a rank's
@@ -179,7 +186,7 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     tp, critic_tp, rollout_tp = tp_sizes(cfg)
     # a TP group decodes its ranks' rows together: rollout_tp x the rows, 1 / rollout_tp of the KV heads, whole logits
     stages = {"rollout": kv + (SAMPLING_TEMPS + 1) * gen_rows * rollout_tp * actor.vocab * 4}
-    sp, critic_sp = sp_sizes(cfg)
+    sp = sp_sizes(cfg)[0]
     rows = cfg.data.train_batch_size * arr.rollout.n // (world // (sp * tp))  # one data-parallel rank's rows
     lp_rows = arr.rollout.log_prob_micro_batch_size_per_gpu or rows
     _, lp_scored = _tokens(cfg, lp_rows, arr.model.use_remove_padding)
@@ -193,10 +200,23 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     stages["update_actor"] = (actor.params_per_rank(world, tp) * pb + train_tokens * actor.activation_bytes_per_token(pb, tp)
                               + train_scored * per_scored + chunk_bytes)
     if critic is not None:
-        critic_tokens = train_tokens * sp / critic_sp  # the same micro-batches, split over the critic's sp
+        critic_tokens = _critic_tokens(cfg, world)
         stages["update_critic"] = (critic.params_per_rank(world, critic_tp) * 4
                                    + critic_tokens * critic.activation_bytes_per_token(4, critic_tp))
     return stages
+
+
+def _critic_tokens(cfg: Any, world: int) -> float:
+    """Tokens one critic rank holds per micro-batch: its data-parallel rank's rows (``world / (sp · tp)``
+    ranks of the critic's own degrees), its ``ppo_micro_batch_size_per_gpu`` (or a token budget of
+    ``ppo_max_token_len_per_gpu · sp``), ``1 / sp`` of them per rank."""
+    c = cfg.critic
+    sp, tp = c.ulysses_sequence_parallel_size, c.model.fsdp_config.tensor_parallel_size
+    rows = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n // (world // (sp * tp))
+    tokens, _ = _tokens(cfg, c.ppo_micro_batch_size_per_gpu or rows, c.model.use_remove_padding)
+    if c.use_dynamic_bsz:
+        tokens = min(tokens, c.ppo_max_token_len_per_gpu * sp)
+    return tokens / sp
 
 
 def _train_logit_bytes(cfg: Any, actor: ModelShape, fused: bool, scored: float | None = None) -> tuple[float, float]:
