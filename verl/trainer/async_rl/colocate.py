@@ -29,7 +29,9 @@ the run equals ``sync`` step for step (same prompts, uids, seeds, tokens). A ``d
 happens before generation (verl evicts a stale group once it finishes; evicting it as soon as it
 is stale spares the pool the generation of a group that can never be trained).
 
-Metrics added per step: ``training/off_policy/*`` (with ``evicted_samples``),
+``timing_s/gen`` is the step's generation phase (its reward calls included, also reported alone as
+``timing_s/reward``), as verl times the wait for a trainable batch. Metrics added per step:
+``training/off_policy/*`` (with ``evicted_samples``),
 ``colocate_async/long_tail_cut`` (1 when a generation call was interrupted with trajectories
 unfinished),
 ``colocate_async/carried_groups`` (groups left unfinished, carried to the next step) and
@@ -104,6 +106,7 @@ class ColocateAsyncLoop:
         self.flights: list[Flight] = []  # submitted, neither trained nor evicted (submission order)
         self._seq = 0
         self._out_meta: dict[str, Any] = {}
+        self._timing: dict[str, float] = {}  # the step's timers (the reward of each call adds to it)
         self.trained_uids: list[str] = []  # every prompt trained by this process, in order
         self.evicted_uids: list[str] = []  # every prompt dropped as stale, in eviction order
 
@@ -172,6 +175,7 @@ class ColocateAsyncLoop:
     def _step(self) -> dict[str, float]:
         t, version = self.t, self.t.global_step
         timing: dict[str, float] = {}
+        self._timing = timing
         with timer("step", timing):
             self._submit(self.k)
             evictions = self._evict(version)
@@ -276,7 +280,8 @@ class ColocateAsyncLoop:
         batch.union(out)
         metrics = dict(gen_metrics)
         metrics.update(agent_loop_metrics(out))
-        metrics.update(self.t._compute_reward(batch))
+        with timer("reward", self._timing):
+            metrics.update(self.t._compute_reward(batch))
         for i, (f, _) in enumerate(finished):
             f.data, f.chunk_metrics = batch[i * self.n:(i + 1) * self.n], metrics
 
