@@ -44,7 +44,7 @@ def test_engine_layout_takes_verls_defaults() -> None:
 
 
 @pytest.mark.parametrize("override, message", [
-    ("engine.fsdp_sise=2", "did you mean 'fsdp_size'"),
+    ("engine.fsdp_sise=2", "did you mean 'engine.fsdp_size'"),
     ("engine.fsdp_size=2", "`engine.fsdp_size=2` is not supported yet"),
     ("engine=megatron", "`engine=megatron` is not supported yet"),
     ("model.lora_adapter_path=/x", "`model.lora_adapter_path` is not supported yet"),

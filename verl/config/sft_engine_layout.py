@@ -19,11 +19,12 @@ only (`UNSUPPORTED`: any other value is the one-line "not supported yet"). A key
 
 from __future__ import annotations
 
+import difflib
 import fnmatch
 from collections.abc import Sequence
 from typing import Any
 
-from verl.config.errors import ConfigError, did_you_mean, not_supported
+from verl.config.errors import ConfigError, not_supported
 from verl.config.sft_engine_tables import DEFAULTS, FREE, GROUPS, MAPPED, NEW_ONLY, NOOP, OLD_ONLY, TARGETS, UNSUPPORTED
 
 __all__ = ["engine_layout_tree", "uses_engine_layout"]
@@ -107,7 +108,9 @@ def _status(path: str) -> tuple[str, Any]:
 def _unknown(path: str) -> ConfigError:
     parent, _, leaf = path.rpartition(".")
     siblings = [p.rpartition(".")[2] for p, _ in _leaves(DEFAULTS) if p.rpartition(".")[0] == parent]
-    hint = did_you_mean(leaf, siblings)
+    close = difflib.get_close_matches(leaf, siblings, n=1, cutoff=0.6)
+    # the full dotted key, as the shared walker (`verl.config.introspect.unknown_key_message`) names it
+    hint = f" (did you mean '{parent + '.' if parent else ''}{close[0]}'?)" if close else ""
     if not hint and _is_old(path):
         hint = " (a key of the older fsdp_sft_trainer layout; this config uses verl's sft_trainer_engine keys)"
     return ConfigError(f"unknown key '{path}'" + hint)
