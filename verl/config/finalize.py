@@ -23,6 +23,8 @@ field                                           value when unset
                                                 ``bf16`` -> ``bfloat16``, ``fp32`` -> ...)
 ``actor_rollout_ref.hybrid_engine``             false with ``trainer.v1.trainer_mode=
                                                 separate_async`` (its rollout is standalone)
+``data.tool_config_path``                       ``actor_rollout_ref.rollout.multi_turn.
+                                                tool_config_path`` (verl's default interpolation)
 ==============================================  =============================================
 
 The world size is ``trainer.nnodes x trainer.n_gpus_per_node``. Global micro-batch sizes count
@@ -106,6 +108,8 @@ def finalize(cfg: RootConfig) -> RootConfig:
         critic.ppo_mini_batch_size = actor.ppo_mini_batch_size
     if actor.loss_scale_factor is None:
         actor.loss_scale_factor = float(data.max_response_length)
+    if data.tool_config_path is None:  # verl: ${oc.select:actor_rollout_ref.rollout.multi_turn.tool_config_path, null}
+        data.tool_config_path = rollout.multi_turn.tool_config_path
     if critic.model.path is None:
         critic.model.path = arr.model.path
     if critic.model.tokenizer_path is None:

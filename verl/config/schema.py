@@ -118,7 +118,10 @@ class DataConfig:
     use_shm: bool = False
     # Copy the data to /dev/shm first.
     tool_config_path: Optional[str] = None
-    # verl mirrors rollout.multi_turn.tool_config_path here.
+    # Tool config file (verl's tool YAML) whose schemas filter_overlong_prompts renders with each prompt
+    # (apply_chat_template(..., tools=...), as a tool agent loop sends it): prompts longer than
+    # max_prompt_length with the tools are filtered; the kept prompt ids are rendered without them.
+    # No effect without filter_overlong_prompts. None = rollout.multi_turn.tool_config_path (verl's default).
     image_patch_size: int = 14
     # Vision patch size (multi-modal data).
     filter_overlong_prompts_workers: int = 1

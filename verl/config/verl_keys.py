@@ -140,7 +140,6 @@ OWNED: dict[str, str] = {
     "actor_rollout_ref.rollout.agent.default_agent_loop": "the agent loops (verl/workers/rollout/agent_loop)",
     "actor_rollout_ref.rollout.agent.agent_loop_config_path": "the agent loops: verl's {name, _target_} YAML (workers/rollout/agent_loop/verl_api.py)",
     "actor_rollout_ref.rollout.agent.custom_async_server": "the agent loops (refused unless null, config/checks.py)",
-    "data.tool_config_path": "multi-turn tool rollouts (verl/workers/rollout/agent_loop)",
     "algorithm.rollout_correction.*": "rollout-correction importance sampling (verl/trainer/rollout_corr.py)",
     "actor_rollout_ref.rollout.gpu_memory_utilization": "the vLLM/SGLang engines (verl/workers/rollout/vllm_config.py)",
     "actor_rollout_ref.rollout.enforce_eager": "the rollout engines: CUDA graphs of vLLM/SGLang (verl/workers/rollout/vllm_config.py), the hf engine's compiled decode step",
@@ -194,6 +193,8 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
 """What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported | effect, why / what to do)."""
 
 CONDITIONAL: dict[str, str] = {
+    "data.tool_config_path": ("read with data.filter_overlong_prompts=true: prompt lengths are measured with the file's tool "
+                              "schemas rendered (verl/data/rl_dataset.py); None = rollout.multi_turn.tool_config_path"),
     "global_profiler.*": ("tool=torch_memory without profiled steps only arms verl's CUDA OOM snapshot: on trainer.device=cpu "
                           "there is no CUDA allocator, a no-op (logged); any profiled step, another tool, or a GPU is refused"),
     "*.fsdp_config.param_offload": "FSDP2 CPU offload with >1 worker; on CPU with one worker parameters already live in host memory (no-op); refused on one GPU",

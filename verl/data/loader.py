@@ -55,13 +55,22 @@ def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) ->
 
 
 def create_rl_dataset(
-    data_files: str | Sequence[str], tokenizer: Any, config: DataConfig, processor: Any = None
+    data_files: str | Sequence[str], tokenizer: Any, config: DataConfig, processor: Any = None,
+    tool_schemas: list[dict[str, Any]] | None = None,
 ) -> Any:
     """Build the RL prompt dataset for some files (see `RLHFDataset`).
 
     ``data.custom_cls.{path,name}`` names a user dataset class instead, built with verl's
     keyword arguments ``cls(data_files=, tokenizer=, processor=, config=)``; its items must be
-    what `RLHFDataset.__getitem__` returns.
+    what `RLHFDataset.__getitem__` returns (it reads ``config.tool_config_path`` itself, as in verl).
+
+    Args:
+        tool_schemas: the tool schemas of ``data.tool_config_path`` (``verl.tools.load_tool_schemas``);
+            ``data.filter_overlong_prompts`` then measures prompts with them rendered.
+
+    Raises:
+        ValueError: ``data.tool_config_path`` set under ``data.filter_overlong_prompts`` without
+            ``tool_schemas`` (this layer does not build tools; the trainer passes them).
     """
     custom = config.custom_cls
     if custom.path:
@@ -69,7 +78,11 @@ def create_rl_dataset(
 
         cls = load_extern_type(custom.path, custom.name or "")
         return cls(data_files=data_files, tokenizer=tokenizer, processor=processor, config=config)
-    return RLHFDataset(data_files, tokenizer, config, processor=processor)
+    if tool_schemas is None and config.tool_config_path and config.filter_overlong_prompts:
+        raise ValueError(f"data.tool_config_path={config.tool_config_path!r} with data.filter_overlong_prompts: pass "
+                         "tool_schemas=verl.tools.load_tool_schemas(data.tool_config_path) so prompts are measured with "
+                         "the tools rendered")
+    return RLHFDataset(data_files, tokenizer, config, processor=processor, tool_schemas=tool_schemas)
 
 
 def limit_samples(dataset: Any, config: DataConfig, split: str) -> Any:
@@ -113,6 +126,7 @@ class RLDataLoader:
         dataset: a ready dataset (skips reading files and tokenizer loading).
         model_path: the actor model path, used for the tokenizer when data.tokenizer is None.
         processor: optional multimodal processor passed to `RLHFDataset`.
+        tool_schemas: the tool schemas of ``data.tool_config_path`` (see `create_rl_dataset`).
 
     Raises:
         ValueError: unknown split, no files for the split, no tokenizer source, or a train batch
@@ -128,6 +142,7 @@ class RLDataLoader:
         *,
         model_path: str | None = None,
         processor: Any = None,
+        tool_schemas: list[dict[str, Any]] | None = None,
     ) -> None:
         if split not in SPLITS:
             raise ValueError(f"unknown split {split!r}; expected one of {SPLITS}")
@@ -139,7 +154,7 @@ class RLDataLoader:
                 raise ValueError(f"data.{split}_files is empty")
             if tokenizer is None:
                 tokenizer = load_tokenizer(resolve_tokenizer_path(config, model_path), config.trust_remote_code)
-            dataset = limit_samples(create_rl_dataset(files, tokenizer, config, processor), config, split)
+            dataset = limit_samples(create_rl_dataset(files, tokenizer, config, processor, tool_schemas), config, split)
         self.tokenizer = tokenizer
         self.dataset = dataset
         is_train = split == "train"

@@ -233,6 +233,11 @@ class RLHFDataset(Dataset):
         config: the ``data`` section of the config.
         processor: optional multimodal processor; when given, its ``apply_chat_template`` renders
             the prompt text (text-only prompts; the ids still come from ``tokenizer``).
+        tool_schemas: the OpenAI function schemas of ``data.tool_config_path`` (as verl's
+            dataset loads them). With ``data.filter_overlong_prompts`` a prompt's length is
+            measured with them rendered by the chat template (``apply_chat_template(...,
+            tools=...)``), which is what a tool agent loop sends to the model; the prompt ids
+            kept (the single-turn rollout's input) are rendered without them. None: no tools.
 
     Raises:
         ValueError: a malformed row (file, row and field named), an overlong prompt under
@@ -245,6 +250,7 @@ class RLHFDataset(Dataset):
         tokenizer: Any,
         config: DataConfig,
         processor: Any = None,
+        tool_schemas: list[dict[str, Any]] | None = None,
     ) -> None:
         if config.truncation not in TRUNCATION_MODES:
             raise ValueError(f"unknown data.truncation {config.truncation!r}; expected one of {TRUNCATION_MODES}")
@@ -252,6 +258,7 @@ class RLHFDataset(Dataset):
         self.tokenizer = tokenizer
         self.processor = processor
         self.config = config
+        self.tool_schemas = tool_schemas
         self.pad_id = pad_token_id(tokenizer)
         self.rows: list[dict[str, Any]] = []
         self.prompt_ids: list[list[int]] = []
@@ -266,18 +273,28 @@ class RLHFDataset(Dataset):
         """`render_prompts` with this dataset's tokenizer, processor and ``data.apply_chat_template_kwargs``."""
         return render_prompts(self.tokenizer, conversations, self.config.apply_chat_template_kwargs, self.processor)
 
+    def _render_with_tools(self, conversations: list[list[dict[str, str]]]) -> list[list[int]]:
+        """`render` with ``tools=tool_schemas`` added to the chat-template keywords."""
+        kwargs = {**self.config.apply_chat_template_kwargs, "tools": self.tool_schemas}
+        return render_prompts(self.tokenizer, conversations, kwargs, self.processor)
+
     def _add_file(self, path: str) -> None:
         rows, labels = read_rows(path)
         key = self.config.prompt_key
         validate_rows(rows, labels, path, key)
-        all_ids = self.render([row[key] for row in rows]) if rows else []
+        conversations = [row[key] for row in rows]
+        all_ids = self.render(conversations) if rows else []
         max_len = self.config.max_prompt_length
+        filtering = self.config.filter_overlong_prompts
+        # verl's filter measures the prompt with the tool schemas rendered, as the tool agent loop renders it
+        lengths = ([len(x) for x in self._render_with_tools(conversations)] if filtering and self.tool_schemas and rows
+                   else [len(x) for x in all_ids])
         filtered_before = self.num_filtered
-        for pos, (row, label, ids) in enumerate(zip(rows, labels, all_ids)):
+        for pos, (row, label, ids, length) in enumerate(zip(rows, labels, all_ids, lengths)):
+            if filtering and length > max_len:
+                self.num_filtered += 1
+                continue
             if len(ids) > max_len:
-                if self.config.filter_overlong_prompts:
-                    self.num_filtered += 1
-                    continue
                 try:
                     ids = truncate_prompt(ids, max_len, self.config.truncation)
                 except ValueError as e:
@@ -290,8 +307,9 @@ class RLHFDataset(Dataset):
             self.rows.append({**row, "extra_info": extra})
             self.prompt_ids.append(ids)
         if self.num_filtered > filtered_before:
-            logger.warning("%s: filtered %d of %d prompts longer than data.max_prompt_length=%d",
-                           path, self.num_filtered - filtered_before, len(rows), max_len)
+            logger.warning("%s: filtered %d of %d prompts longer than data.max_prompt_length=%d%s",
+                           path, self.num_filtered - filtered_before, len(rows), max_len,
+                           " (tool schemas rendered)" if self.tool_schemas else "")
 
     def __len__(self) -> int:
         return len(self.rows)

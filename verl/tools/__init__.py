@@ -3,7 +3,8 @@
 Stable API used by the agent loop (names and signatures do not change):
 
 * ``load_tools(tool_config_path) -> dict[str, BaseTool]`` — verl's tool YAML (`registry`).
-* ``tool_schemas(tools) -> list[dict]`` — for ``apply_chat_template(..., tools=...)``.
+* ``tool_schemas(tools) -> list[dict]`` — for ``apply_chat_template(..., tools=...)``;
+  ``load_tool_schemas(tool_config_path)`` — those of a config file's tools.
 * ``parse_tool_calls(text, tools, max_parallel_calls) -> (content, list[FunctionCall], list[str])``
   and ``parse_tool_calls_ordered(...) -> (content, list[ParsedToolCall])`` — ``format=hermes``
   (`parser`); ``render_tool_call(call)``, ``render_tool_response(text)``.
@@ -31,7 +32,7 @@ from verl.tools.parser import (
     render_tool_response,
     validate_arguments,
 )
-from verl.tools.registry import ToolConfigError, load_tools, tool_schemas
+from verl.tools.registry import ToolConfigError, load_tool_schemas, load_tools, tool_schemas
 
 __all__ = [
     "STATUSES",
@@ -46,6 +47,7 @@ __all__ = [
     "ToolSession",
     "call_tool",
     "error_result",
+    "load_tool_schemas",
     "load_tools",
     "parse_tool_calls",
     "parse_tool_calls_ordered",

@@ -29,7 +29,8 @@ from omegaconf import OmegaConf
 from verl.tools.base import BaseTool
 from verl.utils.errors import UserError
 
-__all__ = ["BUILTIN_CONFIG_DIR", "CLASS_ALIASES", "ToolConfigError", "import_class", "load_tools", "tool_schemas"]
+__all__ = ["BUILTIN_CONFIG_DIR", "CLASS_ALIASES", "ToolConfigError", "import_class", "load_tool_schemas", "load_tools",
+           "tool_schemas"]
 
 CLASS_ALIASES: dict[str, str] = {
     # verl <= 0.4 kept its tools under workers/tool
@@ -159,6 +160,16 @@ def load_tools(tool_config_path: str | Path) -> dict[str, BaseTool]:
 def tool_schemas(tools: dict[str, BaseTool]) -> list[dict[str, Any]]:
     """The OpenAI function schemas to pass as ``apply_chat_template(..., tools=...)``, in order."""
     return [tool.tool_schema for tool in tools.values()]
+
+
+def load_tool_schemas(tool_config_path: str | Path) -> list[dict[str, Any]]:
+    """`tool_schemas` of the tools a config file defines (``data.tool_config_path``: the RL
+    dataset's ``filter_overlong_prompts`` measures prompts with them rendered, as verl's does).
+
+    Raises:
+        ToolConfigError: as `load_tools`.
+    """
+    return tool_schemas(load_tools(tool_config_path))
 
 
 BUILTIN_CONFIG_DIR = Path(__file__).with_name("configs")

@@ -136,6 +136,21 @@ def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
     return build(cfg, tokenizer)
 
 
+def data_tool_schemas(data: Any) -> list[dict[str, Any]] | None:
+    """The tool schemas the RL dataset's ``filter_overlong_prompts`` renders (``data.tool_config_path``).
+
+    None without the path or without the filter (the tools are then not built).
+
+    Raises:
+        ToolConfigError: the tool config file is missing or invalid.
+    """
+    if not (data.tool_config_path and data.filter_overlong_prompts):
+        return None
+    from verl.tools import load_tool_schemas
+
+    return load_tool_schemas(data.tool_config_path)
+
+
 def check_device(cfg: RootConfig) -> None:
     """Refuse ``trainer.device=cuda`` where torch sees no CUDA device (a one-line `ConfigError`)."""
     if cfg.trainer.device == "cuda" and not torch.cuda.is_available():
@@ -157,8 +172,9 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     seed_everything(cfg.trainer.seed)
     tokenizer = load_run_tokenizer(cfg)  # a missing tokenizer / model is a one-line error naming its key
     prepare_run(cfg, tokenizer)  # pre-flight checks (verl.trainer.preflight), before any model loads
-    train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
-    val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val") if cfg.data.val_files else None
+    tools = data_tool_schemas(cfg.data)  # data.tool_config_path: overlong prompts counted with the tools rendered
+    train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train", tool_schemas=tools)
+    val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val", tool_schemas=tools) if cfg.data.val_files else None
     total = cfg.trainer.total_training_steps or len(train_dl) * cfg.trainer.total_epochs
     reward_fn, val_reward_fn = build_reward_fns(cfg, tokenizer)
     use_ref = cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss

@@ -317,10 +317,11 @@ def measure_runtime(cfg: Any) -> float:
 
     import verl.trainer.rl_trainer  # noqa: F401
     from verl.data import RLDataLoader
+    from verl.trainer.builders import data_tool_schemas
     from verl.trainer.model_access import load_run_tokenizer
 
     tokenizer = load_run_tokenizer(cfg)
-    loader = RLDataLoader(cfg.data, tokenizer=tokenizer, split="train")
+    loader = RLDataLoader(cfg.data, tokenizer=tokenizer, split="train", tool_schemas=data_tool_schemas(cfg.data))
     next(iter(loader))
     return float(psutil.Process().memory_info().rss)
 
