@@ -56,22 +56,24 @@ def run_on_ray(config_path: str | None, overrides: Sequence[str]) -> list[dict[s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Returns the exit status: 0, 2 for a config error, 1 for a failed worker."""
-    from verl.config import ConfigError
+    """Returns the exit status: 0, 2 for a config error, 1 for a failed worker.
+
+    Errors go through the one CLI error path, `verl.utils.errors.run_reporting_user_errors`
+    (``sft_trainer_ray: config error: ...``, as every command prints a config error).
+    """
     from verl.config.cli import config_command
     from verl.single_controller.ray import WorkerError
+    from verl.utils.errors import run_reporting_user_errors
 
     def body(config_path: str | None, overrides: list[str]) -> int:
         try:
             run_on_ray(config_path, overrides)
-        except ConfigError as e:
-            print(f"sft_trainer_ray: config error: {e}", file=sys.stderr)
-            return 2
         except WorkerError as e:
             print(f"sft_trainer_ray: {e}", file=sys.stderr)
             return 1
         return 0
-    return config_command(argv, USAGE, "sft_trainer_ray", body)
+    return run_reporting_user_errors("sft_trainer_ray", lambda args: config_command(args, USAGE, "sft_trainer_ray", body),
+                                     sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
