@@ -29,6 +29,8 @@ import numpy as np
 import torch
 from tensordict import TensorDict
 
+from verl.utils.arrays import object_array
+
 __all__ = ["CANONICAL_KEYS", "CANONICAL_NON_TENSOR_KEYS", "DataProto", "DataProtoItem", "collate_fn"]
 
 CANONICAL_KEYS: dict[str, str] = {
@@ -65,20 +67,6 @@ if __doc__ is not None:  # python -OO strips docstrings
     )
 
 Index = slice | Sequence[int] | np.ndarray | torch.Tensor
-
-
-def _to_object_array(values: Sequence[Any] | np.ndarray) -> np.ndarray:
-    """Return ``values`` as an array with dim 0 = len(values).
-
-    Lists become 1-D object arrays element by element, so a list of equal-length lists
-    stays a length-N array of lists instead of becoming a 2-D array.
-    """
-    if isinstance(values, np.ndarray):
-        return values
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out
 
 
 def _values_equal(a: Any, b: Any) -> bool:
@@ -150,7 +138,7 @@ class DataProto:
 
     def __post_init__(self) -> None:
         # verl accepts None for the optional dicts (``DataProto(batch=td, non_tensor_batch=None)``)
-        self.non_tensor_batch = {k: _to_object_array(v) for k, v in (self.non_tensor_batch or {}).items()}
+        self.non_tensor_batch = {k: object_array(v) for k, v in (self.non_tensor_batch or {}).items()}
         if self.meta_info is None:
             self.meta_info = {}
         self.check_consistency()
@@ -479,5 +467,5 @@ def collate_fn(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if isinstance(values[0], torch.Tensor):
             out[key] = torch.stack(values)
         else:
-            out[key] = _to_object_array(values)
+            out[key] = object_array(values)
     return out

@@ -38,6 +38,7 @@ from verl.trainer.state import TrainerParts, TrainerState
 from verl.trainer.streaming_reward import PendingReward, build_streaming_rewards
 from verl.trainer.tracking import progress_bar, update_bar
 from verl.trainer.val_loop import run_validation
+from verl.utils.arrays import object_array
 from verl.workers.rollout.sampling import derive_seeds
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
@@ -399,7 +400,7 @@ class RLTrainer:
         batch.batch["token_level_scores"] = reward["reward_tensor"]
         # per-sample values the scorer reported (acc, pred, ...) travel with the batch, as in verl
         extra = {k: v for k, v in (reward.get("reward_extra_info") or {}).items() if len(v) == len(batch)}
-        batch.non_tensor_batch.update({k: _object_array(v) for k, v in extra.items()})
+        batch.non_tensor_batch.update({k: object_array(v) for k, v in extra.items()})
         self._reward_keys = set(extra)
         metrics = self._reward_extra_metrics(reward)
         metrics.update(mask_unscored_samples(batch, reward.get("reward_extra_info")))
@@ -513,9 +514,3 @@ def _as_ids(ids: Any) -> list[int]:
     return [int(ids)] if isinstance(ids, (int, np.integer)) else [int(i) for i in ids]
 
 
-def _object_array(values: Any) -> np.ndarray:
-    """`(B,)` object array of arbitrary values (lists stay elements, never a second axis)."""
-    out = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        out[i] = v
-    return out

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.arrays import object_array
 from verl.workers.rollout.sampling import derive_seeds
 
 __all__ = ["PromptFeed", "Row", "rows_from_state", "rows_to_state"]
@@ -119,8 +120,6 @@ def rows_from_state(state: list[dict[str, Any]]) -> list[Row]:
         objects = json.loads(item["objects"])
         data: dict[str, Any] = dict(item["tensors"])
         for k, v in objects.items():
-            arr = np.empty(1, dtype=object)
-            arr[0] = v
-            data[k] = arr
+            data[k] = object_array([v])
         rows.append(Row(item["uid"], DataProto.from_single_dict(data), item["seeds"], int(item["epoch"])))
     return rows

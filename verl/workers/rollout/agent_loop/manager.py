@@ -45,12 +45,13 @@ import numpy as np
 import torch
 
 from verl.protocol import DataProto
+from verl.utils.arrays import object_array
 from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
 from verl.workers.rollout.agent_loop.chat import ChatTemplate
 from verl.workers.rollout.partial import NOT_SAMPLED, version_bounds
 from verl.workers.rollout.sampling import resolve_sampling
 
-__all__ = ["AgentLoopRollout", "builtin_config_file", "object_array"]
+__all__ = ["AgentLoopRollout", "builtin_config_file"]
 
 logger = logging.getLogger(__name__)
 
@@ -72,14 +73,6 @@ def builtin_config_file(path: str, kind: str) -> str:
         known = sorted(p.name[: -len(f"_{kind}_config.yaml")] for p in BUILTIN_CONFIG_DIR.glob(f"*_{kind}_config.yaml"))
         raise ValueError(f"no built-in {kind} config {name!r}; built-in: {', '.join(known)}")
     return str(file)
-
-
-def object_array(values: list[Any]) -> np.ndarray:
-    """A 1-D object array of arbitrary per-row values (lists stay lists, never a 2-D array)."""
-    arr = np.empty(len(values), dtype=object)
-    for i, v in enumerate(values):
-        arr[i] = v
-    return arr
 
 
 class AgentLoopRollout:
