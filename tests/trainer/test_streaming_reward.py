@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from run_helpers import read_metrics
@@ -18,6 +19,7 @@ from run_helpers import read_metrics
 from verl.config import ConfigError, load_config
 from verl.protocol import DataProto
 from verl.reward import create_reward_manager
+from verl.single_controller.base import Dispatch, Worker, register
 from verl.trainer import RLTrainer
 from verl.trainer.streaming_reward import StreamingRewards, build_streaming_rewards
 
@@ -171,3 +173,60 @@ def test_what_streams_and_what_is_scored_after_generation(tmp_path):
         build_streaming_rewards(cfg, naive, None)
     off = load_config(None, _overrides(tmp_path, False))
     assert build_streaming_rewards(off, naive, None) is None
+
+
+class _ChunkedEngine:
+    """An engine that hands rows 0-1, then row 3, to its finish hook and never reports row 2."""
+
+    def __init__(self) -> None:
+        self.on_trajectories_finished = None
+
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        b = len(prompts)
+        responses = torch.arange(b * 3).reshape(b, 3) + prompts.batch["input_ids"][:, :1]
+        out = DataProto.from_dict(tensors={"responses": responses, "response_mask": torch.ones(b, 3, dtype=torch.long)},
+                                  non_tensors={"uid": prompts.non_tensor_batch["uid"]})
+        for rows in ([0, 1], [3]):
+            if self.on_trajectories_finished is not None:
+                self.on_trajectories_finished(rows, out[torch.tensor(rows)])
+        return out
+
+
+class _EngineWorker(Worker):
+    def __init__(self) -> None:
+        super().__init__("cpu")
+        self.rollout = _ChunkedEngine()
+
+    @register(Dispatch.DP_COMPUTE_PROTO)
+    def generate_sequences(self, prompts: DataProto) -> DataProto:
+        return self.rollout.generate_sequences(prompts)
+
+
+def _toy_reward(data: DataProto, return_dict: bool = True) -> dict:
+    """Sum of the response ids on the last token; the data source of each row; a count."""
+    r = data.batch["responses"]
+    tensor = torch.zeros(r.shape)
+    tensor[:, -1] = r.sum(1).float()
+    return {"reward_tensor": tensor, "reward_extra_info": {"src": list(data.non_tensor_batch["data_source"])},
+            "reward_metrics": {"reward/num_errors": float(len(data))}}
+
+
+def test_streamed_rows_join_their_prompt_fields_and_unreported_rows_are_scored_after_the_call():
+    from verl.single_controller.local import LocalWorkerGroup
+
+    wg = LocalWorkerGroup(_EngineWorker)
+    gen = DataProto.from_dict(tensors={"input_ids": torch.tensor([[5], [6], [7], [8]])},
+                              non_tensors={"uid": np.array(list("abcd"), dtype=object)})
+    prompts = DataProto.from_dict(non_tensors={"uid": np.array(list("abcd"), dtype=object),
+                                               "data_source": np.array(["s0", "s1", "s2", "s3"], dtype=object)})
+    streaming = StreamingRewards(_toy_reward, workers=2, per_row=True)
+    out, pending = streaming.generate(wg, gen, prompts)
+    assert pending.reported == {0, 1, 3} and len(pending.futures) == 3  # one call per trajectory
+    assert wg.workers[0].rollout.on_trajectories_finished is None  # the hook is removed after the call
+    batch = prompts.union(out)
+    got, want = pending.result(batch), _toy_reward(batch)
+    assert len(pending.futures) == 4  # row 2 scored after the call
+    assert torch.equal(got["reward_tensor"], want["reward_tensor"])
+    assert got["reward_extra_info"] == {"src": ["s0", "s1", "s2", "s3"]} and got["reward_metrics"] == {"reward/num_errors": 4.0}
+    streaming.close()
+    assert streaming.generate(type("RayLike", (), {"generate_sequences": lambda self, g: "out"})(), gen, prompts) == ("out", None)
