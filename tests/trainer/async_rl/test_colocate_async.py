@@ -197,3 +197,48 @@ def test_colocate_async_loads_with_verl_keys(tmp_path):
                                                     "trainer.v1.colocate_async.num_warmup_batches": 2}))
     assert cfg.trainer.v1.trainer_mode == "colocate_async" and cfg.trainer.v1.colocate_async.num_warmup_batches == 2
     assert cfg.actor_rollout_ref.hybrid_engine is True
+
+
+def _scored_run(run_dir: Path, monkeypatch, streaming: bool) -> tuple[list, int, ColocateAsyncLoop]:
+    """A 2-step long-tail run (warm-up batch, cut calls); returns each trained batch's uids and
+    ``token_level_scores``, and how many rows the engine's finish hook handed to the scorer."""
+    streamed = [0]
+    original = ColocateAsyncLoop._stream_rows
+
+    def counting(self, stream, flights, rows, data):
+        streamed[0] += len(rows)
+        return original(self, stream, flights, rows, data)
+
+    monkeypatch.setattr(ColocateAsyncLoop, "_stream_rows", counting)
+    trainer = RLTrainer(config=load_config(None, _overrides(run_dir, **_COLO, **_LONG_TAIL, **{
+        "reward_model.streaming": streaming})))
+    loop = build_async_loop(trainer)
+    scored: list = []
+    update = trainer._update_stages
+
+    def record(batch, metrics, timing):
+        scored.append((list(batch.non_tensor_batch["uid"]), batch.batch["token_level_scores"].clone()))
+        return update(batch, metrics, timing)
+
+    trainer._update_stages = record
+    try:
+        loop.run()
+    finally:
+        trainer.close()
+    return scored, streamed[0], loop
+
+
+@pytest.mark.e2e
+def test_streaming_rewards_score_each_trajectory_as_it_finishes_with_the_same_scores(tmp_path, monkeypatch):
+    on, streamed_on, loop_on = _scored_run(tmp_path / "on", monkeypatch, True)
+    off, streamed_off, _ = _scored_run(tmp_path / "off", monkeypatch, False)
+    assert streamed_off == 0
+    # every trained row and the rows of the groups left in flight were handed over while decoding
+    assert streamed_on >= 2 * 8 * 4
+    assert read_metrics(tmp_path / "on")[1]["colocate_async/long_tail_cut"] == 1.0  # rows scored across a cut
+    assert [u for u, _ in on] == [u for u, _ in off]
+    for (_, a), (_, b) in zip(on, off, strict=True):
+        assert torch.equal(a, b)
+    assert any(float(s.sum()) > 0 for _, s in on)  # some answers were right: the scores are not all 0
+    assert assert_same_metrics(read_metrics(tmp_path / "off"), read_metrics(tmp_path / "on"), tol=1e-6) > 50
+    assert loop_on.t._streaming  # the run's scorer was built (and closed with the trainer)

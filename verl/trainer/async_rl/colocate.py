@@ -29,6 +29,13 @@ the run equals ``sync`` step for step (same prompts, uids, seeds, tokens). A ``d
 happens before generation (verl evicts a stale group once it finishes; evicting it as soon as it
 is stale spares the pool the generation of a group that can never be trained).
 
+Streaming rewards (``reward_model.streaming``, `verl.trainer.streaming_reward`): the same finish
+hook hands each trajectory to the trainer's scorer the moment the engine finishes it, also a row
+that finishes in a later call than its group mates; a group's reward stage then only waits for
+its last scores (rows never handed over are scored then). Where nothing streams (a batch or
+custom manager, a colocated reward model, ``streaming=false``) the finished groups of a call are
+scored together after it, with the same scores.
+
 ``timing_s/gen`` is the step's generation phase (its reward calls included, also reported alone as
 ``timing_s/reward``), as verl times the wait for a trainable batch. Metrics added per step:
 ``training/off_policy/*`` (with ``evicted_samples``),
@@ -54,6 +61,7 @@ import torch
 
 from verl.config.errors import not_supported
 from verl.protocol import DataProto
+from verl.reward.streaming import merge_scored
 from verl.trainer.async_rl.feed import PromptFeed
 from verl.trainer.async_rl.flights import CutWatch, Flight, call_plan, pick, ready, span, stale
 from verl.trainer.async_rl.loop import _chunk_metrics
@@ -61,6 +69,7 @@ from verl.trainer.async_rl.off_policy import off_policy_metrics
 from verl.trainer.async_rl.replay_buffer import _eviction_metrics
 from verl.trainer.async_rl.rollouter import VERSIONS_KEY
 from verl.trainer.metrics import reduce_worker_metrics, timer
+from verl.trainer.streaming_reward import build_streaming_rewards
 from verl.trainer.tracking import progress_bar, update_bar
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
@@ -241,7 +250,7 @@ class ColocateAsyncLoop:
         if sum(not f.finished for f in self.flights) > self.k - finished_before and must_finish <= here:
             must = {i for i, f in enumerate(flights) if f.uid in must_finish}
             watch = CutWatch(flights, self.n, finished_before, self.k, must, self.engine.interrupt)
-        out = self._engine_call(batch, watch)
+        out = self._engine_call(batch, watch, flights)
         metrics = reduce_worker_metrics(out.meta_info.pop("metrics", {}))
         self._out_meta = dict(out.meta_info)
         done_rows = out.batch["rollout_finished"].bool()
@@ -254,17 +263,22 @@ class ColocateAsyncLoop:
             self._score(finished, metrics)
         return watch is not None and watch.fired and len(finished) < len(flights)
 
-    def _engine_call(self, batch: DataProto, watch: CutWatch | None) -> DataProto:
-        """``generate_sequences`` through the worker group, with the cut watch on the engine's finish hook."""
+    def _engine_call(self, batch: DataProto, watch: CutWatch | None, flights: list[Flight]) -> DataProto:
+        """``generate_sequences`` through the worker group, with the streamed scores and the cut
+        watch on the engine's finish hook (in that order: a row is submitted before a cut)."""
         wg = self.p.actor_rollout_wg
-        if watch is None:
+        stream = self._stream()
+        if watch is None and stream is None:
             return wg.generate_sequences(batch)
         previous = self.engine.on_trajectories_finished
 
         def hook(rows: list[int], data: DataProto) -> None:
             if previous is not None:
                 previous(rows, data)
-            watch.rows_finished(rows, data)
+            if stream is not None:
+                self._stream_rows(stream, flights, rows, data)
+            if watch is not None:
+                watch.rows_finished(rows, data)
 
         self.engine.on_trajectories_finished = hook
         try:
@@ -273,15 +287,54 @@ class ColocateAsyncLoop:
             self.engine.on_trajectories_finished = previous
             self.engine.clear_interrupt()
 
+    def _stream(self) -> Any:
+        """The trainer's `StreamingRewards` (built once, as `RLTrainer.generate_scored` does), or
+        None where rewards are scored after generation (``reward_model.streaming=false``, a batch
+        or custom manager, a colocated reward model)."""
+        t = self.t
+        if t._streaming is None:
+            t._streaming = build_streaming_rewards(self.cfg, self.p.reward_fn, self.p.rm_wg) or False
+        return t._streaming or None
+
+    def _stream_rows(self, stream: Any, flights: list[Flight], rows: list[int], data: DataProto) -> None:
+        """Submit the rows the engine just finished to the scorer, each under its own flight
+        (``rows``: indices in the call, ``n`` consecutive rows per flight; ``data``: their output)."""
+        by_flight: dict[int, list[int]] = {}
+        for k, r in enumerate(rows):
+            by_flight.setdefault(int(r) // self.n, []).append(k)
+        for i, ks in by_flight.items():
+            f, local = flights[i], [int(rows[k]) % self.n for k in ks]
+            part = f.prompt.repeat(len(ks), interleave=True)
+            part.union(data[torch.tensor(ks)])
+            f.streamed += stream.scorer.submit_each(part, local) if stream.per_row else [stream.scorer.submit(part, local)]
+            f.streamed_rows.update(local)
+
+    def _streamed(self, stream: Any, finished: list[tuple[Flight, DataProto]], batch: DataProto) -> _Scored:
+        """The finished groups' streamed scores (rows never handed over scored now), in ``batch``'s
+        row order: ``n`` rows per group."""
+        width = batch.batch["responses"].shape[1]
+        parts = []
+        for i, (f, _) in enumerate(finished):
+            rest = [j for j in range(self.n) if j not in f.streamed_rows]
+            if rest:
+                rows = batch[torch.tensor([i * self.n + j for j in rest])]
+                f.streamed += stream.scorer.submit_each(rows, rest) if stream.per_row else [stream.scorer.submit(rows, rest)]
+                f.streamed_rows.update(rest)
+            parts.append(merge_scored(f.streamed, self.n, width))
+        return _Scored(_concat_scored(parts, self.n))
+
     def _score(self, finished: list[tuple[Flight, DataProto]], gen_metrics: dict[str, float]) -> None:
-        """Score the groups a call finished, together (as one synchronous batch would be)."""
+        """Score the groups a call finished, together (as one synchronous batch would be); with
+        streaming rewards their rows were scored as the engine finished them."""
         batch = DataProto.concat([f.prompt for f, _ in finished]).repeat(self.n, interleave=True)
         out = DataProto.concat([g for _, g in finished])
         batch.union(out)
         metrics = dict(gen_metrics)
         metrics.update(agent_loop_metrics(out))
+        stream = self._stream()
         with timer("reward", self._timing):
-            metrics.update(self.t._compute_reward(batch))
+            pending = self._streamed(stream, finished, batch) if stream is not None else None
+            metrics.update(self.t._compute_reward(batch, pending))
         for i, (f, _) in enumerate(finished):
             f.data, f.chunk_metrics = batch[i * self.n:(i + 1) * self.n], metrics
 
@@ -299,6 +352,32 @@ class ColocateAsyncLoop:
             self.flights.append(Flight(r.uid, self._seq, t.global_step, row=r, prompt=batch[i:i + 1],
                                        gen=gen[i * self.n:(i + 1) * self.n]))
             self._seq += 1
+
+
+class _Scored:
+    """Scores already merged, in the shape `RLTrainer._compute_reward` reads from a `PendingReward`."""
+
+    def __init__(self, result: dict[str, Any]) -> None:
+        self._result = result
+
+    def result(self, batch: DataProto) -> dict[str, Any]:
+        """The merged scores (``batch``: the scored rows, the same order)."""
+        return self._result
+
+
+def _concat_scored(parts: list[dict[str, Any]], n: int) -> dict[str, Any]:
+    """Groups' `merge_scored` results one after the other (``n`` rows each): ``reward_tensor``
+    `(len(parts) * n, R)`, ``reward_extra_info`` lists (None where a group's manager did not report
+    the key), ``reward_metrics`` summed."""
+    extra: dict[str, list[Any]] = {}
+    metrics: dict[str, float] = {}
+    for i, part in enumerate(parts):
+        for key, values in part["reward_extra_info"].items():
+            extra.setdefault(key, [None] * (n * len(parts)))[i * n:(i + 1) * n] = values
+        for key, value in part["reward_metrics"].items():
+            metrics[key] = metrics.get(key, 0.0) + float(value)
+    return {"reward_tensor": torch.cat([p["reward_tensor"] for p in parts]), "reward_extra_info": extra,
+            "reward_metrics": metrics}
 
 
 def _training_batch(groups: list[Flight], meta: dict[str, Any]) -> DataProto:

@@ -42,6 +42,9 @@ class Flight:
         started: a generation call has run on it (``gen`` is an engine output).
         data: the scored group (prompt fields and output, ``n`` rows) once every row finished.
         chunk_metrics: generation and reward metrics of the call that finished it.
+        streamed: futures of the streamed scores of its finished rows (``reward_model.streaming``;
+            each `verl.reward.streaming.ScoredItem` names rows ``0..n-1`` of the group).
+        streamed_rows: the group rows those futures cover.
     """
 
     uid: str
@@ -53,6 +56,8 @@ class Flight:
     started: bool = False
     data: Any = None
     chunk_metrics: dict[str, float] = field(default_factory=dict)
+    streamed: list[Any] = field(default_factory=list)
+    streamed_rows: set[int] = field(default_factory=set)
 
     @property
     def finished(self) -> bool:
