@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from verl.config.errors import ConfigError
 from verl.config.loader import load_config
 from verl.config.sft_loader import load_sft_config
 from verl.engine.base import MicroBatchSpec
@@ -122,3 +123,10 @@ def test_rl_stream_reward_comes_from_the_task_config(hybrid) -> None:
     slow, slow_metrics = prepared["slow"]
     assert slow_metrics["score_mean"] == 0.0  # every sample past reward_timeout_s = 0.1 s
     assert slow_metrics["reward/num_timeouts"] >= 1
+
+
+def test_rl_task_reward_and_chunk_settings_are_checked() -> None:
+    for key, value in (("logprob_chunk_size", 0), ("reward_timeout_s", 0)):
+        task = f"[{{name: r, loss: rl, train_files: [x], {key}: {value}}}]"
+        with pytest.raises(ConfigError, match=f"hybrid.tasks\\[0\\].{key}"):
+            load_sft_config(None, ["trainer.algorithm=hybrid", f"hybrid.tasks={task}"])

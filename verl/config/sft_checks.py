@@ -128,6 +128,10 @@ def _check_hybrid(cfg: T.SFTRootConfig) -> None:
             raise ConfigError(f"{where}.batch_size: must be >= 1")
         if x.loss == "rl" and x.rollout_n < 2:
             raise ConfigError(f"{where}.rollout_n: GRPO needs at least 2 responses per prompt")
+        if x.loss == "rl" and x.logprob_chunk_size < 1:
+            raise ConfigError(f"{where}.logprob_chunk_size: must be >= 1, got {x.logprob_chunk_size}")
+        if x.loss == "rl" and x.reward_timeout_s <= 0:
+            raise ConfigError(f"{where}.reward_timeout_s: must be > 0 seconds, got {x.reward_timeout_s}")
 
 
 def check_sft(cfg: T.SFTRootConfig) -> None:
