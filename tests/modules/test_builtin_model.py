@@ -172,6 +172,16 @@ def test_build_command_writes_the_cache_the_resolver_then_uses(tmp_path: Path, m
     assert str(first) in capsys.readouterr().out
 
 
+def test_build_command_refuses_an_unknown_name_in_one_line(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl.cli import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["builtin", "build", "tiny"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "verl builtin: error: unknown built-in model 'tiny'; valid names: ['tiny-arithmetic', 'tiny-calculator']")
+
+
 @pytest.mark.slow
 @pytest.mark.e2e  # a whole SFT run
 @pytest.mark.timeout(3600)  # ~5 min on one core of a loaded 2-core machine

@@ -94,8 +94,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{name:<16} {spec_hash(BUILTIN_MODELS[name])}  {_resolved(name) or 'not built (missing or stale)'}")
         return 0
     names = args.names or list(BUILTIN_MODELS)
-    for name in names:
-        builtin_spec(name)
+    unknown = [n for n in names if n not in BUILTIN_MODELS]
+    if unknown:
+        parser.error(f"unknown built-in model {unknown[0]!r}; valid names: {sorted(BUILTIN_MODELS)}")
     if args.out is not None and len(names) != 1:
         parser.error("--out takes exactly one NAME")
     for name in names:
