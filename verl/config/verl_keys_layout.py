@@ -30,8 +30,8 @@ LAYOUT_NOOP: dict[str, str] = {
     "transfer_queue.backend": _READ_WITH.format("transfer_queue.enable=true"),
     "reward.reward_model.rollout": ("the engine verl's reward loop serves the reward model with; the reward model "
                                     "(model_path) is scored by the reward-model worker here (the same scores)"),
-    "reward.num_workers": "verl's reward-loop worker count (parallel scoring, the same scores); scorers run in the trainer here",
-    "reward_model.num_workers": "verl's reward-loop worker count (parallel scoring, the same scores); scorers run in the trainer here",
+    "reward.num_workers": "verl's reward-loop worker count: here the scoring threads of streaming rewards (the same scores)",
+    "reward_model.num_workers": "verl's reward-loop worker count: here the scoring threads of streaming rewards (the same scores)",
     "reward.reward_model.n_gpus_per_node": "read only with reward.reward_model.enable_resource_pool=true",
     "reward.reward_model.nnodes": "read only with reward.reward_model.enable_resource_pool=true",
     "data.function_tool_path": "verl mirrors rollout.multi_turn.function_tool_path here (that key decides)",
