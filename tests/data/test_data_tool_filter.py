@@ -65,6 +65,8 @@ def test_loader_refuses_tool_config_without_schemas_and_the_trainer_loads_them(t
     schemas = data_tool_schemas(cfg)
     assert schemas == load_tool_schemas(BUILTIN_TOOL_CONFIG) and schemas[0]["function"]["name"] == "calculator"
     assert len(RLDataLoader(cfg, tokenizer=tok, tool_schemas=schemas).dataset) == 1
+    cfg.tool_config_path = "builtin://calculator"  # the shipped config, as the agent loop resolves it
+    assert data_tool_schemas(cfg) == schemas
     cfg.filter_overlong_prompts = False
     assert data_tool_schemas(cfg) is None  # nothing reads the tools then: they are not built
 

@@ -139,16 +139,19 @@ def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
 def data_tool_schemas(data: Any) -> list[dict[str, Any]] | None:
     """The tool schemas the RL dataset's ``filter_overlong_prompts`` renders (``data.tool_config_path``).
 
-    None without the path or without the filter (the tools are then not built).
+    None without the path or without the filter (the tools are then not built). ``builtin://NAME``
+    names a shipped config, as in ``rollout.multi_turn.tool_config_path``.
 
     Raises:
         ToolConfigError: the tool config file is missing or invalid.
+        ValueError: an unknown built-in name.
     """
     if not (data.tool_config_path and data.filter_overlong_prompts):
         return None
     from verl.tools import load_tool_schemas
+    from verl.workers.rollout.agent_loop.manager import builtin_config_file
 
-    return load_tool_schemas(data.tool_config_path)
+    return load_tool_schemas(builtin_config_file(data.tool_config_path, "tool"))  # builtin://NAME as the agent loop reads it
 
 
 def check_device(cfg: RootConfig) -> None:
