@@ -167,3 +167,68 @@ def test_heads_per_tp_rank_not_divisible_by_sp_is_one_config_line():
                                                 intermediate_size=128), 2, 8)
     check_tp_sp_heads(types.SimpleNamespace(model_type="qwen2", num_attention_heads=8, num_key_value_heads=4,
                                             intermediate_size=128), 2, 2)
+
+
+def _worker_config(model_dir: str, tp: int, sp: int) -> object:
+    from verl.config import load_config
+
+    cfg = load_config(None, [
+        f"actor_rollout_ref.model.path={model_dir}", f"trainer.n_gpus_per_node={tp * sp}", "algorithm.adv_estimator=grpo",
+        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.model.use_remove_padding=true",
+        "actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.entropy_coeff=0.01",
+        f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
+        f"actor_rollout_ref.actor.fsdp_config.tensor_parallel_size={tp}"])
+    return cfg.actor_rollout_ref
+
+
+def _worker_steps(worker: object, data: object) -> dict[str, object]:
+    """Log-probs, one PPO update (its metrics), log-probs after it."""
+    worker.init_model(total_training_steps=1)
+    lp = worker.compute_log_prob(data)
+    metrics = worker.update_actor(data.union(lp)).meta_info["metrics"]
+    return {"lp": lp.batch["old_log_probs"], "ent": lp.batch["entropys"], "after": worker.compute_log_prob(data).batch["old_log_probs"],
+            **{k: metrics[k] for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm")}}
+
+
+def _worker_data() -> object:
+    from verl.protocol import DataProto
+
+    b = _batch()
+    return DataProto.from_dict(tensors={k: b[k] for k in ("input_ids", "attention_mask", "position_ids", "responses",
+                                                            "response_mask", "advantages")})
+
+
+def _worker_rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    worker = ActorRolloutRefWorker(_worker_config(model_dir, 2, 2), seed=1, device="cpu")
+    import torch.distributed as dist
+
+    try:
+        torch.save(_worker_steps(worker, _worker_data().chunk(4)[rank]), os.path.join(out_dir, f"worker{rank}.pt"))
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.slow  # four spawned workers and one in process; the engine test above covers the same math faster
+@pytest.mark.timeout(900)
+def test_actor_worker_at_sp2_tp2_on_4_ranks_equals_one_local_worker(tmp_path):
+    from verl.workers.fsdp_workers import ActorRolloutRefWorker
+
+    model_dir = _write_model(str(tmp_path / "model"))
+    ref = _worker_steps(ActorRolloutRefWorker(_worker_config(model_dir, 1, 1), seed=1, device="cpu"), _worker_data())
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_worker_rank_main, args=(port, model_dir, str(tmp_path)), nprocs=4, start_method="spawn")
+    assert float((ref["after"] - ref["lp"]).abs().max()) > 1e-3 and ref["actor/grad_norm"] > 1e-3  # the update moved the policy
+    for rank in range(4):
+        got = torch.load(tmp_path / f"worker{rank}.pt")
+        rows = slice(rank, rank + 1)  # 4 rows, one per rank
+        diffs = {k: float((got[k] - ref[k][rows]).abs().max()) for k in ("lp", "ent", "after")}
+        diffs.update({k: abs(got[k] - ref[k]) for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm")})
+        print(rank, diffs)
+        for key, value in diffs.items():
+            assert value <= 1e-5, (rank, key, value)
