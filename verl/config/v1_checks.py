@@ -6,7 +6,7 @@ x actor.ppo_mini_batch_size`` (one RL step = ``parameter_sync_step`` mini-batche
 sync); the rollout is standalone on its own pool (finalize sets ``hybrid_engine=false``), and
 ``data.gen_batch_size`` (verl's fetch granularity) must divide the train batch. ``colocate_async``
 (`verl.trainer.async_rl.colocate`) runs on the in-process hybrid ``hf`` engine, whose finish hook
-cuts the long tail.
+cuts the long tail (agent loops: paused in place, `verl.trainer.async_rl.colocate_agent`).
 """
 
 from __future__ import annotations
@@ -93,9 +93,9 @@ def _check_colocate_async(cfg: RootConfig) -> None:
     if tr.backend == "ray" or tr.nnodes * tr.n_gpus_per_node != 1:
         raise not_supported("trainer.backend", f"{mode} on Ray or more than one worker is not built (the long-tail cut "
                             "hooks the in-process engine); use one worker with trainer.backend=local or auto")
-    if rollout.multi_turn.enable or rollout.agent.default_agent_loop != "single_turn_agent" or rollout.over_sample_rate > 0:
-        raise not_supported("actor_rollout_ref.rollout.multi_turn", f"agent loops with {mode} are not built (their "
-                            "trajectories cannot resume from a partial output); use single-turn rollouts")
+    if rollout.over_sample_rate > 0:
+        raise not_supported("actor_rollout_ref.rollout.over_sample_rate", f"aborting the slowest trajectories with "
+                            f"{mode} is not built (the long-tail cut carries them to the next step); leave it 0")
     if cfg.trainer.v1.sampler.sync_refill_failed_groups:
         raise not_supported(f"{_P}.sampler.sync_refill_failed_groups", "it applies to verl's sync sampling only; leave it false")
     if cfg.data.gen_batch_size not in (None, cfg.data.train_batch_size):

@@ -49,7 +49,9 @@ generates them again first, so across a kill no prompt is lost and none is train
 evicted by ``drop`` are dropped on purpose).
 
 Runs on the in-process ``hf`` engine (``trainer.backend=local``): the long-tail cut is the
-engine's finish hook (``on_trajectories_finished``) interrupting its decode loop.
+engine's finish hook (``on_trajectories_finished``) interrupting its decode loop. Through the
+agent loops (multi-turn, tools) the call runs in a thread and the cut pauses it in place instead
+(`verl.trainer.async_rl.colocate_agent`): its unfinished trajectories continue in the next step.
 """
 
 from __future__ import annotations
@@ -62,6 +64,14 @@ import torch
 from verl.config.errors import not_supported
 from verl.protocol import DataProto
 from verl.reward.streaming import merge_scored
+from verl.trainer.async_rl.colocate_agent import (
+    OpenCall,
+    agent_generate,
+    close_open_call,
+    common_fields,
+    settle_open_call,
+    uses_agent_loops,
+)
 from verl.trainer.async_rl.feed import PromptFeed
 from verl.trainer.async_rl.flights import CutWatch, Flight, call_plan, pick, ready, span, stale
 from verl.trainer.async_rl.loop import _chunk_metrics
@@ -118,12 +128,18 @@ class ColocateAsyncLoop:
         self._timing: dict[str, float] = {}  # the step's timers (the reward of each call adds to it)
         self.trained_uids: list[str] = []  # every prompt trained by this process, in order
         self.evicted_uids: list[str] = []  # every prompt dropped as stale, in eviction order
+        self.agent = uses_agent_loops(self.cfg.actor_rollout_ref.rollout, self.engine)
+        self._open: OpenCall | None = None  # agent loops: the call running or paused in place
+        self._paused = False
 
     # ------------------------------------------------------------------------- run
     def run(self) -> list[dict[str, float]]:
         """Resume, train until ``total_training_steps``; returns the metrics."""
-        if self.start():
-            self._train_loop()
+        try:
+            if self.start():
+                self._train_loop()
+        finally:
+            self.stop()
         return self.p.history
 
     def start(self) -> bool:
@@ -151,7 +167,8 @@ class ColocateAsyncLoop:
         return True
 
     def stop(self) -> None:
-        """Nothing runs between steps on one pool (the interface of `SeparateAsyncLoop`)."""
+        """End an agent-loop call paused in place (`close_open_call`); nothing else runs between steps."""
+        close_open_call(self)
 
     def step_once(self) -> dict[str, float]:
         """One RL step (``global_step`` advanced); returns its metrics."""
@@ -167,6 +184,7 @@ class ColocateAsyncLoop:
             metrics = self.step_once()
             last = t.global_step >= p.total_training_steps
             if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or t.global_step % cfg.trainer.test_freq == 0):
+                settle_open_call(self)  # validation generates on the same engine: nothing may stay paused
                 metrics.update(t._validate())
             metrics.update(save_timing)
             p.tracker.log(metrics, step=t.global_step)
@@ -220,6 +238,8 @@ class ColocateAsyncLoop:
     # ------------------------------------------------------------------------ generation
     def _generate(self, version: int) -> bool:
         """Generate until `ready`; True when trajectories were left unfinished (the long-tail cut)."""
+        if self.agent:
+            return agent_generate(self, version)
         self.engine.set_policy_version(version)  # every token sampled in this step is version v
         cut = False
         for flights in call_plan(self.flights):
@@ -227,6 +247,19 @@ class ColocateAsyncLoop:
                 break
             cut = self._call(flights, version) or cut
         return cut
+
+    def _start_call(self, flights: list[Flight], version: int) -> OpenCall:
+        """Start an agent-loop call on ``flights`` in its own thread (`colocate_agent.OpenCall`)."""
+        meta = {**self._gen_meta, "global_step": version}
+        for f in flights:
+            f.gen.meta_info, f.started = dict(meta), True
+        stream = self._stream()
+
+        def on_rows(rows: list[int], data: DataProto) -> None:
+            self._stream_rows(stream, flights, rows, data)
+
+        batch = DataProto.concat([f.gen for f in flights])
+        return OpenCall(self.p.actor_rollout_wg, self.engine, batch, flights, self.n, on_rows if stream else None)
 
     def _ready(self, version: int) -> bool:
         return ready(self.flights, version, self.k, self.threshold, self.strategy)
@@ -327,7 +360,7 @@ class ColocateAsyncLoop:
         """Score the groups a call finished, together (as one synchronous batch would be); with
         streaming rewards their rows were scored as the engine finished them."""
         batch = DataProto.concat([f.prompt for f, _ in finished]).repeat(self.n, interleave=True)
-        out = DataProto.concat([g for _, g in finished])
+        out = DataProto.concat(common_fields([g for _, g in finished]))
         batch.union(out)
         metrics = dict(gen_metrics)
         metrics.update(agent_loop_metrics(out))
@@ -384,6 +417,6 @@ def _training_batch(groups: list[Flight], meta: dict[str, Any]) -> DataProto:
     """The groups' rows in sampling order, with one meta-info (parts generated at other steps differ)."""
     for g in groups:
         g.data.meta_info = {}
-    batch = DataProto.concat([g.data for g in groups])
+    batch = DataProto.concat(common_fields([g.data for g in groups]))
     batch.meta_info = dict(meta)
     return batch
