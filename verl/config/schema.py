@@ -265,6 +265,8 @@ class FSDPConfig:
     tensor_parallel_size: int = 1
     # Tensor-parallel degree of the actor / critic (verl's torchtitan-engine key): decoder blocks split over
     # groups of this many ranks, FSDP2 over world / tp (verl/workers/sharding/tensor_parallel.py); the ref keeps 1.
+    # With the role's ulysses_sequence_parallel_size sp > 1 the mesh is (dp, sp, tp): sp x tp divides the world,
+    # data parallel = world / (sp x tp), heads / tp and kv_heads / tp divisible by sp.
     entropy_from_logits_with_chunking: bool = False
     # Chunked entropy computation.
     use_torch_compile: bool = True
