@@ -20,6 +20,7 @@ from run_helpers import read_metrics
 from verl.config import ConfigError, load_config
 from verl.trainer import RLTrainer
 from verl.trainer.async_rl.loop import SeparateAsyncLoop
+from verl.trainer.async_rl.thread_clock import thread_times
 
 from trainer.test_split_rollout import assert_same_metrics, builtin_overrides
 
@@ -42,6 +43,8 @@ def test_staleness_zero_equals_the_synchronous_split_pool_run(tmp_path):
         assert async_[step]["training/off_policy/trajectory_staleness/max"] == 0.0
         assert async_[step]["training/off_policy/trajectory_spans/max"] == 1.0
         assert 0.0 <= async_[step]["trainer/idle_ratio"] <= 1.0 and 0.0 <= async_[step]["rollouter/idle_ratio"] <= 1.0
+        if thread_times(threading.get_native_id()) is not None:  # Linux: each thread's CPU and run-queue share
+            assert async_[step]["trainer/cpu_s"] > 0.0 and 0.0 <= async_[step]["rollouter/runq_ratio"] <= 1.0
 
 
 class _Clock:

@@ -39,7 +39,9 @@ tokens).
 Metrics added per step: ``training/off_policy/*`` (`off_policy_metrics`, eviction counts),
 ``trainer/idle_ratio`` (share of the step spent waiting for sampleable groups),
 ``rollouter/idle_ratio`` (share of the rollout thread's time without a request or waiting for
-a sync) and ``async/buffer_{inflight,sampleable}``.
+a sync), ``async/buffer_{inflight,sampleable}`` and, where Linux reports them,
+``{trainer,rollouter}/{cpu_s,runq_ratio}`` (`ThreadClock`: CPU seconds of each thread, and the
+share of the time it waited for a free core: the overlap needs one core per thread).
 
 Checkpoints save, with the usual state, every prompt submitted or pulled but not trained yet
 (`PromptFeed.state`); a resumed run generates them again first, so across a kill no prompt is
@@ -58,6 +60,7 @@ from verl.trainer.async_rl.feed import PromptFeed, Row
 from verl.trainer.async_rl.off_policy import off_policy_metrics
 from verl.trainer.async_rl.replay_buffer import Group, ReplayBuffer
 from verl.trainer.async_rl.rollouter import VERSIONS_KEY, Request, Rollouter
+from verl.trainer.async_rl.thread_clock import ThreadClock
 from verl.trainer.metrics import timer
 from verl.trainer.tracking import progress_bar, update_bar
 
@@ -114,6 +117,7 @@ class SeparateAsyncLoop:
         self._seq = 0
         self._evicted_seen = 0
         self.trained_uids: list[str] = []  # every prompt trained by this process, in order
+        self.clocks: list[ThreadClock] = []  # made by `start`, once the rollout thread runs
 
     # ------------------------------------------------------------------------- run
     def run(self) -> list[dict[str, float]]:
@@ -147,6 +151,7 @@ class SeparateAsyncLoop:
             if cfg.trainer.val_only:
                 return False
         self.rollouter.start()
+        self.clocks = [ThreadClock("trainer"), ThreadClock("rollouter", self.rollouter.thread)]
         if ahead:
             self._submit(ahead)
         return True
@@ -215,6 +220,8 @@ class SeparateAsyncLoop:
         metrics.update(t.guards.after_step(t, batch, metrics))  # alarms and divergence sentinel, as in sync
         metrics["trainer/idle_ratio"] = (self.buffer.wait_s - wait_before) / max(timing["step"], 1e-9)
         metrics["rollouter/idle_ratio"] = self.rollouter.take_idle_ratio()
+        for clock in self.clocks:
+            metrics.update(clock.take())
         inflight, ready = self.buffer.counts()
         metrics["async/buffer_inflight"], metrics["async/buffer_sampleable"] = float(inflight), float(ready)
         return metrics

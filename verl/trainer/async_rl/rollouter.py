@@ -99,6 +99,11 @@ class Rollouter:
         self._thread = threading.Thread(target=self._run, name="verl-rollouter", daemon=True)
         self._thread.start()
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The rollout thread (None before `start`)."""
+        return self._thread
+
     def map_version(self, engine_version: int, version: int) -> None:
         """Tokens the engine tags ``engine_version`` were sampled by loop version ``version``."""
         self._engine_versions[int(engine_version)] = int(version)
