@@ -90,3 +90,11 @@ def test_seed_layout_tensor_model_parallel_size_reaches_the_trained_models_only(
     actor_only = translate_seed_layout({"model": {"actor": {"fsdp_config": {"tensor_model_parallel_size": 2}}}})
     assert actor_only["actor_rollout_ref"]["actor"]["fsdp_config"]["tensor_parallel_size"] == 2
     assert "critic" not in actor_only
+
+
+def test_tp_with_lora_loads_for_the_actor_and_is_refused_for_the_critic():
+    cfg = load_config(None, [*BASE, f"{TP}=2", "actor_rollout_ref.model.lora_rank=4"])
+    assert cfg.actor_rollout_ref.model.lora_rank == 4
+    msg = _error("algorithm.adv_estimator=gae", "critic.model.fsdp_config.tensor_parallel_size=2", "critic.ppo_mini_batch_size=2",
+                 "critic.model.lora_rank=4")
+    assert "not supported yet" in msg and "critic.model.lora_rank" in msg

@@ -39,7 +39,7 @@ def _check_role(key: str, tp: int, sp: int, world: int, lora: bool) -> None:
         raise ConfigError(f"{key}={tp} x ulysses_sequence_parallel_size={sp} = {tp * sp} must divide the world size "
                           f"{world} (trainer.nnodes x trainer.n_gpus_per_node)")
     if lora:
-        raise not_supported(key, "with LoRA (model.lora_rank > 0); use tensor_parallel_size=1")
+        raise not_supported(key, "with LoRA on the critic (critic.model.lora_rank > 0); use tensor_parallel_size=1")
 
 
 def check_tensor_parallel(cfg: RootConfig) -> None:
@@ -49,8 +49,8 @@ def check_tensor_parallel(cfg: RootConfig) -> None:
         ConfigError: one line naming the key and the numbers.
     """
     world, arr = world_size(cfg), cfg.actor_rollout_ref
-    _check_role(_ACTOR, arr.actor.fsdp_config.tensor_parallel_size, arr.actor.ulysses_sequence_parallel_size, world,
-                arr.model.lora_rank > 0)
+    # the actor's LoRA adapters follow the TP plan (verl.workers.sharding.tp_lora); the critic's are untested: refused
+    _check_role(_ACTOR, arr.actor.fsdp_config.tensor_parallel_size, arr.actor.ulysses_sequence_parallel_size, world, False)
     if cfg.critic.enable:
         _check_role(_CRITIC, cfg.critic.model.fsdp_config.tensor_parallel_size, cfg.critic.ulysses_sequence_parallel_size,
                     world, getattr(cfg.critic.model, "lora_rank", 0) > 0)

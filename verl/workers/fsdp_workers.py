@@ -139,9 +139,11 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         """``ref_log_prob`` `(B, R)`: the frozen reference policy (or the actor with LoRA disabled).
 
         ``ref.ulysses_sequence_parallel_size`` equal to the actor's: split like the actor's
-        forwards; 1: each rank computes its own rows with whole sequences.
+        forwards; 1: each rank computes its own rows with whole sequences. The LoRA reference is the
+        actor's own module, so under TP it runs like the actor's forwards (its TP group on the same rows).
         """
-        return self.sp.run(data, self._compute_ref_log_prob) if self.ref_sp else self._compute_ref_log_prob(data)
+        split = self.ref_sp or (self.ref_engine is None and getattr(self.sp, "tp", 1) > 1)
+        return self.sp.run(data, self._compute_ref_log_prob) if split else self._compute_ref_log_prob(data)
 
     def _compute_ref_log_prob(self, data: DataProto) -> DataProto:
         from verl.modules import ref_policy_context

@@ -103,21 +103,22 @@ def _decoder_blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
 
 
 def apply_tensor_parallel(module: torch.nn.Module, tp_mesh: Any, tp: int, what: str = "tensor_parallel_size") -> torch.nn.Module:
-    """Split every decoder block of ``module`` over ``tp_mesh`` in place (`tp_plan`).
+    """Split every decoder block of ``module`` over ``tp_mesh`` in place (`tp_plan`; a LoRA layer's
+    adapters are placed with its base layer, `verl.workers.sharding.tp_lora`).
 
     Raises:
-        ConfigError: see `check_tp_heads`; a LoRA (peft) model (not supported yet).
+        ConfigError: see `check_tp_heads` and `verl.workers.sharding.tp_lora.block_plan`.
     """
     from torch.distributed.tensor.parallel import parallelize_module
 
-    if hasattr(module, "peft_config"):
-        raise ConfigError(f"{what}={tp} with LoRA (model.lora_rank > 0) is not supported yet")
+    from verl.workers.sharding.tp_lora import block_plan
+
     check_tp_heads(module.config, tp, what)
     blocks = _decoder_blocks(module)
     if not blocks:
         raise ConfigError(f"{what}={tp}: the model has no decoder blocks to split")
     for block in blocks:
-        parallelize_module(block, tp_mesh, tp_plan())
+        parallelize_module(block, tp_mesh, block_plan(block, tp_plan(), what))
     return module
 
 
