@@ -105,7 +105,7 @@ def test_rl_stream_equals_the_rl_trainer_loss_and_grads(hybrid, tmp_path: Path) 
     finally:
         module.load_state_dict(saved)
     assert hybrid_metrics["ppo_kl"] > 1e-4 and hybrid_metrics["pg_clipfrac"] > 0  # a non-trivial step
-    assert float(hybrid_loss) == pytest.approx(float(rl_loss), abs=1e-6)
+    assert float(hybrid_loss.detach()) == pytest.approx(float(rl_loss.detach()), abs=1e-6)
     assert hybrid_metrics["pg_clipfrac"] == pytest.approx(float(rl_metrics["actor/pg_clipfrac"]), abs=1e-6)
     assert g_hybrid.keys() == g_rl.keys() and g_hybrid
     for name, g in g_hybrid.items():
@@ -130,3 +130,23 @@ def test_rl_task_reward_and_chunk_settings_are_checked() -> None:
         task = f"[{{name: r, loss: rl, train_files: [x], {key}: {value}}}]"
         with pytest.raises(ConfigError, match=f"hybrid.tasks\\[0\\].{key}"):
             load_sft_config(None, ["trainer.algorithm=hybrid", f"hybrid.tasks={task}"])
+
+
+def test_rl_stream_scores_in_the_task_logprob_chunks(hybrid, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loss forward turns logits into log-probs ``logprob_chunk_size`` (3) rows at a time."""
+    import verl.workers.actor as actor_module
+
+    trainer, prepared, _ = hybrid
+    batch, _ = prepared["rl"]
+    seen: list[int] = []
+    real = actor_module.compute_log_probs_and_entropy
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs["chunk_size"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(actor_module, "compute_log_probs_and_entropy", recording)
+    counts = trainer.engine.global_counts(batch, "response_mask")
+    with torch.no_grad():
+        trainer.streams[0].loss_fn(1.0)(trainer.engine.module, batch, counts)
+    assert seen == [3]
