@@ -169,3 +169,14 @@ def test_every_config_command_prints_config_errors_the_same_way(capsys: pytest.C
         typo = override.split()[-1].partition("=")[0]
         err = capsys.readouterr().err
         assert err == f"verl {command}: config error: unknown key '{typo}' (did you mean '{fixed}'?)\n", err
+
+
+def test_value_rules_have_one_form_in_every_command() -> None:
+    """The `Rule` tables of the RL, SFT and generate schemas word a bad value the same way."""
+    for load in (_train, _sft, _generate):
+        with pytest.raises(ConfigError, match=r"^data\.truncation: must be one of (\w+, )+\w+, got 'lef' \(did you mean 'left'\?\)$"):
+            load(None, ["data.truncation=lef"])
+    with pytest.raises(ConfigError, match=r"^`model\.use_liger` is not supported yet: set it to false$"):
+        load_sft_config(None, ["model.use_liger=true"])
+    with pytest.raises(ConfigError, match=r"^reward_model\.timeout_s: must be > 0\.0, got 0\.0$"):
+        load_eval_config(None, ["data.path=g.jsonl", "reward_model.timeout_s=0"])

@@ -265,23 +265,39 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
             raise ConfigError(f"rollout.max_model_len: must be an integer >= 2, got {max_model_len!r}")
         ro.max_model_len = max_model_len
     check_sections(data, "data", rules=OFFLINE_RULES, checks={})
-    rules = [
-        (data.path, "data.path: set the prompts file (.parquet, .jsonl or builtin://<task>/<split>)"),
-        (data.output_path, "data.output_path: set where the generated file goes (.parquet or .jsonl)"),
-        (ro.do_sample or data.n_samples == 1,  # (the RL loader refuses temperature 0 with do_sample)
-         f"data.n_samples={data.n_samples} with greedy decoding (rollout.do_sample=false) gives identical samples: "
-         "set data.n_samples=1 or rollout.do_sample=true"),
-        (t.seed >= 0, f"trainer.seed: must be >= 0, got {t.seed}"),
-        (ro.seed is None or ro.seed >= 0, f"rollout.seed: must be >= 0, got {ro.seed}"),
-        (t.nnodes * t.n_gpus_per_node == 1, f"trainer.n_gpus_per_node={t.n_gpus_per_node}, trainer.nnodes={t.nnodes} is not "
-         "supported yet: verl generate runs one engine in this process; use 1 and 1 (split the file to run several)"),
-        (ro.name in ("hf", "vllm"), f"rollout.name={ro.name} is not supported yet by verl generate: use hf or vllm"),
-        (not ro.multi_turn.enable, "rollout.multi_turn.enable is not supported yet by verl generate: it samples single-turn responses"),
-    ]
-    for ok, message in rules:
-        if not ok:
-            raise ConfigError(message)
+    _check_generation(data, ro, t)
     return GenerationConfig(data=data, rl=cfg, lengths_set=lengths_set, ignored=tuple(ignored))
+
+
+def _check_generation(data: GenerationDataConfig, ro: Any, t: Any) -> None:
+    """Rules of ``verl generate`` across its sections, or on whether a key is set.
+
+    Args:
+        data: This tool's ``data`` section.
+        ro: The RL rollout section (``rollout.*`` here).
+        t: The RL trainer section.
+
+    Raises:
+        ConfigError: the first rule broken (one line, with this tool's key names).
+    """
+    if not data.path:
+        raise ConfigError("data.path: set the prompts file (.parquet, .jsonl or builtin://<task>/<split>)")
+    if not data.output_path:
+        raise ConfigError("data.output_path: set where the generated file goes (.parquet or .jsonl)")
+    if not ro.do_sample and data.n_samples != 1:  # (the RL loader refuses temperature 0 with do_sample)
+        raise ConfigError(f"data.n_samples={data.n_samples} with greedy decoding (rollout.do_sample=false) gives identical "
+                          "samples: set data.n_samples=1 or rollout.do_sample=true")
+    if t.seed < 0:
+        raise ConfigError(f"trainer.seed: must be >= 0, got {t.seed}")
+    if ro.seed is not None and ro.seed < 0:
+        raise ConfigError(f"rollout.seed: must be >= 0, got {ro.seed}")
+    if t.nnodes * t.n_gpus_per_node != 1:
+        raise ConfigError(f"trainer.n_gpus_per_node={t.n_gpus_per_node}, trainer.nnodes={t.nnodes} is not supported yet: "
+                          "verl generate runs one engine in this process; use 1 and 1 (split the file to run several)")
+    if ro.name not in ("hf", "vllm"):
+        raise ConfigError(f"rollout.name={ro.name} is not supported yet by verl generate: use hf or vllm")
+    if ro.multi_turn.enable:
+        raise ConfigError("rollout.multi_turn.enable is not supported yet by verl generate: it samples single-turn responses")
 
 
 def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> EvalConfig:
