@@ -230,3 +230,9 @@ def test_streamed_rows_join_their_prompt_fields_and_unreported_rows_are_scored_a
     assert got["reward_extra_info"] == {"src": ["s0", "s1", "s2", "s3"]} and got["reward_metrics"] == {"reward/num_errors": 4.0}
     streaming.close()
     assert streaming.generate(type("RayLike", (), {"generate_sequences": lambda self, g: "out"})(), gen, prompts) == ("out", None)
+
+
+@pytest.mark.parametrize("key", ["reward.streaming", "reward_model.streaming"])
+def test_both_spellings_switch_streaming_off(key):
+    assert load_config(None, []).reward_model.streaming is True
+    assert load_config(None, [f"{key}=false"]).reward_model.streaming is False

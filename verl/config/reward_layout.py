@@ -1,7 +1,8 @@
 """verl's ``reward.*`` namespace and its legacy spellings, as verl's ``migrate_legacy_reward_impl``.
 
 verl moved the reward settings under one section (``verl/trainer/config/reward/reward.yaml``):
-``reward.num_workers``, ``reward.custom_reward_function.{path,name}``,
+``reward.num_workers``, ``reward.streaming`` (the product's own key, streaming rewards),
+``reward.custom_reward_function.{path,name}``,
 ``reward.reward_manager.{source,name,module.{path,name}}``,
 ``reward.reward_model.{enable,enable_resource_pool,n_gpus_per_node,nnodes,model_path,rollout}``,
 ``reward.sandbox_fusion.*`` and ``reward.reward_kwargs``. Its composed config still carries the
@@ -39,6 +40,7 @@ _MISSING = object()
 REWARD_KEYS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # (new key, legacy spellings in the order verl reads them, the key the product reads)
     ("reward.num_workers", ("reward_model.num_workers",), "reward_model.num_workers"),
+    ("reward.streaming", ("reward_model.streaming",), "reward_model.streaming"),
     ("reward.reward_manager.name", ("reward_model.reward_manager", "reward_manager.name"), "reward_model.reward_manager"),
     ("reward.reward_manager.source", ("reward_model.reward_loop_source", "reward_manager.source"), "reward_manager.source"),
     ("reward.reward_manager.module.path", ("reward_model.reward_loop_module_path", "reward_manager.module.path"),

@@ -432,6 +432,9 @@ class VerlRewardConfig:
 
     num_workers: int = 8
     # Reward-loop workers scoring in parallel (the same scores result).
+    streaming: bool = True
+    # Score each trajectory as soon as the rollout finishes it (the same scores); migrated onto
+    # reward_model.streaming, where it is documented.
     custom_reward_function: RewardFunctionSection = field(default_factory=RewardFunctionSection)
     reward_manager: RewardManagerSection = field(default_factory=RewardManagerSection)
     reward_model: RewardModelSection = field(default_factory=RewardModelSection)
