@@ -148,10 +148,22 @@ def _cli(*commands: list[str]) -> list[tuple[int, str]]:
     env.pop("VERL_TRACEBACK", None)
     procs = [subprocess.Popen([sys.executable, "-m", "verl.cli", *c], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=env, cwd=REPO) for c in commands]
-    errs = [p.communicate(timeout=180)[1] for p in procs]
+    errs = [p.communicate(timeout=600)[1] for p in procs]
     return [(p.returncode, err) for p, err in zip(procs, errs)]
 
 
+def test_the_same_typo_gives_the_same_error_line_from_train_and_sft_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+    from verl.cli import main
+
+    lines = []
+    for command in ("train", "sft"):
+        assert main([command, "trainer.total_epochz=2"]) == 2
+        lines.append(capsys.readouterr().err)
+    message = "config error: unknown key 'trainer.total_epochz' (did you mean 'trainer.total_epochs'?)\n"
+    assert lines == ["verl train: " + message, "verl sft: " + message]
+
+
+@pytest.mark.e2e  # two fresh interpreters importing the trainers: ~25 s of CPU
 def test_the_same_typo_gives_the_same_error_line_from_verl_train_and_verl_sft() -> None:
     train, sft = _cli(["train", "trainer.total_epochz=2"], ["sft", "trainer.total_epochz=2"])
     message = "config error: unknown key 'trainer.total_epochz' (did you mean 'trainer.total_epochs'?)\n"
