@@ -6,7 +6,8 @@ x actor.ppo_mini_batch_size`` (one RL step = ``parameter_sync_step`` mini-batche
 sync); the rollout is standalone on its own pool (finalize sets ``hybrid_engine=false``), and
 ``data.gen_batch_size`` (verl's fetch granularity) must divide the train batch. ``colocate_async``
 (`verl.trainer.async_rl.colocate`) runs on the in-process hybrid ``hf`` engine, whose finish hook
-cuts the long tail (agent loops: paused in place, `verl.trainer.async_rl.colocate_agent`).
+cuts the long tail (agent loops: paused in place, `verl.trainer.async_rl.colocate_agent`, one
+in-process worker only); on Ray workers nothing is cut.
 """
 
 from __future__ import annotations
@@ -90,9 +91,10 @@ def _check_colocate_async(cfg: RootConfig) -> None:
     if rollout.name != "hf":
         raise not_supported("actor_rollout_ref.rollout.name", f"{rollout.name} with {mode} is not built (the long-tail "
                             "cut interrupts the in-process hf engine); use rollout.name=hf")
-    if tr.backend == "ray" or tr.nnodes * tr.n_gpus_per_node != 1:
-        raise not_supported("trainer.backend", f"{mode} on Ray or more than one worker is not built (the long-tail cut "
-                            "hooks the in-process engine); use one worker with trainer.backend=local or auto")
+    agent_loops = rollout.multi_turn.enable or rollout.agent.default_agent_loop != "single_turn_agent" or rollout.mode == "async"
+    if agent_loops and (tr.backend == "ray" or tr.nnodes * tr.n_gpus_per_node != 1):
+        raise not_supported("trainer.backend", f"agent loops with {mode} on Ray or more than one worker are not built "
+                            "(their long tail is paused in the in-process engine); use one worker with trainer.backend=local")
     if rollout.over_sample_rate > 0:
         raise not_supported("actor_rollout_ref.rollout.over_sample_rate", f"aborting the slowest trajectories with "
                             f"{mode} is not built (the long-tail cut carries them to the next step); leave it 0")

@@ -181,7 +181,7 @@ def test_bench_runs_colocate_async_steps(tmp_path):
 @pytest.mark.parametrize("extra, message", [
     ({"actor_rollout_ref.hybrid_engine": False}, "generates in the actor's workers"),
     ({"trainer.v1.colocate_async.num_warmup_batches": -1}, "must be >= 0"),
-    ({"trainer.backend": "ray"}, "is not supported yet"),
+    ({"trainer.backend": "ray", "actor_rollout_ref.rollout.mode": "async"}, "agent loops with .* on Ray"),
     ({"actor_rollout_ref.rollout.over_sample_rate": 0.5}, "is not supported yet"),
     ({"algorithm.filter_groups.enable": True}, "is not supported yet"),
     ({"data.gen_batch_size": 4}, "is not supported yet"),
@@ -242,3 +242,25 @@ def test_streaming_rewards_score_each_trajectory_as_it_finishes_with_the_same_sc
     assert any(float(s.sum()) > 0 for _, s in on)  # some answers were right: the scores are not all 0
     assert assert_same_metrics(read_metrics(tmp_path / "off"), read_metrics(tmp_path / "on"), tol=1e-6) > 50
     assert loop_on.t._streaming  # the run's scorer was built (and closed with the trainer)
+
+
+@pytest.mark.e2e
+def test_without_an_engine_hook_nothing_is_cut_and_the_warm_up_batch_trains_one_step_later(tmp_path, monkeypatch):
+    # the path of Ray workers (their engines are out of the driver's reach), run in process
+    monkeypatch.setattr("verl.trainer.async_rl.colocate.local_engine", lambda wg: None)
+    trainer, loop, batches = _recording_trainer(_overrides(tmp_path, **_COLO, **_LONG_TAIL))
+    try:
+        loop.run()
+    finally:
+        trainer.close()
+    m = read_metrics(tmp_path)
+    assert loop.engine is None
+    # step 1: one call on batches 0 and 1 ran to the end; batch 0 trained, batch 1 left finished
+    assert m[1]["colocate_async/long_tail_cut"] == 0.0 and m[1]["colocate_async/carried_groups"] == 0.0
+    assert m[1]["colocate_async/buffer_sampleable"] == 8.0
+    assert all(uid.startswith("0-") for uid in batches[0][0]) and all(uid.startswith("1-") for uid in batches[1][0])
+    # step 2 trains batch 1 without generating: every token sampled by version 0, one step stale
+    _, versions2, mask2, _ = batches[1]
+    assert torch.equal(versions2 >= 0, mask2.bool()) and set(versions2[mask2.bool()].tolist()) == {0}
+    assert m[2]["training/off_policy/trajectory_staleness/max"] == 1.0
+    assert m[2]["training/off_policy/trajectory_spans/max"] == 1.0

@@ -49,7 +49,11 @@ generates them again first, so across a kill no prompt is lost and none is train
 evicted by ``drop`` are dropped on purpose).
 
 Runs on the in-process ``hf`` engine (``trainer.backend=local``): the long-tail cut is the
-engine's finish hook (``on_trajectories_finished``) interrupting its decode loop. Through the
+engine's finish hook (``on_trajectories_finished``) interrupting its decode loop. On Ray workers
+(``trainer.backend=ray``, FSDP2 over the pool) the engines run in the workers' processes, out of
+the hook's reach: no call is cut (each generates its rows to the end; the warm-up batches still
+run ahead), the call's tokens are tagged with its version on the driver, and rewards are scored
+after each call. Through the
 agent loops (multi-turn, tools) the call runs in a thread and the cut pauses it in place instead
 (`verl.trainer.async_rl.colocate_agent`): its unfinished trajectories continue in the next step.
 """
@@ -63,6 +67,7 @@ import torch
 
 from verl.config.errors import not_supported
 from verl.protocol import DataProto
+from verl.single_controller.local import LocalWorkerGroup
 from verl.reward.streaming import merge_scored
 from verl.trainer.async_rl.colocate_agent import (
     OpenCall,
@@ -81,6 +86,7 @@ from verl.trainer.async_rl.rollouter import VERSIONS_KEY
 from verl.trainer.metrics import reduce_worker_metrics, timer
 from verl.trainer.streaming_reward import build_streaming_rewards
 from verl.trainer.tracking import progress_bar, update_bar
+from verl.workers.rollout.partial import NOT_SAMPLED
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
 if TYPE_CHECKING:
@@ -91,18 +97,21 @@ __all__ = ["ColocateAsyncLoop", "local_engine"]
 _STATE_KEY = "colocate_async"
 
 
-def local_engine(actor_rollout_wg: Any) -> Any:
-    """The rollout engine of an in-process hybrid actor-rollout group (the hook and interrupt target).
+def local_engine(actor_rollout_wg: Any) -> Any | None:
+    """The rollout engine of an in-process hybrid actor-rollout group (the hook and interrupt
+    target), or None for a group whose engines run in other processes (Ray workers).
 
     Raises:
-        ConfigError: the group is not an in-process hybrid engine (Ray workers, a split rollout).
+        ConfigError: an in-process group whose engine has no finish hook or interrupt (a split rollout).
     """
-    workers = getattr(actor_rollout_wg, "workers", None)
-    rollout = getattr(workers[0], "rollout", None) if workers and len(workers) == 1 else None
+    if not isinstance(actor_rollout_wg, LocalWorkerGroup):
+        return None
+    workers = actor_rollout_wg.workers
+    rollout = getattr(workers[0], "rollout", None) if len(workers) == 1 else None
     engine = getattr(rollout, "engine", None)
     if engine is None or not hasattr(engine, "on_trajectories_finished") or not hasattr(engine, "interrupt"):
-        raise not_supported("trainer.v1.trainer_mode", "colocate_async runs on the in-process hybrid hf engine only "
-                            "(trainer.backend=local, one worker, rollout.name=hf, hybrid_engine=true)")
+        raise not_supported("trainer.v1.trainer_mode", "colocate_async runs on the hybrid hf engine only "
+                            "(one in-process worker or Ray workers, rollout.name=hf, hybrid_engine=true)")
     return engine
 
 
@@ -128,7 +137,7 @@ class ColocateAsyncLoop:
         self._timing: dict[str, float] = {}  # the step's timers (the reward of each call adds to it)
         self.trained_uids: list[str] = []  # every prompt trained by this process, in order
         self.evicted_uids: list[str] = []  # every prompt dropped as stale, in eviction order
-        self.agent = uses_agent_loops(self.cfg.actor_rollout_ref.rollout, self.engine)
+        self.agent = self.engine is not None and uses_agent_loops(self.cfg.actor_rollout_ref.rollout, self.engine)
         self._open: OpenCall | None = None  # agent loops: the call running or paused in place
         self._paused = False
 
@@ -240,7 +249,8 @@ class ColocateAsyncLoop:
         """Generate until `ready`; True when trajectories were left unfinished (the long-tail cut)."""
         if self.agent:
             return agent_generate(self, version)
-        self.engine.set_policy_version(version)  # every token sampled in this step is version v
+        if self.engine is not None:
+            self.engine.set_policy_version(version)  # every token sampled in this step is version v
         cut = False
         for flights in call_plan(self.flights):
             if self._ready(version):
@@ -280,10 +290,12 @@ class ColocateAsyncLoop:
         must_finish = {f.uid for f in self.flights if self.strategy == "wait" and not f.finished and span(f, version) >= limit}
         here = {f.uid for f in flights}
         watch = None
-        if sum(not f.finished for f in self.flights) > self.k - finished_before and must_finish <= here:
+        if self.engine is not None and sum(not f.finished for f in self.flights) > self.k - finished_before and must_finish <= here:
             must = {i for i, f in enumerate(flights) if f.uid in must_finish}
             watch = CutWatch(flights, self.n, finished_before, self.k, must, self.engine.interrupt)
         out = self._engine_call(batch, watch, flights)
+        if self.engine is None:  # Ray workers: nothing is cut, every token of the call is sampled by version v
+            out.batch[VERSIONS_KEY] = torch.where(out.batch["response_mask"].bool(), version, NOT_SAMPLED).long()
         metrics = reduce_worker_metrics(out.meta_info.pop("metrics", {}))
         self._out_meta = dict(out.meta_info)
         done_rows = out.batch["rollout_finished"].bool()
@@ -300,7 +312,7 @@ class ColocateAsyncLoop:
         """``generate_sequences`` through the worker group, with the streamed scores and the cut
         watch on the engine's finish hook (in that order: a row is submitted before a cut)."""
         wg = self.p.actor_rollout_wg
-        stream = self._stream()
+        stream = self._stream() if self.engine is not None else None  # a Ray engine's hook cannot reach the driver
         if watch is None and stream is None:
             return wg.generate_sequences(batch)
         previous = self.engine.on_trajectories_finished
@@ -364,7 +376,7 @@ class ColocateAsyncLoop:
         batch.union(out)
         metrics = dict(gen_metrics)
         metrics.update(agent_loop_metrics(out))
-        stream = self._stream()
+        stream = self._stream() if self.engine is not None else None
         with timer("reward", self._timing):
             pending = self._streamed(stream, finished, batch) if stream is not None else None
             metrics.update(self.t._compute_reward(batch, pending))
