@@ -2,16 +2,20 @@
 tiny tool-calling model) with a warm-up batch. The step-1 call is paused in place once 4 groups
 are finished; a trajectory whose tool call is pending across that cut continues at step 2 under
 the new weights, and its layout is right: the turn before the call sampled by version 0, the tool
-output masked 0 with no version, the turn after it sampled by version 1."""
+output masked 0 with no version, the turn after it sampled by version 1. Without warm-up the
+threaded call equals the synchronous run."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from run_helpers import read_metrics
+from tests.trainer.test_split_rollout import assert_same_metrics
 
 from verl.config import load_config
 from verl.tools.calculator import CalculatorTool
@@ -50,15 +54,30 @@ def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
     return out
 
 
+def _calculator(run_dir: Path, *extra: str) -> list[str]:
+    return ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
+            "trainer.total_training_steps=2", "trainer.val_before_train=false", "data.val_files=[]", "trainer.test_freq=-1",
+            "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.plot=false",
+            f"trainer.output_dir={run_dir / 'out'}", f"trainer.default_local_dir={run_dir / 'ckpt'}", *extra]
+
+
+@pytest.mark.e2e
+def test_agent_loops_without_warm_up_equal_the_synchronous_run(tmp_path):
+    # the threaded call with streamed scores vs sync scoring after generation: same tokens, scores, updates
+    RLTrainer(config=load_config("calculator", _calculator(tmp_path / "sync", "reward_model.streaming=false"))).fit()
+    RLTrainer(config=load_config("calculator", _calculator(tmp_path / "colo", "trainer.v1.trainer_mode=colocate_async",
+                                                           "trainer.v1.colocate_async.num_warmup_batches=0",
+                                                           "trainer.v1.sampler.max_off_policy_threshold=0"))).fit()
+    sync, colo = read_metrics(tmp_path / "sync"), read_metrics(tmp_path / "colo")
+    assert assert_same_metrics(sync, colo, tol=1e-6, b_may_add=True) > 50
+    assert max(sync[s]["tool_call_counts/max"] for s in sync) >= 1.0  # trajectories called the tool
+    assert all(colo[s]["colocate_async/long_tail_cut"] == 0.0 for s in colo)
+
+
 @pytest.mark.e2e
 def test_a_tool_call_spanning_the_cut_continues_under_the_next_weights_with_its_masks(tmp_path):
-    cfg = load_config("calculator", [
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
-        "trainer.total_training_steps=2", "trainer.val_before_train=false", "data.val_files=[]", "trainer.test_freq=-1",
-        "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.plot=false",
-        "trainer.v1.trainer_mode=colocate_async", "trainer.v1.colocate_async.num_warmup_batches=1",
-        f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-    ])
+    cfg = load_config("calculator", _calculator(tmp_path, "trainer.v1.trainer_mode=colocate_async",
+                                                "trainer.v1.colocate_async.num_warmup_batches=1"))
     trainer = RLTrainer(config=cfg)
     loop = build_async_loop(trainer)
     assert isinstance(loop, ColocateAsyncLoop) and loop.agent
