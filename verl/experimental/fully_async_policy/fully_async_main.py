@@ -18,15 +18,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verl.trainer.main_ppo import hydra_config_args
     from verl.trainer.main_ppo import main as main_ppo
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
+    from verl.utils.errors import run_reporting_user_errors
+
+    def body(args: list[str]) -> int:
         translated = translate_fully_async(args)
         path, overrides = hydra_config_args([a for a in translated if a != "--debug"])
         check_partial_rollout(wants_partial_rollout(args), load_config(path, [a for a in overrides if "=" in a]))
         return main_ppo(translated)
-    except ValueError as e:  # ConfigError included: one line, as main_ppo prints it
-        print(f"verl train: config error: {e}", file=sys.stderr, flush=True)
-        return 2
+
+    # the translation's config errors go through the one CLI error path, as main_ppo's do
+    return run_reporting_user_errors("verl train", body, sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":

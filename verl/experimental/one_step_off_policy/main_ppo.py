@@ -15,12 +15,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verl.trainer.async_rl.legacy import translate_one_step_off
     from verl.trainer.main_ppo import main as main_ppo
 
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        return main_ppo(translate_one_step_off(args))
-    except ValueError as e:  # ConfigError included: one line, as main_ppo prints it
-        print(f"verl train: config error: {e}", file=sys.stderr, flush=True)
-        return 2
+    from verl.utils.errors import run_reporting_user_errors
+
+    # the translation's config errors go through the one CLI error path, as main_ppo's do
+    return run_reporting_user_errors("verl train", lambda args: main_ppo(translate_one_step_off(args)),
+                                     sys.argv[1:] if argv is None else argv)
 
 
 if __name__ == "__main__":
