@@ -4,8 +4,9 @@
 >>> cfg = load_config("quickstart", ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4"])
 
 See :mod:`verl.config.pipeline` for the loading steps every command shares (YAML, ``defaults:``
-lists and presets, overrides, unknown keys), :mod:`verl.config.loader` for the RL-only ones, :mod:`verl.config.schema` for every key,
-:mod:`verl.config.compat` for the short layout of the product's documents,
+lists and presets, overrides, unknown keys), :mod:`verl.config.loader` for the RL-only ones,
+:mod:`verl.config.schema` for every key, :mod:`verl.config.compat` for the short layout of the
+product's documents,
 :mod:`verl.config.verl_keys` for what each key of verl's reference config does here (takes
 effect, documented no-op, or "not supported yet"). This package imports neither torch nor any
 other verl package (a user's ``external_lib`` aside), so it is cheap to import.
