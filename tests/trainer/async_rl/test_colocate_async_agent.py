@@ -76,8 +76,10 @@ def test_agent_loops_without_warm_up_equal_the_synchronous_run(tmp_path):
 
 @pytest.mark.e2e
 def test_a_tool_call_spanning_the_cut_continues_under_the_next_weights_with_its_masks(tmp_path):
+    # validation after each step (8 held-out prompts): the paused call first finishes under the new weights
     cfg = load_config("calculator", _calculator(tmp_path, "trainer.v1.trainer_mode=colocate_async",
-                                                "trainer.v1.colocate_async.num_warmup_batches=1"))
+                                                "trainer.v1.colocate_async.num_warmup_batches=1", "trainer.test_freq=1",
+                                                "data.val_files=[builtin://calculator/test]", "data.val_max_samples=8"))
     trainer = RLTrainer(config=cfg)
     loop = build_async_loop(trainer)
     assert isinstance(loop, ColocateAsyncLoop) and loop.agent
@@ -102,6 +104,7 @@ def test_a_tool_call_spanning_the_cut_continues_under_the_next_weights_with_its_
     assert tool.expressions, "the warm-started model called the calculator"
     assert history[0]["colocate_async/long_tail_cut"] == 1.0 and history[0]["colocate_async/carried_groups"] >= 1.0
     assert loop._open is None and not loop._paused  # the run ended with no call left parked
+    assert all("val/accuracy" in h for h in history)  # validation ran with a call paused after step 1
     uids, versions, mask, responses, calls = batches[1]
     assert torch.equal(versions >= 0, mask.bool())  # tool tokens and padding: no policy sampled them
     rows = [i for i in range(len(uids)) if calls[i] and calls[i][0]["arguments"] == {"expression": tool.expressions[0]}]
