@@ -98,3 +98,10 @@ def test_tp_with_lora_loads_for_the_actor_and_is_refused_for_the_critic():
     msg = _error("algorithm.adv_estimator=gae", "critic.model.fsdp_config.tensor_parallel_size=2", "critic.ppo_mini_batch_size=2",
                  "critic.model.lora_rank=4")
     assert "not supported yet" in msg and "critic.model.lora_rank" in msg
+
+
+def test_tp_on_the_ref_loads_at_the_actors_degree():
+    cfg = load_config(None, [*BASE, f"{TP}=2", "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size=2"])
+    assert cfg.actor_rollout_ref.ref.fsdp_config.tensor_parallel_size == 2
+    msg = _error(f"{TP}=4", "actor_rollout_ref.actor.ppo_mini_batch_size=1", "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size=2")
+    assert "not supported yet" in msg and "set it to 1 or 4" in msg

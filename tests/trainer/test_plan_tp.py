@@ -34,3 +34,14 @@ def test_plan_at_tp2_by_hand():
     tp2_update = tp2.stages["update_actor"] - grads
     tp1_update = tp1.stages["update_actor"] - 1e6
     assert tp2_update > tp1_update  # twice the rows per rank, not half the activations
+
+
+def test_reference_at_the_actors_tp_holds_the_actors_share():
+    base = ["trainer.n_gpus_per_node=4", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.use_kl_loss=true",
+            "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size=2"]
+    whole = plan_memory(load_config(None, base), 8 * GIB, 100.0, SHAPE)
+    split = plan_memory(load_config(None, [*base, "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size=2"]), 8 * GIB, 100.0, SHAPE)
+    assert whole.static["ref_params"] == 1_000_000 / 4 * 4  # FSDP2 over the 4 ranks, fp32
+    # the split projections over all 4 ranks, the rest over dp = 2
+    assert split.static["ref_params"] == (BLOCK / 4 + (1_000_000 - BLOCK) / 2) * 4

@@ -5,7 +5,9 @@ A role's ``world = trainer.nnodes x trainer.n_gpus_per_node`` ranks form ``dp = 
 data-parallel groups of ``tp`` ranks that each hold a column / row slice of every decoder block
 (`verl.workers.sharding.tensor_parallel`). Checked here without the model: ``tp`` divides the
 world (with Ulysses SP at ``sp``: ``sp · tp`` divides it and ``dp = world / (sp · tp)``), and the
-reference policy (frozen, FSDP2 over the whole world) keeps 1. Heads not divisible by ``tp`` (or
+reference policy's degree is 1 (frozen, FSDP2 over the whole world) or the actor's (the actor's
+layout, `verl.workers.fsdp_workers.build_reference_engine`). The actor's LoRA adapters follow the TP
+plan (`verl.workers.sharding.tp_lora`); the critic's are refused. Heads not divisible by ``tp`` (or
 ``heads / tp`` by ``sp``) and an architecture without a plan are refused by the pre-flight's model
 check and when a worker builds the model (`verl.workers.sharding.tensor_parallel.check_tp_sp_heads`).
 """
@@ -55,9 +57,11 @@ def check_tensor_parallel(cfg: RootConfig) -> None:
         _check_role(_CRITIC, cfg.critic.model.fsdp_config.tensor_parallel_size, cfg.critic.ulysses_sequence_parallel_size,
                     world, getattr(cfg.critic.model, "lora_rank", 0) > 0)
     _check_rollout(cfg, world)
-    if arr.ref.fsdp_config.tensor_parallel_size != 1:
+    ref_tp, actor_tp = arr.ref.fsdp_config.tensor_parallel_size, arr.actor.fsdp_config.tensor_parallel_size
+    if ref_tp not in (1, actor_tp):  # the reference is laid out like the actor or not split at all
         raise not_supported("actor_rollout_ref.ref.fsdp_config.tensor_parallel_size",
-                            "the reference policy is sharded with FSDP2 over the whole world; leave it 1")
+                            f"={ref_tp} with the actor's tensor_parallel_size={actor_tp}: the reference uses the actor's "
+                            f"layout; set it to 1 or {actor_tp}")
 
 
 def _check_rollout(cfg: RootConfig, world: int) -> None:

@@ -8,7 +8,8 @@ For each role and stage it estimates the bytes one device holds (model shapes ar
 model's config on the meta device; nothing is loaded):
 
 - **static**: parameters (``model.dtype``), AdamW's two float32 moments (after the first step),
-  the reference copy (``use_kl_loss`` / ``use_kl_in_reward`` without LoRA), the rollout's unsharded
+  the reference copy (``use_kl_loss`` / ``use_kl_in_reward`` without LoRA; at
+  ``ref.fsdp_config.tensor_parallel_size`` > 1 split like the actor's parameters), the rollout's unsharded
   copy when FSDP shards the actor (world size > 1), the critic's parameters and moments; sharded
   parts divided by the world size;
 - **rollout**: the KV cache ``2 · layers · kv_heads · head_dim · (P + R)`` per sequence, and the
@@ -260,7 +261,8 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
     share = actor.params_per_rank(world, tp)
     static = {"actor_params": share * pb, "actor_adam": 2 * share * 4}
     if (arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward) and arr.model.lora_rank == 0:
-        static["ref_params"] = actor.n_params * pb / world
+        # ref.fsdp_config.tensor_parallel_size 1 (FSDP2 over the world) or the actor's (the actor's layout)
+        static["ref_params"] = actor.params_per_rank(world, arr.ref.fsdp_config.tensor_parallel_size) * pb
     split = not arr.hybrid_engine  # the rollout on its own devices (module docstring)
     if world > 1 and not split:
         static["rollout_copy"] = actor.params_per_rank(rollout_tp, rollout_tp) * pb  # TP: 1 / tp of the blocks

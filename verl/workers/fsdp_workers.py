@@ -26,6 +26,31 @@ if TYPE_CHECKING:
     from verl.config.schema import ActorRolloutRefConfig, CriticConfig
 
 
+def build_reference_engine(ref: torch.nn.Module, fsdp: Any, layout: Any, ref_sp: bool, ref_tp: bool, world_size: int,
+                           device: str = "cpu") -> FSDPTrainingEngine:
+    """The frozen reference policy's engine.
+
+    Args:
+        ref: the reference model (unsharded, frozen).
+        fsdp: ``ref.fsdp_config``.
+        layout: the actor's layout (`build_layout`).
+        ref_sp: the reference's Ulysses degree equals the actor's (> 1): Ulysses attention only,
+            FSDP2 over the whole world.
+        ref_tp: ``ref.fsdp_config.tensor_parallel_size`` > 1 (equal to the actor's, checked at
+            load time): the actor's whole layout (TP plan, and its Ulysses split when ``sp > 1``),
+            FSDP2 over the actor's data-parallel dims; its forwards run through ``layout.run``.
+
+    Returns:
+        An inference-only `FSDPTrainingEngine`.
+    """
+    if ref_tp:
+        layout.prepare(ref)
+        return build_engine(ref, fsdp, **shard_kwargs(layout, world_size), device=device)
+    if ref_sp:  # split like the actor's forwards (Ulysses only: whole projections)
+        layout.prepare_reference(ref)
+    return build_engine(ref, fsdp, world_size, device=device)
+
+
 def _per_rank(global_size: int, dp_size: int, what: str) -> int:
     if global_size % dp_size:
         raise ValueError(f"{what}={global_size} is not divisible by the data-parallel size {dp_size}")
@@ -78,15 +103,15 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         self.sp = build_layout(cfg.actor.ulysses_sequence_parallel_size, cfg.actor.fsdp_config.tensor_parallel_size,
                                self.world_size, self.device)
         self.ref_sp = cfg.ref.ulysses_sequence_parallel_size == self.sp.sp > 1
+        self.ref_tp = cfg.ref.fsdp_config.tensor_parallel_size > 1  # the actor's TP degree (tp_checks)
         self.sp.prepare(module)
         self.actor_engine = build_engine(module, cfg.actor.fsdp_config, **shard_kwargs(self.sp, self.world_size), optim=cfg.actor.optim,
                                          total_steps=total_training_steps, grad_clip=cfg.actor.grad_clip, device=self.device)
         self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
         if self.use_reference and cfg.model.lora_rank == 0:
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
-            if self.ref_sp:  # split like the actor's forwards (Ulysses only: the reference is not TP-split)
-                self.sp.prepare_reference(ref)
-            self.ref_engine = build_engine(ref, cfg.ref.fsdp_config, self.world_size, device=self.device)
+            self.ref_engine = build_reference_engine(ref, cfg.ref.fsdp_config, self.sp, self.ref_sp, self.ref_tp,
+                                                     self.world_size, self.device)
         self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.sp.dp, "ppo_mini_batch_size * rollout.n")
         if not cfg.hybrid_engine:  # the rollout lives in its own worker group (RolloutWorker), fed by next_weight_bucket
             return
@@ -138,11 +163,12 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
     def compute_ref_log_prob(self, data: DataProto) -> DataProto:
         """``ref_log_prob`` `(B, R)`: the frozen reference policy (or the actor with LoRA disabled).
 
-        ``ref.ulysses_sequence_parallel_size`` equal to the actor's: split like the actor's
-        forwards; 1: each rank computes its own rows with whole sequences. The LoRA reference is the
+        ``ref.ulysses_sequence_parallel_size`` equal to the actor's, or ``ref.fsdp_config.
+        tensor_parallel_size`` > 1: split like the actor's forwards; otherwise each rank computes
+        its own rows with whole sequences. The LoRA reference is the
         actor's own module, so under TP it runs like the actor's forwards (its TP group on the same rows).
         """
-        split = self.ref_sp or (self.ref_engine is None and getattr(self.sp, "tp", 1) > 1)
+        split = self.ref_sp or self.ref_tp or (self.ref_engine is None and getattr(self.sp, "tp", 1) > 1)
         return self.sp.run(data, self._compute_ref_log_prob) if split else self._compute_ref_log_prob(data)
 
     def _compute_ref_log_prob(self, data: DataProto) -> DataProto:
