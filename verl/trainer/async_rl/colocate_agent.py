@@ -158,7 +158,7 @@ def agent_generate(loop: ColocateAsyncLoop, version: int) -> bool:
                 raise RuntimeError("colocate_async: no prompt left to generate and the batch is not ready")
             call = loop._open = loop._start_call(fresh, version)
         elif loop._paused:
-            engine.resume()
+            _resume(engine)
             loop._paused = False
         call.wait(lambda c=call: _ready_with(loop, c, version))
         if not call.done and call.all_complete():
@@ -174,6 +174,15 @@ def agent_generate(loop: ColocateAsyncLoop, version: int) -> bool:
     return paused
 
 
+def _resume(engine: Any) -> None:
+    """Resume the parked decode loops in eval mode: they parked in it, and the update in between
+    put the shared actor module in train mode (dropout would change the sampled tokens)."""
+    module = getattr(engine, "module", None)
+    if module is not None:
+        module.eval()
+    engine.resume()
+
+
 def settle_open_call(loop: ColocateAsyncLoop) -> None:
     """Let the open call finish under the current weights (version ``global_step``) and score what
     it finishes (before a validation pass, which generates on the same engine)."""
@@ -182,7 +191,7 @@ def settle_open_call(loop: ColocateAsyncLoop) -> None:
         return
     loop.engine.set_policy_version(loop.t.global_step)
     if loop._paused:
-        loop.engine.resume()
+        _resume(loop.engine)
         loop._paused = False
     call.wait(lambda: False)
     finished, metrics = call.take()
