@@ -218,3 +218,64 @@ def test_vllm_async_engine_partial_rollout_spans_versions(shared_dir, tmp_path) 
         assert set(v[mask.bool()].tolist()) <= {0, 1}
     finally:
         engine.close()
+
+
+@_marked
+def test_vllm_partial_rollout_resumed_under_new_weights_equals_a_fresh_generation_from_its_prefix(shared_dir,
+                                                                                                  tmp_path) -> None:
+    """Greedy, real vLLM: the tokens a trajectory generates after a pause + weight update (version 1) equal a fresh
+    generation from prompt + its version-0 prefix with the new weights."""
+    import copy
+
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tok_dir = shared_dir / "tokenizers" / "qwen2.5"
+    old = AutoModelForCausalLM.from_pretrained(head32_random_model("qwen2", tok_dir, tmp_path / "m"), dtype=torch.float32)
+    def shake(model: torch.nn.Module, seed: int) -> None:
+        """Large noise on the decoder blocks: the random model's (tied) embeddings alone only copy the last token."""
+        gen = torch.Generator().manual_seed(seed)
+        with torch.no_grad():
+            for p in model.model.layers.parameters():
+                p.add_(0.3 * torch.randn(p.shape, generator=gen))
+
+    shake(old, 0)
+    new = copy.deepcopy(old)
+    shake(new, 1)
+    tok = AutoTokenizer.from_pretrained(tok_dir)
+    R_LONG, pad = 48, tok.pad_token_id
+    cfg = RolloutConfig(name="vllm", response_length=R_LONG, prompt_length=R_LONG + 8, do_sample=False, mode="async",
+                        ignore_eos=True)
+    prompt = [11, 12, 13, 14]
+    engine = vllm_rollout.build(old, cfg, tok)
+
+    def batch(rows: list[list[int]]) -> DataProto:
+        width = max(len(r) for r in rows)
+        ids = torch.tensor([[pad] * (width - len(r)) + r for r in rows])
+        return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": (ids != pad).long()})
+
+    try:
+        split = None
+        for wait_s in (0.5, 0.2, 1.5, 3.0):  # pause somewhere inside the response (the machine's speed varies)
+            engine.update_weights(old, version=0)
+            out: list[DataProto] = []
+            worker = threading.Thread(target=lambda out=out: out.append(engine.generate_sequences(batch([prompt]))))
+            worker.start()
+            time.sleep(wait_s)
+            engine.pause()
+            engine.update_weights(new, version=1)
+            engine.resume()
+            worker.join(300)
+            v = out[0].batch["rollout_policy_versions"][0]
+            k = int((v == 0).sum())
+            if 0 < k < R_LONG:
+                split = (out[0].batch["responses"][0].tolist(), v.tolist(), k)
+                break
+        assert split is not None, "no pause landed inside the response"
+        tokens, versions, k = split
+        assert versions == [0] * k + [1] * (R_LONG - k) and len(set(tokens)) > 2  # a path, not one repeated token
+        fresh = engine.generate_sequences(batch([prompt + tokens[:k]]))
+        assert fresh.batch["responses"][0].tolist()[:R_LONG - k] == tokens[k:]
+        whole_old = engine.generate_sequences(batch([prompt]))  # the new weights matter: version 1 decodes otherwise
+        assert whole_old.batch["responses"][0].tolist() != tokens
+    finally:
+        engine.close()
