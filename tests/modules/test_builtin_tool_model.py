@@ -29,6 +29,7 @@ def test_shipped_asset_has_head_size_32_and_matches_the_default_spec() -> None:
     assert info["sft_path"] == "verl.trainer.sft_trainer"
 
 
+@pytest.mark.slow  # rebuilds the calculator model twice; the spec and cache tests stay in the default suite
 def test_build_goes_through_multiturn_sft_and_is_reproducible(tmp_path: Path) -> None:
     a = build_tool_model(tmp_path / "a", TINY)
     b = build_tool_model(tmp_path / "b", TINY)

@@ -41,6 +41,7 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow  # two spawned FSDP2 processes; the fused-head equality tests run in process in the default suite
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_sharded_model_takes_the_unfused_path_with_equal_log_probs(tiny_model_dir, tmp_path):

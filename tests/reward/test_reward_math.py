@@ -142,4 +142,4 @@ def test_reward_math_math500_shuffled_pairing_scores_low(shared_dir: Path) -> No
     start = time.perf_counter()
     hits = sum(compute_score(rows[i]["solution"], rows[j]["answer"]) for i, j in enumerate(order))
     assert hits / len(rows) < 0.05
-    assert time.perf_counter() - start < 30.0
+    assert time.perf_counter() - start < 120.0  # a hang guard only: math-verify takes a few seconds on an idle machine

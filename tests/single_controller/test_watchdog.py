@@ -116,6 +116,7 @@ def _alive(pid: int) -> bool:
         return False
 
 
+@pytest.mark.slow  # waits out a stopped Ray worker; the in-process watchdog tests stay in the default suite
 @pytest.mark.ray
 @pytest.mark.e2e
 def test_sigstopped_ray_worker_is_reported_within_120_s(tiny_model_dir, tmp_path):

@@ -44,7 +44,7 @@ def test_console_script_one_screen(tiny_model_dir, tmp_path):
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(proc.stdout.splitlines()) <= 45  # one screen
-    assert elapsed < 60, elapsed  # ≤ 15 s on an idle 2-core machine; this one is shared
+    assert elapsed < 120, elapsed  # a hang guard: ≤ 15 s on an idle 2-core machine, several times that under load
 
 
 def test_a_slow_half_precision_check_shows_as_warn():

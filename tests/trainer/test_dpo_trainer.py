@@ -19,6 +19,7 @@ def _cfg(tmp_path: Path, *extra: str):
                                      "trainer.logger=[jsonl]", *extra], algorithm="dpo")
 
 
+@pytest.mark.slow  # a 300-step learning run; the other DPO tests keep the loss and data paths in the default suite
 @pytest.mark.e2e
 def test_dpo_builtin_preferences_reach_90_percent_held_out(tmp_path: Path) -> None:
     torch.set_num_threads(1)

@@ -98,6 +98,7 @@ def test_hybrid_resume_is_exact(tmp_path: Path) -> None:
             assert got[key] == pytest.approx(ref[key], abs=1e-6), key
 
 
+@pytest.mark.slow  # two ranks for a whole hybrid run; the hybrid resume test keeps the hybrid loop in the default suite
 @pytest.mark.e2e
 def test_hybrid_one_vs_two_ranks_equal(tmp_path: Path) -> None:
     """RL samples are seeded per global trajectory, so 1 and 2 gloo ranks give the same step metrics."""

@@ -83,6 +83,7 @@ def test_cli_writes_responses(tmp_path: Path, tiny_model_dir: Path) -> None:
     assert rc == 0 and len(pq.read_table(out).column("responses").to_pylist()[0]) == 1
 
 
+@pytest.mark.slow  # verl's shell script end to end; the module's in-process tests stay in the default suite
 @pytest.mark.e2e
 def test_verl_generation_server_script(tmp_path: Path, tiny_model_dir: Path) -> None:
     """verl's examples/generation/run_deepseek_llm_7b.sh (examples/verl_scripts/generation_server.sh):

@@ -87,6 +87,7 @@ def test_merge_plain_equals_trained_actor(plain, tiny_model_dir, tmp_path):
     assert _max_diff(_logits(initial, tok), reference) > 1e-4
 
 
+@pytest.mark.slow  # a console-script subprocess; the in-process merge tests check the same files
 def test_merge_console_script_same_files(plain, tmp_path):
     _, ckpt = plain
     assert main([str(ckpt), str(tmp_path / "api")]) == 0
