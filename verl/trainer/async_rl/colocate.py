@@ -60,6 +60,7 @@ agent loops (multi-turn, tools) the call runs in a thread and the cut pauses it 
 
 from __future__ import annotations
 
+import contextlib
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -79,13 +80,12 @@ from verl.trainer.async_rl.colocate_agent import (
 )
 from verl.trainer.async_rl.feed import PromptFeed
 from verl.trainer.async_rl.flights import CutWatch, Flight, call_plan, pick, ready, span, stale
-from verl.trainer.async_rl.loop import _chunk_metrics
+from verl.trainer.async_rl.loop import _chunk_metrics, train_until_done
 from verl.trainer.async_rl.off_policy import off_policy_metrics
 from verl.trainer.async_rl.replay_buffer import _eviction_metrics
 from verl.trainer.async_rl.rollouter import VERSIONS_KEY
 from verl.trainer.metrics import reduce_worker_metrics, timer
 from verl.trainer.streaming_reward import build_streaming_rewards
-from verl.trainer.tracking import progress_bar, update_bar
 from verl.workers.rollout.partial import NOT_SAMPLED
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
@@ -186,26 +186,14 @@ class ColocateAsyncLoop:
         return metrics
 
     def _train_loop(self) -> None:
-        t, p, cfg = self.t, self.p, self.cfg
-        bar = progress_bar(cfg.trainer.progress_bar, p.total_training_steps, t.global_step)
-        save_timing: dict[str, float] = {}
-        while t.global_step < p.total_training_steps:
-            metrics = self.step_once()
-            last = t.global_step >= p.total_training_steps
-            if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or t.global_step % cfg.trainer.test_freq == 0):
-                settle_open_call(self)  # validation generates on the same engine: nothing may stay paused
-                metrics.update(t._validate())
-            metrics.update(save_timing)
-            p.tracker.log(metrics, step=t.global_step)
-            p.history.append({"step": t.global_step, **metrics})
-            if cfg.trainer.save_freq > 0 and (last or t.global_step % cfg.trainer.save_freq == 0):
-                t.state.extra[_STATE_KEY] = self.feed.state([f.row for f in self.flights])
-                with timer("save_checkpoint", st := {}):
-                    t.save_checkpoint()
-                save_timing = {"timing_s/save_checkpoint": st["save_checkpoint"]}
-            update_bar(bar, metrics)
-        if bar is not None:
-            bar.close()
+        train_until_done(self, _STATE_KEY)
+
+    def _validation_guard(self) -> Any:
+        settle_open_call(self)  # validation generates on the same engine: nothing may stay paused
+        return contextlib.nullcontext()
+
+    def _pending_rows(self) -> list[Any]:
+        return [f.row for f in self.flights]
 
     # ------------------------------------------------------------------------ one step
     def _step(self) -> dict[str, float]:

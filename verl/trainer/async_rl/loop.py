@@ -91,6 +91,36 @@ def build_replay_buffer(sampler_cfg: Any, refill: Any) -> ReplayBuffer:
     return ReplayBuffer(**kwargs)
 
 
+def train_until_done(loop: Any, state_key: str) -> None:
+    """The step / validate / log / checkpoint loop both asynchronous modes share.
+
+    ``loop`` is a `SeparateAsyncLoop` or `ColocateAsyncLoop`: its ``step_once()`` runs one RL step,
+    ``_validation_guard()`` is the context the validation pass runs in (the mode's engine must be free
+    for it), and ``_pending_rows()`` are the prompts not trained yet, saved under ``state_key`` with
+    every checkpoint so that a resumed run loses and repeats none.
+    """
+    t, p, cfg = loop.t, loop.p, loop.cfg
+    bar = progress_bar(cfg.trainer.progress_bar, p.total_training_steps, t.global_step)
+    save_timing: dict[str, float] = {}
+    while t.global_step < p.total_training_steps:
+        metrics = loop.step_once()
+        last = t.global_step >= p.total_training_steps
+        if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or t.global_step % cfg.trainer.test_freq == 0):
+            with loop._validation_guard():
+                metrics.update(t._validate())
+        metrics.update(save_timing)
+        p.tracker.log(metrics, step=t.global_step)
+        p.history.append({"step": t.global_step, **metrics})
+        if cfg.trainer.save_freq > 0 and (last or t.global_step % cfg.trainer.save_freq == 0):
+            t.state.extra[state_key] = loop.feed.state(loop._pending_rows())
+            with timer("save_checkpoint", st := {}):
+                t.save_checkpoint()
+            save_timing = {"timing_s/save_checkpoint": st["save_checkpoint"]}
+        update_bar(bar, metrics)
+    if bar is not None:
+        bar.close()
+
+
 class SeparateAsyncLoop:
     """The ``separate_async`` loop over an `RLTrainer`'s parts and stages (see the module docstring).
 
@@ -167,26 +197,13 @@ class SeparateAsyncLoop:
         return metrics
 
     def _train_loop(self) -> None:
-        t, p, cfg = self.t, self.p, self.cfg
-        bar = progress_bar(cfg.trainer.progress_bar, p.total_training_steps, t.global_step)
-        save_timing: dict[str, float] = {}
-        while t.global_step < p.total_training_steps:
-            metrics = self.step_once()
-            last = t.global_step >= p.total_training_steps
-            if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or t.global_step % cfg.trainer.test_freq == 0):
-                with self.rollouter.lock:  # the rollout group generates one call at a time
-                    metrics.update(t._validate())
-            metrics.update(save_timing)
-            p.tracker.log(metrics, step=t.global_step)
-            p.history.append({"step": t.global_step, **metrics})
-            if cfg.trainer.save_freq > 0 and (last or t.global_step % cfg.trainer.save_freq == 0):
-                t.state.extra[_STATE_KEY] = self.feed.state(self.untrained.values())
-                with timer("save_checkpoint", st := {}):
-                    t.save_checkpoint()
-                save_timing = {"timing_s/save_checkpoint": st["save_checkpoint"]}
-            update_bar(bar, metrics)
-        if bar is not None:
-            bar.close()
+        train_until_done(self, _STATE_KEY)
+
+    def _validation_guard(self) -> Any:
+        return self.rollouter.lock  # the rollout group generates one call at a time
+
+    def _pending_rows(self) -> Any:
+        return self.untrained.values()
 
     # ------------------------------------------------------------------------ one step
     def _step(self) -> dict[str, float]:
