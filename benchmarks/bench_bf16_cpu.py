@@ -22,7 +22,7 @@ import torch
 from transformers import AutoModelForCausalLM, DynamicCache
 
 from verl.modules.forward import compute_log_probs_and_entropy
-from verl.workers.rollout.hf_rollout import cache_keyword
+from verl.workers.rollout.hf.hf_rollout import cache_keyword
 
 
 def _timed(fn) -> float:

@@ -1,4 +1,4 @@
-"""Decode LM-head layout of the ``hf`` engine (`verl.workers.rollout.decode_head`), A/B in one process.
+"""Decode LM-head layout of the ``hf`` engine (`verl.workers.rollout.hf.decode_head`), A/B in one process.
 
 Runs GSM8K-shape GRPO steps (``verl bench --shape gsm8k``: random 42M Qwen2, 4 prompts x n = 4,
 64-token responses, fp32) and alternates, step by step, the decode step's LM head between
@@ -15,9 +15,9 @@ import statistics
 import tempfile
 from pathlib import Path
 
-from verl.trainer import bench
-from verl.trainer.bench import VerlStepper
-from verl.workers.rollout import decode_head
+from verl.commands.bench import bench
+from verl.commands.bench.bench import VerlStepper
+from verl.workers.rollout.hf import decode_head
 
 
 def main() -> None:

@@ -4,7 +4,7 @@ Runs the GSM8K bench shape (random Qwen2 ``small``, 4 prompts x n=4, 64-token re
 workers at ``actor_rollout_ref.actor.ulysses_sequence_parallel_size`` 1 (data parallel 2) and 2
 (one data-parallel rank, sequences split), with fixed micro-batches, and samples the resident
 memory of every Ray worker process every 20 ms while the steps run. The prediction is
-`verl.trainer.plan.plan_memory` for the same config, with the runtime term measured in this
+`verl.commands.plan.plan_memory` for the same config, with the runtime term measured in this
 process as ``verl plan`` does. Prints one JSON line per layout: predicted, measured (the larger
 worker), and the relative error. Not asserted anywhere (a benchmark note, benchmarks/README.md).
 
@@ -53,8 +53,8 @@ class WorkerRss:
 def run_layout(sp: int, steps: int, micro: int, work: Path, plan_only: bool = False) -> dict[str, float]:
     from verl.config import load_config
     from verl.trainer import RLTrainer
-    from verl.trainer.bench import shape_config
-    from verl.trainer.plan import ModelShape, measure_runtime, plan_memory
+    from verl.commands.bench.bench import shape_config
+    from verl.commands.plan import ModelShape, measure_runtime, plan_memory
 
     path, overrides = shape_config("gsm8k", work / f"sp{sp}", steps)
     overrides += ["trainer.n_gpus_per_node=2", "actor_rollout_ref.model.use_remove_padding=true",

@@ -23,8 +23,8 @@ from bench_plan_sp import WorkerRss
 def run_layout(tp: int, steps: int, micro: int, work: Path, plan_only: bool = False) -> dict[str, float]:
     from verl.config import load_config
     from verl.trainer import RLTrainer
-    from verl.trainer.bench import shape_config
-    from verl.trainer.plan import ModelShape, measure_runtime, plan_memory
+    from verl.commands.bench.bench import shape_config
+    from verl.commands.plan import ModelShape, measure_runtime, plan_memory
 
     path, overrides = shape_config("gsm8k", work / f"tp{tp}", steps)
     overrides += ["trainer.n_gpus_per_node=2", "actor_rollout_ref.model.use_remove_padding=true",

@@ -29,7 +29,7 @@ from transformers import AutoModelForCausalLM
 from verl.config.schema import RolloutConfig
 from verl.protocol import DataProto
 from verl.workers.rollout import HFRollout
-from verl.workers.rollout.hf_decode import DecodeStep
+from verl.workers.rollout.hf.hf_decode import DecodeStep
 
 ROWS, RESPONSE = 16, 64
 

@@ -41,9 +41,9 @@ def _full_logits(module, input_ids, attention_mask, position_ids, loss_mask, rem
 def run_arm(arm: str, model: str, data: str, steps: int, batch: int, work: str) -> dict:
     import torch
 
-    import verl.trainer.hybrid_streams as hs
+    import verl.trainer.supervised.streams as hs
     from verl.config.sft_loader import load_sft_config
-    from verl.trainer.sft_builders import build_supervised_trainer
+    from verl.trainer.supervised.builders import build_supervised_trainer
 
     if arm == "full-logits":
         hs.token_log_probs = _full_logits

@@ -43,7 +43,7 @@ def _rss() -> float:
 
 
 def run_verl(model: str, data: str, steps: int, batch: int, work: str, packed: bool) -> dict:
-    from verl.trainer.sft_builders import build_supervised_trainer
+    from verl.trainer.supervised.builders import build_supervised_trainer
 
     trainer = build_supervised_trainer(_verl_config(model, data, steps, batch, work, packed))
     before = _rss()
@@ -61,7 +61,7 @@ def run_trl(model: str, data: str, steps: int, batch: int, work: str) -> dict:
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import SFTConfig, SFTTrainer
 
-    from verl.trainer.sft_builders import build_supervised_trainer
+    from verl.trainer.supervised.builders import build_supervised_trainer
 
     # the rows verl's trainer reads at steps 1..N, in order, tokenized by verl's SFT dataset
     stream = build_supervised_trainer(_verl_config(model, data, steps, batch, work, False)).streams[0]

@@ -40,7 +40,7 @@ import torch
 from verl.protocol import DataProto
 from verl.reward import create_reward_manager, default_compute_score
 from verl.reward.streaming import StreamingRewardScorer, merge_scored
-from verl.trainer.bench import GSM8K_SHAPE, prepare_gsm8k_shape
+from verl.commands.bench.bench import GSM8K_SHAPE, prepare_gsm8k_shape
 
 SLEEP_S = 0.05
 

@@ -48,7 +48,7 @@ TAIL_KEY = {"sync": "timing_s/reward", "separate_async": "timing_s/rollouter_rew
 
 def one_run(mode: str, streaming: bool, steps: int, work_dir: Path, extra: list[str]) -> dict[str, Any]:
     """One ``verl bench --shape gsm8k`` run; returns its per-step tails and walls."""
-    from verl.trainer.bench import main as bench_main
+    from verl.commands.bench.bench import main as bench_main
 
     reward = work_dir / "slow_reward.py"
     reward.write_text(SLOW_REWARD)

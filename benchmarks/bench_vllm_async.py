@@ -1,6 +1,6 @@
 """Offline `vllm.LLM` in process vs vLLM's async engine (agent-loop server mode), CPU build.
 
-What `verl.workers.rollout.vllm_rollout.build` decides between: the same random Qwen2 model
+What `verl.workers.rollout.vllm.vllm_rollout.build` decides between: the same random Qwen2 model
 (Qwen2.5 tokenizer, head size 32) in both engine forms, fp32; per form the median over
 ``--repeats`` of ``update_weights`` (the actor streamed in buckets: by reference in process, one
 ``/dev/shm`` safetensors file per bucket into the async engine's child process) and of one
@@ -73,7 +73,7 @@ def main() -> None:
     import torch
 
     from verl.config.schema import RolloutConfig
-    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.rollout.vllm.vllm_rollout import VLLMRollout
 
     model = _model(args.shared, args.hidden)
     n_params = sum(p.numel() for p in model.parameters())

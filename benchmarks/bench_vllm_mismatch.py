@@ -23,7 +23,7 @@ def measure(dtype: str) -> dict[str, float]:
     from verl.config.schema import RolloutConfig
     from verl.modules.forward import compute_log_probs
     from verl.protocol import DataProto
-    from verl.workers.rollout.vllm_rollout import VLLMRollout
+    from verl.workers.rollout.vllm.vllm_rollout import VLLMRollout
 
     cfg = AutoConfig.for_model("llama", vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
                                num_key_value_heads=2, head_dim=32, intermediate_size=256, max_position_embeddings=64,

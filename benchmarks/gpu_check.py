@@ -29,7 +29,7 @@ def _median_after_first(history: list[dict], key: str) -> float:
 
 
 def quickstart(out: Path) -> dict:
-    from verl.trainer.main_ppo import run
+    from verl.commands.train import run
 
     start = time.perf_counter()
     hist = run("quickstart", ["trainer.device=cuda", f"trainer.output_dir={out}/qs", f"trainer.default_local_dir={out}/qs_ckpt",
@@ -42,7 +42,7 @@ def quickstart(out: Path) -> dict:
 def gsm8k_shape(out: Path, shared: Path, dtype: str) -> dict:
     from verl.data.prepare import main as prepare
     from verl.modules.init_model import init_random_model
-    from verl.trainer.main_ppo import run
+    from verl.commands.train import run
 
     model = out / "qwen2_small"
     if not model.exists():

@@ -24,7 +24,7 @@ ASYNC = ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.pa
 
 def curve(preset: str, extra: list[str], out: Path) -> list[tuple[int, float, float]]:
     """(step, val/accuracy, staleness mean) of one run."""
-    from verl.trainer.main_ppo import run
+    from verl.commands.train import run
 
     run(preset, [f"trainer.output_dir={out / 'out'}", f"trainer.default_local_dir={out / 'ckpt'}", "trainer.progress_bar=false",
                  "trainer.logger=[jsonl]", "trainer.plot=false", "trainer.save_freq=-1", *extra])

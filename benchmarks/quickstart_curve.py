@@ -10,7 +10,7 @@ task with ``builtin://tiny-arithmetic``, 50 steps, validation every 5) in this p
 
 ``accuracy[i]`` is the share of the 512 held-out problems answered exactly by greedy decoding
 after ``steps[i]`` RL steps. The checked-in ``tests/fixtures/quickstart_curve.json`` is this
-script's output; ``tests/trainer/test_quickstart_curve.py`` reruns the quick start (slow tier)
+script's output; ``tests/trainer/ppo/test_quickstart_curve.py`` reruns the quick start (slow tier)
 and compares every point within a small tolerance, and checks (fast tier) that the fixture's
 first and last points are the README's numbers.
 
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from verl.trainer.main_ppo import run
+from verl.commands.train import run
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "quickstart_curve.json"
 METRIC = "val/accuracy"

@@ -29,7 +29,7 @@ def main() -> int:
                     "trainer.val_before_train=false", "data.val_files=[]", "trainer.progress_bar=false", "trainer.plot=false",
                     "trainer.logger=[jsonl]", f"trainer.output_dir={work / 'out'}", f"trainer.default_local_dir={work / 'ckpt'}",
                     f"trainer.rollout_data_dir={work / 'rollouts'}"], check=True)
-    from verl.trainer.viewer import write_report
+    from verl.commands.viewer import write_report
 
     html = write_report(work / "rollouts", work / "report.html")
     print(f"report: {html} ({html.stat().st_size / 2**20:.2f} MiB)")

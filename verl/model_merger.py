@@ -1,7 +1,7 @@
 """``python -m verl.model_merger merge --backend fsdp --local_dir DIR --target_dir OUT``.
 
 verl's command line for turning a checkpoint into a Hugging Face directory, as a thin front
-end over `verl.trainer.merge.export_hf` (the same checks and output as ``verl merge``).
+end over `verl.run.hf_export.export_hf` (the same checks and output as ``verl merge``).
 ``--local_dir`` is a ``global_step_N/actor`` directory (or ``global_step_N``); the HF
 ``config.json`` and tokenizer come from its ``huggingface/`` subdirectory, or from
 ``--hf_model_path`` when given. Only the ``fsdp`` backend exists here; verl's options for
@@ -14,8 +14,8 @@ import argparse
 import sys
 from typing import Sequence
 
-from verl.trainer.checkpoint import CheckpointError
-from verl.trainer.merge import export_hf
+from verl.run.checkpoint import CheckpointError
+from verl.run.hf_export import export_hf
 from verl.utils.errors import CheckpointLoadError
 
 # verl flags without an equivalent here: refused rather than silently ignored

@@ -49,7 +49,7 @@ from verl.algorithms.sft import sft_loss
 from verl.algorithms.token_selection import high_entropy_token_mask, mismatch_metrics_from_sums, rollout_mismatch_sums
 from verl.algorithms.verl_signatures import adapt_adv_estimator, adapt_policy_loss
 from verl.protocol import DataProto
-from verl.trainer.metrics import compute_data_metrics, compute_rollout_entropy_metrics
+from verl.trainer.ppo.metrics import compute_data_metrics, compute_rollout_entropy_metrics
 
 POISONS = [math.nan, math.inf, -math.inf]
 POISON_IDS = ["nan", "+inf", "-inf"]

@@ -141,7 +141,7 @@ def test_stage_without_old_log_probs_is_a_no_op_when_correction_is_off():
     import torch
 
     from verl.protocol import DataProto
-    from verl.trainer.rollout_corr import rollout_correction_stage
+    from verl.trainer.ppo.rollout_corr import rollout_correction_stage
 
     batch = DataProto.from_dict(tensors={"rollout_log_probs": torch.zeros(2, 3), "response_mask": torch.ones(2, 3)})
     off = SimpleNamespace(rollout_is=None, rollout_rs=None, bypass_mode=False)

@@ -77,7 +77,7 @@ def test_clamp_and_advantages():
     assert adv.tolist() == [[-0.5, 1.0, 0.0]] and not adv.requires_grad
 
 
-# verl's formulas (verl/trainer/ppo/core_algos.py kl_penalty, verl/trainer/distillation/fsdp/losses.py),
+# verl's formulas (verl/trainer/ppo/core_algos.py kl_penalty, verl/trainer/ppo/distillation/fsdp/losses.py),
 # written out here independently of the package's code
 def _verl_estimator(s: torch.Tensor, t: torch.Tensor, mode: str) -> torch.Tensor:
     if mode in ("kl", "k1"):

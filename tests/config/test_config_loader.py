@@ -96,7 +96,7 @@ def test_gsm8k_presets_values() -> None:
 
 PRESETS = list_presets()
 # examples/multiturn holds verl's recipe files (tool / interaction configs, and recipes that need
-# their tool config from the command line): tests/trainer/test_multiturn_recipe.py loads them
+# their tool config from the command line): tests/trainer/ppo/test_multiturn_recipe.py loads them
 # examples/multiturn holds verl's recipe YAMLs (Hydra defaults; tested by their own test) and
 # examples/sft the SFT / DPO / hybrid configs (their own schema, checked below)
 EXAMPLES = sorted(p for p in (REPO / "examples").rglob("*.yaml") if not {"multiturn", "sft"} & set(p.parts)) if (REPO / "examples").is_dir() else []

@@ -56,7 +56,7 @@ def test_padded_only_forward_and_reward_model_sp_are_refused():
 
 def test_preflight_refuses_heads_not_divisible_by_sp(tiny_model_dir):
     """The tiny model has 4 heads and 2 KV heads: sp=4 divides the world 4 but not the KV heads."""
-    from verl.trainer.preflight import check_model
+    from verl.run.preflight import check_model
 
     cfg = load_config(None, [*BASE, f"{SP}=4", f"actor_rollout_ref.model.path={tiny_model_dir}"])
     with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=4 does not divide the model's num_key_value_heads=2"):

@@ -11,7 +11,7 @@ import torch
 from verl.config import ConfigError, load_config
 from verl.config.schema import AlgorithmConfig
 from verl.protocol import DataProto
-from verl.trainer.rl_trainer import RLTrainer
+from verl.trainer.ppo.trainer import RLTrainer
 
 SMALL = ["data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=4"]
 ACTOR = "actor_rollout_ref.actor"
@@ -80,14 +80,14 @@ def test_trainer_passes_the_gdpo_components_from_the_reward_extra_info() -> None
 
 def test_bypass_mode_skips_the_old_log_prob_forward() -> None:
     """As verl: the engine's log-probs are the old ones, the stage hands RS / IS to the actor."""
-    from verl.trainer.rollout_corr import BYPASS_META_KEY, rollout_correction_stage
+    from verl.trainer.ppo.rollout_corr import BYPASS_META_KEY, rollout_correction_stage
 
     rc = load_config(None, [*SMALL, "algorithm.rollout_correction.bypass_mode=true", "actor_rollout_ref.rollout.calculate_log_probs=true",
                             "algorithm.rollout_correction.rollout_is=sequence",
                             "algorithm.rollout_correction.loss_type=reinforce"]).algorithm.rollout_correction
     rollout = torch.log(torch.tensor([[0.5, 0.2], [0.3, 0.9]]))
     batch = DataProto.from_dict(tensors={"rollout_log_probs": rollout, "response_mask": torch.ones(2, 2)})
-    from verl.trainer.rl_trainer import bypass_old_log_probs
+    from verl.trainer.ppo.trainer import bypass_old_log_probs
 
     bypass_old_log_probs(batch)  # what the step runs in place of the old-log-prob forward (e2e: no such timer)
     assert torch.equal(batch.batch["old_log_probs"], rollout)

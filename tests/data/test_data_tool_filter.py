@@ -14,7 +14,7 @@ from verl.data import RLDataLoader, RLHFDataset, create_rl_dataset
 from verl.data.builtin_tokenizer import build_tool_tokenizer
 from verl.data.rl_dataset import render_prompts
 from verl.tools import load_tool_schemas
-from verl.trainer.builders import data_tool_schemas
+from verl.trainer.ppo.builders import data_tool_schemas
 
 SHORT, LONG = "1+1", "1+1" + "0" * 20
 

@@ -15,7 +15,7 @@ from test_reward_managers import TOK, make_batch
 
 from verl.algorithms import compute_advantage
 from verl.reward import BatchRewardManager, NaiveRewardManager
-from verl.trainer.reward_errors import mask_unscored_samples
+from verl.trainer.ppo.reward_errors import mask_unscored_samples
 
 NAN_AT, INF_AT = 1, 6
 SCORES = [1.0, None, 0.0, 1.0, 0.0, 1.0, None, 1.0, 0.5, 0.5, 0.0, 1.0, 0.0, 0.0, 1.0, 1.0]

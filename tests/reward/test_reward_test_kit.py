@@ -11,7 +11,7 @@ import pytest
 from verl.cli import main as verl_main
 from verl.reward.fixtures import answer_fixtures, dependent_fixtures, prompt_text, trivial_fixtures
 from verl.reward.probe import Probe, analyse, score_probes
-from verl.trainer.reward_test import run_reward_test
+from verl.commands.reward_test import run_reward_test
 
 GSM8K_PROMPT = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
                 "clips did Natalia sell altogether in April and May? Let's think step by step and output the final answer after \"####\".")

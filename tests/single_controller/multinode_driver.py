@@ -85,7 +85,7 @@ def kill(model_dir: str, run_dir: Path) -> dict:
                                                       "trainer.total_training_steps": 200, "trainer.save_freq": 1})
         return {"error": None}
     except Exception as e:  # noqa: BLE001 - reported to the test
-        from verl.trainer.checkpoint import check_checkpoint
+        from verl.run.checkpoint import check_checkpoint
 
         latest = (run_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip()
         return {"error": f"{type(e).__name__}: {e}", "latency_s": time.monotonic() - killed.get("t", float("nan")),

@@ -1,6 +1,6 @@
 """`BaseWorkerGroup.call_by_reference`: a rank's result handed to another group without the driver.
 
-Used by the separate rollout's weight sync (`verl.trainer.split_rollout`): actor rank 0's bucket
+Used by the separate rollout's weight sync (`verl.trainer.ppo.split_rollout`): actor rank 0's bucket
 goes to every rollout rank as an object-store reference.
 """
 

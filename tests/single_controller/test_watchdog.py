@@ -102,7 +102,7 @@ RAY_RUN = textwrap.dedent("""
         with open(os.environ["VERL_TEST_PID_FILE"], "a") as f:
             f.write(json.dumps({"role": self.role, "pids": self.pids}) + "\\n")
     RayWorkerGroup.__init__ = init
-    from verl.trainer.main_ppo import main
+    from verl.commands.train import main
     sys.exit(main(sys.argv[1:]))
 """)
 
@@ -121,7 +121,7 @@ def _alive(pid: int) -> bool:
 @pytest.mark.e2e
 def test_sigstopped_ray_worker_is_reported_within_120_s(tiny_model_dir, tmp_path):
     """With trainer.hang_timeout_s unset: calls with history get max(30 s, 10 x their slowest)."""
-    from verl.trainer.checkpoint import check_checkpoint
+    from verl.run.checkpoint import check_checkpoint
 
     pid_file = tmp_path / "pids.jsonl"
     ov = tiny_run_overrides(tiny_model_dir, tmp_path, **{

@@ -240,7 +240,7 @@ def _processes_with(marker: str) -> list[str]:
 
 
 def test_doctor_reports_the_isolation(monkeypatch):
-    from verl.trainer.doctor import sandbox_isolation
+    from verl.commands.doctor import sandbox_isolation
 
     isolation.check_isolation.cache_clear()
     name, status, detail = sandbox_isolation()

@@ -39,7 +39,7 @@ def remote_code_model(tmp_path_factory, tiny_model_dir) -> Path:
 
 @pytest.mark.parametrize("key", ["actor_rollout_ref.model.path", "critic.model.path", "model.path"])
 def test_remote_code_names_the_trust_key_of_the_section(remote_code_model: Path, key: str) -> None:
-    from verl.trainer.model_access import read_model_config
+    from verl.run.model_access import read_model_config
 
     section = key.rsplit(".", 1)[0]
     with pytest.raises(ModelError, match=rf"^{key}: cannot read the model config at .*ships its own Python code.*"
@@ -51,7 +51,7 @@ def test_remote_code_names_the_trust_key_of_the_section(remote_code_model: Path,
 def test_sft_names_model_trust_remote_code_before_loading(remote_code_model: Path, tmp_path: Path, monkeypatch) -> None:
     import verl.modules
     from verl.config.sft_loader import load_sft_config
-    from verl.trainer.sft_builders import build_supervised_trainer
+    from verl.trainer.supervised.builders import build_supervised_trainer
 
     monkeypatch.setattr(verl.modules, "create_model", lambda *a, **k: pytest.fail("a model was built"))
     cfg = load_sft_config(None, [f"model.partial_pretrain={remote_code_model}", "data.train_files=builtin://arithmetic_sft/train",

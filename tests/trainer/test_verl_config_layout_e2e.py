@@ -30,7 +30,7 @@ def _overrides(tmp_path: Path) -> list[str]:
                                   # one CPU step measured 108 s (the others 22-25 s)
                                   pytest.param("_generated_ppo_megatron_trainer", marks=pytest.mark.slow)])
 def test_verl_config_trains_one_step(name, tmp_path, monkeypatch, capsys):
-    from verl.trainer.main_ppo import main
+    from verl.commands.train import main
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_DIR", str(tmp_path / "wandb"))

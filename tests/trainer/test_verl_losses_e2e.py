@@ -7,7 +7,7 @@ import math
 import pytest
 from run_helpers import read_metrics, tiny_run_overrides
 
-from verl.trainer.main_ppo import main
+from verl.commands.train import main
 
 pytestmark = pytest.mark.e2e
 

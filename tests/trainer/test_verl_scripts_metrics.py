@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from verl.protocol import DataProto
-from verl.trainer import metrics as M
+from verl.trainer.ppo import metrics as M
 from verl.trainer.ppo.dumps import dump_generations, pick_val_generations
 from verl.trainer.ppo.dynamic_sampling import DynamicSampler, kept_group_mask
 
@@ -118,7 +118,7 @@ def test_val_generations_pick_is_verls_order(tmp_path):
 def test_ray_init_kwargs_reach_ray(monkeypatch):
     from verl.config import load_config
     from verl.single_controller import ray as ray_module
-    from verl.trainer import builders
+    from verl.trainer.ppo import builders
 
     seen = {}
     monkeypatch.setattr(ray_module, "ensure_ray", lambda **kw: seen.update(kw))
@@ -130,7 +130,7 @@ def test_ray_init_kwargs_reach_ray(monkeypatch):
 
 
 def test_file_logger_writes_verls_layout(tmp_path, monkeypatch):
-    from verl.trainer.tracking import Tracking
+    from verl.run.tracking import Tracking
 
     monkeypatch.delenv("VERL_FILE_LOGGER_PATH", raising=False)
     monkeypatch.setenv("VERL_FILE_LOGGER_ROOT", str(tmp_path / "logs"))

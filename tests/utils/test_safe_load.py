@@ -61,7 +61,7 @@ def test_create_model_refuses_a_code_pickle_in_one_line(pickled_model) -> None:
 
 
 def test_preflight_names_the_file(pickled_model) -> None:
-    from verl.trainer.preflight import check_weight_files
+    from verl.run.preflight import check_weight_files
 
     model, marker = pickled_model
     with pytest.raises(ModelError, match=r"pytorch_model\.bin is not a loadable weights file .*posix\.system.*safetensors"):
@@ -99,7 +99,7 @@ def test_optimizer_state_names_the_file_and_key(tmp_path) -> None:
 
 
 def test_relayed_torch_errors_drop_the_advice(tmp_path) -> None:
-    from verl.trainer.io_errors import load_errors
+    from verl.run.io_errors import load_errors
     from verl.utils.safe_load import strip_unsafe_advice
 
     marker = tmp_path / "PAYLOAD_RAN"

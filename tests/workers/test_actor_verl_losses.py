@@ -63,7 +63,7 @@ def test_bypass_stage_hands_reinforce_and_is_to_the_actor_loss(tiny_model_dir) -
     from types import SimpleNamespace
 
     from verl.algorithms.rollout_correction import rollout_is_weights
-    from verl.trainer.rollout_corr import BYPASS_META_KEY, rollout_correction_stage
+    from verl.trainer.ppo.rollout_corr import BYPASS_META_KEY, rollout_correction_stage
 
     module = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     engine = build_engine(module, FSDPConfig(), 1, optim=OptimConfig(lr=1e-2), total_steps=1)

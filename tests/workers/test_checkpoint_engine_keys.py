@@ -2,7 +2,7 @@
 
 The bucket size reaches the colocated vLLM engine's weight sync (`EngineWeightSync`, driven here
 through a recording stand-in for vLLM's ``collective_rpc``, so no vLLM is needed) as it reaches
-the separate rollout pool (tests/trainer/test_split_rollout.py::test_tiny_buckets_give_the_same_run).
+the separate rollout pool (tests/trainer/ppo/test_split_rollout.py::test_tiny_buckets_give_the_same_run).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from torch import nn
 
 from verl.config import ConfigError, load_config
 from verl.config.verl_keys import check_compat
-from verl.workers.rollout.vllm_weights import EngineWeightSync, bucket_bytes_of
+from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync, bucket_bytes_of
 
 CE = "actor_rollout_ref.rollout.checkpoint_engine"
 

@@ -16,7 +16,7 @@ from verl.config.schema_distill import TeacherModelConfig
 from verl.engine import GlobalCounts, MicroBatchSpec, build_engine
 from verl.modules.forward import response_logits
 from verl.protocol import DataProto
-from verl.trainer.distillation import TeacherScorer
+from verl.trainer.ppo.distillation import TeacherScorer
 from verl.workers.actor import compute_log_prob, forward_response_logprobs, policy_loss_fn
 from verl.workers.distill_loss import DistillationLossParams
 from verl.workers.teacher_worker import TeacherWorker

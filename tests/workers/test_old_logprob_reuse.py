@@ -114,7 +114,7 @@ def test_trainer_reuse_decision_ignores_the_compiled_decode():
     from types import SimpleNamespace
 
     from verl.config import load_config
-    from verl.trainer.rl_trainer import RLTrainer
+    from verl.trainer.ppo.trainer import RLTrainer
 
     for eager in ("true", "false"):
         cfg = load_config(None, [f"actor_rollout_ref.rollout.enforce_eager={eager}", "data.train_batch_size=8",

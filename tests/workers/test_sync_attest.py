@@ -24,9 +24,9 @@ from verl.engine import build_engine
 from verl.modules import create_model
 from verl.utils.weight_fingerprint import fingerprint, sample_positions
 from verl.workers import rollout_sync
-from verl.workers.rollout import vllm_weights
-from verl.workers.rollout.vllm_weights import EngineWeightSync
-from verl.workers.rollout.vllm_worker_ext import VerlWorkerExtension
+from verl.workers.rollout.vllm import vllm_weights
+from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync
+from verl.workers.rollout.vllm.vllm_worker_ext import VerlWorkerExtension
 from verl.workers.rollout_sync import SyncedRollout
 from verl.workers.sync_attest import SyncAttestationError, SyncAttestor, module_canary
 from verl.workers.sync_attest_sides import attest_engine

@@ -152,7 +152,7 @@ def test_lora_grpo_at_tp2_equals_tp1_on_ray_with_the_adapter_free_reference(tmp_
     rows (a rank alone on its own rows would sum partial products of different rows)."""
     import ray
     from run_helpers import read_metrics
-    from tests.trainer.test_split_rollout import builtin_overrides
+    from tests.trainer.ppo.test_split_rollout import builtin_overrides
 
     from verl.config import load_config
     from verl.trainer import RLTrainer

@@ -87,7 +87,7 @@ def test_tp2_reference_log_probs_equal_the_unsplit_reference(tiny_model_dir, tmp
 def test_kl_against_a_tp2_reference_equals_an_unsplit_reference_on_ray(tmp_path):
     import ray
     from run_helpers import read_metrics
-    from tests.trainer.test_split_rollout import builtin_overrides
+    from tests.trainer.ppo.test_split_rollout import builtin_overrides
 
     from verl.config import load_config
     from verl.trainer import RLTrainer

@@ -7,7 +7,7 @@ one signature::
 
 ``losses`` is `(B, R)` per-token and NOT reduced (the caller aggregates with `agg_loss`, or
 turns it into per-token advantages with `distillation_advantages`). Two kinds (the entry's
-``uses_topk`` attribute says which inputs it reads), as verl's ``verl/trainer/distillation/losses.py``:
+``uses_topk`` attribute says which inputs it reads), as verl's ``verl/trainer/ppo/distillation/losses.py``:
 
 - single-sample reverse-KL estimators of KL(π_s ‖ π_t) at the sampled token, Δ = log π_s(y) −
   log π_t(y) (Schulman 2020, http://joschu.net/blog/kl-approx.html): ``kl`` / ``k1`` = Δ,

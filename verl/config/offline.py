@@ -154,7 +154,7 @@ GENERATION_KEYS = {
     "rollout": {"name", "mode", "temperature", "top_k", "top_p", "do_sample", "prompt_length", "response_length", "dtype",
                 "ignore_eos", "max_num_seqs", "max_model_len", "enforce_eager", "seed", "calculate_log_probs",
                 "free_cache_engine", "stop", "include_stop_str_in_output",
-                # read by the vllm engine (verl.workers.rollout.vllm_config: its keys, passed through or
+                # read by the vllm engine (verl.workers.rollout.vllm.vllm_config: its keys, passed through or
                 # refused there in one line when the adapter cannot honour them)
                 "gpu_memory_utilization", "tensor_model_parallel_size", "load_format", "engine_kwargs",
                 "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "scheduling_policy",

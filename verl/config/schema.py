@@ -637,7 +637,7 @@ class RewardModelConfig:
     # Scoring threads of streaming rewards (verl's reward.num_workers; >= 1; None = 8, verl's default).
     streaming: bool = True
     # Score each trajectory as soon as the rollout finishes it, while the others still generate
-    # (sync step and separate_async rollout; verl.trainer.streaming_reward): the same scores, extra
+    # (sync step and separate_async rollout; verl.trainer.ppo.streaming_reward): the same scores, extra
     # info and failure counts as scoring after generation. Streams with the in-process (local
     # backend) hf engine and agent loops, the naive / dapo / gdpo managers (rule scorers, custom
     # compute_score) and a reward model on its own pool (placement=separate); otherwise, and with

@@ -4,7 +4,7 @@ verl's ``distillation/distillation.yaml`` (and the ``distillation`` section of i
 ``_generated_ppo_trainer.yaml``): off by default. When ``enabled``, a frozen teacher model (a
 second model path, the student's tokenizer) scores every training rollout of the student —
 log-probs of the sampled tokens, or its top-k log-probs per position — and the actor adds a
-distillation loss (`verl.algorithms.distillation`); see `verl.trainer.distillation`.
+distillation loss (`verl.algorithms.distillation`); see `verl.trainer.ppo.distillation`.
 
 ``teacher_models`` maps an entry name to one teacher (:class:`TeacherModelConfig` fields); it is
 free-form in the schema (verl's users add entries with ``+distillation.teacher_models.NAME.*``)

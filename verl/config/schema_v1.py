@@ -1,7 +1,7 @@
 """``trainer.use_v1`` / ``trainer.v1.*``: verl's trainer modes and replay-buffer sampler.
 
 Key names and defaults are verl's (``verl/trainer/config/ppo_trainer.yaml``, section
-``trainer.v1``). ``sync`` is the synchronous loop of `verl.trainer.rl_trainer`; ``separate_async``
+``trainer.v1``). ``sync`` is the synchronous loop of `verl.trainer.ppo.trainer`; ``separate_async``
 runs `verl.trainer.async_rl` (the rollout pool generates into a replay buffer of prompt groups
 while the actor trains; the rollout is standalone, as if ``actor_rollout_ref.hybrid_engine=false``);
 ``colocate_async`` runs `verl.trainer.async_rl.colocate` on the hybrid engine's one pool.

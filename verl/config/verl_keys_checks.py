@@ -155,7 +155,7 @@ def _check_checkpoint_engine(r: Any) -> None:
 
 
 def _check_split_rollout(cfg: Any) -> None:
-    """``hybrid_engine=false``: the rollout's own pool (`verl.trainer.split_rollout`)."""
+    """``hybrid_engine=false``: the rollout's own pool (`verl.trainer.ppo.split_rollout`)."""
     arr, t = cfg.actor_rollout_ref, cfg.trainer
     r = arr.rollout
     for key in ("nnodes", "n_gpus_per_node"):

@@ -1,7 +1,7 @@
 """Build recipes of the built-in models (`verl.modules.builtin`): run only by ``verl builtin build``.
 
 Each recipe initialises the spec's Llama and warm-starts it with the product's own SFT trainer
-(`verl.trainer.sft_trainer.train_sft`, the same path as ``verl sft``), so this package sits on the
+(`verl.commands.sft.train_sft`, the same path as ``verl sft``), so this package sits on the
 top layer with the trainer. The resolver in `verl.modules.builtin` never imports it.
 
     tiny_arithmetic   ``tiny-arithmetic``: single-turn addition, a carry-forgetting teacher

@@ -2,7 +2,7 @@
 
 `build_builtin_model` initialises the spec's 2-layer, hidden-64 ``LlamaForCausalLM`` (2 heads
 of size 32, seed 0) and warm-starts it with the product's own SFT trainer
-(`verl.trainer.sft_trainer.train_sft`: the same engine, data set and loss as ``verl sft``) on
+(`verl.commands.sft.train_sft`: the same engine, data set and loss as ``verl sft``) on
 the teacher's rows of the *train* split of the built-in ``arithmetic`` task
 (``builtin://arithmetic_sft/train``), with the recipe of the spec (steps, batch, AdamW lr /
 betas, warm-up then cosine, clip 1.0).
@@ -61,7 +61,7 @@ def greedy_accuracy(model: Any, tok: Any, split: str = "test") -> float:
 def build_builtin_model(out_dir: str | Path, spec: BuiltinModelSpec | None = None) -> Path:
     """Build a ``tiny-arithmetic`` directory: init, warm start, save (model, tokenizer, info).
 
-    The warm start is a ``verl sft`` run (`verl.trainer.sft_trainer.train_sft`) of the spec's
+    The warm start is a ``verl sft`` run (`verl.commands.sft.train_sft`) of the spec's
     recipe on the teacher's rows. Deterministic: seeded, and run with one intra-op thread (the
     thread count changes float reduction order).
 

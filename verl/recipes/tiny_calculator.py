@@ -5,7 +5,7 @@ Tokenizer: `verl.data.builtin_tokenizer` (character tokenizer + ``<tool_call>`` 
 
 Warm start (`build_tool_model`): a 2-layer, hidden-64 Llama with 2 attention heads of size 32
 (seed 0; head size 32 because vLLM's CPU attention refuses 16, so both rollout engines run it),
-trained with the product's own SFT trainer (`verl.trainer.sft_trainer.train_sft`, multi-turn
+trained with the product's own SFT trainer (`verl.commands.sft.train_sft`, multi-turn
 rows: the loss covers exactly the assistant turns) on the teacher's conversations for the
 *train* split of `verl.data.builtin_tool_task`. The teacher calls the calculator with
 probability ``teacher_tool_prob_even`` (0.85) when the first operand is even and
@@ -128,7 +128,7 @@ def tool_accuracy(model: Any, tok: Any, split: str = "test", do_sample: bool = F
 def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> Path:
     """Builds ``tiny-calculator``: init, warm start, save (model, tokenizer, info); deterministic.
 
-    The warm start is a multi-turn ``verl sft`` run (`verl.trainer.sft_trainer.train_sft`, the
+    The warm start is a multi-turn ``verl sft`` run (`verl.commands.sft.train_sft`, the
     same path as ``tiny-arithmetic``'s) of the spec's recipe on `teacher_rows`. Runs with one
     intra-op thread (the thread count changes float reduction order); a few minutes on a CPU core.
 

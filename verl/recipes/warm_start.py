@@ -56,7 +56,7 @@ def warm_start(spec: Any, tok: Any, work: Path, rows: Sequence[dict[str, Any]],
     """
     from transformers import AutoModelForCausalLM
 
-    from verl.trainer.sft_trainer import train_sft
+    from verl.commands.sft import train_sft
 
     init_dir, data = work / "init", work / "teacher.jsonl"
     init_model(spec, tok).save_pretrained(init_dir)

@@ -22,7 +22,7 @@ batch manager), is counted in ``reward_extra_info`` (``reward_error`` / ``reward
 ``reward_timeout`` per sample) and in ``reward_metrics`` (``reward/num_errors`` — non-finite
 scores included —, ``reward/num_nonfinite``, ``reward/num_timeouts``), and is logged once per
 kind per manager with the sample's index and data source; it never stops training. The
-trainer leaves such unscored samples out of the loss (`verl.trainer.reward_errors`). See :mod:`verl.reward.timeout` for how hung scorers are abandoned.
+trainer leaves such unscored samples out of the loss (`verl.trainer.ppo.reward_errors`). See :mod:`verl.reward.timeout` for how hung scorers are abandoned.
 
 Every path applies the DAPO overlong penalty when ``overlong_buffer.enable``.
 """

@@ -1,6 +1,6 @@
 """Probing a scorer with fixed responses: crashes, timeouts, latency, range, determinism, hackability.
 
-The engine of ``verl reward test`` (`verl.trainer.reward_test`). A `Probe` is one scorer call
+The engine of ``verl reward test`` (`verl.commands.reward_test`). A `Probe` is one scorer call
 (``fn(data_source=, solution_str=, ground_truth=, extra_info=)``, the reward managers' call);
 `score_probes` makes every call twice through the managers' own scoring core
 (`verl.reward.timeout.TimeoutCaller.call_many` with the managers' per-sample deadline and their

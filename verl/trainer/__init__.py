@@ -5,14 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from verl.trainer.rl_trainer import RLTrainer
+    from verl.trainer.ppo.trainer import RLTrainer
 
 
 def __getattr__(name: str) -> Any:
     # lazy: `verl doctor`, `verl merge` and the pre-flight checks import verl.trainer.* modules
     # without paying for the loop's imports (tensordict pulls in torch._dynamo: seconds)
     if name == "RLTrainer":
-        from verl.trainer.rl_trainer import RLTrainer
+        from verl.trainer.ppo.trainer import RLTrainer
 
         return RLTrainer
     raise AttributeError(f"module 'verl.trainer' has no attribute {name!r}")
@@ -27,7 +27,7 @@ def create_trainer(config: dict[str, Any], overrides: tuple[str, ...] = ()) -> R
                         "model": {"path": "/models/tiny"}})
     """
     from verl.config import config_from_dict
-    from verl.trainer.rl_trainer import RLTrainer
+    from verl.trainer.ppo.trainer import RLTrainer
 
     return RLTrainer(config=config_from_dict(config, overrides))
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from verl.trainer.sft_trainer import dpo_main
+from verl.commands.sft import dpo_main
 
 __all__ = ["dpo_main"]
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 
-from verl.trainer.sft_trainer import main
+from verl.commands.sft import main
 
 if __name__ == "__main__":
     sys.exit(main())

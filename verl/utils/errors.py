@@ -81,7 +81,7 @@ class DiskError(UserError, OSError):
 
 
 class PreflightError(UserError, ValueError):
-    """A pre-flight check failed (see `verl.trainer.preflight`)."""
+    """A pre-flight check failed (see `verl.run.preflight`)."""
 
     kind = "pre-flight check failed"
 

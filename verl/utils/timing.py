@@ -1,6 +1,6 @@
 """Wall-clock timing of a short CPU computation: best of a few calls (used where a choice is measured).
 
-`verl.utils.cpu_half` times half vs float32 matmuls, `verl.workers.rollout.decode_head` two LM-head
+`verl.utils.cpu_half` times half vs float32 matmuls, `verl.workers.rollout.hf.decode_head` two LM-head
 layouts. The best (not the mean) of a few calls is the least disturbed by other processes.
 """
 

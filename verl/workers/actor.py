@@ -123,7 +123,7 @@ class MismatchAccumulator:
     """The rollout/training mismatch sums of the update forwards that had no ``old_log_probs``.
 
     On-policy reuse (`reuses_old_log_probs`) skips the old-log-prob forward, so the driver's
-    mismatch stage (`verl.trainer.rollout_corr`) has no training log-probs to compare; the update
+    mismatch stage (`verl.trainer.ppo.rollout_corr`) has no training log-probs to compare; the update
     forward's own log-probs are those, and `policy_loss_fn` adds them here micro-batch by
     micro-batch. `metrics` reduces over ranks and gives the same ``training/rollout_*`` values
     the driver computes on the full batch.
@@ -168,7 +168,7 @@ def policy_loss_fn(
     rates weighted by the micro-batch's share of tokens).
     """
     # algorithm.rollout_correction.bypass_mode: verl's bypass_mode loss replaces loss_mode (`bypass`:
-    # its loss_type and RolloutCorrectionParams, from the batch's meta_info, see verl.trainer.rollout_corr)
+    # its loss_type and RolloutCorrectionParams, from the batch's meta_info, see verl.trainer.ppo.rollout_corr)
     loss_mode = "bypass_mode" if bypass is not None else cfg.policy_loss.loss_mode
     policy_loss = POLICY_LOSSES[loss_mode]
     loss_params = {**_loss_params(cfg), **(bypass or {})}

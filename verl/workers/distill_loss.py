@@ -4,7 +4,7 @@ The trainer puts the teacher's scores in the batch (``teacher_logprobs`` `(B, R)
 ``teacher_logprobs`` / ``teacher_ids`` `(B, R, K)` for a top-k loss) and a
 `DistillationLossParams` in ``meta_info["distillation"]``; `verl.workers.actor.policy_loss_fn`
 then adds `distillation_term` to each micro-batch's loss, as verl's ``distillation_ppo_loss``
-(``verl/trainer/distillation/losses.py``):
+(``verl/trainer/ppo/distillation/losses.py``):
 
 - ``use_task_rewards``: loss = PPO loss (task advantages, entropy, KL loss) + coef · distillation;
   otherwise the distillation loss alone;

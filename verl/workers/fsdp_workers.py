@@ -63,7 +63,7 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
     With ``hybrid_engine=false`` no rollout engine is built here: the rollout is a
     `verl.workers.rollout_worker.RolloutWorker` group, and this worker streams its weights to it
     bucket by bucket (`begin_weight_stream`, `next_weight_bucket`; driven by
-    `verl.trainer.split_rollout.SplitActorRollout`).
+    `verl.trainer.ppo.split_rollout.SplitActorRollout`).
 
     Args:
         config: the ``actor_rollout_ref`` section (finalized: rollout lengths resolved).

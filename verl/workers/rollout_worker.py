@@ -2,7 +2,7 @@
 
 verl's standalone rollout: the engine does not share a process (or, on Ray, a device) with the
 actor; it holds its own copy of the weights and is fed the actor's after every update
-(`verl.trainer.split_rollout` drives the transfer; `verl.workers.weight_stream` cuts it into
+(`verl.trainer.ppo.split_rollout` drives the transfer; `verl.workers.weight_stream` cuts it into
 buckets).
 
 Decisions:
@@ -21,7 +21,7 @@ Decisions:
   never change) — except vLLM without LoRA, which takes the full state on every sync (its
   layer-wise reload needs every weight of a layer). vLLM with LoRA gets the base weights on a full
   sync and, on every sync, the adapter as a new ``LoRARequest`` (the colocated adapter path,
-  `verl.workers.rollout.vllm_weights.EngineWeightSync.begin_stream`).
+  `verl.workers.rollout.vllm.vllm_weights.EngineWeightSync.begin_stream`).
 * World size: any (``actor_rollout_ref.rollout.nnodes x n_gpus_per_node`` on Ray, default the
   actor's world size); each rank generates its data-parallel chunk with a full copy. On the local
   backend it is a second in-process worker with its own copy of the weights (tests and

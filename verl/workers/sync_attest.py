@@ -9,7 +9,7 @@ nothing else in an RL run notices. After every sync (``actor_rollout_ref.rollout
   bytes) and summed, on both sides. The rollout side reports the dtype it holds the tensor in
   and the dtype its samples were hashed in (``digest_dtype``: its own storage dtype for the
   ``hf`` engine; vLLM's model dtype for what vLLM's worker received, see
-  `verl.workers.rollout.vllm_worker_ext`); the actor's samples are cast to that dtype before
+  `verl.workers.rollout.vllm.vllm_worker_ext`); the actor's samples are cast to that dtype before
   hashing, as the engine's own load casts them, so a bf16 engine fed by an fp32 actor matches
   bit for bit. A tensor held or received in another dtype than the actor's (the sync itself
   never casts), missing on the rollout, or with other sample bits is a mismatch, by name.

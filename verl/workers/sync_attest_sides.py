@@ -51,7 +51,7 @@ def module_fingerprints(module: nn.Module) -> dict[str, Fingerprint]:
 
 def vllm_items(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """The actor's tensors under the names a vLLM engine receives them (module docstring)."""
-    from verl.workers.rollout.vllm_weights import (
+    from verl.workers.rollout.vllm.vllm_weights import (
         _base_name,
         is_lora_model,
         lora_adapter_state,

@@ -1,6 +1,6 @@
 """Worker methods of the weight-sync attestation with a rollout on its own group (``hybrid_engine=false``).
 
-`verl.trainer.split_rollout.SplitActorRollout` drives the check after each sync: it asks the
+`verl.trainer.ppo.split_rollout.SplitActorRollout` drives the check after each sync: it asks the
 rollout group for its fingerprints (`RolloutAttestMixin.sync_fingerprints`, every rank), hands
 rank 0's to the actor group, which hashes its own tensors in the same dtypes
 (`ActorAttestMixin.sync_expected`, a collective under FSDP2), and, on canary syncs, scores the

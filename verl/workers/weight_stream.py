@@ -1,6 +1,6 @@
 """Bucketed streaming of the actor's weights to a rollout engine on its own worker group.
 
-Used when ``actor_rollout_ref.hybrid_engine=false`` (see `verl.trainer.split_rollout`). The
+Used when ``actor_rollout_ref.hybrid_engine=false`` (see `verl.trainer.ppo.split_rollout`). The
 actor's module may be plain, peft (LoRA) or FSDP2-sharded (``DTensor`` parameters). A stream is
 a fixed list of tensor names (`stream_names`) cut into buckets up front (`plan_buckets`, from
 the *global* sizes, so every rank cuts the same way and the controller knows the bucket count

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 from run_helpers import read_metrics
 
-from verl.trainer.main_ppo import run
+from verl.commands.train import run
 
 pytestmark = pytest.mark.slow
 

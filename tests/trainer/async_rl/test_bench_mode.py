@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from verl.trainer.bench import main as bench_main
+from verl.commands.bench.bench import main as bench_main
 
 
 def test_bench_runs_separate_async_steps(tmp_path):

@@ -24,9 +24,9 @@ from verl.trainer import RLTrainer
 from verl.trainer.async_rl import build_async_loop
 from verl.trainer.async_rl.colocate import ColocateAsyncLoop
 from verl.trainer.async_rl.off_policy import off_policy_metrics
-from verl.trainer.bench import main as bench_main
+from verl.commands.bench.bench import main as bench_main
 
-from trainer.test_split_rollout import assert_same_metrics, builtin_overrides
+from tests.trainer.ppo.test_split_rollout import assert_same_metrics, builtin_overrides
 
 _BASE = {"data.val_files": "[]", "trainer.test_freq": -1, "trainer.total_training_steps": 2}
 _COLO = {"trainer.v1.trainer_mode": "colocate_async"}

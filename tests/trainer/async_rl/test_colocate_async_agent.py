@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 from run_helpers import read_metrics
-from tests.trainer.test_split_rollout import assert_same_metrics
+from tests.trainer.ppo.test_split_rollout import assert_same_metrics
 
 from verl.config import load_config
 from verl.tools.calculator import CalculatorTool

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from run_helpers import read_metrics
-from tests.trainer.test_split_rollout import assert_same_metrics, builtin_overrides
+from tests.trainer.ppo.test_split_rollout import assert_same_metrics, builtin_overrides
 
 from verl.config import load_config
 from verl.trainer import RLTrainer

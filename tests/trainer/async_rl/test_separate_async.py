@@ -22,7 +22,7 @@ from verl.trainer import RLTrainer
 from verl.trainer.async_rl.loop import SeparateAsyncLoop
 from verl.trainer.async_rl.thread_clock import thread_times
 
-from trainer.test_split_rollout import assert_same_metrics, builtin_overrides
+from tests.trainer.ppo.test_split_rollout import assert_same_metrics, builtin_overrides
 
 _SPLIT = {"actor_rollout_ref.hybrid_engine": False, "data.val_files": "[]", "trainer.test_freq": -1}
 _ASYNC = {"trainer.v1.trainer_mode": "separate_async", "trainer.v1.separate_async.parameter_sync_step": 1}

@@ -10,7 +10,7 @@ import torch
 from verl.config.schema_guards import AlarmsConfig
 from verl.protocol import DataProto
 from verl.trainer.guards.alarms import RewardAlarms, format_only_share, validation_accuracy, zero_variance_share
-from verl.trainer.metrics import compute_data_metrics
+from verl.trainer.ppo.metrics import compute_data_metrics
 
 P, R, N = 4, 128, 2  # prompt length, response length, samples per prompt
 
@@ -117,7 +117,7 @@ def test_training_reward_up_while_validation_falls_fires_divergence():
 @pytest.mark.e2e
 @pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_clean_quickstart_fires_no_alarm_and_no_trip(tmp_path, capsys):
-    from verl.trainer.main_ppo import run
+    from verl.commands.train import run
 
     history = run("quickstart", ["trainer.total_training_steps=6", "trainer.test_freq=3", "data.val_max_samples=64",
                                  "trainer.progress_bar=false", "trainer.plot=false", "trainer.logger=[jsonl]",

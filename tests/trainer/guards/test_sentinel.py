@@ -11,8 +11,8 @@ from run_helpers import read_metrics, tiny_run_overrides
 
 from verl.config import load_config
 from verl.trainer import RLTrainer
-from verl.trainer.guards.replay import main as replay_main
-from verl.trainer.guards.replay import format_report, replay_bundle
+from verl.commands.replay import main as replay_main
+from verl.commands.replay import format_report, replay_bundle
 from verl.trainer.guards.sentinel import batch_digest
 
 pytestmark = pytest.mark.e2e  # whole training loops (each ~10 s of CPU)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from verl.config import load_config
-from verl.trainer.guards.verify import CHECKS, CheckResult, Run, compare, format_table, main, slice_overrides, variant_overrides
+from verl.commands.verify import CHECKS, CheckResult, Run, compare, format_table, main, slice_overrides, variant_overrides
 
 
 def test_compare_takes_the_largest_normalised_difference_by_hand():

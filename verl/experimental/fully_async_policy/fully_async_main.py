@@ -12,11 +12,11 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Translate the arguments, then run `verl.trainer.main_ppo.main`; returns the exit status."""
+    """Translate the arguments, then run `verl.commands.train.main`; returns the exit status."""
     from verl.config import load_config
     from verl.trainer.async_rl.legacy import check_partial_rollout, translate_fully_async, wants_partial_rollout
-    from verl.trainer.main_ppo import hydra_config_args
-    from verl.trainer.main_ppo import main as main_ppo
+    from verl.commands.train import hydra_config_args
+    from verl.commands.train import main as main_ppo
 
     from verl.utils.errors import run_reporting_user_errors
 

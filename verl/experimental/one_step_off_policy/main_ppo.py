@@ -11,9 +11,9 @@ from collections.abc import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Translate the arguments, then run `verl.trainer.main_ppo.main`; returns the exit status."""
+    """Translate the arguments, then run `verl.commands.train.main`; returns the exit status."""
     from verl.trainer.async_rl.legacy import translate_one_step_off
-    from verl.trainer.main_ppo import main as main_ppo
+    from verl.commands.train import main as main_ppo
 
     from verl.utils.errors import run_reporting_user_errors
 

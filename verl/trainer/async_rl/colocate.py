@@ -29,7 +29,7 @@ the run equals ``sync`` step for step (same prompts, uids, seeds, tokens). A ``d
 happens before generation (verl evicts a stale group once it finishes; evicting it as soon as it
 is stale spares the pool the generation of a group that can never be trained).
 
-Streaming rewards (``reward_model.streaming``, `verl.trainer.streaming_reward`): the same finish
+Streaming rewards (``reward_model.streaming``, `verl.trainer.ppo.streaming_reward`): the same finish
 hook hands each trajectory to the trainer's scorer the moment the engine finishes it, also a row
 that finishes in a later call than its group mates; a group's reward stage then only waits for
 its last scores (rows never handed over are scored then). Where nothing streams (a batch or
@@ -84,13 +84,13 @@ from verl.trainer.async_rl.loop import _chunk_metrics, train_until_done
 from verl.trainer.async_rl.off_policy import off_policy_metrics
 from verl.trainer.async_rl.replay_buffer import _eviction_metrics
 from verl.trainer.async_rl.rollouter import VERSIONS_KEY
-from verl.trainer.metrics import reduce_worker_metrics, timer
-from verl.trainer.streaming_reward import build_streaming_rewards
+from verl.trainer.ppo.metrics import reduce_worker_metrics, timer
+from verl.trainer.ppo.streaming_reward import build_streaming_rewards
 from verl.workers.rollout.partial import NOT_SAMPLED
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
 if TYPE_CHECKING:
-    from verl.trainer.rl_trainer import RLTrainer
+    from verl.trainer.ppo.trainer import RLTrainer
 
 __all__ = ["ColocateAsyncLoop", "local_engine"]
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from verl.protocol import DataProto
 from verl.trainer.async_rl.flights import Flight, span
-from verl.trainer.metrics import reduce_worker_metrics
+from verl.trainer.ppo.metrics import reduce_worker_metrics
 
 if TYPE_CHECKING:
     from verl.trainer.async_rl.colocate import ColocateAsyncLoop

@@ -27,7 +27,7 @@ mode):
   mini-batch of the cycle: the same at ``parameter_sync_step=1``), the anchor of the PPO ratio
   pi_theta / pi_old and of its clipping;
 * ``algorithm.rollout_correction`` (``rollout_is`` / ``rollout_rs``) applies on top, weighting or
-  rejecting tokens by pi_old / pi_rollout (`verl.trainer.rollout_corr`), exactly as in ``sync``;
+  rejecting tokens by pi_old / pi_rollout (`verl.trainer.ppo.rollout_corr`), exactly as in ``sync``;
 * ``algorithm.rollout_correction.bypass_mode=true`` uses pi_rollout as pi_old (two policies, no
   recomputation), as verl.
 
@@ -61,11 +61,11 @@ from verl.trainer.async_rl.off_policy import off_policy_metrics
 from verl.trainer.async_rl.replay_buffer import Group, ReplayBuffer
 from verl.trainer.async_rl.rollouter import VERSIONS_KEY, Request, Rollouter
 from verl.trainer.async_rl.thread_clock import ThreadClock
-from verl.trainer.metrics import timer
-from verl.trainer.tracking import progress_bar, update_bar
+from verl.trainer.ppo.metrics import timer
+from verl.run.tracking import progress_bar, update_bar
 
 if TYPE_CHECKING:
-    from verl.trainer.rl_trainer import RLTrainer
+    from verl.trainer.ppo.trainer import RLTrainer
 
 __all__ = ["SeparateAsyncLoop", "fit_async", "build_replay_buffer"]
 
@@ -281,7 +281,7 @@ def partial_rollouts(cfg: Any) -> bool:
     """Whether weight syncs may land during a generation: the ``hf`` engine pauses in place and
     resumes each trajectory from its prefix; in process only (a Ray rollout actor serves one call
     at a time, so the sync would queue behind the generation)."""
-    from verl.trainer.builders import backend_of
+    from verl.trainer.ppo.builders import backend_of
 
     return cfg.actor_rollout_ref.rollout.name == "hf" and backend_of(cfg) == "local"
 

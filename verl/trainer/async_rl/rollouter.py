@@ -21,7 +21,7 @@ generation call holds ``lock`` (validation on the rollout group takes it too). W
 Every generated row gets ``rollout_policy_versions`` `(B, R)` int64 (-1 where no policy sampled:
 padding, tool tokens). The group is then scored here, in this thread (the reward overlaps
 training), and put into the `ReplayBuffer`. With ``generate`` (streaming rewards,
-`verl.trainer.streaming_reward`) each trajectory is scored as soon as the engine finishes it, while
+`verl.trainer.ppo.streaming_reward`) each trajectory is scored as soon as the engine finishes it, while
 the call goes on, and the last scores are waited for by a finisher thread (which also puts the
 groups, in call order) while this thread starts the next call: no reward time is spent between
 two generation calls. ``timing_s/rollouter_reward``: from the end of a call to its groups being
@@ -44,7 +44,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.trainer.async_rl.replay_buffer import ReplayBuffer
-from verl.trainer.metrics import reduce_worker_metrics
+from verl.trainer.ppo.metrics import reduce_worker_metrics
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
 __all__ = ["Request", "Rollouter", "VERSIONS_KEY", "translate_versions"]

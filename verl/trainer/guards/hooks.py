@@ -20,11 +20,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from verl.trainer.checkpoint import step_of
+from verl.run.checkpoint import step_of
 from verl.trainer.guards.alarms import RewardAlarms
 from verl.trainer.guards.incident import REPLAY_KEYS, ReplayStep, write_bundle
 from verl.trainer.guards.sentinel import DivergenceSentinel, batch_digest
-from verl.trainer.state import capture_rng_state
+from verl.run.checkpoint import capture_rng_state
 from verl.utils.errors import UserError
 
 STATE_KEY = "run_guards"  # key of the alarm and sentinel state in TrainerState.extra (saved with checkpoints)

@@ -7,8 +7,7 @@
 from __future__ import annotations
 
 from verl.reward.scorers import arithmetic, default_compute_score, gsm8k
+from verl.reward.scorers import default_compute_score as _default_compute_score  # verl's older private name
 from verl.reward.scorers import math_answer as math
-
-_default_compute_score = default_compute_score  # verl's older private name
 
 __all__ = ["arithmetic", "default_compute_score", "gsm8k", "math"]

@@ -13,8 +13,8 @@ wraps every engine in (`agent_loop.wrap_rollout_engine`).
 from __future__ import annotations
 
 from verl.workers.rollout.base import ROLLOUT_ENGINES, RolloutEngine, build_rollout_engine
-from verl.workers.rollout.hf_rollout import HFRollout
-from verl.workers.rollout.hf_server import HFTokenServer
+from verl.workers.rollout.hf.hf_rollout import HFRollout
+from verl.workers.rollout.hf.hf_server import HFTokenServer
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, sample_tokens, top_k_top_p_filter
 
 __all__ = [

@@ -63,13 +63,13 @@ ROLLOUT_ENGINES: Registry[EngineBuilder] = Registry("rollout engine")
 
 @ROLLOUT_ENGINES.register("hf")
 def _build_hf(module: nn.Module, config: Any, tokenizer: Any) -> RolloutEngine:
-    from verl.workers.rollout.hf_rollout import HFRollout
+    from verl.workers.rollout.hf.hf_rollout import HFRollout
 
     return HFRollout(module, config, tokenizer)
 
 
 def _optional_engine(name: str, package: str) -> EngineBuilder:
-    """Builder of an optional engine: checks the package, then loads ``verl.workers.rollout.<name>_rollout``."""
+    """Builder of an optional engine: checks the package, then loads ``verl.workers.rollout.<name>.<name>_rollout``."""
 
     def build(module: nn.Module, config: Any, tokenizer: Any) -> RolloutEngine:
         if importlib.util.find_spec(package) is None:
@@ -79,8 +79,8 @@ def _optional_engine(name: str, package: str) -> EngineBuilder:
                 f"rollout.name={name} needs the '{package}' package, which is not installed: "
                 f"pip install 'verl[{name}]' on GPU{cpu}, or use rollout.name=hf"
             )
-        adapter = f"verl.workers.rollout.{name}_rollout"
-        if importlib.util.find_spec(adapter) is None:
+        adapter = f"verl.workers.rollout.{name}.{name}_rollout"
+        if importlib.util.find_spec(f"verl.workers.rollout.{name}") is None or importlib.util.find_spec(adapter) is None:
             raise ImportError(
                 f"'{package}' is installed but this verl build has no {adapter} adapter; "
                 "use rollout.name=hf"

@@ -11,7 +11,7 @@ Request fields read: ``messages`` (required), ``n`` (1), ``temperature`` (1.0; 0
 ``seed`` and ``sample_seeds``. Seeds: with ``seed`` S, choice j is drawn from the generator
 seeded ``SeedSequence((S, 0, j))`` — the seeds ``verl generate`` uses for the first row of a file
 with ``rollout.seed=S`` — so the same prompt and seed give the same tokens as ``verl generate``
-(`verl.trainer.main_generation.sample_seeds`); ``sample_seeds`` (a list of ``n`` ints) gives each
+(`verl.commands.generate.sample_seeds`); ``sample_seeds`` (a list of ``n`` ints) gives each
 choice's generator seed directly; neither = the engine's own generator. Requests are served one at a
 time per replica (a lock around the engine); concurrency comes from several replicas.
 Other paths: ``GET /health``, ``GET /v1/models``. A malformed request is a 400 with
@@ -149,7 +149,7 @@ class ChatCompletionsReplica:
                 raise ValueError(f"'sample_seeds' has {len(seeds)} seeds for n={n}")
             tensors["sample_seeds"] = torch.tensor([int(s) for s in seeds], dtype=torch.long)
         elif request.get("seed") is not None:
-            # verl generate's seeds of row 0 (verl.trainer.main_generation.sample_seeds)
+            # verl generate's seeds of row 0 (verl.commands.generate.sample_seeds)
             tensors["sample_seeds"] = torch.cat([derive_seeds([int(request["seed"]), 0, j], 1) for j in range(n)])
         temperature = float(request.get("temperature", 1.0))
         meta = {"pad_token_id": pad, "validate": False, "do_sample": temperature > 0,

@@ -3,8 +3,8 @@
 Each row picks its loop by the batch's ``agent_name`` non-tensor (verl's column); rows without
 one use ``tool_agent`` when ``multi_turn.enable`` is true, else ``agent.default_agent_loop``. All
 trajectories of a batch run concurrently in one asyncio event loop over the engine's token-level
-request API (`verl.workers.rollout.hf_server.HFTokenServer` for ``hf``, vLLM's async engine for
-``vllm``: `verl.workers.rollout.vllm_async.VLLMAsyncTokenEngine`), and are assembled into
+request API (`verl.workers.rollout.hf.hf_server.HFTokenServer` for ``hf``, vLLM's async engine for
+``vllm``: `verl.workers.rollout.vllm.vllm_async.VLLMAsyncTokenEngine`), and are assembled into
 the usual `DataProto` layout (``rollout_log_probs`` is left out when the inner engine's
 ``returns_log_probs`` is false; an inner engine with ``sleep()`` is put to sleep after the batch,
 its ``token_engine()`` wakes it):
@@ -80,7 +80,7 @@ class AgentLoopRollout:
 
     Args:
         engine: the inner engine (``generate_sequences``, ``update_weights``; served as a token
-            engine by `verl.workers.rollout.hf_server.as_token_engine`).
+            engine by `verl.workers.rollout.hf.hf_server.as_token_engine`).
         config: the rollout section (`RolloutConfig`).
         tokenizer: the actor's tokenizer.
         template_kwargs: extra ``apply_chat_template`` keywords; a batch's
@@ -196,7 +196,7 @@ class AgentLoopRollout:
         self.on_trajectories_finished([i], self._assemble(prompts[i : i + 1], [task.result()], meta))
 
     def _context(self, prompts: DataProto) -> tuple[AgentContext, dict[str, Any]]:
-        from verl.workers.rollout.hf_server import as_token_engine
+        from verl.workers.rollout.hf.hf_server import as_token_engine
 
         meta = prompts.meta_info
         params = resolve_sampling(self.config, meta)
