@@ -10,4 +10,4 @@ from verl.reward.scorers import arithmetic, default_compute_score, gsm8k
 from verl.reward.scorers import default_compute_score as _default_compute_score  # verl's older private name
 from verl.reward.scorers import math_answer as math
 
-__all__ = ["arithmetic", "default_compute_score", "gsm8k", "math"]
+__all__ = ["_default_compute_score", "arithmetic", "default_compute_score", "gsm8k", "math"]
