@@ -110,9 +110,9 @@ def test_val_generations_pick_is_verls_order(tmp_path):
     np.random.RandomState(42).shuffle(order)
     by_input = [("a", "1", 1.0), ("b", "2", 0.5), ("c", "3", 0.0)]
     assert pick_val_generations(inputs, outputs, scores, 2) == [by_input[i] for i in order[:2]]
-    path = dump_generations(tmp_path, 7, inputs, outputs, scores, {"acc": [0, 1, 1]}, gts=["3", "1", "x"])
-    rows = [json.loads(line) for line in path.read_text().splitlines()]
-    assert path.name == "7.jsonl" and rows[1] == {"input": "a", "output": "1", "score": 1.0, "step": 7, "gts": "1", "acc": 1}
+    rows = [{"input": i, "output": o, "score": s, "step": 7, "gts": g} for i, o, s, g in zip(inputs, outputs, scores, "31x")]
+    path = dump_generations(tmp_path, 7, rows)
+    assert path.name == "7.jsonl" and [json.loads(line) for line in path.read_text().splitlines()] == rows
 
 
 def test_ray_init_kwargs_reach_ray(monkeypatch):

@@ -1,17 +1,37 @@
-"""Writing generations: ``trainer.rollout_data_dir``, ``trainer.validation_data_dir``,
-``trainer.log_val_generations`` (verl's names and file layout).
+"""Writing generations: ``trainer.rollout_data_dir`` (training), ``trainer.validation_data_dir``
+(validation) and ``trainer.log_val_generations`` (verl's names and file layout).
 
-Each dump is ``<dir>/<global_step>.jsonl``, one JSON object per trajectory with ``input``
-(prompt text), ``output`` (response text), ``score`` (sequence score), ``step`` and, when known,
-``gts`` (ground truth) and every per-sample value the reward manager reported.
+Both dumps are ``<dir>/<step>.jsonl``, one JSON object per trajectory; the rows of both come from
+one function (`generation_rows`) and one writer (`dump_generations`) writes them, so a trajectory
+gives the same keys and the same texts in a training and in a validation dump. A row holds:
 
-Rollout dumps (`dump_rollout_data`) add, per trajectory, ``prompt_length``, ``response_length``
-(valid tokens), ``truncated`` (the response filled ``max_response_length``, verl's clip-ratio
-test), ``policy_version`` (the number of optimizer steps before the rollout; with verl's async
-keys ``min_global_steps`` / ``max_global_steps`` those are written instead) and, beside the
-JSONL, ``<dir>/<global_step>.tokens.npz`` (`TOKEN_ARRAYS`), the token-level view of the same
-rows in the same order, read by ``verl view``. ``trainer.rollout_data_max_rows`` bounds both
-files (`select_dump_rows`).
+- ``input``: the prompt text (prompt tokens with ``attention_mask == 1``);
+- ``output``: the response text: every response token with ``attention_mask == 1``, tool and
+  user turns of a multi-turn trajectory included (verl's rule for its rollout dump). For such a
+  row this is more than the reward function scored: the reward managers decode only the
+  ``response_mask == 1`` tokens (`verl.reward.manager_steps.gather_inputs`). The dump keeps the
+  whole conversation the model continued; the token-level file below keeps ``response_mask``.
+  Both texts are decoded with ``skip_special_tokens=True``;
+- ``gts`` (``reward_model["ground_truth"]``, None when absent), ``score`` (the sequence score:
+  the sum of ``token_level_scores`` in training, of the validation reward tensor in validation),
+  ``step`` (the file's step);
+- ``uid`` (the row index when absent), ``data_source`` (None when absent), ``num_turns`` (1 for a
+  single-turn batch) and, for agent-loop batches, ``tool_calls`` (name, arguments, status),
+  ``messages`` (the conversation), ``tool_rewards`` and ``turn_scores``;
+- ``prompt_length``, ``response_length`` (valid tokens), ``truncated`` (the response filled
+  ``max_response_length``, verl's clip-ratio test) and ``policy_version`` (the number of optimizer
+  steps before the generation; with verl's async keys ``min_global_steps`` / ``max_global_steps``
+  in the batch those are written instead);
+- every per-sample value the reward manager reported (``acc``, ``pred``, ...), under its name.
+
+A training dump is named by the global step that trained on the batch (1-based, ``policy_version``
+one less); a validation dump by the global step it is logged at (0 = before training, which is
+also its ``policy_version``). Values go through one conversion to JSON types (`_jsonable`).
+
+Training dumps (`dump_rollout_data`) also write, beside the JSONL, ``<dir>/<global_step>.tokens.npz``
+(`TOKEN_ARRAYS`), the token-level view of the same rows in the same order, read by ``verl view``;
+``trainer.rollout_data_max_rows`` bounds both files (`select_dump_rows`). ``verl view`` and
+``verl reward test --dump`` read either kind of directory (a validation dump is text-only).
 
 ``log_val_generations = N`` logs N validation samples per validation: the samples are sorted
 by input, shuffled with ``RandomState(42)`` (the same N prompts every time, as in verl) and the
@@ -29,44 +49,100 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["TOKEN_ARRAYS", "decode_io", "dump_generations", "dump_rollout_data", "pick_val_generations", "select_dump_rows"]
+__all__ = ["TOKEN_ARRAYS", "dump_generations", "dump_rollout_data", "generation_rows", "pick_val_generations",
+           "select_dump_rows"]
 
 logger = logging.getLogger(__name__)
 
-
-def decode_io(batch: Any, tokenizer: Any) -> tuple[list[str], list[str]]:
-    """Prompt and response texts of a rolled-out batch (valid tokens only, special tokens kept out)."""
-    b = batch.batch
-    prompts, responses = b["prompts"], b["responses"]
-    prompt_mask = b["attention_mask"][:, : prompts.shape[-1]].bool()
-    inputs = [tokenizer.decode(prompts[i][prompt_mask[i]], skip_special_tokens=True) for i in range(len(batch))]
-    outputs = [tokenizer.decode(responses[i][b["response_mask"][i].bool()], skip_special_tokens=True) for i in range(len(batch))]
-    return inputs, outputs
+AGENT_LOOP_KEYS = ("tool_calls", "messages", "tool_rewards", "turn_scores")
+"""Non-tensors the agent loops attach to a batch (`verl.workers.rollout.agent_loop.manager`), copied per row."""
 
 
-def _plain(value: Any) -> Any:
-    if isinstance(value, (np.generic,)):
+def _jsonable(value: Any) -> Any:
+    """``value`` as JSON types: arrays and tensors as (nested) lists, numpy scalars as Python
+    scalars, dicts (keys as strings), lists and tuples element-wise; any other object as ``str``."""
+    if isinstance(value, (np.ndarray, torch.Tensor)):
+        return _jsonable(value.tolist())
+    if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, (str, int, float, bool)) or value is None:
         return value
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
     return str(value)
 
 
-def dump_generations(directory: str | Path, step: int, inputs: Sequence[str], outputs: Sequence[str],
-                     scores: Sequence[float], extra: dict[str, Sequence[Any]] | None = None,
-                     gts: Sequence[Any] | None = None) -> Path:
-    """Writes ``<directory>/<step>.jsonl`` (module docstring); returns its path."""
+def generation_rows(batch: Any, tokenizer: Any, step: int, *, scores: Sequence[float] | torch.Tensor | None = None,
+                    extra: dict[str, Sequence[Any]] | None = None, policy_version: int | None = None) -> list[dict[str, Any]]:
+    """The dump rows of a generated batch (module docstring), in batch order.
+
+    Args:
+        batch: a `DataProto` with ``prompts`` `(B, P)`, ``responses`` `(B, R)` and
+            ``attention_mask`` `(B, P+R)`; non-tensors ``uid``, ``data_source``, ``reward_model``,
+            ``num_turns``, the agent-loop keys and verl's async ``min_global_steps`` /
+            ``max_global_steps`` are used when present.
+        tokenizer: has ``batch_decode(list[list[int]], skip_special_tokens=True)``.
+        step: written as ``step``.
+        scores: `(B,)` sequence scores; None = the sum of ``token_level_scores`` over the response
+            when the batch has them, else null.
+        extra: more per-row fields, each a sequence of length ``B`` written under its key (after
+            the fields above; a key already set is replaced); other lengths are skipped.
+        policy_version: optimizer steps applied before the generation; None and no async keys =
+            no such field.
+
+    Returns:
+        ``B`` dicts of JSON types.
+    """
+    b, ntb, n = batch.batch, batch.non_tensor_batch, len(batch)
+    width, max_response = b["prompts"].shape[1], b["responses"].shape[1]
+    pmask, rmask = b["attention_mask"][:, :width].bool(), b["attention_mask"][:, width:].bool()
+    prompts = [b["prompts"][i][pmask[i]].tolist() for i in range(n)]
+    responses = [b["responses"][i][rmask[i]].tolist() for i in range(n)]
+    inputs = tokenizer.batch_decode(prompts, skip_special_tokens=True) if n else []
+    outputs = tokenizer.batch_decode(responses, skip_special_tokens=True) if n else []
+    if scores is None:
+        scores = b["token_level_scores"].sum(-1) if "token_level_scores" in b.keys() else [None] * n
+    scores = _jsonable(scores)
+    if len(scores) != n:
+        raise ValueError(f"generation_rows: {len(scores)} scores for a batch of {n} rows")
+    rows = []
+    for i in range(n):
+        rm = ntb["reward_model"][i] if "reward_model" in ntb else None
+        row: dict[str, Any] = {
+            "input": inputs[i],
+            "output": outputs[i],
+            "gts": _jsonable(rm.get("ground_truth")) if isinstance(rm, dict) else None,
+            "score": None if scores[i] is None else float(scores[i]),
+            "step": step,
+            "uid": _jsonable(ntb["uid"][i]) if "uid" in ntb else i,
+            "data_source": _jsonable(ntb["data_source"][i]) if "data_source" in ntb else None,
+            "num_turns": int(ntb["num_turns"][i]) if "num_turns" in ntb else 1,
+        }
+        for key in AGENT_LOOP_KEYS:
+            if key in ntb:
+                row[key] = _jsonable(ntb[key][i])
+        row.update(prompt_length=len(prompts[i]), response_length=len(responses[i]),
+                   truncated=len(responses[i]) >= max_response)
+        if "min_global_steps" in ntb:  # verl's async trainers: the policy versions a trajectory spans
+            row["min_global_steps"] = _jsonable(ntb["min_global_steps"][i])
+            row["max_global_steps"] = _jsonable(ntb.get("max_global_steps", ntb["min_global_steps"])[i])
+        elif policy_version is not None:
+            row["policy_version"] = policy_version
+        for key, values in (extra or {}).items():
+            if len(values) == n:
+                row[key] = _jsonable(values[i])
+        rows.append(row)
+    return rows
+
+
+def dump_generations(directory: str | Path, step: int, rows: Sequence[dict[str, Any]]) -> Path:
+    """Write ``<directory>/<step>.jsonl``, one row (`generation_rows`) per line; returns its path."""
     out = Path(directory) / f"{step}.jsonl"
     out.parent.mkdir(parents=True, exist_ok=True)
-    extra = extra or {}
     with out.open("w", encoding="utf-8") as f:
-        for i, (inp, outp, score) in enumerate(zip(inputs, outputs, scores, strict=True)):
-            row: dict[str, Any] = {"input": inp, "output": outp, "score": float(score), "step": step}
-            if gts is not None:
-                row["gts"] = _plain(gts[i])
-            for key, values in extra.items():
-                if len(values) == len(inputs):
-                    row[key] = _plain(values[i])
+        for row in rows:
             f.write(json.dumps(row, ensure_ascii=False) + "\n")
     return out
 
@@ -168,25 +244,18 @@ def dump_rollout_data(batch: Any, tokenizer: Any, directory: str | Path, step: i
     Returns:
         The JSONL and the NPZ paths.
     """
-    from verl.workers.rollout.trajectories import dump_trajectories
-
     keep = select_dump_rows(batch.non_tensor_batch["uid"] if "uid" in batch.non_tensor_batch else range(len(batch)), max_rows)
     sub = batch[keep] if len(keep) < len(batch) else batch
     b, ntb = sub.batch, sub.non_tensor_batch
+    extra = {k: ntb[k] for k in score_keys if k in ntb}
+    jsonl = dump_generations(directory, step, generation_rows(sub, tokenizer, step, extra=extra, policy_version=policy_version))
+
     width = b["prompts"].shape[1]
     pmask, rmask = b["attention_mask"][:, :width].bool(), b["attention_mask"][:, width:].bool()
     prompts = [b["prompts"][i][pmask[i]] for i in range(len(sub))]
     valid = [rmask[i] for i in range(len(sub))]
     responses = [b["responses"][i][valid[i]] for i in range(len(sub))]
     resp_len = np.asarray([len(r) for r in responses], dtype=np.int64)
-    extra: dict[str, Any] = {k: ntb[k] for k in score_keys if k in ntb}
-    extra.update(prompt_length=[len(p) for p in prompts], response_length=resp_len.tolist(),
-                 truncated=[bool(n >= b["responses"].shape[1]) for n in resp_len])
-    if "min_global_steps" in ntb:  # verl's async trainers: the policy versions a trajectory spans
-        extra.update(min_global_steps=ntb["min_global_steps"], max_global_steps=ntb.get("max_global_steps", ntb["min_global_steps"]))
-    elif policy_version is not None:
-        extra["policy_version"] = [policy_version] * len(sub)
-    jsonl = dump_trajectories(sub, tokenizer, directory, step, extra=extra)
 
     arrays: dict[str, np.ndarray] = {
         "prompt_ids": _ragged(prompts, np.int32), "response_ids": _ragged(responses, np.int32),

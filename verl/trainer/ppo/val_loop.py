@@ -38,7 +38,7 @@ def run_validation(parts: Any, config: Any, global_step: int, gen_batch: Callabl
     sources: list[Any] = []
     uids: list[Any] = []
     infos: dict[str, list[Any]] = defaultdict(list)
-    texts: tuple[list[str], list[str]] = ([], [])
+    rows: list[dict[str, Any]] = []  # the dump rows (`verl.trainer.ppo.dumps.generation_rows`)
     timing: dict[str, float] = {}
     with timer("testing", timing):
         for batch_dict in parts.val_dataloader:
@@ -59,29 +59,27 @@ def run_validation(parts: Any, config: Any, global_step: int, gen_batch: Callabl
             sources += list(batch.non_tensor_batch.get("data_source", ["unknown"] * n))
             uids += list(batch.non_tensor_batch["uid"])
             if tcfg.log_val_generations or tcfg.validation_data_dir:
-                from verl.trainer.ppo.dumps import decode_io
+                from verl.trainer.ppo.dumps import generation_rows
 
-                inputs, outputs = decode_io(batch, parts.tokenizer)
-                texts[0].extend(inputs)
-                texts[1].extend(outputs)
+                extra = {k: v for k, v in (reward.get("reward_extra_info") or {}).items() if k != "reward"}
+                rows += generation_rows(batch, parts.tokenizer, global_step, scores=reward["reward_tensor"].sum(-1),
+                                        extra=extra, policy_version=global_step)
     infos = {k: v for k, v in infos.items() if len(v) == len(uids)}
-    _log_val_generations(tcfg, global_step, texts, infos)
+    _log_val_generations(tcfg, global_step, rows)
     return {**validation_metrics(sources, uids, infos), "timing_s/testing": timing["testing"]}
 
 
-def _log_val_generations(tcfg: Any, global_step: int, texts: tuple[list[str], list[str]],
-                         infos: dict[str, list[Any]]) -> None:
-    """``trainer.log_val_generations`` samples and the ``trainer.validation_data_dir`` dump."""
+def _log_val_generations(tcfg: Any, global_step: int, rows: list[dict[str, Any]]) -> None:
+    """``trainer.log_val_generations`` samples and the ``trainer.validation_data_dir`` dump of the pass's rows."""
     from verl.trainer.ppo.dumps import (
         dump_generations,
         log_val_generations,
         pick_val_generations,
     )
 
-    inputs, outputs = texts
     if tcfg.log_val_generations:
-        samples = pick_val_generations(inputs, outputs, infos["reward"], tcfg.log_val_generations)
+        samples = pick_val_generations([r["input"] for r in rows], [r["output"] for r in rows], [r["score"] for r in rows],
+                                       tcfg.log_val_generations)
         log_val_generations(samples, global_step, tcfg.output_dir)
     if tcfg.validation_data_dir:
-        extra = {k: v for k, v in infos.items() if k != "reward"}
-        dump_generations(tcfg.validation_data_dir, global_step, inputs, outputs, infos["reward"], extra)
+        dump_generations(tcfg.validation_data_dir, global_step, rows)

@@ -21,7 +21,8 @@ from verl.modules.forward import compute_log_probs
 from verl.protocol import DataProto
 from verl.workers.rollout import HFRollout
 from verl.workers.rollout.agent_loop import AgentLoopRollout
-from verl.workers.rollout.trajectories import agent_loop_metrics, dump_trajectories
+from verl.trainer.ppo.dumps import dump_generations, generation_rows
+from verl.workers.rollout.trajectories import agent_loop_metrics
 
 R = 40
 
@@ -112,7 +113,7 @@ def test_metrics_and_dump(model_and_tok, rollout, tmp_path):
     batch = rollout.select(deepcopy=True)
     batch.batch["token_level_scores"] = torch.zeros(3, R)
     batch.non_tensor_batch["reward_model"] = np.array([{"ground_truth": "2"}] * 3, dtype=object)
-    path = dump_trajectories(batch, tok, tmp_path, step=7)
+    path = dump_generations(tmp_path, 7, generation_rows(batch, tok, 7))
     rows = [json.loads(line) for line in path.read_text().splitlines()]
     assert path.name == "7.jsonl" and len(rows) == 3
     assert rows[0]["num_turns"] == turns[0] and rows[0]["messages"][0]["role"] == "user"

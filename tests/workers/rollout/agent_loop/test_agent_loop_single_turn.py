@@ -91,7 +91,7 @@ def test_single_turn_agent_equals_generate_sequences(quickstart):
 def test_single_turn_batches_keep_the_batched_path_and_dump(quickstart, tmp_path):
     import json
 
-    from verl.workers.rollout.trajectories import dump_trajectories
+    from verl.trainer.ppo.dumps import dump_generations, generation_rows
 
     model, tok = quickstart
     cfg = RolloutConfig(response_length=8, prompt_length=24)
@@ -100,7 +100,7 @@ def test_single_turn_batches_keep_the_batched_path_and_dump(quickstart, tmp_path
     assert torch.equal(out.batch["responses"], HFRollout(model, cfg, tok).generate_sequences(batch).batch["responses"])
     assert agent_loop_metrics(out)["num_turns/mean"] == 1.0 and agent_loop_metrics(out)["tool_call_counts/max"] == 0.0
     out.batch["token_level_scores"] = torch.zeros(2, 8)
-    rows = [json.loads(x) for x in dump_trajectories(out, tok, tmp_path, 3).read_text().splitlines()]
+    rows = [json.loads(x) for x in dump_generations(tmp_path, 3, generation_rows(out, tok, 3)).read_text().splitlines()]
     assert [r["step"] for r in rows] == [3, 3] and rows[0]["input"].startswith("Q:3+5=")
     assert rows[1]["output"] == tok.decode(out.batch["responses"][1][out.batch["response_mask"][1].bool()], skip_special_tokens=True)
 
