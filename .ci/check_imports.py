@@ -122,7 +122,7 @@ def problems() -> list[str]:
         for d in sorted(deps):
             dst = folder_of(d)
             if src != dst and src in RANK and dst in RANK and RANK[dst] < RANK[src]:
-                found.append(f"{m} ({src}) imports {d} ({dst}): upward in DESIGN.md's order")
+                found.append(f"{m} ({src}) imports {d} ({dst}): upward in the layer order")
             if src not in RANK or dst not in RANK:
                 found.append(f"{m} -> {d}: folder {src if src not in RANK else dst} is not in the layer table")
     found += face_problems(files)

@@ -1,7 +1,7 @@
 """Per-section value checks: ranges, allowed names, and cross-field rules inside one section.
 
 Every schema section has its rules here, keyed by its dataclass, so a section's constraints are
-read in one place (STYLE.md 11); checks that span sections (batch sizes, estimator vs critic,
+read in one place, beside the section that owns the fields; checks that span sections (batch sizes, estimator vs critic,
 lengths) are in :mod:`verl.config.consistency`. A section type used at several paths (e.g.
 ``FSDPConfig``) is checked at each of them, and messages name the full dotted key.
 """

@@ -2,9 +2,9 @@
 
 The config package checks names against these sets at load time so that a typo fails before
 any model loads. They are kept here as plain strings (not imported from the algorithm or
-rollout registries) because ``verl.config`` must not import the packages it configures
-(DESIGN.md §5). A test in ``tests/config`` compares them with the registries when those exist,
-so the two cannot drift apart unnoticed.
+rollout registries) because ``verl.config`` must not import the packages it configures (the
+layer order `.ci/check_imports.py` enforces). A test in ``tests/config`` compares them with the
+registries when those exist, so the two cannot drift apart unnoticed.
 """
 
 from __future__ import annotations

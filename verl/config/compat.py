@@ -8,7 +8,7 @@ name), `HANDLERS` (seed keys whose value changes meaning) and `NOTES` (keys that
 nothing here, said in a logged note). A seed key never lands on a canonical setting that does
 nothing: those are refused with a "not supported yet" error or noted instead.
 
-The source documents (``shared/seeds``) configure verl with a short layout: ``trainer.algorithm``,
+The product's documents (*seed* configs below) configure verl with a short layout: ``trainer.algorithm``,
 ``trainer.rollout_batch_size``, ``model.actor.model_name_or_path``, ``ppo.use_dynamic_bsz``,
 top-level ``fsdp_config``..., and ``create_trainer({"rollout": {...}, "algorithm": "ppo",
 "model": {"path": ...}})``. A document is in that layout when it has any key below; only those

@@ -1,6 +1,6 @@
 """Cross-section checks on a finalized config: batch sizes, estimator needs, lengths, devices.
 
-Batch-size units (DESIGN.md §4): ``data.train_batch_size`` and ``*.ppo_mini_batch_size`` count
+Batch-size units: ``data.train_batch_size`` and ``*.ppo_mini_batch_size`` count
 prompts (global); a step has ``train_batch_size x rollout.n`` trajectories, split evenly over
 ``world = trainer.nnodes x trainer.n_gpus_per_node`` ranks; ``*_micro_batch_size_per_gpu``
 counts trajectories per rank per forward/backward (ignored under ``use_dynamic_bsz``, where a

@@ -9,7 +9,7 @@ Defaults follow verl's ``ppo_trainer.yaml`` for every algorithm hyper-parameter.
 model paths default to the built-in quick-start task and tiny model (``builtin://...``), so the
 default config is runnable with no download.
 
-Batch-size units (DESIGN.md §4): ``data.train_batch_size`` and ``*.ppo_mini_batch_size`` count
+Batch-size units: ``data.train_batch_size`` and ``*.ppo_mini_batch_size`` count
 *prompts* (global); trajectories per step = prompts x ``rollout.n``;
 ``*_micro_batch_size_per_gpu`` counts *trajectories* per device (per worker process on CPU) per
 forward/backward; ``use_dynamic_bsz`` packs micro-batches by a token budget instead.

@@ -1,6 +1,6 @@
 """A tiny name → object registry for the real extension axes of verl.
 
-Used for advantage estimators, policy losses, reward scorers and rollout engines (STYLE.md §6):
+Used for advantage estimators, policy losses, reward scorers and rollout engines:
 every entry of one registry has the same signature, registering a name twice is an error, and
 looking up an unknown name raises an error that lists the valid names and the closest match.
 

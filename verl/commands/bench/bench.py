@@ -23,7 +23,7 @@ What it prints (medians over the steps after the first, which warms up allocator
   runs: every generated token, and the R + 1 scored positions of a row (``logits_to_keep``), never
   the prompt. Attention score FLOPs (≈ 2·layers·T·d per token) are left out: < 3 % at T ≤ 200.
   The bound is FLOPs / peak, with the peak **measured** by a float32 matmul benchmark on this
-  machine at start-up (DESIGN.md §6), raised to the fastest step shape's throughput if one beats
+  machine at start-up, raised to the fastest step shape's throughput if one beats
   it (a disturbed start-up measurement); "% of bound" = bound time / measured step time (= MFU).
 - the **attainable bound**: the same FLOPs, each part (prefill / decode / scoring / training, body
   or LM head) timed at the float32 throughput that part's own matmul shape reaches on this

@@ -1,6 +1,6 @@
 """Assemble what `RLTrainer` drives: tokenizer, data, rewards, worker groups, loggers, checkpoints.
 
-Placement and backend are decided here and only here (STYLE.md 10): world size =
+Placement and backend are decided here and only here (the loop never knows where it runs): world size =
 ``trainer.nnodes * trainer.n_gpus_per_node``; ``trainer.backend=auto`` means ``local`` (the
 workers live in the driver process) for world size 1 and ``ray`` otherwise. On Ray the actor,
 rollout and reference share one resource pool (hybrid engine) unless

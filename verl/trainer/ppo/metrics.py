@@ -139,7 +139,7 @@ def compute_memory_metrics(device: str) -> dict[str, float]:
 def device_peak_flops(device: str = "cpu") -> float:
     """Peak FLOP/s of one device: the datasheet bf16 figure on GPU, a measured matmul on CPU.
 
-    On CPU the peak is the best of a few fp32 1024x1024 matmuls on this machine (DESIGN.md §6);
+    On CPU the peak is the best of a few fp32 1024x1024 matmuls on this machine;
     GPU names not in the table fall back to the H100 dense bf16 figure.
     """
     if device == "cuda" and torch.cuda.is_available():

@@ -4,7 +4,7 @@ With ``actor_rollout_ref.hybrid_engine=false`` the builder (`verl.trainer.ppo.bu
 groups: `ActorRolloutRefWorker` without a rollout engine, and `verl.workers.rollout_worker.RolloutWorker`
 (on Ray: its own `RayResourcePool`; locally: a second in-process group with its own weights).
 `SplitActorRollout` presents them with the `ActorRolloutGroup` methods, so ``RLTrainer.fit`` is
-the same loop whether the rollout is colocated or not (STYLE.md 10):
+the same loop whether the rollout is colocated or not:
 
 * ``update_actor`` (and ``load_checkpoint``) mark the rollout stale; the next
   ``generate_sequences`` (training, validation, ReMax's greedy baseline) first syncs the weights,

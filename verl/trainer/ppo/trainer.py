@@ -1,4 +1,4 @@
-"""`RLTrainer`: the single-controller RL loop (DESIGN.md §2).
+"""`RLTrainer`: the single-controller RL loop (one driver process calls the worker groups).
 
 ``fit()`` reads like the algorithm: generate → reward → old log-probs → reference → values →
 advantages → critic update → actor update → validate / checkpoint / log. Each stage is one call

@@ -1,4 +1,4 @@
-"""The token-level request API under every rollout engine (DESIGN.md §5 ``workers/rollout``).
+"""The token-level request API under every rollout engine (the ``workers/rollout`` layer).
 
 One request = one prompt's token ids + its sampling settings; one output = the new token ids,
 their log-probs under the sampling distribution (``log_softmax(logits / τ)``, before top-k /
