@@ -12,9 +12,10 @@ the per-sample deadline ``reward_model.timeout_s``. The rows are the first ``--r
 rows of every data source of ``data.train_files`` (key ``data.reward_fn_key``; a preset's built-in
 task when the files are ``builtin://...``). Each row yields the fixtures of `verl.reward.fixtures`
 (trivial policies, the right answer in several spellings, long / unicode / truncated / ``<think>``
-responses); ``--dump`` adds real responses: a ``trainer.rollout_data_dir`` (its ``<step>.jsonl``
-files) or a JSON fixture exported by ``verl view`` (one object or a list). Every input is scored
-twice (`verl.reward.probe`) and the report printed as a table, or as one JSON object with ``--json``.
+responses); ``--dump`` adds real responses: a ``trainer.rollout_data_dir`` or
+``trainer.validation_data_dir`` (its ``<step>.jsonl`` files) or a JSON fixture exported by ``verl view``
+(one object or a list). Every input is scored twice (`verl.reward.probe`) and the report printed as a
+table, or as one JSON object with ``--json``.
 
 Exit status: 0 when nothing is flagged ``fail`` (crash, timeout, non-determinism, a hackable
 trivial policy, an unlearnable answer); 1 when something is; 2 for a bad config or usage.
@@ -48,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="verl reward test", description="Probe the configured reward scorer(s).")
     ap.add_argument("args", nargs="*", help="[CONFIG] [key=value ...] as for verl train")
     ap.add_argument("--dump", action="append", default=[], metavar="PATH",
-                    help="a trainer.rollout_data_dir or a JSON fixture file of verl view (repeatable)")
+                    help="a trainer.rollout_data_dir or validation_data_dir, or a JSON fixture of verl view (repeatable)")
     ap.add_argument("--rows", type=int, default=2, help="rows per data source that get the fixtures (default 2)")
     ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return ap

@@ -1,7 +1,8 @@
 """``verl view DIR [--out report.html] [--serve PORT]``: a token-level trajectory inspector.
 
 ``DIR`` is a ``trainer.rollout_data_dir``: each step's ``<step>.jsonl`` and, when written by
-this version, ``<step>.tokens.npz`` (`verl.trainer.ppo.dumps`). The output is one
+this version, ``<step>.tokens.npz`` (`verl.trainer.ppo.dumps`); a ``trainer.validation_data_dir``
+(same rows, no token file) shows without the token view. The output is one
 self-contained HTML file (script and style inlined, no network access: its Content Security
 Policy allows only its own script, by hash) with
 

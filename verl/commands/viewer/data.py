@@ -1,4 +1,4 @@
-"""Reading a ``trainer.rollout_data_dir`` and packing it for the page (`verl.commands.viewer`).
+"""Reading a ``trainer.rollout_data_dir`` (or validation dump) and packing it for the page (`verl.commands.viewer`).
 
 A dump directory holds ``<step>.jsonl`` (one trajectory per line, `verl.trainer.ppo.dumps`) and,
 for dumps written since the token-level view exists, ``<step>.tokens.npz`` with the same rows in
