@@ -49,7 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="verl reward test", description="Probe the configured reward scorer(s).")
     ap.add_argument("args", nargs="*", help="[CONFIG] [key=value ...] as for verl train")
     ap.add_argument("--dump", action="append", default=[], metavar="PATH",
-                    help="a trainer.rollout_data_dir or validation_data_dir, or a JSON fixture of verl view (repeatable)")
+                    help="a trainer.rollout_data_dir / validation_data_dir or a JSON fixture of verl view (repeatable)")
     ap.add_argument("--rows", type=int, default=2, help="rows per data source that get the fixtures (default 2)")
     ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return ap
