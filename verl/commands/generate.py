@@ -48,7 +48,7 @@ USAGE = __doc__.split("\n\n")[1]
 
 def sample_seeds(seed: int, rows: Sequence[int], n_samples: int) -> torch.Tensor:
     """`(len(rows) · n,)` int64 seeds, row-major (row i's samples 0..n−1 together): ``SeedSequence((seed, i, s))``."""
-    from verl.workers.rollout.sampling import derive_seeds
+    from verl.workers.rollout.layout import derive_seeds
 
     return torch.cat([derive_seeds([seed, i, s], 1) for i in rows for s in range(n_samples)])
 

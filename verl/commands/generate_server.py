@@ -93,7 +93,7 @@ def generate_with_servers(cfg: Any, addresses: list[str], chats: list[list[dict[
     """``rollout.n`` responses per chat, the chats split over the replicas; row i seeded as ``verl generate``'s row i."""
     import numpy as np
 
-    from verl.workers.rollout.sampling import derive_seeds
+    from verl.workers.rollout.layout import derive_seeds
 
     ro, t = cfg.actor_rollout_ref.rollout, cfg.trainer
     seed = ro.seed if getattr(ro, "seed", None) is not None else t.seed

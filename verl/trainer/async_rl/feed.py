@@ -25,7 +25,7 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.arrays import object_array
-from verl.workers.rollout.sampling import derive_seeds
+from verl.workers.rollout.layout import derive_seeds
 
 __all__ = ["PromptFeed", "Row", "rows_from_state", "rows_to_state"]
 

@@ -39,7 +39,7 @@ from verl.trainer.ppo.streaming_reward import PendingReward, build_streaming_rew
 from verl.run.tracking import progress_bar, update_bar
 from verl.trainer.ppo.val_loop import run_validation
 from verl.utils.arrays import object_array
-from verl.workers.rollout.sampling import derive_seeds
+from verl.workers.rollout.layout import derive_seeds
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
 logger = logging.getLogger(__name__)

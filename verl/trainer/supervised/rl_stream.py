@@ -41,7 +41,7 @@ from verl.protocol import DataProto, collate_fn
 from verl.trainer.supervised.streams import StepSampler
 from verl.trainer.ppo.reward_errors import mask_unscored_samples
 from verl.workers.actor import compute_log_prob, policy_loss_fn
-from verl.workers.rollout.sampling import derive_seeds
+from verl.workers.rollout.layout import derive_seeds
 
 __all__ = ["RLStream", "actor_config", "reward_config"]
 

@@ -138,7 +138,7 @@ class ChatCompletionsReplica:
     def _batch(self, ids: list[int], n: int, request: dict[str, Any]) -> Any:
         from verl.data.rl_dataset import left_pad, pad_token_id
         from verl.protocol import DataProto
-        from verl.workers.rollout.sampling import derive_seeds
+        from verl.workers.rollout.layout import derive_seeds
 
         pad = pad_token_id(self.tokenizer)
         p_ids, mask, pos = left_pad(ids, len(ids), pad)

@@ -13,15 +13,13 @@ agree. Greedy decoding reports log-probs at temperature 1.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import torch
 
-__all__ = ["SamplingParams", "derive_seeds", "resolve_sampling", "row_generators", "row_uniforms", "sample_tokens",
-           "top_k_top_p_filter"]
+__all__ = ["SamplingParams", "resolve_sampling", "row_generators", "row_uniforms", "sample_tokens", "top_k_top_p_filter"]
 
 
 @dataclass(frozen=True)
@@ -107,13 +105,6 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0
         remove = torch.zeros_like(remove_sorted).scatter(-1, order, remove_sorted)
         logits[remove] = float("-inf")
     return logits
-
-
-def derive_seeds(key: Sequence[int], n: int) -> torch.Tensor:
-    """`(n,)` int64 seeds (non-negative, 63 bits) derived from ``key`` by `numpy.random.SeedSequence`:
-    the same ``key`` always gives the same seeds, different keys independent ones (``sample_seeds``)."""
-    state = np.random.SeedSequence(list(key)).generate_state(n, dtype=np.uint64)
-    return torch.from_numpy((state >> np.uint64(1)).astype(np.int64))
 
 
 def row_generators(seeds: torch.Tensor) -> list[torch.Generator]:

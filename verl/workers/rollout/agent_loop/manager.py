@@ -7,7 +7,7 @@ request API (`verl.workers.rollout.hf.hf_server.HFTokenServer` for ``hf``, vLLM'
 ``vllm``: `verl.workers.rollout.vllm.vllm_async.VLLMAsyncTokenEngine`), and are assembled into
 the usual `DataProto` layout (``rollout_log_probs`` is left out when the inner engine's
 ``returns_log_probs`` is false; an inner engine with ``sleep()`` is put to sleep after the batch,
-its ``token_engine()`` wakes it):
+its ``token_engine()`` wakes it; `verl.workers.rollout.layout.assemble`, the layout of the engines):
 
     prompts            (B, P)   left-padded to rollout.prompt_length (tool schemas included)
     responses          (B, R)   every token after the prompt, right-padded, R = response_length
@@ -16,6 +16,10 @@ its ``token_engine()`` wakes it):
     input_ids / attention_mask / position_ids  (B, P + R)  attention 1 on every real token
     non-tensors: num_turns (B,), tool_calls, messages, tool_rewards, turn_scores (per row),
                  tokenization_mismatch (B,), aborted (B,) and failed (B,) 0/1 flags
+
+Row i's trajectory samples with seed ``row_seeds(...)[i]`` (`verl.workers.rollout.layout.row_seeds`:
+``sample_seeds``, else derived from ``meta_info["seed"]``), the seed the engines give row i, so
+``single_turn_agent`` reproduces the engine's ``generate_sequences`` token for token.
 
 A row whose agent loop raises (a bug in an interaction, a chat template that cannot
 append a turn, an engine error for that request) fails alone: it comes back like an aborted
@@ -46,9 +50,10 @@ import torch
 
 from verl.protocol import DataProto
 from verl.utils.arrays import object_array
+from verl.workers.rollout import layout
 from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow
 from verl.workers.rollout.agent_loop.chat import ChatTemplate
-from verl.workers.rollout.partial import NOT_SAMPLED, version_bounds
+from verl.workers.rollout.partial import NOT_SAMPLED
 from verl.workers.rollout.sampling import resolve_sampling
 
 __all__ = ["AgentLoopRollout", "builtin_config_file"]
@@ -216,12 +221,11 @@ class AgentLoopRollout:
 
     def _rows(self, prompts: DataProto) -> list[AgentRow]:
         b, ntb = prompts.batch, prompts.non_tensor_batch
-        seeds = b["sample_seeds"].tolist() if "sample_seeds" in b.keys() else None
-        meta_seed = prompts.meta_info.get("seed")
+        row_seeds = layout.row_seeds(b, prompts.meta_info)
+        seeds = row_seeds.tolist() if row_seeds is not None else [None] * len(prompts)
         rows = []
-        for i in range(len(prompts)):
+        for i, seed in enumerate(seeds):
             ids = b["input_ids"][i][b["attention_mask"][i].bool()].tolist()
-            seed = seeds[i] if seeds is not None else (int(meta_seed) * 1_000_003 + i if meta_seed is not None else None)
             raw = ntb.get("raw_prompt")
             extra = ntb.get("extra_info")
             rows.append(AgentRow(prompt_ids=ids, messages=list(raw[i]) if raw is not None else None,
@@ -258,7 +262,7 @@ class AgentLoopRollout:
         prompt_mask = torch.zeros(n, width, dtype=torch.long)
         responses = torch.full((n, resp_len), pad, dtype=torch.long)
         response_mask = torch.zeros(n, resp_len, dtype=torch.long)
-        response_attn = torch.zeros(n, resp_len, dtype=torch.long)
+        lengths = torch.zeros(n, dtype=torch.long)
         log_probs = torch.zeros(n, resp_len, dtype=torch.float32)
         versions = torch.full((n, resp_len), NOT_SAMPLED, dtype=torch.long)
         version_now = int(getattr(self.engine, "policy_version", 0) or 0)
@@ -268,24 +272,12 @@ class AgentLoopRollout:
             prompt_mask[i, width - p:] = 1
             responses[i, :k] = torch.tensor(r.response_ids, dtype=torch.long)
             response_mask[i, :k] = torch.tensor(r.response_mask, dtype=torch.long)
-            response_attn[i, :k] = 1
+            lengths[i] = k
             log_probs[i, :k] = torch.tensor(r.response_logprobs, dtype=torch.float32)
             tags = r.response_versions or [version_now if m else NOT_SAMPLED for m in r.response_mask]
             versions[i, :k] = torch.tensor(tags, dtype=torch.long)
-        attention_mask = torch.cat([prompt_mask, response_attn], dim=1)
-        # positions count real tokens; padding after the response continues the count (as HFRollout)
-        position_ids = (torch.cumsum(attention_mask, dim=1) - 1).clamp(min=0)
-        last = position_ids[:, width - 1 : width]
-        position_ids[:, width:] = last + torch.arange(1, resp_len + 1)
-        tensors = {
-            "prompts": prompt_ids, "responses": responses, "response_mask": response_mask,
-            "input_ids": torch.cat([prompt_ids, responses], dim=1), "attention_mask": attention_mask,
-            "position_ids": position_ids, "rollout_log_probs": log_probs, "rollout_policy_versions": versions,
-        }
-        if not getattr(self.engine, "returns_log_probs", True):  # vLLM with calculate_log_probs=false
-            tensors.pop("rollout_log_probs")
-        non_tensors = dict(prompts.non_tensor_batch)
-        non_tensors.update({
+        returns_log_probs = getattr(self.engine, "returns_log_probs", True)  # False: vLLM with calculate_log_probs=false
+        non_tensors = {
             "num_turns": np.array([r.num_turns for r in results], dtype=np.int64),
             "tool_calls": object_array([r.tool_calls for r in results]),
             "messages": object_array([r.messages for r in results]),
@@ -294,9 +286,10 @@ class AgentLoopRollout:
             "tokenization_mismatch": np.array([int(r.metrics.get("tokenization_mismatch", 0)) for r in results]),
             "aborted": np.array([int(r.metrics.get("aborted", 0)) for r in results]),
             "failed": np.array([int(r.metrics.get("failed", 0)) for r in results]),
-        })
-        non_tensors["min_global_steps"], non_tensors["max_global_steps"] = version_bounds(versions, version_now)
-        return DataProto.from_dict(tensors=tensors, non_tensors=non_tensors, meta_info=meta)
+        }
+        return layout.assemble(prompts, prompt_ids, prompt_mask, responses, lengths, log_probs if returns_log_probs else None,
+                               versions, response_mask=response_mask, version=version_now, meta_info=meta,
+                               non_tensors=non_tensors)
 
 
 async def _abort_slowest(tasks: list[asyncio.Future[AgentLoopOutput]], rate: float) -> int:

@@ -42,7 +42,7 @@ from typing import Any
 from verl.workers.rollout.agent_loop.base import AGENT_LOOPS, AgentContext, AgentLoopOutput, AgentRow, turn_versions
 from verl.workers.rollout.agent_loop.chat import ChatTemplate
 from verl.workers.rollout.request import TokenRequest
-from verl.workers.rollout.sampling import derive_seeds
+from verl.workers.rollout.layout import derive_seeds
 
 __all__ = ["ToolAgentLoop", "turn_seed"]
 

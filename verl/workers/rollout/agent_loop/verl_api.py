@@ -73,7 +73,7 @@ class ServerManager:
         self.ctx, self.seed, self.calls = context, seed, 0
 
     def _seed(self) -> Optional[int]:
-        from verl.workers.rollout.sampling import derive_seeds
+        from verl.workers.rollout.layout import derive_seeds
 
         k, self.calls = self.calls, self.calls + 1
         if self.seed is None or k == 0:

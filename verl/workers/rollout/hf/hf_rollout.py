@@ -33,11 +33,12 @@ output back continues each row from its prefix). Every sampled token records ``p
 in ``rollout_policy_versions`` `(B, R)`. ``on_trajectories_finished`` (`verl.workers.rollout.streaming`)
 receives rows as soon as they finish, for streaming rewards.
 
-Reproducibility: a ``sample_seeds`` `(B,)` int64 tensor in the batch gives every row its own
-generator (the trainer derives it from ``trainer.seed``, the step and the row), so samples do
-not depend on batching, ranks or resumption; else ``meta_info["seed"]`` seeds a fresh generator for that call; otherwise the
-engine's own generator (seeded once from ``rollout.seed``) advances from call to call, and its
-state is saved and restored with `rng_state` / `set_rng_state`.
+Reproducibility: every row samples from its own seeded generator when the batch has seeds
+(`verl.workers.rollout.layout.row_seeds`: the ``sample_seeds`` `(B,)` int64 tensor the trainer derives
+from ``trainer.seed``, the step and the row, else seeds derived from ``meta_info["seed"]``), so
+samples do not depend on batching, ranks or resumption, and the ``vllm`` engine and the agent loops
+give each row the same seed; otherwise the engine's own generator (seeded once from ``rollout.seed``)
+advances from call to call, and its state is saved and restored with `rng_state` / `set_rng_state`.
 """
 
 from __future__ import annotations
@@ -51,17 +52,15 @@ import torch
 from torch import nn
 from transformers import DynamicCache, StaticCache
 
-from verl.algorithms.masked import compute_response_mask_from_lengths
-from verl.modules.forward import position_ids_from_attention_mask
 from verl.protocol import DataProto
+from verl.workers.rollout import layout
 from verl.workers.rollout.hf.hf_decode import DecodeStep
-from verl.workers.rollout.partial import (NOT_SAMPLED, Carried, PartialRollout, RolloutGate, group_rows, split_continuation,
-                                          version_bounds)
+from verl.workers.rollout.partial import NOT_SAMPLED, Carried, PartialRollout, RolloutGate, group_rows, split_continuation
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_uniforms, sample_tokens
 from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 from verl.workers.rollout.streaming import row_notifier
 
-__all__ = ["HFRollout", "assemble_rollout", "cache_keyword", "default_eos_token_ids"]
+__all__ = ["HFRollout", "cache_keyword", "default_eos_token_ids"]
 
 
 def _as_id_list(ids: int | Sequence[int] | None) -> list[int]:
@@ -194,7 +193,8 @@ class HFRollout(PartialRollout):
 
         ``meta_info`` keys read: ``eos_token_id`` (int or list), ``pad_token_id``, ``do_sample``,
         ``temperature``, ``top_k``, ``top_p``, ``validate`` (defaults from ``val_kwargs``),
-        ``response_length`` (default ``config.response_length``), ``seed``. The output's
+        ``response_length`` (default ``config.response_length``), ``seed`` (per-row seeds:
+        `verl.workers.rollout.layout.row_seeds`). The output's
         ``meta_info`` also records ``temperature`` (of the reported log-probs), the eos and pad ids.
         A partial output passed back in (it holds ``rollout_finished``) continues each unfinished
         row from its prefix (`verl.workers.rollout.partial.split_continuation`).
@@ -211,16 +211,11 @@ class HFRollout(PartialRollout):
             raise ValueError(f"rollout response_length must be set and >= 1, got {response_length}")
         eos_ids = _as_id_list(meta.get("eos_token_id")) or self.eos_token_id
         pad_id = int(meta.get("pad_token_id", self.pad_token_id))
-        generator = self._generator
-        if meta.get("seed") is not None:
-            generator = torch.Generator(device=self._device())
-            generator.manual_seed(int(meta["seed"]))
-        batch = prompts.batch
+        row_seeds = layout.row_seeds(prompts.batch, meta)  # None: the engine's generator samples
         response_length = int(response_length)
         input_ids, attention_mask, position_ids, carried = split_continuation(prompts, response_length, pad_id)
-        if position_ids is None:
-            position_ids = position_ids_from_attention_mask(attention_mask)
-        self._check_lengths(attention_mask, response_length)
+        position_ids = layout.prompt_position_ids(attention_mask, position_ids)
+        layout.check_prompts(attention_mask, self.config.prompt_length, self.config.max_model_len, response_length)
         out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
         hook = self.on_trajectories_finished
         was_training = self.module.training
@@ -231,34 +226,18 @@ class HFRollout(PartialRollout):
                 for rows in group_rows(carried.lengths, carried.finished, self.config.max_num_seqs):
                     done = int(carried.lengths[rows[0]])
                     prefix = (carried.responses[rows, :done], carried.log_probs[rows, :done], carried.versions[rows, :done])
-                    seeds = batch["sample_seeds"][rows] if "sample_seeds" in batch.keys() else None
+                    seeds = row_seeds[rows] if row_seeds is not None else None
                     notify = None if hook is None else row_notifier(
                         self, prompts, input_ids, attention_mask, position_ids, out_meta, hook, rows)
                     result = self._generate_batch(
                         input_ids[rows], attention_mask[rows], position_ids[rows],
-                        response_length, params, eos_ids, pad_id, generator, seeds, self.stop_strings, prefix, notify,
+                        response_length, params, eos_ids, pad_id, self._generator, seeds, self.stop_strings, prefix, notify,
                     )
                     for field, value in zip(("responses", "lengths", "log_probs", "versions", "finished"), result, strict=True):
                         getattr(carried, field)[rows] = value
         finally:
             self.module.train(was_training)
         return self._assemble(prompts, input_ids, attention_mask, position_ids, carried, out_meta)
-
-    def _check_lengths(self, attention_mask: torch.Tensor, response_length: int) -> None:
-        """Reject inputs the engine must never receive: the data layer truncates."""
-        if attention_mask.shape[0] == 0:
-            return
-        if not bool(attention_mask[:, -1].all()):
-            raise ValueError("HFRollout needs left-padded prompts: the last column of attention_mask must be all 1")
-        longest = int(attention_mask.sum(dim=1).max())
-        limit = self.config.prompt_length
-        if limit is not None and longest > int(limit):
-            raise ValueError(f"prompt of {longest} tokens > rollout.prompt_length {limit}; truncate or filter in the data")
-        max_len = self.config.max_model_len
-        if max_len is not None and longest + response_length > int(max_len):
-            raise ValueError(
-                f"prompt {longest} + response {response_length} tokens > rollout.max_model_len {max_len}"
-            )
 
     def _autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``rollout.dtype`` bfloat16 / float16 runs generation under autocast; None / float32 as is."""
@@ -400,42 +379,11 @@ class HFRollout(PartialRollout):
 
     def _assemble(self, prompts: DataProto, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                   position_ids: torch.Tensor, carried: Carried, meta_info: dict[str, Any]) -> DataProto:
-        """`assemble_rollout` with this engine's ``policy_version``."""
-        return assemble_rollout(prompts, input_ids, attention_mask, position_ids, carried, meta_info, self.policy_version)
-
-
-def assemble_rollout(prompts: DataProto, input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor,
-                     carried: Carried, meta_info: dict[str, Any], version: int) -> DataProto:
-    """Output batch in verl's layout (see `RolloutEngine.generate_sequences`), plus
-    ``rollout_policy_versions`` `(B, R)`, ``rollout_finished`` `(B,)` and verl's
-    ``min_global_steps`` / ``max_global_steps`` non-tensors (`verl.workers.rollout.partial`;
-    ``version`` for rows without a sampled token); shared by the hf and vLLM engines.
-
-    Args:
-        prompts: the input batch (non-tensors and ``sample_seeds`` pass through).
-        input_ids, attention_mask, position_ids: `(B, P)` the prompt part.
-        carried: the responses, lengths, log-probs, versions and finished flags.
-    """
-    responses = carried.responses.to(input_ids.dtype)
-    response_length = responses.shape[1]
-    response_mask = compute_response_mask_from_lengths(carried.lengths, response_length, dtype=torch.long)
-    offsets = torch.arange(1, response_length + 1, dtype=position_ids.dtype)
-    tensors = {
-        "prompts": input_ids,
-        "responses": responses,
-        "input_ids": torch.cat([input_ids, responses], dim=1),
-        "attention_mask": torch.cat([attention_mask, response_mask.to(attention_mask.dtype)], dim=1),
-        "position_ids": torch.cat([position_ids, position_ids[:, -1:] + offsets], dim=1),
-        "response_mask": response_mask,
-        "rollout_log_probs": carried.log_probs,
-        "rollout_policy_versions": carried.versions,
-        "rollout_finished": carried.finished,
-    }
-    # the seeds travel with a partial output, so that resubmitting it continues the same draws
-    keep = {"sample_seeds": prompts.batch["sample_seeds"]} if "sample_seeds" in prompts.batch.keys() else {}
-    non_tensors = dict(prompts.non_tensor_batch)
-    non_tensors["min_global_steps"], non_tensors["max_global_steps"] = version_bounds(carried.versions, version)
-    return DataProto.from_dict(tensors={**keep, **tensors}, non_tensors=non_tensors, meta_info=meta_info)
+        """`verl.workers.rollout.layout.assemble` of ``carried`` with this engine's ``policy_version``
+        (also builds the rows the finish hook receives: `verl.workers.rollout.streaming.row_notifier`)."""
+        return layout.assemble(prompts, input_ids, attention_mask, carried.responses, carried.lengths, carried.log_probs,
+                               carried.versions, position_ids=position_ids, finished=carried.finished,
+                               version=self.policy_version, meta_info=meta_info)
 
 
 def _notify_new(notify: Callable[..., None], finished: torch.Tensor, reported: torch.Tensor, responses: torch.Tensor,

@@ -247,7 +247,7 @@ class SegmentedOutput:
 def _rest_of(params: Any, produced: int) -> Any:
     """vLLM sampling params for the rest of a request after ``produced`` tokens: the remaining
     budget, a seed derived from (seed, produced) so the continuation does not replay the draws."""
-    from verl.workers.rollout.sampling import derive_seeds
+    from verl.workers.rollout.layout import derive_seeds
 
     rest = params.clone()
     rest.max_tokens = int(params.max_tokens) - produced

@@ -30,7 +30,9 @@ Built by ``build(module, config, tokenizer)`` (the ``vllm`` entry of ``ROLLOUT_E
   ``LoRARequest`` from an in-memory-filesystem directory per update).
 * **Sampling.** `resolve_sampling` (``temperature / top_k / top_p / do_sample``, ``val_kwargs``
   for validation, ``meta_info`` overrides) → vLLM ``SamplingParams``; greedy = temperature 0.
-  Each row with ``sample_seeds`` gets its own seed, so its tokens do not depend on batching.
+  Each row gets its own seed (`verl.workers.rollout.layout.row_seeds`: ``sample_seeds``, else derived
+  from ``meta_info["seed"]``, the rule of the ``hf`` engine and the agent loops), so its tokens do not
+  depend on batching.
   Stop ids = the engine's EOS ids (as the ``hf`` engine's), unless ``rollout.ignore_eos``.
 * **Log-probs.** ``logprobs_mode=processed_logprobs``: the log-prob of the sampled token under
   ``log_softmax(logits / τ)`` (τ = 1 for greedy), identical to the ``hf`` engine's definition when
@@ -67,10 +69,11 @@ import torch
 from torch import nn
 
 from verl.protocol import DataProto
-from verl.modules.forward import position_ids_from_attention_mask
-from verl.workers.rollout.hf.hf_rollout import HFRollout, _as_id_list, assemble_rollout
+from verl.workers.rollout import layout
+from verl.workers.rollout.hf.hf_rollout import _as_id_list
+from verl.workers.rollout.layout import derive_seeds
 from verl.workers.rollout.partial import merge_continuation, split_continuation
-from verl.workers.rollout.sampling import derive_seeds, resolve_sampling
+from verl.workers.rollout.sampling import resolve_sampling
 from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 from verl.workers.rollout.vllm.vllm_config import (
     engine_device,
@@ -336,15 +339,14 @@ class VLLMRollout:
             raise ValueError(f"rollout response_length must be set and >= 1, got {response_length}")
         eos_ids = _as_id_list(meta.get("eos_token_id")) or self.eos_token_id
         pad_id = int(meta.get("pad_token_id", self.pad_token_id))
-        batch = prompts.batch
         input_ids, attention_mask, position_ids, carried = split_continuation(prompts, response_length, pad_id)
-        HFRollout._check_lengths(self, attention_mask, response_length)  # the hf engine's input contract
-        if position_ids is None:
-            position_ids = position_ids_from_attention_mask(attention_mask)
+        layout.check_prompts(attention_mask, self.config.prompt_length, self.config.max_model_len, response_length)
+        position_ids = layout.prompt_position_ids(attention_mask, position_ids)
         # a continuation resubmits prompt + prefix as the prompt, for the rest of the budget; its
         # seed is derived from (row seed, prefix length) so it does not replay the prefix's draws
         todo = (~carried.finished).nonzero().flatten().tolist()
-        seeds = _row_seeds(batch, meta, len(prompts))
+        row_seeds = layout.row_seeds(prompts.batch, meta)
+        seeds = row_seeds.tolist() if row_seeds is not None else [None] * len(prompts)
         requests, sampling = [], []
         for i in todo:
             done = int(carried.lengths[i])
@@ -363,10 +365,10 @@ class VLLMRollout:
         finished = [o.outputs[0].finish_reason in ("stop", "length") for o in outputs]
         merge_continuation(carried, todo, responses, lengths, log_probs, versions, finished)
         out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
-        out = assemble_rollout(prompts, input_ids, attention_mask, position_ids, carried, out_meta, self.policy_version)
-        if not self.config.calculate_log_probs:
-            out.batch.pop("rollout_log_probs")
-        return out
+        return layout.assemble(prompts, input_ids, attention_mask, carried.responses, carried.lengths,
+                               carried.log_probs if self.config.calculate_log_probs else None, carried.versions,
+                               position_ids=position_ids, finished=carried.finished, version=self.policy_version,
+                               meta_info=out_meta)
 
     def score(self, token_ids: list[int]) -> torch.Tensor:
         """Engine log-probs `(len - 1,)` of ``token_ids[1:]`` given their prefixes (temperature 1).
@@ -379,15 +381,6 @@ class VLLMRollout:
         self.wake_up()
         out = self.backend.run_batch([list(token_ids)], [VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)])[0]
         return torch.tensor([lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])])
-
-
-def _row_seeds(batch: Any, meta: Mapping[str, Any], n: int) -> list[int | None]:
-    """Per-request seeds: ``sample_seeds`` rows, else ``meta_info["seed"] + row``, else the engine's RNG."""
-    if "sample_seeds" in batch.keys():
-        return [int(s) % (2**63) for s in batch["sample_seeds"].tolist()]
-    if meta.get("seed") is not None:
-        return [(int(meta["seed"]) + i) % (2**63) for i in range(n)]
-    return [None] * n
 
 
 def _collect(outputs: list[Any], response_length: int, pad_id: int,
