@@ -24,7 +24,7 @@ from verl.engine import build_engine
 from verl.modules import create_model
 from verl.utils.weight_fingerprint import fingerprint, sample_positions
 from verl.workers import rollout_sync
-from verl.workers.rollout.vllm import vllm_weights
+from verl.workers.rollout import weight_sync
 from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync
 from verl.workers.rollout.vllm.vllm_worker_ext import VerlWorkerExtension
 from verl.workers.rollout_sync import SyncedRollout
@@ -237,8 +237,8 @@ def test_vllm_clean_syncs_match_in_bf16_and_fp32(tiny_model_dir, fake_layerwise)
 def test_vllm_dtype_cast_on_the_way_is_caught(tiny_model_dir, fake_layerwise, monkeypatch):
     actor = _actor(tiny_model_dir)
     engine = _VLLMEngine(actor.module, torch.bfloat16, lora=False)
-    real = vllm_weights._full
-    monkeypatch.setattr(vllm_weights, "_full", lambda t: real(t).to(torch.float16))
+    real = weight_sync.full_tensor  # the gather every bucket is made with
+    monkeypatch.setattr(weight_sync, "full_tensor", lambda t: real(t).to(torch.float16))
     with pytest.raises(SyncAttestationError, match=r"dtype torch\.float16 on the rollout, actor torch\.float32"):
         _vllm_run(actor, engine, 1)
 

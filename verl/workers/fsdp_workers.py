@@ -21,6 +21,7 @@ from verl.workers.actor import PPOActor, compute_log_prob, compute_sum_pi_square
 from verl.workers.critic import PPOCritic
 from verl.workers.sharding.tensor_parallel import build_layout, build_rollout_layout, shard_kwargs
 from verl.workers.sync_attest_worker import ActorAttestMixin
+from verl.workers.weight_stream import WeightStream
 
 if TYPE_CHECKING:
     from verl.config.schema import ActorRolloutRefConfig, CriticConfig
@@ -79,7 +80,7 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         self.actor_engine: FSDPTrainingEngine | None = None
         self.ref_engine: FSDPTrainingEngine | None = None
         self.rollout: Any = None  # stays None with hybrid_engine=false
-        self._stream: dict[str, Any] = {"names": [], "plan": [], "pos": 0}  # the weight stream in progress (hybrid_engine=false)
+        self._stream = WeightStream()  # the weight stream in progress (hybrid_engine=false)
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self, total_training_steps: int) -> None:
@@ -210,15 +211,12 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
 
         Returns:
             ``(tensors, buckets)`` of this stream; the caller asks for exactly ``buckets`` buckets
-            (``rollout.checkpoint_engine.update_weights_bucket_megabytes`` each, `plan_buckets`).
+            (``rollout.checkpoint_engine.update_weights_bucket_megabytes`` each, `WeightStream.start`).
         """
-        from verl.workers.weight_stream import plan_buckets, stream_names
+        from verl.workers.rollout.weight_sync import bucket_bytes_of
 
-        module = self.actor_engine.module
-        names = stream_names(module, trainable_only)
-        bucket_bytes = self.config.rollout.checkpoint_engine.update_weights_bucket_megabytes * 2**20
-        self._stream = {"names": names, "plan": plan_buckets(module, names, bucket_bytes), "pos": 0}
-        return len(names), len(self._stream["plan"])
+        self._stream = WeightStream.start(self.actor_engine.module, trainable_only, bucket_bytes_of(self.config.rollout))
+        return self._stream.tensors, self._stream.buckets
 
     @register(Dispatch.ONE_TO_ALL)
     def next_weight_bucket(self) -> list[tuple[str, torch.Tensor]]:
@@ -230,14 +228,8 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         Raises:
             RuntimeError: every planned bucket was already sent.
         """
-        from verl.workers.weight_stream import gather_bucket
-
-        plan, pos = self._stream["plan"], self._stream["pos"]
-        if pos >= len(plan):
-            raise RuntimeError(f"next_weight_bucket: the stream has {len(plan)} buckets, all sent; call begin_weight_stream first")
-        self._stream["pos"] = pos + 1
         with self.actor_engine.on_device():
-            return gather_bucket(self.actor_engine.module, self._stream["names"], *plan[pos], keep=self.rank == 0)
+            return self._stream.next(self.actor_engine.module, keep=self.rank == 0)
 
     @register(Dispatch.RANK_ZERO)
     def num_parameters(self) -> int:

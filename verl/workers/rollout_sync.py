@@ -12,10 +12,12 @@ module instead and gathers it one bucket at a time, so no rank holds a second wh
 
 An engine that generates with its own transformers module (``hf``: it has a ``module``) is
 refreshed in place, parameter by parameter (`sync_in_place`): each trainable parameter is
-gathered (``DTensor.full_tensor()``, one all-gather per parameter) and copied into the engine's
-tensor of the same name, so at most one unsharded parameter is alive beyond the engine's copy, no
-state dict is built or key-matched, and frozen parameters and buffers (LoRA base weights,
-rotary tables) are copied once, at the first sync, never again.
+gathered (`verl.workers.rollout.weight_sync.full_tensor`, one all-gather per parameter) and copied
+into the engine's tensor of the same name (`weight_sync.load_bucket_in_place`), so at most one
+unsharded parameter is alive beyond the engine's copy, no state dict is built or key-matched, and
+frozen parameters and buffers (LoRA base weights, rotary tables) are copied once, at the first
+sync, never again. An engine that ``streams_weights`` gets the buckets of `weight_sync` (the same
+cut as the separate rollout pool's).
 
 With ``rollout.sync_check.enable`` every sync is followed by an attestation
 (`verl.workers.sync_attest`: fingerprints of both sides, the policy version, a canary every
@@ -33,7 +35,7 @@ import torch
 
 from verl.engine import TrainingEngine
 from verl.protocol import DataProto
-from verl.workers.weight_stream import full_tensor, load_bucket_in_place
+from verl.workers.rollout.weight_sync import full_tensor, load_bucket_in_place
 
 
 @torch.no_grad()

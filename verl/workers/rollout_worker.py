@@ -2,8 +2,8 @@
 
 verl's standalone rollout: the engine does not share a process (or, on Ray, a device) with the
 actor; it holds its own copy of the weights and is fed the actor's after every update
-(`verl.trainer.ppo.split_rollout` drives the transfer; `verl.workers.weight_stream` cuts it into
-buckets).
+(`verl.trainer.ppo.split_rollout` drives the transfer; `verl.workers.weight_stream` sends it in the
+buckets of `verl.workers.rollout.weight_sync`, the bucketer every engine shares).
 
 Decisions:
 
@@ -45,7 +45,7 @@ import torch
 from verl.protocol import DataProto
 from verl.single_controller.base import Dispatch, Worker, register
 from verl.workers.sync_attest_worker import RolloutAttestMixin
-from verl.workers.weight_stream import load_bucket_in_place
+from verl.workers.rollout.weight_sync import load_bucket_in_place
 
 if TYPE_CHECKING:
     from verl.config.schema import ActorRolloutRefConfig

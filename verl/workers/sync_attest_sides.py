@@ -26,6 +26,7 @@ from verl.utils.weight_fingerprint import (
     adapter_fingerprints,
     fingerprint_named,
 )
+from verl.workers.rollout.weight_sync import checkpoint_name, full_tensor, is_lora_model
 from verl.workers.sync_attest import (
     SyncAttestor,
     canary_ids,
@@ -45,21 +46,16 @@ def module_fingerprints(module: nn.Module) -> dict[str, Fingerprint]:
     gathered at a time (a collective every rank of the group enters in the same order)."""
     items = dict(module.named_parameters(remove_duplicate=False))
     items.update(module.named_buffers(remove_duplicate=False))
-    return {name: fingerprint_named([(name, t.full_tensor() if hasattr(t, "full_tensor") else t)])[name]
-            for name, t in items.items()}
+    return {name: fingerprint_named([(name, full_tensor(t))])[name] for name, t in items.items()}
 
 
 def vllm_items(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     """The actor's tensors under the names a vLLM engine receives them (module docstring)."""
-    from verl.workers.rollout.vllm.vllm_weights import (
-        _base_name,
-        is_lora_model,
-        lora_adapter_state,
-    )
+    from verl.workers.rollout.vllm.vllm_weights import lora_adapter_state
 
     lora = is_lora_model(module)
     for name, tensor in module_tensors(module):
-        target = _base_name(name, lora)
+        target = checkpoint_name(name, lora)
         if target is not None:
             yield target, tensor
     if lora:

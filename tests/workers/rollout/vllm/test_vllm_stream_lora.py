@@ -2,7 +2,7 @@
 
 The rollout on its own pool receives the actor's state-dict names in buckets; what reaches the
 engine must be exactly what the colocated path sends: the base weights under checkpoint names
-(`iter_weight_buckets`) and the adapter in peft's save format (`lora_adapter_state`).
+(`plan_checkpoint_buckets`) and the adapter in peft's save format (`lora_adapter_state`).
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from verl.workers.rollout.vllm.vllm_weights import (
     EngineWeightSync,
-    iter_weight_buckets,
     lora_adapter_spec,
     lora_adapter_state,
 )
-from verl.workers.weight_stream import gather_bucket, plan_buckets, stream_names
+from verl.workers.rollout.weight_sync import plan_checkpoint_buckets, plan_state_buckets, stream_names
+from verl.workers.weight_stream import WeightStream
 
 
 def _peft_lm() -> torch.nn.Module:
@@ -48,10 +48,10 @@ class _Engine:
 
 
 def _stream(sync: EngineWeightSync, lm: torch.nn.Module, trainable_only: bool) -> None:
-    names = stream_names(lm, trainable_only)
+    stream = WeightStream.start(lm, trainable_only, 4096)  # several buckets, adapter and base mixed
     sync.begin_stream()
-    for start, stop in plan_buckets(lm, names, 4096):  # several buckets, adapter and base mixed
-        sync.load_stream_bucket(gather_bucket(lm, names, start, stop, keep=True))
+    for _ in range(stream.buckets):
+        sync.load_stream_bucket(stream.next(lm, keep=True))
     sync.finish_stream()
 
 
@@ -70,7 +70,7 @@ def test_stream_sends_the_base_once_then_only_the_adapter_as_the_colocated_path_
     sync.adapter = lora_adapter_spec(lm)
     try:
         _stream(sync, lm, trainable_only=False)
-        colocated = {k: v for bucket in iter_weight_buckets(lm) for k, v in bucket}
+        colocated = {k: v for bucket in plan_checkpoint_buckets(lm).iter(lm) for k, v in bucket}
         assert sorted(engine.loaded) == sorted(colocated) and all(torch.equal(engine.loaded[k], v) for k, v in colocated.items())
         assert engine.calls[0] == "verl_begin_weight_update" and engine.calls[-1] == "verl_finish_weight_update"
         _assert_adapter_is(sync, lm)
@@ -103,9 +103,9 @@ def test_stream_refuses_an_adapter_only_first_update_and_a_partial_adapter():
         with pytest.raises(RuntimeError, match="first weight update of a vLLM LoRA rollout must carry the base weights"):
             _stream(sync, lm, trainable_only=True)
         _stream(sync, lm, trainable_only=False)
-        names = stream_names(lm, True)
+        first_three = plan_state_buckets(lm, stream_names(lm, True)[:3], 2**20)
         sync.begin_stream()
-        sync.load_stream_bucket(gather_bucket(lm, names, 0, 3, keep=True))
+        sync.load_stream_bucket(first_three.gather(lm, 0))
         with pytest.raises(RuntimeError, match="carried 3 LoRA tensors, the adapter has 8"):
             sync.finish_stream()
     finally:

@@ -221,7 +221,8 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0, tokenizer
     import shutil
     import tempfile
 
-    from verl.workers.rollout.vllm.vllm_weights import hf_config_of, iter_weight_buckets
+    from verl.workers.rollout.vllm.vllm_weights import hf_config_of
+    from verl.workers.rollout.weight_sync import plan_checkpoint_buckets
 
     args = engine_args(config, module, lora_rank)
     root = "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
@@ -233,7 +234,7 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0, tokenizer
     if args["load_format"] != "dummy":
         from safetensors.torch import save_file
 
-        state = {k: v.contiguous() for bucket in iter_weight_buckets(module) for k, v in bucket}
+        state = {k: v.contiguous() for bucket in plan_checkpoint_buckets(module).iter(module) for k, v in bucket}
         if getattr(hf_config, "tie_word_embeddings", False):
             state.pop("lm_head.weight", None)  # safetensors refuses shared storage; vLLM ties it again
         save_file(state, os.path.join(model_dir, "model.safetensors"))

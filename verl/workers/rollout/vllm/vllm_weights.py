@@ -1,23 +1,25 @@
 """Weight streaming from the actor to a vLLM engine: buckets of full tensors, or the LoRA adapter.
 
 The actor may be a plain transformers model, a peft (LoRA) model, or FSDP2-sharded (its
-parameters are `DTensor`s). `iter_weight_buckets` walks its state dict in a fixed order and
-materialises one full tensor at a time (``DTensor.full_tensor()``, a collective every rank
-enters in the same order), grouping them into buckets of at most ``bucket_bytes``; a bucket is
-handed to the engine and dropped before the next one is gathered, so a rank never holds a second
-whole unsharded copy of the model — at most one bucket (plus one tensor larger than a bucket).
+parameters are `DTensor`s). A full-state update is the bucketer every engine shares
+(`verl.workers.rollout.weight_sync.plan_checkpoint_buckets`): the state dict in its fixed order,
+cut into buckets of at most ``bucket_bytes`` from the global sizes, each bucket's whole tensors
+gathered one at a time (``DTensor.full_tensor()``, a collective every rank enters in the same
+order) only when the engine asks for it, handed to the engine and dropped before the next one is
+gathered, so a rank never holds a second whole unsharded copy of the model — at most one bucket
+(plus one tensor larger than a bucket).
 
 Names are Hugging Face checkpoint names (``model.layers.0.self_attn.q_proj.weight``): vLLM's
 ``load_weights`` maps them onto its fused layers (``qkv_proj``, ``gate_up_proj``). For a peft
-model the base weights are unwrapped (``base_model.model.`` prefix and ``.base_layer`` removed)
-and the adapter tensors are skipped; `lora_adapter_state` returns the adapter alone in peft's
-own save format, which is all that moves after a LoRA update.
+model the base weights are unwrapped (`weight_sync.checkpoint_name`: ``base_model.model.`` prefix
+and ``.base_layer`` removed) and the adapter tensors are skipped; `lora_adapter_state` returns the
+adapter alone in peft's own save format, which is all that moves after a LoRA update.
 
 A rollout worker on its own pool (``hybrid_engine=false``) receives the actor's tensors under
 their state-dict names instead (`EngineWeightSync.begin_stream`): under LoRA the base entries
 are renamed as above and go to vLLM, the adapter entries are renamed to peft's save naming
-(the adapter name dropped, as ``get_peft_model_state_dict`` does) and become the next
-``LoRARequest`` — the colocated adapter path, fed from buckets.
+(`weight_sync.peft_save_name`: the adapter name dropped, as ``get_peft_model_state_dict`` does)
+and become the next ``LoRARequest`` — the colocated adapter path, fed from buckets.
 """
 
 from __future__ import annotations
@@ -28,82 +30,25 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "bucket_bytes_of", "hf_config_of", "is_lora_model", "iter_weight_buckets",
+from verl.workers.rollout.weight_sync import (
+    DEFAULT_BUCKET_BYTES,
+    Bucket,
+    bucket_bytes_of,
+    checkpoint_name,
+    full_tensor,
+    is_lora_model,
+    peft_save_name,
+    plan_checkpoint_buckets,
+)
+
+__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "bucket_bytes_of", "hf_config_of", "is_lora_model",
            "lora_adapter_spec", "lora_adapter_state"]
-
-DEFAULT_BUCKET_BYTES = 256 * 1024 * 1024
-_PEFT_PREFIX = "base_model.model."
-
-
-def bucket_bytes_of(rollout_config: Any) -> int:
-    """Bytes of one bucket: ``rollout.checkpoint_engine.update_weights_bucket_megabytes`` MiB.
-
-    Args:
-        rollout_config: the ``actor_rollout_ref.rollout`` section (`RolloutConfig`).
-    """
-    return int(rollout_config.checkpoint_engine.update_weights_bucket_megabytes) * 2**20
-
-
-def is_lora_model(module: nn.Module) -> bool:
-    """True for a peft model (the actor when ``model.lora_rank > 0``)."""
-    return hasattr(module, "peft_config") and hasattr(module, "get_base_model")
 
 
 def hf_config_of(module: nn.Module) -> Any:
     """The transformers config of the (possibly peft-wrapped) causal LM."""
     base = module.get_base_model() if is_lora_model(module) else module
     return base.config
-
-
-def _full(tensor: torch.Tensor) -> torch.Tensor:
-    """The whole tensor of a (possibly sharded) parameter, detached, on the CPU-or-device it lives on."""
-    if hasattr(tensor, "full_tensor"):  # DTensor (FSDP2): all-gather this one parameter
-        tensor = tensor.full_tensor()
-    return tensor.detach()
-
-
-def _base_name(name: str, lora: bool) -> str | None:
-    """Checkpoint name of a state-dict entry, or None for entries the engine must not receive."""
-    if not lora:
-        return name
-    if "lora_" in name or "modules_to_save" in name:
-        return None
-    if name.startswith(_PEFT_PREFIX):
-        name = name[len(_PEFT_PREFIX):]
-    return name.replace(".base_layer.", ".")
-
-
-def iter_weight_buckets(
-    module: nn.Module, bucket_bytes: int = DEFAULT_BUCKET_BYTES, device: str | torch.device = "cpu",
-) -> Iterator[list[tuple[str, torch.Tensor]]]:
-    """Yield ``[(checkpoint name, full tensor), ...]`` buckets of at most ``bucket_bytes``.
-
-    Args:
-        module: the actor (plain, peft or FSDP2-sharded).
-        bucket_bytes: bucket size in bytes (> 0); a single larger tensor forms its own bucket.
-        device: where the yielded tensors live (the engine's device).
-
-    Yields:
-        Buckets in state-dict order; for a peft model only the base weights.
-    """
-    if bucket_bytes <= 0:
-        raise ValueError(f"bucket_bytes must be > 0, got {bucket_bytes}")
-    lora = is_lora_model(module)
-    bucket: list[tuple[str, torch.Tensor]] = []
-    size = 0
-    for name, tensor in module.state_dict().items():
-        target = _base_name(name, lora)
-        full = _full(tensor)  # every rank gathers every entry, in the same order
-        if target is None:
-            continue
-        nbytes = full.numel() * full.element_size()
-        if bucket and size + nbytes > bucket_bytes:
-            yield bucket
-            bucket, size = [], 0
-        bucket.append((target, full.to(device)))
-        size += nbytes
-    if bucket:
-        yield bucket
 
 
 def lora_adapter_spec(module: nn.Module) -> tuple[str, dict[str, Any]]:
@@ -129,7 +74,8 @@ def lora_adapter_state(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict
     from peft import get_peft_model_state_dict
 
     name, config = lora_adapter_spec(module)
-    state = {k: _full(v).to("cpu").contiguous() for k, v in get_peft_model_state_dict(module, adapter_name=name).items()}
+    state = {k: full_tensor(v).detach().to("cpu").contiguous()
+             for k, v in get_peft_model_state_dict(module, adapter_name=name).items()}
     return state, config
 
 
@@ -176,15 +122,16 @@ class EngineWeightSync:
         if not isinstance(state_dict_or_model, nn.Module):
             self._load_buckets(iter([list(state_dict_or_model.items())]))
         elif not self.lora or not self.synced:
-            self._load_buckets(iter_weight_buckets(state_dict_or_model, self.bucket_bytes))
+            self._load_buckets(plan_checkpoint_buckets(state_dict_or_model, self.bucket_bytes).iter(state_dict_or_model))
         if self.lora and isinstance(state_dict_or_model, nn.Module):
             self._load_adapter(state_dict_or_model)
         self.synced = True
 
-    def _load_buckets(self, buckets: Iterator[list[tuple[str, torch.Tensor]]]) -> None:
+    def _load_buckets(self, buckets: Iterator[Bucket]) -> None:
         self.begin()
         for bucket in buckets:
             self.load_bucket(bucket)
+            del bucket  # dropped before the next bucket is gathered: one bucket alive at a time
         self.finish()
 
     def begin(self) -> None:
@@ -226,7 +173,7 @@ class EngineWeightSync:
         """Load one bucket: base weights into vLLM; LoRA adapter tensors kept for `finish_stream`.
 
         Args:
-            bucket: ``[(actor state-dict name, full tensor), ...]`` (`verl.workers.weight_stream.gather_bucket`).
+            bucket: ``[(actor state-dict name, full tensor), ...]`` (`verl.workers.weight_stream.WeightStream.next`).
 
         Raises:
             ValueError: a trainable non-LoRA entry of a peft model (``modules_to_save``).
@@ -239,11 +186,11 @@ class EngineWeightSync:
             raise RuntimeError("EngineWeightSync.adapter (lora_adapter_spec of the actor) is unset")
         base: list[tuple[str, torch.Tensor]] = []
         for name, tensor in bucket:
-            target = _base_name(name, True)
+            target = checkpoint_name(name, lora=True)
             if target is not None:
                 base.append((target, tensor))
-            elif "lora_" in name:  # peft's save naming: the adapter name dropped
-                self._stream_adapter[name.replace(f".{self.adapter[0]}", "")] = tensor.detach().to("cpu").contiguous()
+            elif "lora_" in name:
+                self._stream_adapter[peft_save_name(name, self.adapter[0])] = tensor.detach().to("cpu").contiguous()
             else:
                 raise ValueError(f"{name!r} is not supported yet on a vLLM rollout with LoRA: train only the LoRA adapter (no modules_to_save)")
         if base:
