@@ -74,16 +74,21 @@ def _validation_dump(tok, tmp_path, global_step: int) -> list[dict]:
         tokenizer=tok,
         val_dataloader=[{**_dataset_rows(), "dummy": torch.zeros(2)}],
         actor_rollout_wg=SimpleNamespace(generate_sequences=lambda seeded: gen),
-        val_reward_fn=lambda batch, return_dict: {"reward_tensor": _scores(), "reward_extra_info": {"acc": [True, False]}},
+        val_reward_fn=lambda batch, return_dict: {"reward_tensor": _scores(),
+                                                  "reward_extra_info": {"acc": [True, False]}},
     )
     cfg = SimpleNamespace(
         actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(val_kwargs=SimpleNamespace(n=1))),
-        trainer=SimpleNamespace(log_val_generations=0, validation_data_dir=str(tmp_path / "val"), output_dir=str(tmp_path)),
+        trainer=SimpleNamespace(log_val_generations=1, validation_data_dir=str(tmp_path / "val"),
+                                output_dir=str(tmp_path)),
     )
     metrics = run_validation(parts, cfg, global_step, lambda batch, validate: batch.select(batch_keys=["dummy"]),
                              lambda g, purpose: g)
     assert metrics["val-aux/calc/reward/mean@1"] == 0.625 and metrics["val-core/calc/acc/mean@1"] == 0.5
-    return [json.loads(x) for x in (tmp_path / "val" / f"{global_step}.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "val" / f"{global_step}.jsonl").read_text().splitlines()]
+    (sample,) = [json.loads(x) for x in (tmp_path / "val_generations.jsonl").read_text().splitlines()]
+    assert sample in [{"step": global_step, **{k: r[k] for k in ("input", "output", "score")}} for r in rows]
+    return rows
 
 
 def test_training_and_validation_dumps_of_a_multi_turn_batch_are_the_same_rows(tmp_path):
@@ -95,7 +100,8 @@ def test_training_and_validation_dumps_of_a_multi_turn_batch_are_the_same_rows(t
     assert [r["output"] for r in train] == [r["output"] for r in val] == ["ab=7c", "xy"]
     # the output keeps the tool turn the response mask leaves out (the reward manager decodes "abc")
     gen = _generated(tok)
-    assert tok.decode(gen.batch["responses"][0][gen.batch["response_mask"][0].bool()], skip_special_tokens=True) == "abc"
+    scored = gen.batch["responses"][0][gen.batch["response_mask"][0].bool()]
+    assert tok.decode(scored, skip_special_tokens=True) == "abc"
     assert [r["step"] for r in train] == [3, 3] and [r["step"] for r in val] == [2, 2]
     for t, v in zip(train, val):
         assert {k: x for k, x in t.items() if k != "step"} == {k: x for k, x in v.items() if k != "step"}

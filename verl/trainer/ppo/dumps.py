@@ -75,7 +75,8 @@ def _jsonable(value: Any) -> Any:
 
 
 def generation_rows(batch: Any, tokenizer: Any, step: int, *, scores: Sequence[float] | torch.Tensor | None = None,
-                    extra: dict[str, Sequence[Any]] | None = None, policy_version: int | None = None) -> list[dict[str, Any]]:
+                    extra: dict[str, Sequence[Any]] | None = None,
+                    policy_version: int | None = None) -> list[dict[str, Any]]:
     """The dump rows of a generated batch (module docstring), in batch order.
 
     Args:
@@ -147,7 +148,8 @@ def dump_generations(directory: str | Path, step: int, rows: Sequence[dict[str, 
     return out
 
 
-def pick_val_generations(inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float], n: int) -> list[tuple[str, str, float]]:
+def pick_val_generations(inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float],
+                         n: int) -> list[tuple[str, str, float]]:
     """N (input, output, score) samples: sorted by input, shuffled with RandomState(42), first N."""
     samples = sorted(zip(inputs, outputs, (float(s) for s in scores)), key=lambda x: x[0])
     order = np.arange(len(samples))
@@ -244,11 +246,13 @@ def dump_rollout_data(batch: Any, tokenizer: Any, directory: str | Path, step: i
     Returns:
         The JSONL and the NPZ paths.
     """
-    keep = select_dump_rows(batch.non_tensor_batch["uid"] if "uid" in batch.non_tensor_batch else range(len(batch)), max_rows)
+    uids = batch.non_tensor_batch["uid"] if "uid" in batch.non_tensor_batch else range(len(batch))
+    keep = select_dump_rows(uids, max_rows)
     sub = batch[keep] if len(keep) < len(batch) else batch
     b, ntb = sub.batch, sub.non_tensor_batch
     extra = {k: ntb[k] for k in score_keys if k in ntb}
-    jsonl = dump_generations(directory, step, generation_rows(sub, tokenizer, step, extra=extra, policy_version=policy_version))
+    rows = generation_rows(sub, tokenizer, step, extra=extra, policy_version=policy_version)
+    jsonl = dump_generations(directory, step, rows)
 
     width = b["prompts"].shape[1]
     pmask, rmask = b["attention_mask"][:, :width].bool(), b["attention_mask"][:, width:].bool()

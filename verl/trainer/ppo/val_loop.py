@@ -78,8 +78,8 @@ def _log_val_generations(tcfg: Any, global_step: int, rows: list[dict[str, Any]]
     )
 
     if tcfg.log_val_generations:
-        samples = pick_val_generations([r["input"] for r in rows], [r["output"] for r in rows], [r["score"] for r in rows],
-                                       tcfg.log_val_generations)
+        texts = [r["input"] for r in rows], [r["output"] for r in rows]
+        samples = pick_val_generations(*texts, [r["score"] for r in rows], tcfg.log_val_generations)
         log_val_generations(samples, global_step, tcfg.output_dir)
     if tcfg.validation_data_dir:
         dump_generations(tcfg.validation_data_dir, global_step, rows)
