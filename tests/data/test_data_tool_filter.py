@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from verl.config.compat import BUILTIN_TOOL_CONFIG
+from verl.config.compat.seed_layout import BUILTIN_TOOL_CONFIG
 from verl.config.loader import load_config
 from verl.config.schema import DataConfig
 from verl.data import RLDataLoader, RLHFDataset, create_rl_dataset

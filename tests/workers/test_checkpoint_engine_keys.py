@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from verl.config import ConfigError, load_config
-from verl.config.verl_keys import check_compat
+from verl.config.compat.verl_keys import check_compat
 from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync, bucket_bytes_of
 
 CE = "actor_rollout_ref.rollout.checkpoint_engine"

@@ -5,9 +5,9 @@
 
 See :mod:`verl.config.pipeline` for the loading steps every command shares (YAML, ``defaults:``
 lists and presets, overrides, unknown keys), :mod:`verl.config.loader` for the RL-only ones,
-:mod:`verl.config.schema` for every key, :mod:`verl.config.compat` for the short layout of the
+:mod:`verl.config.schema` for every key, :mod:`verl.config.compat.seed_layout` for the short layout of the
 product's documents,
-:mod:`verl.config.verl_keys` for what each key of verl's reference config does here (takes
+:mod:`verl.config.compat.verl_keys` for what each key of verl's reference config does here (takes
 effect, documented no-op, or "not supported yet"). This package imports neither torch nor any
 other verl package (a user's ``external_lib`` aside), so it is cheap to import.
 """
@@ -42,7 +42,7 @@ from verl.config.schema import (
     RootConfig,
     TrainerConfig,
 )
-from verl.config.compat import translate_seed_layout
+from verl.config.compat.seed_layout import translate_seed_layout
 
 __all__ = [
     "PRESET_DIR",

@@ -173,7 +173,7 @@ def _check_vllm(cfg: RootConfig) -> None:
     """rollout.name=vllm: vLLM must be installed, in the build for the configured device."""
     import importlib.util
 
-    from verl.config.compat import vllm_cpu_build
+    from verl.config.compat.seed_layout import vllm_cpu_build
 
     device = cfg.trainer.device
     if importlib.util.find_spec("vllm") is None:

@@ -38,7 +38,7 @@ import dataclasses
 from typing import Any
 
 from verl.config import choices as C
-from verl.config.verl_keys_checks import translate_aliases
+from verl.config.compat.verl_keys_checks import translate_aliases
 from verl.config.errors import ConfigError
 from verl.config.schema import RootConfig
 
@@ -95,7 +95,7 @@ def finalize(cfg: RootConfig) -> RootConfig:
         ConfigError: A deprecated global micro-batch size not divisible by the world size.
     """
     cfg = copy.deepcopy(cfg)
-    translate_aliases(cfg)  # verl's alternative spellings (see verl.config.verl_keys_checks)
+    translate_aliases(cfg)  # verl's alternative spellings (see verl.config.compat.verl_keys_checks)
     data, arr, critic = cfg.data, cfg.actor_rollout_ref, cfg.critic
     rollout, actor = arr.rollout, arr.actor
     if rollout.prompt_length is None:

@@ -93,7 +93,7 @@ def _key_table(root: type = RootConfig) -> dict[str, Any]:
 
 
 def _rl_layout_hint(path: str) -> str | None:
-    from verl.config.verl_hints import layout_hint
+    from verl.config.compat.verl_hints import layout_hint
 
     return layout_hint(path)
 

@@ -17,9 +17,9 @@ and verl layout translation, finalize, consistency, verl keys).
    group selections among the overrides, ``model_engine=...``, go to Hydra); a file whose
    ``ppo_trainer`` is on no search path keeps the built-in meaning (the schema defaults, which
    are verl's values). Each document in the seed layout is translated first
-   (:mod:`verl.config.compat`); verl's current layout (``_target_`` markers, ``reward.*``,
+   (:mod:`verl.config.compat.seed_layout`); verl's current layout (``_target_`` markers, ``reward.*``,
    ``critic.fsdp``, verl's ``null`` placeholders) is normalised after the overrides
-   (:mod:`verl.config.verl_layout`).
+   (:mod:`verl.config.compat.verl_layout`).
 2. **overrides** — Hydra-grammar ``a.b=c``, ``+a.b=c``, ``~a.b`` (:mod:`verl.config.overrides`).
 3. **keys** — unknown keys are rejected with a did-you-mean; a scalar for a list-of-strings field
    becomes a one-element list (:func:`verl.config.introspect.check_tree`).
@@ -30,7 +30,7 @@ and verl layout translation, finalize, consistency, verl keys).
 7. **consistency** — cross-section rules: batch sizes, estimator vs critic, lengths, devices
    (:mod:`verl.config.consistency`).
 8. **verl keys** — every key of verl's reference config that cannot take effect here is refused
-   with "`<key>` is not supported yet: ..." (:mod:`verl.config.verl_keys`); a key another part
+   with "`<key>` is not supported yet: ..." (:mod:`verl.config.compat.verl_keys`); a key another part
    of the product is adding gives the same error instead of "unknown key"; the module named
    in ``actor_rollout_ref.model.external_lib`` is imported before names are checked (it may
    register advantage estimators / policy losses).
@@ -55,15 +55,15 @@ from verl.config.checks import check_sections
 from verl.config.consistency import check_consistency
 from verl.config.errors import ConfigError
 from verl.config.finalize import finalize
-from verl.config.verl_keys import check_compat, check_unknown_owned, import_external_lib
+from verl.config.compat.verl_keys import check_compat, check_unknown_owned, import_external_lib
 from verl.config.introspect import check_tree, key_kind
 from verl.config.overrides import apply_overrides
 from verl.config.pipeline import PRESET_DIR, Layout, compose, name_experiment, read_yaml, resolve_config, type_error
 from verl.config.pipeline import list_presets as pipeline_list_presets
 from verl.config.schema import RootConfig
-from verl.config.compat import translate_override, translate_seed_layout
+from verl.config.compat.seed_layout import translate_override, translate_seed_layout
 from verl.config.hydra_compose import BaseConfigNotFound, compose_file, group_names, needs_hydra, split_group_overrides
-from verl.config.verl_layout import normalize_verl_tree, translate_layout_override
+from verl.config.compat.verl_layout import normalize_verl_tree, translate_layout_override
 
 __all__ = [
     "PRESET_DIR",

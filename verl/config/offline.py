@@ -30,7 +30,7 @@ from verl.config.checks import Rule, check_sections, ge, gt, one_of
 from verl.config.errors import ConfigError
 from verl.config.pipeline import PRESET_DIR, Layout, load_tree, structured
 from verl.config.schema import CustomRewardFunctionConfig, ModelConfig, RolloutConfig, TrainerConfig
-from verl.config.schema_verl import RayKwargsConfig
+from verl.config.compat.schema_verl import RayKwargsConfig
 
 __all__ = ["EvalConfig", "GenerationConfig", "GenerationDataConfig", "load_eval_config", "load_generation_config"]
 

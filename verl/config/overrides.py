@@ -16,7 +16,7 @@ interpolations behave exactly as in verl's scripts. Semantics here:
 - ``~a.b``: delete the key from the user values, i.e. back to the schema default (``~a.b=v``
   deletes only when the current value is ``v``).
 - An override the caller's ``translate`` recognises (the loader passes the seed-layout
-  translation of :mod:`verl.config.compat`: ``trainer.rollout_batch_size=64``,
+  translation of :mod:`verl.config.compat.seed_layout`: ``trainer.rollout_batch_size=64``,
   ``algorithm=<name>``) is merged as the canonical values it returns.
 - Sweeps (``a=1,2``) and package overrides (``a@b=c``) are rejected: one run, one config.
 """
@@ -99,7 +99,7 @@ def apply_overrides(
         root: The schema dataclass the keys belong to (``RootConfig``, ``SFTRootConfig``, ...);
             None skips the key checks (a layout whose keys its caller checks afterwards).
         owned: ``owned(values, key_kind)`` raises the "not supported yet" error for an unknown key
-            that another part of the product is adding (`verl.config.verl_keys.check_unknown_owned`).
+            that another part of the product is adding (`verl.config.compat.verl_keys.check_unknown_owned`).
 
     Returns:
         The new dict of user values.

@@ -56,7 +56,7 @@ class Layout:
         base_configs: ``defaults`` entries that name the schema defaults themselves (verl's
             ``ppo_trainer``): skipped.
         translate_document: Each composed document's keys in another layout -> this schema's
-            (the RL seed layout, `verl.config.compat.translate_seed_layout`).
+            (the RL seed layout, `verl.config.compat.seed_layout.translate_seed_layout`).
         translate_override: ``(key, value)`` of an override in another layout -> this schema's
             values, or None (see `verl.config.overrides.apply_overrides`).
         owned: Unknown keys another part of the product is adding -> "not supported yet".

@@ -18,9 +18,9 @@ Size: this file holds the keys of verl's reference PPO config section by section
 lines, over the 800-line ceiling on purpose: each field is one line plus its one-line comment,
 and the remaining sections refer to each other, e.g. the reward model's and the critic's
 ``FSDPConfig``). The rollout sections live in :mod:`verl.config.schema_rollout`; verl's engine,
-profiler and serving sub-sections in :mod:`verl.config.schema_verl`; the run guards, attestation,
+profiler and serving sub-sections in :mod:`verl.config.compat.schema_verl`; the run guards, attestation,
 distillation and V1 trainer sections in their own ``schema_*`` modules; what each verl key does
-here is tabled in :mod:`verl.config.verl_keys`.
+here is tabled in :mod:`verl.config.compat.verl_keys`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from verl.config.schema_distill import DistillationConfig
 from verl.config.schema_attest import SyncCheckConfig  # noqa: F401 (re-exported: config/checks.py uses S.SyncCheckConfig)
 from verl.config.schema_v1 import TrainerV1Config
 from verl.config.schema_rollout import AgentLoopConfig, MultiTurnConfig, RolloutConfig, SamplingConfig  # noqa: F401 (re-exported: callers use S.<Class>)
-from verl.config.schema_verl import (
+from verl.config.compat.schema_verl import (
     CustomClassConfig,
     FilterGroupsConfig,
     FusedKernelOptions,
@@ -51,7 +51,7 @@ from verl.config.schema_verl import (
     TransferQueueConfig,
     WrapPolicyConfig,
 )
-from verl.config.schema_verl import (  # verl's current layout (config/verl_layout.py)
+from verl.config.compat.schema_verl import (  # verl's current layout (config/compat/verl_layout.py)
     EngineLoRAConfig,
     QATConfig,
     SkipConfig,
@@ -98,7 +98,7 @@ class DataConfig:
     # Worker processes of the training DataLoader.
     apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Extra keyword arguments for tokenizer.apply_chat_template.
-    # --- verl keys below: what each does is in verl.config.verl_keys's table
+    # --- verl keys below: what each does is in verl.config.compat.verl_keys's table
     max_samples: int = -1
     # Use at most this many training AND validation samples each (first N); -1 = all.
     train_max_samples: int = -1
@@ -546,7 +546,7 @@ class CriticConfig:
     forward_micro_batch_size: Optional[int] = None
     # Deprecated global micro batch of the value forward.
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
-    # verl's engine spelling of model.fsdp_config (both hold the same values, config/verl_layout.py).
+    # verl's engine spelling of model.fsdp_config (both hold the same values, config/compat/verl_layout.py).
     loss_scale_factor: Optional[float] = None
     # verl mirrors actor.loss_scale_factor here.
     ulysses_sequence_parallel_size: int = 1
@@ -840,7 +840,7 @@ class RootConfig:
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
     # ray.init arguments.
     reward: VerlRewardConfig = field(default_factory=VerlRewardConfig)
-    # verl's reward namespace; migrated onto reward_model / custom_reward_function (config/reward_layout.py).
+    # verl's reward namespace; migrated onto reward_model / custom_reward_function (config/compat/reward_layout.py).
     skip: SkipConfig = field(default_factory=SkipConfig)
     # verl's skip manager (replay of dumped stage outputs).
     distillation: DistillationConfig = field(default_factory=DistillationConfig)

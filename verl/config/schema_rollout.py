@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from verl.config.schema_attest import SyncCheckConfig
-from verl.config.schema_verl import (
+from verl.config.compat.schema_verl import (
     CheckpointEngineConfig,
     DisaggregationConfig,
     ProfilerConfig,

@@ -2,7 +2,7 @@
 
 verl's ``ppo_trainer.yaml`` has 507 leaf keys; a verl user's script may set any of them. The
 sections here exist so that every such key is *known* (no "unknown key" for a verl key). What
-each field does here is stated once, in :mod:`verl.config.verl_keys`'s machine-readable table:
+each field does here is stated once, in :mod:`verl.config.compat.verl_keys`'s machine-readable table:
 a field either takes effect, is a documented no-op (with verl's meaning), or raises
 "`<key>` is not supported yet: <what to do>" when set to anything but its default.
 
@@ -427,7 +427,7 @@ class VerlRewardConfig:
     """verl's ``reward`` section (``verl/trainer/config/reward/reward.yaml``).
 
     Its values are migrated onto the keys the product reads (``reward_model.*``,
-    ``custom_reward_function.*``, ``reward_manager.*``) by :mod:`verl.config.reward_layout`.
+    ``custom_reward_function.*``, ``reward_manager.*``) by :mod:`verl.config.compat.reward_layout`.
     """
 
     num_workers: int = 8

@@ -105,7 +105,7 @@ __all__ = ["is_seed_key", "is_seed_layout", "translate_override", "translate_see
 logger = logging.getLogger("verl.config")
 
 _MODEL, _ACTOR, _ROLLOUT, _REF = "actor_rollout_ref.model", "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
-BUILTIN_TOOL_CONFIG = str(Path(__file__).resolve().parents[1] / "tools" / "configs" / "calculator_tool_config.yaml")
+BUILTIN_TOOL_CONFIG = str(Path(__file__).resolve().parents[2] / "tools" / "configs" / "calculator_tool_config.yaml")
 # The tools ``rollout.tool_integration: true`` turns on: the built-in calculator.
 ALGORITHMS: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "reinforce": "reinforce_plus_plus", "hybrid": "gae"}
 SEED_TRAINER_KEYS = frozenset({"algorithm", "rollout_batch_size", "num_rollout_workers", "use_vllm",

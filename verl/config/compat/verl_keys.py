@@ -14,7 +14,7 @@ field is in exactly one of these states (a test walks the schema and checks it):
   happens (:data:`HF_ENGINE`);
 - :data:`INDIRECT` — takes effect, read without an attribute access (e.g. as keyword arguments);
 - :data:`CONDITIONAL` — takes effect in some settings and is refused in others; the check
-  functions in :mod:`verl.config.verl_keys_checks` say which.
+  functions in :mod:`verl.config.compat.verl_keys_checks` say which.
 
 Patterns are ``fnmatch`` globs over dotted key paths (``*`` also matches dots).
 :func:`check_compat` applies the table to a finalized config; :func:`check_unknown_owned`
@@ -30,7 +30,7 @@ import functools
 from typing import Any
 
 from verl.config.errors import ConfigError, not_supported
-from verl.config.verl_keys_layout import merge_layout_tables
+from verl.config.compat.verl_keys_layout import merge_layout_tables
 
 __all__ = [
     "CONDITIONAL",
@@ -241,7 +241,7 @@ INDIRECT: dict[str, str] = {
 """Keys that take effect but are read without an attribute access: pattern -> how."""
 
 
-merge_layout_tables(NOOP, UNSUPPORTED, CONDITIONAL, INDIRECT, HF_ENGINE)  # verl's current layout: config/verl_keys_layout.py
+merge_layout_tables(NOOP, UNSUPPORTED, CONDITIONAL, INDIRECT, HF_ENGINE)  # verl's current layout: config/compat/verl_keys_layout.py
 
 
 @functools.lru_cache(maxsize=None)
@@ -290,7 +290,7 @@ def check_compat(cfg: Any) -> None:
             refused: an :data:`UNSUPPORTED` key off its default, an engine key the ``hf``
             engine cannot honour, or a :data:`CONDITIONAL` key outside its supported range.
     """
-    from verl.config.verl_keys_checks import check_conditional
+    from verl.config.compat.verl_keys_checks import check_conditional
     from verl.config.schema import RootConfig
 
     defaults = dict(_leaves(RootConfig()))

@@ -1,4 +1,4 @@
-"""The rules of the :data:`verl.config.verl_keys.CONDITIONAL` keys, and verl's key aliases.
+"""The rules of the :data:`verl.config.compat.verl_keys.CONDITIONAL` keys, and verl's key aliases.
 
 ``translate_aliases`` runs in ``finalize`` (it rewrites verl's alternative spellings onto the
 keys the product reads); ``check_conditional`` runs after it and refuses the settings that
@@ -177,7 +177,7 @@ def _check_split_rollout(cfg: Any) -> None:
 
 
 def check_conditional(cfg: Any) -> None:
-    """Refuses the :data:`~verl.config.verl_keys.CONDITIONAL` settings that cannot take effect.
+    """Refuses the :data:`~verl.config.compat.verl_keys.CONDITIONAL` settings that cannot take effect.
 
     Raises:
         ConfigError: "`<key>` is not supported yet: <what to do>".

@@ -1,4 +1,4 @@
-"""The compatibility-table rows of verl's current layout (merged into :mod:`verl.config.verl_keys`).
+"""The compatibility-table rows of verl's current layout (merged into :mod:`verl.config.compat.verl_keys`).
 
 The keys verl added with its engine / reward / skip-manager layout: each row says what the key
 does here, in the same four kinds as the main table (no-op with verl's meaning, not supported
@@ -58,8 +58,8 @@ LAYOUT_UNSUPPORTED: dict[str, str] = {
 """Refused unless at the default: pattern -> what to do instead."""
 
 LAYOUT_INDIRECT: dict[str, str] = {
-    "reward.*": "migrated onto reward_model.* / custom_reward_function.* / reward_manager.* (config/reward_layout.py)",
-    "critic.fsdp.*": "verl's engine spelling of critic.model.fsdp_config.*: both hold the same values (config/verl_layout.py)",
+    "reward.*": "migrated onto reward_model.* / custom_reward_function.* / reward_manager.* (config/compat/reward_layout.py)",
+    "critic.fsdp.*": "verl's engine spelling of critic.model.fsdp_config.*: both hold the same values (config/compat/verl_layout.py)",
 }
 """Keys that take effect but are read without an attribute access: pattern -> how."""
 

@@ -4,14 +4,14 @@
 what verl writes that the schema spells differently:
 
 - ``_target_`` markers anywhere: checked against the section they mark
-  (:mod:`verl.config.verl_targets`) and removed (the schema's dataclasses type every section).
+  (:mod:`verl.config.compat.verl_targets`) and removed (the schema's dataclasses type every section).
   Inside a free-form mapping (``override_config``, ``engine_kwargs``, ...) an unknown
   ``_target_`` is user data and is kept.
 - Roles on verl's Megatron / TorchTitan / VeOmni engines: mapped onto FSDP2 when data parallel
   (:mod:`verl.config.engine_layout`); the AutoModel engine is refused.
 - ``model_engine`` (verl's engine-family group, ``dp`` for FSDP): its choice is already in the
   composed sections (the roles' ``strategy`` keys), so it is checked and removed.
-- The ``reward.*`` namespace and its legacy spellings (:mod:`verl.config.reward_layout`).
+- The ``reward.*`` namespace and its legacy spellings (:mod:`verl.config.compat.reward_layout`).
 - ``critic.fsdp`` (verl's engine section of the critic) and ``critic.model.fsdp_config`` (the
   older spelling the workers read): both end up holding the merged values; the same leaf set to
   different values in both is an error naming them.
@@ -28,8 +28,8 @@ from typing import Any
 
 from verl.config.engine_layout import engine_override, map_other_engines
 from verl.config.errors import ConfigError
-from verl.config.reward_layout import migrate_reward
-from verl.config.verl_targets import check_target
+from verl.config.compat.reward_layout import migrate_reward
+from verl.config.compat.verl_targets import check_target
 
 __all__ = ["MODEL_ENGINES", "OVERRIDE_ALIASES", "normalize_verl_tree", "translate_layout_override"]
 
@@ -78,7 +78,7 @@ def _strip_targets(node: dict[str, Any], path: str, kind: Any) -> None:
 
 
 def _target_known(path: str) -> bool:
-    from verl.config.verl_targets import _classes_for
+    from verl.config.compat.verl_targets import _classes_for
 
     return bool(_classes_for(path))
 

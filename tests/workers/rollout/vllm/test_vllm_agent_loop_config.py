@@ -74,7 +74,7 @@ def test_manager_wakes_and_sleeps_a_server_engine_and_drops_missing_log_probs(sh
 
 def test_rollout_on_its_own_resource_pool_accepts_vllm_with_lora():
     from verl.config import load_config
-    from verl.config.verl_keys_checks import check_conditional
+    from verl.config.compat.verl_keys_checks import check_conditional
 
     cfg = load_config(None, ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.model.lora_rank=4"])
     check_conditional(cfg)  # hf + LoRA on a separate pool is built

@@ -17,7 +17,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.workers.rollout.vllm.vllm_helpers import VLLM_MARKS
 from verl.config.schema import RolloutConfig
-from verl.config.schema_verl import CheckpointEngineConfig
+from verl.config.compat.schema_verl import CheckpointEngineConfig
 from verl.modules.forward import compute_log_probs
 from verl.protocol import DataProto
 
