@@ -11,13 +11,15 @@ Each row's responses (a list of strings, `verl.trainer.main_generation`'s ``resp
 scored against ``row[reward_model_key]["ground_truth"]`` by the custom function, or by the
 built-in scorer routed by the row's data source (`verl.reward.scorers.default_compute_score`), as
 in training: the same ``fn(data_source=, solution_str=, ground_truth=, extra_info=)`` call, a
-float or a dict with ``score``. A scorer that raises, returns a non-number or NaN, or runs past
-``reward_model.timeout_s`` scores 0 and is counted (``num_errors`` / ``num_timeouts``; the first of
-each kind is printed with its message). Decision: 3 timeouts in a row anywhere in the file stop the
-evaluation with an error naming the row (a hung scorer would otherwise cost ``timeout_s`` per
-remaining response, hours on a large file, or silently score them 0); a scorer that fails on
-every response is an error too, not a score of 0. The responses are scored in one scorer thread
-(`verl.reward.timeout.TimeoutCaller.call_many`), each with its own deadline.
+float or a dict with ``score``, through the same scoring core and failure policy as the reward
+managers (`verl.reward.scoring`): the responses are scored in one scorer thread, each with its own
+``reward_model.timeout_s`` deadline; one that raises, returns a non-number or NaN, or runs past
+the deadline scores 0 and is counted (``num_errors``, non-finite scores included, as training's
+``reward/num_errors``; ``num_nonfinite``; ``num_timeouts``), the first of each kind printed with
+its message. The file is the policy's one step (``patience`` 1): 3 timeouts in a row anywhere in
+the file stop the evaluation with an error naming the row (a hung scorer would otherwise cost
+``timeout_s`` per remaining response, hours on a large file, or silently score them 0), and a
+scorer that fails on every response is an error too, not a score of 0.
 
 Metrics, per data source ``ds`` (rows with n responses each):
 
@@ -59,19 +61,20 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
     Raises:
         DataError: a row without a data source, responses or ground truth (file and row named);
         RegistryError: with the built-in scorers, a data source none of them handles;
-        RewardFunctionError: a custom reward file or function that cannot be loaded, or a
-            scorer that failed on every response (its first failure of each kind named).
+        RewardFunctionError: a custom reward file or function that cannot be loaded;
+        RewardFailureError (a RewardFunctionError): a scorer that failed on every response (its
+            first failure of each kind named) or timed out on 3 in a row (the row named).
 
     Failures on some responses are reported through ``log`` (default: stderr), the first of each
     kind with its message, and counted in the metrics.
     """
     from verl.commands.generate import read_data_rows
     from verl.reward.loader import load_custom_reward_fn
-    from verl.reward.manager_steps import check_data_sources, outcome_to_result
-    from verl.reward.managers import MAX_CONSECUTIVE_TIMEOUTS
+    from verl.reward.manager_steps import check_data_sources
     from verl.reward.scorers import default_compute_score
+    from verl.reward.scoring import COUNTERS, RewardFailurePolicy, score_calls
     from verl.reward.timeout import TimeoutCaller
-    from verl.utils.errors import DataError, RewardFunctionError
+    from verl.utils.errors import DataError
     from verl.utils.registry import RegistryError
 
     if log is None:
@@ -104,49 +107,29 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
             except RegistryError as e:
                 raise DataError(f"{d.path}: {labels[i]}: {e}") from None
         fn = default_compute_score
-    caller = TimeoutCaller(cfg.reward_model.timeout_s)
-    means, bests, counts = defaultdict(list), defaultdict(list), defaultdict(set)
-    failures = {"error": 0, "timeout": 0, "nonfinite": 0}
-    first_failure: dict[str, str] = {}
     calls = [{"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": extra}
              for source, responses, truth, extra in parsed for text in responses]
     row_of = [i for i, p in enumerate(parsed) for _ in p[1]]
-    flat = caller.call_many(fn, calls, stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS)  # one scorer thread for the file
-    skipped = next((j for j, o in enumerate(flat) if o.status == "timeout" and o.error.startswith("skipped")), None)
-    if skipped is not None:
-        raise RewardFunctionError(
-            f"the scorer timed out on {MAX_CONSECUTIVE_TIMEOUTS} responses in a row, the last at {d.path}: "
-            f"{labels[row_of[skipped - 1]]}: it looks hung; fix it or raise reward_model.timeout_s "
-            f"(now {cfg.reward_model.timeout_s} s)")
-    outcomes = iter(flat)
+    results, counts = score_calls(fn, calls, TimeoutCaller(cfg.reward_model.timeout_s),
+                                  lambda j: f"{d.path}: {labels[row_of[j]]} (data_source={parsed[row_of[j]][0]!r})")
+    RewardFailurePolicy(patience=1, timeout_s=cfg.reward_model.timeout_s, noun="response").check(counts)
+    means, bests, sizes = defaultdict(list), defaultdict(list), defaultdict(set)
+    scored = iter(results)
     for source, responses, _truth, _extra in parsed:
-        scores = []
-        for _ in responses:
-            outcome = next(outcomes)
-            result = outcome_to_result(outcome)
-            if result.status != "ok":
-                kind = "nonfinite" if result.nonfinite else result.status
-                failures[kind] += 1
-                first_failure.setdefault(kind, f"data_source={source!r}: {result.message}")
-            scores.append(result.score)
+        scores = [next(scored).score for _ in responses]
         means[source].append(sum(scores) / len(scores))
         bests[source].append(max(scores))
-        counts[source].add(len(scores))
+        sizes[source].add(len(scores))
     metrics: dict[str, float] = {}
     for source in means:
-        n = counts[source]
+        n = sizes[source]
         metrics[f"test_score/{source}"] = sum(means[source]) / len(means[source])
         metrics[f"test_score/{source}/best@{n.pop() if len(n) == 1 else 'var'}"] = sum(bests[source]) / len(bests[source])
         metrics[f"num_rows/{source}"] = float(len(means[source]))
-    metrics.update({f"num_{k}s" if k != "nonfinite" else "num_nonfinite": float(v) for k, v in failures.items()})
-    total = sum(len(p[1]) for p in parsed)
-    if sum(failures.values()) == total:
-        first = "; ".join(f"{k}: {v}" for k, v in first_failure.items())
-        raise RewardFunctionError(f"the scorer failed on every one of the {total} responses, so there is no score "
-                                  f"(first failure of each kind: {first})")
-    for kind, message in first_failure.items():
-        counter = {"error": "num_errors", "timeout": "num_timeouts"}.get(kind, "num_nonfinite")
-        log(f"warning: {failures[kind]} responses scored 0 ({counter}); the first: {message}")
+    metrics.update(counts.metrics(prefix=""))
+    for kind, message in counts.first.items():
+        number = {"error": counts.errors, "nonfinite": counts.nonfinite, "timeout": counts.timeouts}[kind]
+        log(f"warning: {number} responses scored 0 ({COUNTERS[kind]}); the first: {message}")
     return metrics
 
 

@@ -15,7 +15,9 @@ eq. 13 (https://arxiv.org/abs/2503.14476).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -36,6 +38,21 @@ class OverlongBufferConfig:
     enable: bool = False
     len: int = 0
     penalty_factor: float = 1.0
+
+    @classmethod
+    def from_config(cls, section: Any) -> OverlongBufferConfig:
+        """The settings of a config section: ``reward_model.overlong_buffer`` (an object with these
+        attributes) or verl's ``reward_kwargs.overlong_buffer_cfg`` (a mapping); absent fields take
+        their defaults, other fields (``log``) are not read.
+
+        Raises:
+            ValueError, TypeError: ``len`` / ``penalty_factor`` that are not numbers.
+        """
+        if isinstance(section, cls):
+            return section
+        get = section.get if isinstance(section, Mapping) else lambda name, default: getattr(section, name, default)
+        values = {f.name: get(f.name, f.default) for f in fields(cls)}
+        return cls(enable=bool(values["enable"]), len=int(values["len"]), penalty_factor=float(values["penalty_factor"]))
 
     def validate(self, max_response_length: int | None) -> None:
         """Checks the settings against the response budget; a no-op when disabled.

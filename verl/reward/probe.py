@@ -3,10 +3,9 @@
 The engine of ``verl reward test`` (`verl.commands.reward_test`). A `Probe` is one scorer call
 (``fn(data_source=, solution_str=, ground_truth=, extra_info=)``, the reward managers' call);
 `score_probes` makes every call twice through the managers' own scoring core
-(`verl.reward.timeout.TimeoutCaller.call_many` with the managers' per-sample deadline and their
-stop after `verl.reward.managers.MAX_CONSECUTIVE_TIMEOUTS` timeouts in a row, then
-`verl.reward.manager_steps.outcome_to_result`: a raise, a non-number or NaN scores 0.0, as in
-training), and `analyse` turns the two passes into a report.
+(`verl.reward.scoring.score_calls`: the managers' per-sample deadline, their stop after
+`verl.reward.scoring.MAX_CONSECUTIVE_TIMEOUTS` timeouts in a row, and a raise, a non-number or
+NaN scoring 0.0, as in training), and `analyse` turns the two passes into a report.
 
 What is flagged (``severity`` ``fail``: the exit status of ``verl reward test`` is 1):
 
@@ -38,8 +37,7 @@ from typing import Any, Literal
 import numpy as np
 
 from verl.reward.fixtures import FIXTURE_GROUPS, GROUP_OF
-from verl.reward.manager_steps import outcome_to_result
-from verl.reward.managers import MAX_CONSECUTIVE_TIMEOUTS
+from verl.reward.scoring import score_calls
 from verl.reward.timeout import TimeoutCaller
 
 __all__ = ["Probe", "Scored", "analyse", "score_probes"]
@@ -100,7 +98,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _one_pass(fn: Callable[..., Any], probes: Sequence[Probe], caller: TimeoutCaller) -> list[Scored]:
-    """Every probe once, in order, through `TimeoutCaller.call_many`."""
+    """Every probe once, in order, through `score_calls`."""
     seconds: dict[int, float] = {}
     raised: dict[int, tuple[str, str]] = {}
 
@@ -116,10 +114,9 @@ def _one_pass(fn: Callable[..., Any], probes: Sequence[Probe], caller: TimeoutCa
 
     calls = [{"_probe_index": i, "data_source": p.source, "solution_str": p.solution_str,
               "ground_truth": p.ground_truth, "extra_info": p.extra_info} for i, p in enumerate(probes)]
-    outcomes = caller.call_many(timed, calls, stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS)
+    results, _counts = score_calls(timed, calls, caller)
     out = []
-    for i, outcome in enumerate(outcomes):
-        result = outcome_to_result(outcome)
+    for i, result in enumerate(results):
         if result.status == "timeout":
             out.append(Scored("timeout", error_type="Timeout", error_line=result.message))
         elif result.status == "error":

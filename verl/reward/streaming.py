@@ -33,6 +33,7 @@ from typing import Any
 import torch
 
 from verl.protocol import DataProto
+from verl.reward.scoring import FailureCounts
 from verl.reward.timeout import TimeoutCaller
 
 __all__ = ["RewardModelScorer", "ScoredItem", "StreamingRewardScorer", "merge_scored"]
@@ -50,6 +51,7 @@ class ScoredItem:
         extra_info: per-row values, each a list of b.
         metrics: the manager's counts (``reward/num_errors``, ``reward/num_timeouts``, ...).
         seconds: wall time of the scoring call.
+        failures: the manager's `FailureCounts` (None when its result has none).
     """
 
     rows: list[int]
@@ -57,6 +59,7 @@ class ScoredItem:
     extra_info: dict[str, list[Any]] = field(default_factory=dict)
     metrics: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    failures: FailureCounts | None = None
 
 
 class StreamingRewardScorer:
@@ -104,7 +107,8 @@ class StreamingRewardScorer:
         result = self.reward_fn(data, return_dict=True)
         item = ScoredItem(rows=rows, reward_tensor=result["reward_tensor"],
                           extra_info={k: list(v) for k, v in (result.get("reward_extra_info") or {}).items()},
-                          metrics=dict(result.get("reward_metrics") or {}), seconds=time.perf_counter() - start)
+                          metrics=dict(result.get("reward_metrics") or {}), seconds=time.perf_counter() - start,
+                          failures=result.get("reward_failures"))
         with self._lock:
             self.busy_s += item.seconds
         if self.on_scored is not None:
@@ -134,7 +138,9 @@ def merge_scored(futures: Sequence[Future[ScoredItem]], n: int, width: int,
 
     Returns:
         ``{"reward_tensor": (B, R), "reward_extra_info": {key: list of B} (None where a row's
-        manager did not report the key), "reward_metrics": summed counts}``.
+        manager did not report the key), "reward_metrics": summed counts}``, and
+        ``"reward_failures"``: the summed `FailureCounts` when every submission reported them (the
+        first failures' ``sample i`` is then the row's index in its own submission).
 
     Raises:
         ValueError: the submissions do not cover every row exactly once.
@@ -144,8 +150,10 @@ def merge_scored(futures: Sequence[Future[ScoredItem]], n: int, width: int,
     extra: dict[str, list[Any]] = {}
     metrics: dict[str, float] = {}
     seen: list[int] = []
+    failures: FailureCounts | None = FailureCounts()
     for fut in futures:
         item = fut.result(timeout=timeout_s)
+        failures = failures + item.failures if failures is not None and item.failures is not None else None
         reward[item.rows] = item.reward_tensor.to(torch.float32).reshape(len(item.rows), width)
         for key, values in item.extra_info.items():
             column = extra.setdefault(key, [None] * n)
@@ -156,7 +164,10 @@ def merge_scored(futures: Sequence[Future[ScoredItem]], n: int, width: int,
         seen += item.rows
     if sorted(seen) != list(range(n)):
         raise ValueError(f"scored rows do not cover the batch of {n} rows exactly once: {sorted(seen)}")
-    return {"reward_tensor": reward, "reward_extra_info": extra, "reward_metrics": metrics}
+    out: dict[str, Any] = {"reward_tensor": reward, "reward_extra_info": extra, "reward_metrics": metrics}
+    if failures is not None and futures:
+        out["reward_failures"] = failures
+    return out
 
 
 class RewardModelScorer:
@@ -174,7 +185,8 @@ class RewardModelScorer:
         self._caller = TimeoutCaller(timeout_s)
 
     def __call__(self, data: DataProto, return_dict: bool = True) -> Any:
-        """``{"reward_tensor": rm_scores (b, R), "reward_extra_info": flags, "reward_metrics": counts}``."""
+        """``{"reward_tensor": rm_scores (b, R), "reward_extra_info": flags, "reward_metrics": counts,
+        "reward_failures": FailureCounts}`` (a failed call fails its b rows)."""
         outcome = self._caller(lambda: self.reward_model.compute_rm_score(data).batch["rm_scores"])
         n = len(data)
         ok = outcome.status == "ok"
@@ -182,5 +194,8 @@ class RewardModelScorer:
         extra = {"reward_error": [outcome.status == "error"] * n, "reward_timeout": [outcome.status == "timeout"] * n}
         metrics = {"reward/num_errors": float(n * (outcome.status == "error")),
                    "reward/num_timeouts": float(n * (outcome.status == "timeout"))}
-        result = {"reward_tensor": scores, "reward_extra_info": extra, "reward_metrics": metrics}
+        failures = FailureCounts(n, errors=int(metrics["reward/num_errors"]), timeouts=int(metrics["reward/num_timeouts"]),
+                                 first={} if ok else {outcome.status: f"rows 0-{n - 1}: {outcome.error}"})
+        result = {"reward_tensor": scores, "reward_extra_info": extra, "reward_metrics": metrics,
+                  "reward_failures": failures}
         return result if return_dict else scores

@@ -34,11 +34,14 @@ class CallOutcome:
         status: ``"ok"``, ``"error"`` (the function raised) or ``"timeout"``.
         value: The return value when ``status == "ok"``, else None.
         error: ``repr`` of the exception, or a timeout description; empty when ok.
+        skipped: A timeout for a call never made (`TimeoutCaller.call_many` after
+            ``stop_after_timeouts`` timeouts in a row).
     """
 
     status: Literal["ok", "error", "timeout"]
     value: Any = None
     error: str = ""
+    skipped: bool = False
 
 
 def _worker_loop(inbox: queue.SimpleQueue, outbox: queue.SimpleQueue) -> None:
@@ -131,7 +134,8 @@ class TimeoutCaller:
         while len(outcomes) < len(kwargs_list):
             if stop_after_timeouts and len(outcomes) >= stop_after_timeouts and all(
                     o.status == "timeout" for o in outcomes[-stop_after_timeouts:]):
-                outcomes += [CallOutcome("timeout", error="skipped: the scorer kept timing out")] * (len(kwargs_list) - len(outcomes))
+                skipped = CallOutcome("timeout", error="skipped: the scorer kept timing out", skipped=True)
+                outcomes += [skipped] * (len(kwargs_list) - len(outcomes))
                 break
             outcomes += self._run_until_timeout(fn, kwargs_list[len(outcomes):])
         return outcomes

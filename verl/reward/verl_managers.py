@@ -5,14 +5,14 @@ reward_fn_key="data_source", **reward_kwargs)`` called as ``manager(data, return
 and returning the `(B, R)` reward tensor, or ``{"reward_tensor", "reward_extra_info"}``. They
 typically loop ``for i in range(len(data)): item = data[i]`` over `DataProtoItem` rows.
 
-:func:`register` puts such a class into `REWARD_MANAGERS` behind a factory with this
-package's manager call (``factory(tokenizer, compute_score=, reward_fn_key=, **options)``);
-the factory builds the class with verl's arguments. This package's own options
-(``timeout_s``, ``overlong_buffer``, ``max_response_length``) do not apply to a user manager:
-it scores as its own code says.
-
-Also registered here: ``prime``, verl's process-pool manager, which computes the same
-per-sample ``compute_score`` values as ``naive`` (here with a per-sample deadline).
+:func:`register` puts such a class into `REWARD_MANAGERS` behind a `VerlManagerAdapter`, which
+has this package's manager constructor (`verl.reward.managers.NaiveRewardManager`'s arguments),
+so every registered name is built by the same call. The adapter translates them into verl's:
+``num_examine`` and ``compute_score`` (`default_compute_score` when None) as they are,
+``reward_kwargs`` as constructor keywords, and an enabled ``overlong_buffer`` with
+``max_response_length`` as verl's DAPO manager keywords ``overlong_buffer_cfg`` / ``max_resp_len``
+(as verl's DAPO recipe passes them). Keywords the constructor does not declare are left out
+unless it takes ``**kwargs``. ``timeout_s`` does not apply: such a class calls its scorer itself.
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ import inspect
 from collections.abc import Callable
 from typing import Any
 
-from verl.reward.managers import REWARD_MANAGERS, NaiveRewardManager
+from verl.reward.managers import REWARD_MANAGERS
+from verl.reward.overlong import OverlongBufferConfig
 from verl.reward.scorers import default_compute_score
 
-__all__ = ["AbstractRewardManager", "build_verl_manager", "get_reward_manager_cls", "register"]
-
-REWARD_MANAGERS.add("prime", NaiveRewardManager)
+__all__ = ["AbstractRewardManager", "VerlManagerAdapter", "build_verl_manager", "get_reward_manager_cls", "register"]
 
 
 class AbstractRewardManager(abc.ABC):
@@ -56,16 +55,35 @@ def build_verl_manager(cls: type, tokenizer: Any, *, num_examine: int = 0, compu
                reward_fn_key=reward_fn_key, **kwargs)
 
 
-class _VerlManagerFactory:
-    """What `REWARD_MANAGERS` holds for a verl-style class (picklable: Ray workers may build it)."""
+class VerlManagerAdapter:
+    """What `REWARD_MANAGERS` holds for a verl-style class: builds it from this package's manager
+    arguments (module docstring). Picklable: Ray workers may build it.
+
+    Args:
+        cls: The verl-style manager class.
+    """
 
     def __init__(self, cls: type) -> None:
         self.cls = cls
 
     def __call__(self, tokenizer: Any, compute_score: Callable[..., Any] | None = None, reward_fn_key: str = "data_source",
-                 num_examine: int = 0, reward_kwargs: dict[str, Any] | None = None, **_options: Any) -> Any:
+                 timeout_s: float | None = None, overlong_buffer: OverlongBufferConfig | None = None,
+                 max_response_length: int | None = None, num_examine: int = 0,
+                 reward_kwargs: dict[str, Any] | None = None) -> Any:
+        """``cls(tokenizer=, num_examine=, compute_score=, reward_fn_key=, **reward_kwargs)``.
+
+        Raises:
+            ValueError: An enabled ``overlong_buffer`` that `OverlongBufferConfig.validate` refuses.
+        """
+        kwargs = dict(reward_kwargs or {})
+        if overlong_buffer is not None and overlong_buffer.enable:
+            overlong_buffer.validate(max_response_length)
+            kwargs.update(overlong_buffer_cfg=overlong_buffer, max_resp_len=max_response_length)
         return build_verl_manager(self.cls, tokenizer, num_examine=num_examine, compute_score=compute_score,
-                                  reward_fn_key=reward_fn_key, reward_kwargs=reward_kwargs)
+                                  reward_fn_key=reward_fn_key, reward_kwargs=kwargs)
+
+    def __repr__(self) -> str:
+        return f"VerlManagerAdapter({self.cls.__module__}.{self.cls.__qualname__})"
 
 
 def register(name: str) -> Callable[[type], type]:
@@ -83,7 +101,7 @@ def register(name: str) -> Callable[[type], type]:
             if getattr(existing, "cls", None) is cls:
                 return cls
             raise ValueError(f"reward manager {name!r} is already registered ({existing!r})")
-        REWARD_MANAGERS.add(name, _VerlManagerFactory(cls))
+        REWARD_MANAGERS.add(name, VerlManagerAdapter(cls))
         return cls
 
     return decorator
@@ -101,4 +119,4 @@ def get_reward_manager_cls(name: str) -> type:
 
 def is_verl_manager(name: str) -> bool:
     """Whether ``name`` was registered with :func:`register` (built with verl's arguments)."""
-    return isinstance(REWARD_MANAGERS.get(name), _VerlManagerFactory)
+    return isinstance(REWARD_MANAGERS.get(name), VerlManagerAdapter)

@@ -13,7 +13,8 @@ its group's baseline, so before the advantages are computed the trainer
 
 With every sample of the batch unscored nothing is masked: the step then trains on zero
 rewards (which gives zero group advantages), and `RLTrainer` stops the run after three such
-steps in a row.
+steps in a row (`verl.reward.scoring.RewardFailurePolicy`, which also counts a step whose scorer
+hung as failed).
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import torch
 
 from verl.algorithms import AdvantageConfig, apply_kl_penalty, compute_advantage, estimator_inputs
 from verl.protocol import DataProto
+from verl.reward.scoring import FailureCounts, RewardFailurePolicy
 from verl.trainer.ppo.builders import build_parts, resolve_root
 from verl.trainer.ppo.checkpoint import restore_checkpoint, write_checkpoint
 from verl.trainer.guards import RunGuards, fit_with_rollback
@@ -43,7 +44,6 @@ from verl.workers.rollout.layout import derive_seeds
 from verl.workers.rollout.trajectories import agent_loop_metrics
 
 logger = logging.getLogger(__name__)
-REWARD_FAILURE_PATIENCE = 3
 AGENT_INPUT_KEYS = ("raw_prompt", "extra_info", "agent_name")
 
 
@@ -63,7 +63,8 @@ class RLTrainer:
         self._dataloader = dataloader
         self.parts = parts
         self.state = TrainerState()
-        self._failed_reward_steps = 0
+        # stops a run whose reward function fails on every sample (or hangs) 3 steps in a row
+        self._reward_failures = RewardFailurePolicy(timeout_s=self.config.reward_model.timeout_s)
         self._reward_keys: set[str] = set()  # per-sample values the reward manager reported
         self._sampler: Any = None  # DAPO dynamic sampling (algorithm.filter_groups)
         self._pending_timing: dict[str, float] = {}
@@ -404,21 +405,24 @@ class RLTrainer:
         self._reward_keys = set(extra)
         metrics = self._reward_extra_metrics(reward)
         metrics.update(mask_unscored_samples(batch, reward.get("reward_extra_info")))
-        self._check_reward_failures(metrics, len(batch))
+        self._check_reward_failures(reward, len(batch))
         return metrics
 
-    def _check_reward_failures(self, metrics: dict[str, float], n: int) -> None:
-        """Stop a run whose reward function fails on every sample for 3 steps in a row.
+    def _check_reward_failures(self, reward: dict[str, Any], n: int) -> None:
+        """Stop a run whose reward function fails on every sample, or hangs, 3 steps in a row
+        (`verl.reward.scoring.RewardFailurePolicy`, the policy of ``verl eval`` too).
 
         Single failures are contained (score 0, counted in ``reward/num_errors`` /
         ``reward/num_timeouts``); a scorer that never works would only burn compute on zero
         rewards, so that is an error.
+
+        Raises:
+            RewardFailureError: (a RuntimeError) the third failed step in a row.
         """
-        failed = metrics.get("reward/num_errors", 0.0) + metrics.get("reward/num_timeouts", 0.0)
-        self._failed_reward_steps = self._failed_reward_steps + 1 if failed >= n else 0
-        if self._failed_reward_steps >= REWARD_FAILURE_PATIENCE:
-            raise RuntimeError(f"the reward function failed (raised or timed out) on every sample for "
-                               f"{REWARD_FAILURE_PATIENCE} consecutive steps; see the first error logged above")
+        counts = reward.get("reward_failures")
+        if not isinstance(counts, FailureCounts):  # a verl-style manager or a merged result: its metrics
+            counts = FailureCounts.from_metrics(reward.get("reward_metrics") or {}, n)
+        self._reward_failures.check(counts)
 
     @staticmethod
     def _reward_extra_metrics(reward: dict[str, Any]) -> dict[str, float]:
