@@ -2,10 +2,13 @@
 
 - :mod:`verl.reward.scorers`: ``compute_score(solution_str, ground_truth, **kw)`` rules
   (gsm8k, math, arithmetic) routed by ``data_source`` through :func:`default_compute_score`.
-- :mod:`verl.reward.managers`: ``naive`` / ``dapo`` / ``batch`` managers that decode response
-  tokens of a DataProto, score them with timeouts and place token-level rewards.
+- :mod:`verl.reward.managers`: ``naive`` / ``dapo`` / ``gdpo`` / ``prime`` / ``batch`` managers that
+  decode response tokens of a DataProto, score them with timeouts and place token-level rewards.
+- :mod:`verl.reward.scoring`: the scoring core (per-call deadline, failure counts) and the failure
+  policy shared by the managers, the trainer and ``verl eval``.
 - :mod:`verl.reward.overlong`: the DAPO overlong penalty.
-- :mod:`verl.reward.verl_managers`: verl-style manager classes registered by name (and ``prime``).
+- :mod:`verl.reward.verl_managers`: verl-style manager classes registered by name, behind an
+  adapter with the managers' constructor.
 - :mod:`verl.reward.loader`: :func:`load_custom_reward_fn` for ``custom_reward_function.path``.
 
 This package imports no Ray, workers or trainer code.

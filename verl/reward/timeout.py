@@ -123,7 +123,7 @@ class TimeoutCaller:
             fn: The function (e.g. a scorer).
             kwargs_list: Its keyword arguments, one dict per call.
             stop_after_timeouts: After this many timeouts in a row, the remaining calls are not
-                made and count as timeouts (a hung scorer); None = never.
+                made and count as timeouts with ``skipped=True`` (a hung scorer); None = never.
 
         Returns:
             One `CallOutcome` per call, in order.
