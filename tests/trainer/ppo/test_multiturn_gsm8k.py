@@ -15,7 +15,7 @@ from verl.config import ConfigError, load_config
 from verl.data.prepare import main as prepare_main
 from verl.trainer import RLTrainer
 
-CONFIGS = Path(__file__).resolve().parents[2] / "verl" / "tools" / "configs"
+CONFIGS = Path(__file__).resolve().parents[3] / "verl" / "tools" / "configs"
 
 
 def test_enable_without_tools_or_interaction_is_a_config_error():

@@ -19,7 +19,7 @@ from verl.config import ConfigError, load_config
 from verl.data.prepare import main as prepare_main
 from verl.commands.train import hydra_config_args
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CONFIG_DIR = REPO / "examples" / "multiturn" / "config"
 
 

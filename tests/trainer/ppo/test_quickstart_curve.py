@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 FIXTURE = ROOT / "tests" / "fixtures" / "quickstart_curve.json"
 SCRIPT = ROOT / "benchmarks" / "quickstart_curve.py"
 SAME_MACHINE_TOL = 0.02

@@ -11,7 +11,7 @@ import torch
 from verl.config.sft_loader import load_sft_config
 from verl.trainer.supervised.builders import build_supervised_trainer
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sft" / "dpo_builtin.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sft" / "dpo_builtin.yaml"
 
 
 def _cfg(tmp_path: Path, *extra: str):

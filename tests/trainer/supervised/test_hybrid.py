@@ -12,7 +12,7 @@ from verl.config.sft_loader import load_sft_config
 from verl.config.errors import ConfigError
 from verl.trainer.supervised.builders import build_supervised_trainer, normalised_weights
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "sft" / "hybrid_builtin.yaml"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sft" / "hybrid_builtin.yaml"
 
 
 def _cfg(tmp_path: Path, *extra: str):

@@ -20,7 +20,7 @@ from tests.trainer.supervised.sft_engine_helpers import write_multiturn_parquet
 from verl.config.sft_loader import load_sft_config
 from verl.trainer.supervised.builders import build_supervised_trainer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHARED = Path(os.environ.get("VERL_SHARED_DIR", "/work/shared"))
 
 

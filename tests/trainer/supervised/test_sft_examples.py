@@ -12,7 +12,7 @@ import pytest
 
 from verl.config.sft_loader import load_sft_config
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHARED = Path(os.environ.get("VERL_SHARED_DIR", "/work/shared"))
 
 

@@ -16,7 +16,7 @@ from verl.modules.forward import compute_token_log_probs
 from verl.trainer.supervised.streams import token_log_probs
 from verl.trainer.supervised.builders import build_supervised_trainer
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "sft"
+EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "sft"
 BUILTIN_SFT = ["model.partial_pretrain=builtin://tiny-arithmetic", "data.train_files=builtin://arithmetic_sft/train",
                "data.val_files=[builtin://arithmetic_answers/test]", "data.prompt_key=prompt", "data.response_key=response",
                "data.max_length=32", "data.train_batch_size=16", "data.micro_batch_size_per_gpu=8", "optim.lr=1e-3"]

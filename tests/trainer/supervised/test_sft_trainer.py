@@ -20,7 +20,7 @@ import torch
 from verl.config.sft_loader import load_sft_config
 from verl.trainer.supervised.builders import build_supervised_trainer
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SHARED = Path(os.environ.get("VERL_SHARED_DIR", "/work/shared"))
 BUILTIN = ["model.partial_pretrain=builtin://tiny-arithmetic", "data.train_files=builtin://arithmetic_sft/train",
            "data.prompt_key=prompt", "data.response_key=response", "data.max_length=32", "optim.lr=1e-3",

@@ -21,7 +21,7 @@ from tests.workers.rollout.agent_loop.agent_helpers import (
 )
 from verl.workers.rollout.agent_loop import AGENT_LOOPS, ChatTemplate
 
-CALCULATOR = Path(__file__).resolve().parents[2] / "verl" / "tools" / "configs" / "calculator_tool_config.yaml"
+CALCULATOR = Path(__file__).resolve().parents[4] / "verl" / "tools" / "configs" / "calculator_tool_config.yaml"
 CALL = '<tool_call>\n{"name": "echo", "arguments": {"text": "%s"}}\n</tool_call>'
 
 

@@ -28,7 +28,7 @@ pytestmark = [
     *VLLM_MARKS,
     pytest.mark.e2e,
 ]
-CONFIGS = Path(__file__).resolve().parents[2] / "verl" / "tools" / "configs"
+CONFIGS = Path(__file__).resolve().parents[4] / "verl" / "tools" / "configs"
 
 
 @pytest.mark.parametrize("workers, steps", [(1, 3), pytest.param(2, 2, marks=pytest.mark.ray)])
