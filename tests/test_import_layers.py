@@ -41,3 +41,11 @@ def test_faces_hold_only_imports_and_are_printed_with_their_reason(tmp_path):
     edges = _checker().face_edges()
     assert "  verl.trainer.main_ppo -> verl.commands.train: " in "\n".join(edges)
     assert all(": " in e for e in edges)
+
+
+def test_no_test_module_sits_beside_the_tests_vllm_folder():
+    """pytest puts a test file's folder on sys.path: beside ``tests/workers/rollout/vllm/`` that folder would be
+    importable as a namespace package named ``vllm`` where vLLM is not installed (find_spec("vllm") not None)."""
+    folder = SCRIPT.parent.parent / "tests" / "workers" / "rollout"
+    assert (folder / "vllm").is_dir()
+    assert sorted(p.name for p in folder.glob("*.py")) == []
