@@ -401,7 +401,8 @@ class _Scored:
 def _concat_scored(parts: list[dict[str, Any]], n: int) -> dict[str, Any]:
     """Groups' `merge_scored` results one after the other (``n`` rows each): ``reward_tensor``
     `(len(parts) * n, R)`, ``reward_extra_info`` lists (None where a group's manager did not report
-    the key), ``reward_metrics`` summed."""
+    the key), ``reward_metrics`` summed, and ``reward_failures`` summed when every group reported them
+    (the trainer's reward-failure policy then sees hung scorers, as in the synchronous step)."""
     extra: dict[str, list[Any]] = {}
     metrics: dict[str, float] = {}
     for i, part in enumerate(parts):
@@ -409,8 +410,11 @@ def _concat_scored(parts: list[dict[str, Any]], n: int) -> dict[str, Any]:
             extra.setdefault(key, [None] * (n * len(parts)))[i * n:(i + 1) * n] = values
         for key, value in part["reward_metrics"].items():
             metrics[key] = metrics.get(key, 0.0) + float(value)
-    return {"reward_tensor": torch.cat([p["reward_tensor"] for p in parts]), "reward_extra_info": extra,
-            "reward_metrics": metrics}
+    out = {"reward_tensor": torch.cat([p["reward_tensor"] for p in parts]), "reward_extra_info": extra,
+           "reward_metrics": metrics}
+    if parts and all("reward_failures" in p for p in parts):
+        out["reward_failures"] = sum((p["reward_failures"] for p in parts[1:]), parts[0]["reward_failures"])
+    return out
 
 
 def _training_batch(groups: list[Flight], meta: dict[str, Any]) -> DataProto:
