@@ -39,7 +39,7 @@ from verl.protocol import DataProto
 from verl.utils.torch_functional import position_ids_from_attention_mask
 from verl.workers.rollout.partial import version_bounds
 
-__all__ = ["assemble", "check_prompts", "derive_seeds", "prompt_position_ids", "row_seeds"]
+__all__ = ["assemble", "check_prompts", "derive_seeds", "prompt_position_ids", "row_seeds", "token_ids"]
 
 _SEED_MASK = 2**63 - 1  # x & _SEED_MASK == x mod 2**63 for every int64 x (two's complement)
 
@@ -172,3 +172,12 @@ def assemble(prompts: DataProto, prompt_ids: torch.Tensor, prompt_mask: torch.Te
     rows.update(non_tensors or {})
     rows["min_global_steps"], rows["max_global_steps"] = version_bounds(versions, version)
     return DataProto.from_dict(tensors={**keep, **tensors}, non_tensors=rows, meta_info=dict(meta_info or {}))
+
+
+def token_ids(ids: int | Sequence[int] | None) -> list[int]:
+    """One token id, a list of them, or None (as ``eos_token_id`` is given in configs and model configs) -> a list."""
+    if ids is None:
+        return []
+    if isinstance(ids, int):
+        return [ids]
+    return [int(i) for i in ids]

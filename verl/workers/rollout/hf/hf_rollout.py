@@ -63,14 +63,6 @@ from verl.workers.rollout.streaming import row_notifier
 __all__ = ["HFRollout", "cache_keyword", "default_eos_token_ids"]
 
 
-def _as_id_list(ids: int | Sequence[int] | None) -> list[int]:
-    if ids is None:
-        return []
-    if isinstance(ids, int):
-        return [ids]
-    return [int(i) for i in ids]
-
-
 def cache_keyword(module: nn.Module) -> str:
     """Name of the KV-cache argument of ``module.forward``: ``cache`` (transformers >= 5.20) or
     ``past_key_values`` (earlier releases).
@@ -98,9 +90,9 @@ def default_eos_token_ids(module: nn.Module, tokenizer: Any = None) -> list[int]
     ids: list[int] = []
     gen_cfg = getattr(module, "generation_config", None)
     for source in (getattr(gen_cfg, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
-        ids += [i for i in _as_id_list(source) if i not in ids]
+        ids += [i for i in layout.token_ids(source) if i not in ids]
     if not ids:
-        ids = _as_id_list(getattr(getattr(module, "config", None), "eos_token_id", None))
+        ids = layout.token_ids(getattr(getattr(module, "config", None), "eos_token_id", None))
     return ids
 
 
@@ -131,7 +123,7 @@ class HFRollout(PartialRollout):
         self.module = module
         self.config = config
         self.stop_strings = stop_strings_of(config, tokenizer)
-        self.eos_token_id = _as_id_list(eos_token_id) or default_eos_token_ids(module, tokenizer)
+        self.eos_token_id = layout.token_ids(eos_token_id) or default_eos_token_ids(module, tokenizer)
         if pad_token_id is None:
             pad_token_id = getattr(tokenizer, "pad_token_id", None)
         if pad_token_id is None:
@@ -209,7 +201,7 @@ class HFRollout(PartialRollout):
         response_length = meta.get("response_length", self.config.response_length)
         if response_length is None or int(response_length) < 1:
             raise ValueError(f"rollout response_length must be set and >= 1, got {response_length}")
-        eos_ids = _as_id_list(meta.get("eos_token_id")) or self.eos_token_id
+        eos_ids = layout.token_ids(meta.get("eos_token_id")) or self.eos_token_id
         pad_id = int(meta.get("pad_token_id", self.pad_token_id))
         row_seeds = layout.row_seeds(prompts.batch, meta)  # None: the engine's generator samples
         response_length = int(response_length)

@@ -70,7 +70,6 @@ from torch import nn
 
 from verl.protocol import DataProto
 from verl.workers.rollout import layout
-from verl.workers.rollout.hf.hf_rollout import _as_id_list
 from verl.workers.rollout.layout import derive_seeds
 from verl.workers.rollout.partial import merge_continuation, split_continuation
 from verl.workers.rollout.sampling import resolve_sampling
@@ -337,7 +336,7 @@ class VLLMRollout:
         response_length = int(meta.get("response_length", self.config.response_length) or 0)
         if response_length < 1:
             raise ValueError(f"rollout response_length must be set and >= 1, got {response_length}")
-        eos_ids = _as_id_list(meta.get("eos_token_id")) or self.eos_token_id
+        eos_ids = layout.token_ids(meta.get("eos_token_id")) or self.eos_token_id
         pad_id = int(meta.get("pad_token_id", self.pad_token_id))
         input_ids, attention_mask, position_ids, carried = split_continuation(prompts, response_length, pad_id)
         layout.check_prompts(attention_mask, self.config.prompt_length, self.config.max_model_len, response_length)
