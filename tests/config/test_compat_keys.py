@@ -10,13 +10,15 @@ from pathlib import Path
 import pytest
 
 from verl.config import ConfigError, load_config
+from verl.config._tree import merge_trees, nested
+from verl.config.compat.verl_inert import strip_verl_keys, verl_keys
 from verl.config.compat.verl_keys import CONDITIONAL, HF_ENGINE, INDIRECT, NOOP, OWNED, UNSUPPORTED, key_status
 from verl.config.introspect import _is_section, _strip_optional, all_keys, key_kind, type_at
 from verl.config.schema import RootConfig
 
 DATA = Path(__file__).parent / "data" / "verl_ppo_trainer_keys.txt"
 PACKAGE = Path(__file__).resolve().parents[2] / "verl"
-SCHEMA_FILES = {"schema.py", "schema_rollout.py", "schema_verl.py", "verl_keys.py"}
+SCHEMA_FILES = {"schema.py", "schema_rollout.py", "schema_verl.py", "verl_keys.py", "verl_keys_layout.py", "verl_inert.py"}
 
 
 def _verl_keys() -> list[str]:
@@ -60,7 +62,7 @@ def test_every_schema_field_is_read_or_declared():
 
 
 def test_table_patterns_all_match_a_key():
-    keys = _leaves() + _verl_keys()
+    keys = _leaves() + _verl_keys() + list(verl_keys())
     import fnmatch
 
     for table in (NOOP, UNSUPPORTED, OWNED, CONDITIONAL, HF_ENGINE, INDIRECT):
@@ -102,28 +104,71 @@ def _set(cfg, path: str, value) -> None:
     setattr(obj, leaf, value)
 
 
+def _other_value(default):
+    """A value that differs from verl's default (inert keys are not typed: any value is loadable)."""
+    if isinstance(default, bool):
+        return not default
+    if isinstance(default, (int, float)):
+        return default + 2
+    if isinstance(default, list):
+        return ["other"]
+    if isinstance(default, dict):
+        return {"x": 1}
+    return "somethingelse"
+
+
 def test_every_unsupported_key_gives_the_one_line_error():
-    import copy
-
-    from verl.config.compat.verl_keys import check_compat
-
-    base = load_config(None)
     checked = 0
-    for key in _leaves():
-        status = key_status(key)
-        if status is None or status[0] != "unsupported":
+    for key, (default, status, _) in verl_keys().items():
+        if status != "unsupported":
             continue
-        value = _non_default(key, _default(key))
-        if value is None:
-            continue
-        cfg = copy.deepcopy(base)
-        _set(cfg, key, value)
         with pytest.raises(ConfigError) as err:
-            check_compat(cfg)
+            strip_verl_keys(nested(key, _other_value(default)))
         msg = str(err.value)
         assert msg.startswith(f"`{key}` is not supported yet: ") and "\n" not in msg, msg
         checked += 1
     assert checked >= 60
+
+
+def test_inert_keys_load_at_verl_default_and_noop_keys_at_any_value():
+    tree = {}
+    for key, (default, status, _) in verl_keys().items():
+        tree = merge_trees(tree, nested(key, default if status == "unsupported" else _other_value(default)))
+    left = strip_verl_keys(tree)
+
+    def leaves(node, prefix=""):
+        return [k for key, v in node.items() for k in (leaves(v, f"{prefix}{key}.") if isinstance(v, dict) else [prefix + key])]
+    assert leaves(left) == [] and "transfer_queue" not in left and "profiler" not in left["critic"]  # live sections stay, empty
+    cfg = load_config(None, ["actor_rollout_ref.actor.use_torch_compile=false", "critic.profiler.tool=nsys",
+                             "actor_rollout_ref.ref.fsdp_config.model_dtype=fp32", "transfer_queue.enable=false",
+                             "+actor_rollout_ref.actor.profiler.tool_config.nsys.discrete=true"])
+    assert not hasattr(cfg.actor_rollout_ref.actor, "use_torch_compile") and not hasattr(cfg, "transfer_queue")
+
+
+@pytest.mark.parametrize("role", ["actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config",
+                                  "critic.model.fsdp_config", "reward_model.model.fsdp_config", "critic.fsdp"])
+def test_wildcard_rows_hold_for_every_role(role):
+    """``*.fsdp_config.model_dtype`` (unsupported) and ``*.fsdp_config.forward_prefetch`` (no-op) in every FSDP section."""
+    load_config(None, [f"{role}.model_dtype=fp32", f"{role}.forward_prefetch=true"])
+    with pytest.raises(ConfigError, match=rf"^`{re.escape(role)}.model_dtype` is not supported yet: "):
+        load_config(None, [f"{role}.model_dtype=bf16"])
+
+
+def test_inert_key_only_where_verl_has_it():
+    for key in ("data.use_torch_compile", "trainer.profiler.enable", "reward_model.model.use_liger"):
+        with pytest.raises(ConfigError, match=rf"^unknown key '{re.escape(key)}'"):
+            load_config(None, [f"{key}=false"])
+    with pytest.raises(ConfigError, match="did you mean 'actor_rollout_ref.actor.profiler.enable'"):
+        load_config(None, ["actor_rollout_ref.actor.profiler.enabel=false"])
+
+
+def test_unsupported_value_from_an_interpolation_is_resolved_first():
+    # verl's rollout profiler follows the actor's: ${oc.select:actor_rollout_ref.actor.profiler.enable,false}
+    follow = "actor_rollout_ref.rollout.profiler.enable=${oc.select:actor_rollout_ref.actor.profiler.enable,false}"
+    load_config(None, [follow])
+    with pytest.raises(ConfigError, match=r"^`actor_rollout_ref.rollout.profiler.enable` is not supported yet: "):
+        strip_verl_keys(merge_trees(nested("actor_rollout_ref.rollout.profiler.enable",
+                                           "${actor_rollout_ref.model.use_remove_padding}"), {}))
 
 
 def test_unsupported_key_on_the_command_line():

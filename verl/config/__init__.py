@@ -8,7 +8,8 @@ lists and presets, overrides, unknown keys), :mod:`verl.config.loader` for the R
 :mod:`verl.config.schema` for every key, :mod:`verl.config.compat.seed_layout` for the short layout of the
 product's documents,
 :mod:`verl.config.compat.verl_keys` for what each key of verl's reference config does here (takes
-effect, documented no-op, or "not supported yet"). This package imports neither torch nor any
+effect, documented no-op, or "not supported yet"; the keys without effect are not schema fields but
+rows of :mod:`verl.config.compat.verl_inert`, applied at load). This package imports neither torch nor any
 other verl package (a user's ``external_lib`` aside), so it is cheap to import.
 """
 

@@ -206,7 +206,6 @@ SECTION_RULES: dict[type, list[Rule]] = {
         one_of("strategy", C.STRATEGIES | frozenset(C.STRATEGY_ALIASES)),
         ge("micro_batch_size", 1),
         ge("micro_batch_size_per_gpu", 1),
-        ge("max_length", 1),
         ge("forward_max_token_len_per_gpu", 1),
         gt("timeout_s", 0.0),
     ],

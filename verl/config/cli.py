@@ -3,6 +3,7 @@
 Usage::
 
     verl config show [CONFIG] [key=value ...]   # the resolved, finalized config as YAML
+    verl config show --verl-keys [CONFIG] ...   # ... with verl's keys that have no effect here
     verl config list                            # the built-in presets
 
 CONFIG is a YAML file or a preset name; it is the first argument when that argument is not an
@@ -21,11 +22,12 @@ from verl.config.loader import config_to_yaml, list_presets, load_config
 
 __all__ = ["config_command", "main", "split_config_arg"]
 
-USAGE = """usage: verl config show [CONFIG] [key=value ...]
+USAGE = """usage: verl config show [--verl-keys] [CONFIG] [key=value ...]
        verl config list
 
   show   print the resolved config (defaults + CONFIG + overrides, finalized) as YAML;
-         without CONFIG: the quick-start preset, as `verl train` runs it
+         without CONFIG: the quick-start preset, as `verl train` runs it; --verl-keys also
+         prints verl's keys that have no effect here, at verl's defaults (the file loads the same)
   list   list the built-in presets (usable as CONFIG)"""
 
 
@@ -73,9 +75,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if any(a in ("-h", "--help") for a in rest):
         print(USAGE)
         return 0
-    path, overrides = split_config_arg(rest, DEFAULT_CONFIG)
+    verl_keys = "--verl-keys" in rest
+    path, overrides = split_config_arg([a for a in rest if a != "--verl-keys"], DEFAULT_CONFIG)
 
     def show(_: list[str]) -> int:
-        sys.stdout.write(config_to_yaml(load_config(path, overrides)))
+        sys.stdout.write(config_to_yaml(load_config(path, overrides), verl_keys=verl_keys))
         return 0
     return run_reporting_user_errors("verl config", show, [])

@@ -120,7 +120,8 @@ def type_at(path: str, root: type = RootConfig) -> Any:
 
 
 def key_kind(path: str, root: type = RootConfig) -> str:
-    """Classifies a dotted key: ``"schema"``, ``"free"`` (below a free-form field) or ``"unknown"``."""
+    """Classifies a dotted key: ``"schema"``, ``"free"`` (below a free-form field), ``"verl"`` (one of
+    verl's keys without effect here, not a field: `verl.config.compat.verl_inert`) or ``"unknown"``."""
     table = _key_table(root)
     if path in table:
         return "schema"
@@ -128,13 +129,35 @@ def key_kind(path: str, root: type = RootConfig) -> str:
     for i in range(len(parts) - 1, 0, -1):
         tp = table.get(".".join(parts[:i]))
         if tp is not None:
-            return "free" if _is_free_form(tp) else "unknown"
-    return "unknown"
+            if _is_free_form(tp):
+                return "free"
+            break
+    from verl.config.compat.verl_inert import inert_kind
+
+    return inert_kind(path, root) or "unknown"
+
+
+@functools.lru_cache(maxsize=None)
+def _suggestion_table(root: type) -> dict[str, Any]:
+    """The schema's keys and verl's keys without effect (`verl.config.compat.verl_inert`), which are valid too."""
+    from verl.config.compat.verl_inert import inert_tree
+
+    table = dict(_key_table(root))
+
+    def walk(node: dict[str, Any], prefix: str) -> None:
+        for key, value in node.items():
+            path = f"{prefix}.{key}" if prefix else key
+            table.setdefault(path, dict if isinstance(value, dict) else Any)
+            if isinstance(value, dict):
+                walk(value, path)
+
+    walk(inert_tree(root), "")
+    return table
 
 
 def _suggestion(path: str, root: type) -> str:
     """The closest valid key to an unknown one ("" when nothing is close); see `unknown_key_message`."""
-    table = _key_table(root)
+    table = _suggestion_table(root)
     parent, _, leaf = path.rpartition(".")
     rest = ""
     while parent and parent not in table:  # a misspelt section: suggest from the deepest valid one

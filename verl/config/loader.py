@@ -21,6 +21,9 @@ and verl layout translation, finalize, consistency, verl keys).
    ``critic.fsdp``, verl's ``null`` placeholders) is normalised after the overrides
    (:mod:`verl.config.compat.verl_layout`).
 2. **overrides** — Hydra-grammar ``a.b=c``, ``+a.b=c``, ``~a.b`` (:mod:`verl.config.overrides`).
+   Then verl's keys that have no effect here (not schema fields) are checked against the compat
+   table and removed (:mod:`verl.config.compat.verl_inert`): accepted at verl's default, or at any
+   value for a documented no-op; otherwise "`<key>` is not supported yet: ...".
 3. **keys** — unknown keys are rejected with a did-you-mean; a scalar for a list-of-strings field
    becomes a one-element list (:func:`verl.config.introspect.check_tree`).
 4. **types** — merged onto ``OmegaConf.structured(RootConfig)``; ``OmegaConf.to_object``
@@ -29,8 +32,9 @@ and verl layout translation, finalize, consistency, verl keys).
 6. **finalize** — derived values (:mod:`verl.config.finalize`).
 7. **consistency** — cross-section rules: batch sizes, estimator vs critic, lengths, devices
    (:mod:`verl.config.consistency`).
-8. **verl keys** — every key of verl's reference config that cannot take effect here is refused
-   with "`<key>` is not supported yet: ..." (:mod:`verl.config.compat.verl_keys`); a key another part
+8. **verl keys** — a value of a schema key that cannot take effect here (an engine key the ``hf``
+   engine cannot honour, a conditional key outside its range) is refused with "`<key>` is not
+   supported yet: ..." (:mod:`verl.config.compat.verl_keys`); a key another part
    of the product is adding gives the same error instead of "unknown key"; the module named
    in ``actor_rollout_ref.model.external_lib`` is imported before names are checked (it may
    register advantage estimators / policy losses).
@@ -63,6 +67,7 @@ from verl.config.pipeline import list_presets as pipeline_list_presets
 from verl.config.schema import RootConfig
 from verl.config.compat.seed_layout import translate_override, translate_seed_layout
 from verl.config.hydra_compose import BaseConfigNotFound, compose_file, group_names, needs_hydra, split_group_overrides
+from verl.config.compat.verl_inert import strip_verl_keys, verl_defaults
 from verl.config.compat.verl_layout import normalize_verl_tree, translate_layout_override
 
 __all__ = [
@@ -126,6 +131,7 @@ def _compose_top(raw: dict[str, Any], path: Path, overrides: Sequence[str]) -> t
 def _build(tree: dict[str, Any], overrides: Sequence[str]) -> RootConfig:
     tree = apply_overrides(tree, overrides, translate=_translate_override, root=RootConfig, owned=check_unknown_owned)
     normalize_verl_tree(tree)
+    strip_verl_keys(tree)
     check_unknown_owned(tree, key_kind)
     check_tree(tree)
     import_external_lib(tree)
@@ -226,9 +232,19 @@ def validate(cfg: RootConfig) -> None:
     check_compat(cfg)
 
 
-def config_to_yaml(cfg: RootConfig) -> str:
-    """The config as YAML, every key included; ``load_config`` of it gives an equal config."""
-    return OmegaConf.to_yaml(OmegaConf.structured(cfg))
+def config_to_yaml(cfg: RootConfig, verl_keys: bool = False) -> str:
+    """The config as YAML, every key included; ``load_config`` of it gives an equal config.
+
+    Args:
+        cfg: The config.
+        verl_keys: Also verl's keys that have no effect here (not schema fields), at verl's
+            defaults, in their sections (`verl.config.compat.verl_inert`): the file verl's own
+            loader expects; it loads here to the same config.
+    """
+    node = OmegaConf.structured(cfg)
+    if verl_keys:
+        node = OmegaConf.merge(OmegaConf.create(OmegaConf.to_container(node, resolve=False)), verl_defaults())
+    return OmegaConf.to_yaml(node)
 
 
 def save_config(cfg: RootConfig, path: str | os.PathLike[str]) -> Path:

@@ -31,6 +31,7 @@ from verl.config.errors import ConfigError
 from verl.config.pipeline import PRESET_DIR, Layout, load_tree, structured
 from verl.config.schema import CustomRewardFunctionConfig, ModelConfig, RolloutConfig, TrainerConfig
 from verl.config.compat.schema_verl import RayKwargsConfig
+from verl.config.compat.verl_inert import strip_verl_keys
 
 __all__ = ["EvalConfig", "GenerationConfig", "GenerationDataConfig", "load_eval_config", "load_generation_config"]
 
@@ -121,10 +122,24 @@ class GenerationFileConfig:
     # As the RL ray_kwargs.
 
 
+def _refuse_in_generate(path: str, value: Any, default: Any) -> None:
+    """verl's keys without effect in the RL sections are refused off verl's default, as every key
+    verl generate does not read (`_refuse_unused`)."""
+    if value != default:
+        raise ConfigError(f"{path}={value!r} has no effect in verl generate: remove it")
+
+
+def _refuse_in_eval(path: str, value: Any, default: Any) -> None:
+    if value not in (None, {}):
+        raise ConfigError(f"{path} is not supported yet: verl eval scores in this process, not on Ray; remove it")
+
+
 GENERATION_LAYOUT = Layout(root=GenerationFileConfig, name="verl generate", preset_dir=PRESET_DIR / "generate",
-                           name_experiment=False)
+                           name_experiment=False,
+                           verl_keys=lambda tree: strip_verl_keys(tree, GenerationFileConfig, _refuse_in_generate))
 """``verl generate`` in the shared pipeline (`verl.config.pipeline`); presets in ``presets/generate``."""
-EVAL_LAYOUT = Layout(root=EvalConfig, name="verl eval", preset_dir=PRESET_DIR / "eval", name_experiment=False)
+EVAL_LAYOUT = Layout(root=EvalConfig, name="verl eval", preset_dir=PRESET_DIR / "eval", name_experiment=False,
+                     verl_keys=lambda tree: strip_verl_keys(tree, EvalConfig, _refuse_in_eval))
 """``verl eval`` in the shared pipeline; presets in ``presets/eval``."""
 
 

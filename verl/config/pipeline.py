@@ -60,6 +60,8 @@ class Layout:
         translate_override: ``(key, value)`` of an override in another layout -> this schema's
             values, or None (see `verl.config.overrides.apply_overrides`).
         owned: Unknown keys another part of the product is adding -> "not supported yet".
+        verl_keys: Checks and removes verl's keys without effect in this layout's sections before
+            the key walk (`verl.config.compat.verl_inert.strip_verl_keys`); they are not schema fields.
         hydra_searchpath: Accept a ``hydra: {searchpath: [...]}`` section (verl's recipes).
         name_experiment: A file that sets no ``trainer.experiment_name`` gets its stem, so runs
             of different files never share output directories.
@@ -72,6 +74,7 @@ class Layout:
     translate_document: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     translate_override: Callable[[str, Any], dict[str, Any] | None] | None = None
     owned: Callable[[dict[str, Any], Callable[[str], str]], None] | None = None
+    verl_keys: Callable[[dict[str, Any]], Any] | None = None
     hydra_searchpath: bool = False
     name_experiment: bool = True
 
@@ -216,6 +219,8 @@ def load_tree(layout: Layout, path: str | os.PathLike[str] | None, overrides: Se
     if before_overrides is not None:
         tree = before_overrides(tree)
     tree = apply_overrides(tree, overrides, translate=layout.translate_override, root=layout.root, owned=layout.owned)
+    if layout.verl_keys is not None:
+        layout.verl_keys(tree)
     check_tree(tree, layout.root)
     return tree
 

@@ -14,13 +14,14 @@ Batch-size units: ``data.train_batch_size`` and ``*.ppo_mini_batch_size`` count
 ``*_micro_batch_size_per_gpu`` counts *trajectories* per device (per worker process on CPU) per
 forward/backward; ``use_dynamic_bsz`` packs micro-batches by a token budget instead.
 
-Size: this file holds the keys of verl's reference PPO config section by section (about 850
-lines, over the 800-line ceiling on purpose: each field is one line plus its one-line comment,
-and the remaining sections refer to each other, e.g. the reward model's and the critic's
-``FSDPConfig``). The rollout sections live in :mod:`verl.config.schema_rollout`; verl's engine,
-profiler and serving sub-sections in :mod:`verl.config.compat.schema_verl`; the run guards, attestation,
-distillation and V1 trainer sections in their own ``schema_*`` modules; what each verl key does
-here is tabled in :mod:`verl.config.compat.verl_keys`.
+Only keys that act here are fields. verl's keys that have no effect here (speed or memory options
+that compute the same values, settings of engines and features the product lacks) are not: the
+compat table :mod:`verl.config.compat.verl_inert` accepts them at load at verl's defaults (or at
+any value, for a documented no-op) and drops them before this schema is built. The rollout
+sections live in :mod:`verl.config.schema_rollout`; verl's checkpoint-engine, profiler, reward and
+Ray sections in :mod:`verl.config.compat.schema_verl`; the run guards, attestation, distillation
+and V1 trainer sections in their own ``schema_*`` modules; what each key of verl's reference
+config does here is tabled in :mod:`verl.config.compat.verl_keys`.
 """
 
 from __future__ import annotations
@@ -36,25 +37,9 @@ from verl.config.schema_rollout import AgentLoopConfig, MultiTurnConfig, Rollout
 from verl.config.compat.schema_verl import (
     CustomClassConfig,
     FilterGroupsConfig,
-    FusedKernelOptions,
     GlobalProfilerConfig,
-    MTPConfig,
-    PFPPOConfig,
-    ProfilerConfig,
     RayKwargsConfig,
     RewardManagerSection,
-    RMRolloutConfig,
-    RouterReplayConfig,
-    SamplerConfig,
-    SandboxFusionConfig,
-    TiledMLPConfig,
-    TransferQueueConfig,
-    WrapPolicyConfig,
-)
-from verl.config.compat.schema_verl import (  # verl's current layout (config/compat/verl_layout.py)
-    EngineLoRAConfig,
-    QATConfig,
-    SkipConfig,
     VerlRewardConfig,
 )
 
@@ -98,7 +83,6 @@ class DataConfig:
     # Worker processes of the training DataLoader.
     apply_chat_template_kwargs: Dict[str, Any] = field(default_factory=dict)
     # Extra keyword arguments for tokenizer.apply_chat_template.
-    # --- verl keys below: what each does is in verl.config.compat.verl_keys's table
     max_samples: int = -1
     # Use at most this many training AND validation samples each (first N); -1 = all.
     train_max_samples: int = -1
@@ -109,39 +93,15 @@ class DataConfig:
     # Prompts per generation batch under algorithm.filter_groups (DAPO); None = train_batch_size.
     return_full_prompt: bool = False
     # Keep the templated prompt text in non_tensor_batch["full_prompts"].
-    return_raw_input_ids: bool = False
-    # Keep the un-padded prompt ids in non_tensor_batch["raw_prompt_ids"].
     validation_shuffle: bool = False
     # Shuffle the validation set (seeded by data.seed).
     custom_cls: CustomClassConfig = field(default_factory=CustomClassConfig)
     # Dataset class replacing the built-in RL dataset: cls(data_files, tokenizer, config, processor).
-    use_shm: bool = False
-    # Copy the data to /dev/shm first.
     tool_config_path: Optional[str] = None
     # Tool config file (verl's tool YAML) whose schemas filter_overlong_prompts renders with each prompt
     # (apply_chat_template(..., tools=...), as a tool agent loop sends it): prompts longer than
     # max_prompt_length with the tools are filtered; the kept prompt ids are rendered without them.
     # No effect without filter_overlong_prompts. None = rollout.multi_turn.tool_config_path (verl's default).
-    image_patch_size: int = 14
-    # Vision patch size (multi-modal data).
-    filter_overlong_prompts_workers: int = 1
-    # Processes used by filter_overlong_prompts.
-    image_key: str = "images"
-    # Column of images (multi-modal data).
-    video_key: str = "videos"
-    # Column of videos (multi-modal data).
-    return_multi_modal_inputs: bool = True
-    # Keep processor outputs of multi-modal samples.
-    audio_key: str = "audios"
-    # Column of audio (multi-modal data).
-    mm_processor_kwargs: Dict[str, Any] = field(default_factory=dict)
-    # Multi-modal processor options.
-    function_tool_path: Optional[str] = None
-    # verl mirrors rollout.multi_turn.function_tool_path here.
-    sampler: SamplerConfig = field(default_factory=SamplerConfig)
-    # Custom training sampler class.
-    datagen: CustomClassConfig = field(default_factory=CustomClassConfig)
-    # Dynamic data generator class (curriculum); None = static data.
 
 
 # ------------------------------------------------------------------------------ model / optim
@@ -171,31 +131,9 @@ class ModelConfig:
     # Keys overriding the model's HF config (e.g. {"attn_implementation": "eager"}).
     external_lib: Optional[str] = None
     # Python module imported before the model is built (registers custom architectures).
-    hf_config_path: Optional[str] = None
-    # HF config directory when it differs from path.
-    use_shm: bool = False
-    # Copy the model to /dev/shm first.
-    custom_chat_template: Optional[str] = None
-    # Jinja chat template replacing the tokenizer's.
-    enable_activation_offload: bool = False
-    # Offload activations to host memory during the forward (GPU memory saver).
     exclude_modules: Optional[str] = None
     # LoRA: regex (full match on the module's dotted name) of modules never adapted, even when target_modules
     # names them (peft's LoraConfig.exclude_modules); null = none. No effect when lora_rank=0.
-    lora_adapter_path: Optional[str] = None
-    # LoRA: start from this saved adapter.
-    use_liger: bool = False
-    # Liger fused kernels.
-    use_fused_kernels: bool = False
-    # verl's fused log-prob / entropy kernels.
-    fused_kernel_options: FusedKernelOptions = field(default_factory=FusedKernelOptions)
-    # Fused kernel backend.
-    tiled_mlp: TiledMLPConfig = field(default_factory=TiledMLPConfig)
-    # Tiled MLP.
-    mtp: MTPConfig = field(default_factory=MTPConfig)
-    # Multi-token prediction.
-    lora: EngineLoRAConfig = field(default_factory=EngineLoRAConfig)
-    # verl's engine-side LoRA (megatron / new engines); FSDP LoRA is lora_rank / lora_alpha.
 
 
 @dataclass
@@ -218,10 +156,6 @@ class OptimConfig:
     # AdamW epsilon.
     total_training_steps: int = -1
     # Filled in by the trainer (RL steps: the LR schedule steps once per update call); -1 until then.
-    optimizer: str = "AdamW"
-    # Optimizer class name in optimizer_impl.
-    optimizer_impl: str = "torch.optim"
-    # Module holding the optimizer class.
     clip_grad: float = 1.0
     # verl's optim-level gradient clip (same meaning as actor.grad_clip / critic.grad_clip).
     num_cycles: float = 0.5
@@ -230,8 +164,6 @@ class OptimConfig:
     # constant | cosine; warmup_style is its deprecated alias.
     zero_indexed_step: bool = False
     # true: the first update uses the schedule at step 0 (verl's YAML default); false: at step 1.
-    override_optimizer_config: Optional[Dict[str, Any]] = None
-    # Extra optimizer constructor keyword arguments.
 
 
 @dataclass
@@ -246,49 +178,13 @@ class FSDPConfig:
     # Compute dtype for FSDP2 MixedPrecisionPolicy (bfloat16 | float32); None = parameter dtype.
     fsdp_size: int = -1
     # Sharding group size; -1 = all ranks.
-    wrap_policy: WrapPolicyConfig = field(default_factory=WrapPolicyConfig)
-    # FSDP auto-wrap policy.
     offload_policy: bool = False
     # FSDP2 CPUOffloadPolicy for parameters, gradients and optimizer state.
-    forward_prefetch: bool = False
-    # Prefetch the next all-gather during the forward.
-    model_dtype: str = "fp32"
-    # dtype the model is loaded in before wrapping.
-    use_orig_params: bool = False
-    # FSDP1 use_orig_params.
-    seed: int = 42
-    # Engine seed.
-    full_determinism: bool = False
-    # Deterministic kernels.
-    ulysses_sequence_parallel_size: int = 1
-    # Ulysses sequence-parallel degree.
     tensor_parallel_size: int = 1
     # Tensor-parallel degree of the actor / critic (verl's torchtitan-engine key): decoder blocks split over
     # groups of this many ranks, FSDP2 over world / tp (verl/workers/sharding/tensor_parallel.py); the ref keeps 1.
     # With the role's ulysses_sequence_parallel_size sp > 1 the mesh is (dp, sp, tp): sp x tp divides the world,
     # data parallel = world / (sp x tp), heads / tp and kv_heads / tp divisible by sp.
-    entropy_from_logits_with_chunking: bool = False
-    # Chunked entropy computation.
-    use_torch_compile: bool = True
-    # torch.compile the entropy / log-prob helpers.
-    entropy_checkpointing: bool = False
-    # Recompute the entropy in backward.
-    forward_only: bool = False
-    # Build the engine without an optimizer.
-    strategy: str = "fsdp"
-    # Engine name.
-    dtype: str = "bfloat16"
-    # Engine compute dtype.
-    entropy_from_logits_chunk_size: int = 2048
-    # Chunk of the chunked entropy computation.
-    pad_to_length: bool = False
-    # Pad packed batches to a bucketed length (for compiled kernels).
-    pad_to_length_bucket: int = 1024
-    # The bucket of pad_to_length.
-    qat: QATConfig = field(default_factory=QATConfig)
-    # Quantization-aware training.
-    turbo_config: Dict[str, Any] = field(default_factory=dict)
-    # verl's turbo FSDP implementation options.
 
 
 @dataclass
@@ -297,10 +193,6 @@ class CheckpointContentConfig:
     # What a checkpoint holds: model | optimizer | extra (scheduler, RNG) | hf_model.
     load_contents: List[str] = field(default_factory=lambda: ["model", "optimizer", "extra"])
     # What is restored on resume.
-    async_save: bool = False
-    # Write checkpoints in a background thread.
-    strict: bool = True
-    # Every saved tensor must match a model parameter on load.
 
 
 @dataclass
@@ -370,7 +262,7 @@ class ActorConfig:
     shuffle: bool = False
     # Shuffle trajectories before splitting into mini-batches.
     data_loader_seed: Optional[int] = None
-    # Seed of that shuffle; None = trainer.seed.
+    # Seed of that shuffle (one generator per update call, verl/workers/actor.py); None = 0, not trainer.seed.
     optim: OptimConfig = field(default_factory=OptimConfig)
     # AdamW and LR schedule.
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
@@ -390,8 +282,6 @@ class ActorConfig:
     # SAPO soft-gate temperature for positive advantages (loss_mode=sapo).
     tau_neg: float = 1.05
     # SAPO soft-gate temperature for negative advantages.
-    freeze_vision_tower: bool = False
-    # Freeze a vision-language model's vision tower.
     calculate_entropy: bool = False
     # Compute the policy entropy in the update (metric actor/entropy) although entropy_coeff is 0;
     # entropy_coeff != 0 always computes it. Off: the update's log-prob forward skips the entropy pass.
@@ -413,37 +303,15 @@ class ActorConfig:
     # When the update is exactly on-policy (ppo_epochs 1, one mini-batch per step, no in-reward KL),
     # skip the old-log-prob forward: old_log_probs = the update forward's own log-probs, detached
     # (first PPO ratio exactly 1). False = always recompute. See verl.workers.actor.reuses_old_log_probs.
-    use_prefix_grouper: bool = False
-    # Share the prompt forward across a group's samples.
-    use_torch_compile: bool = True
-    # torch.compile the log-prob / entropy helpers.
-    use_fused_kernels: bool = False
-    # verl's fused log-prob / entropy kernels.
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    # Per-role profiler.
-    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
-    # MoE router replay.
     ulysses_sequence_parallel_size: int = 1
     # Ulysses sequence parallelism (DeepSpeed-Ulysses): groups of this many ranks split each packed sequence
     # and exchange attention heads by all-to-all; data parallel = world / sp (batch checks use it). Must divide
     # the world and the model's attention and KV heads; needs model.use_remove_padding (config/sp_checks.py).
-    entropy_from_logits_with_chunking: bool = False
-    # Chunked entropy computation.
-    entropy_checkpointing: bool = False
-    # Recompute the entropy in backward.
-    entropy_from_logits_chunk_size: int = 2048
-    # Chunk of the chunked entropy computation.
-    pad_to_length: bool = False
-    # Pad packed batches to a bucketed length (for compiled kernels).
-    qat: QATConfig = field(default_factory=QATConfig)
-    # verl mirrors fsdp_config.qat here.
     use_remove_padding: Optional[bool] = None
     # verl mirrors model.use_remove_padding here; None = model.use_remove_padding.
     calculate_sum_pi_squared: bool = False
     # Compute sum_v pi(v)^2 per response token in the old-log-prob stage (one extra no-grad forward),
     # batch key sum_pi_squared; required by, and only allowed with, the optimal token baselines.
-    sum_pi_squared_checkpointing: bool = False
-    # Recompute it in backward.
 
 
 @dataclass
@@ -455,29 +323,15 @@ class RefConfig:
     log_prob_use_dynamic_bsz: bool = False
     # Token-budget micro-batches for the reference forward.
     log_prob_max_token_len_per_gpu: int = 16384
-    # Token budget under log_prob_use_dynamic_bsz.
+    # Token budget (prompt + response) of one reference forward micro-batch under log_prob_use_dynamic_bsz.
     fsdp_config: FSDPConfig = field(default_factory=lambda: FSDPConfig(param_offload=False))
     # Reference model sharding / offload.
     rollout_n: Optional[int] = None
-    # verl mirrors rollout.n here; None = rollout.n.
+    # verl's copy of rollout.n for the reference; None = rollout.n (another value is an error).
     strategy: Optional[str] = None
     # verl mirrors actor.strategy here; None = actor.strategy.
-    use_torch_compile: bool = True
-    # torch.compile the log-prob helpers.
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    # Per-role profiler.
-    router_replay: RouterReplayConfig = field(default_factory=RouterReplayConfig)
-    # MoE router replay.
     ulysses_sequence_parallel_size: int = 1
     # 1: the reference forward sees whole sequences on each rank; the actor's value: split like the actor's.
-    entropy_from_logits_with_chunking: bool = False
-    # Chunked entropy computation.
-    entropy_checkpointing: bool = False
-    # Recompute the entropy in backward.
-    entropy_from_logits_chunk_size: int = 2048
-    # Chunk of the chunked entropy computation.
-    pad_to_length: bool = False
-    # Pad packed batches to a bucketed length (for compiled kernels).
 
 
 
@@ -493,8 +347,6 @@ class ActorRolloutRefConfig:
     actor: ActorConfig = field(default_factory=ActorConfig)
     ref: RefConfig = field(default_factory=RefConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
-    nccl_timeout: int = 600
-    # Seconds before a stalled collective fails (torch.distributed timeout).
 
 
 # -------------------------------------------------------------------------------------- critic
@@ -513,6 +365,7 @@ class CriticConfig:
     enable: Optional[bool] = None
     # Use a critic; None = only when algorithm.adv_estimator needs one (gae).
     strategy: str = "fsdp2"
+    # Training engine of the value model: fsdp2 (a plain module when the world size is 1).
     optim: OptimConfig = field(default_factory=lambda: OptimConfig(lr=1e-5))
     model: CriticModelConfig = field(default_factory=CriticModelConfig)
     ppo_mini_batch_size: Optional[int] = None
@@ -522,33 +375,36 @@ class CriticConfig:
     ppo_micro_batch_size_per_gpu: Optional[int] = None
     # Trajectories per forward/backward per device; None = whole per-rank mini-batch.
     use_dynamic_bsz: bool = False
+    # Pack the critic's micro-batches by token budget (ppo_ / forward_max_token_len_per_gpu) instead of a count.
     ppo_max_token_len_per_gpu: int = 32768
+    # Token budget (prompt + response) of one critic update micro-batch under use_dynamic_bsz.
     forward_micro_batch_size_per_gpu: Optional[int] = None
     # Trajectories per value forward (no grad); None = ppo_micro_batch_size_per_gpu.
     forward_max_token_len_per_gpu: int = 32768
+    # Token budget of one value forward (no grad) micro-batch under use_dynamic_bsz.
     ppo_epochs: int = 1
+    # Critic passes over each step's data.
     shuffle: bool = False
     # Draw the critic's mini-batches from a fresh seeded permutation of the step's trajectories each
     # epoch (as actor.shuffle); false keeps the input order.
     grad_clip: float = 1.0
+    # Max global gradient L2 norm of the critic update; a non-finite norm skips the step (counted).
     cliprange_value: float = 0.5
     # Value clipping range around the old values.
     loss_agg_mode: str = "token-mean"
+    # Aggregation of the value loss: token-mean | seq-mean-token-sum | seq-mean-token-mean | seq-mean-token-sum-norm.
     checkpoint: CheckpointContentConfig = field(default_factory=CheckpointContentConfig)
     placement: str = "colocated"
     # Ray backend: colocated (rank r shares the actor's device/process slot) | separate (own pool).
     rollout_n: Optional[int] = None
-    # verl mirrors rollout.n here; None = rollout.n.
+    # verl's copy of rollout.n for the critic; None = rollout.n (another value is an error).
     data_loader_seed: Optional[int] = None
-    # verl's seed of the critic's mini-batch shuffle; only None is accepted (the shuffle is seeded with 0).
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    # Critic profiler.
+    # Seed of the critic.shuffle permutations (one generator per update call, verl/workers/critic.py);
+    # None = 0, not trainer.seed.
     forward_micro_batch_size: Optional[int] = None
     # Deprecated global micro batch of the value forward.
     fsdp: FSDPConfig = field(default_factory=FSDPConfig)
     # verl's engine spelling of model.fsdp_config (both hold the same values, config/compat/verl_layout.py).
-    loss_scale_factor: Optional[float] = None
-    # verl mirrors actor.loss_scale_factor here.
     ulysses_sequence_parallel_size: int = 1
     # The critic's Ulysses sequence parallelism (as actor.ulysses_sequence_parallel_size; needs
     # critic.model.use_remove_padding).
@@ -562,18 +418,10 @@ class RewardModelModelConfig:
     input_tokenizer: Optional[str] = None
     # Tokenizer of the policy, when the RM's tokenizer differs (responses are re-templated).
     trust_remote_code: bool = False
+    # Allow custom modelling code from the reward model directory.
     dtype: str = "float32"
+    # Parameter dtype of the reward model: float32 | bfloat16.
     fsdp_config: FSDPConfig = field(default_factory=FSDPConfig)
-    external_lib: Optional[str] = None
-    # Python module imported before the reward model is built.
-    override_config: Dict[str, Any] = field(default_factory=dict)
-    # Keys overriding the reward model's HF config.
-    use_shm: bool = False
-    # Copy the model to /dev/shm first.
-    use_remove_padding: bool = False
-    # Packed (padding-free) forward.
-    use_fused_kernels: bool = False
-    # Fused kernels.
 
 
 @dataclass
@@ -593,10 +441,12 @@ class RewardModelConfig:
     enable: bool = False
     # Score with a reward model (in addition to / instead of rule scorers).
     strategy: str = "fsdp2"
+    # Engine of the reward model's forward: fsdp2 (a plain module when the world size is 1).
     model: RewardModelModelConfig = field(default_factory=RewardModelModelConfig)
     micro_batch_size_per_gpu: Optional[int] = None
+    # Trajectories per reward-model forward per device; None = all at once.
     micro_batch_size: Optional[int] = None
-    max_length: Optional[int] = None
+    # Deprecated global micro batch, turned into micro_batch_size_per_gpu by finalize.
     use_dynamic_bsz: bool = False
     # Pack the reward-model forward's micro-batches by token budget (forward_max_token_len_per_gpu
     # real tokens each, as the actor's use_dynamic_bsz) instead of micro_batch_size_per_gpu rows.
@@ -613,26 +463,6 @@ class RewardModelConfig:
     # Keyword arguments passed to every reward-function call (verl's reward_model.reward_kwargs).
     enable_resource_pool: bool = False
     # Give the reward model its own resource pool (nnodes x n_gpus_per_node).
-    n_gpus_per_node: int = 0
-    # Devices per node of that pool.
-    nnodes: int = 0
-    # Nodes of that pool.
-    reward_loop_source: str = "register"
-    # verl's reward loop: register | importlib.
-    reward_loop_module_path: Optional[str] = None
-    # Custom reward-loop module.
-    reward_loop_class_name: Optional[str] = None
-    # Custom reward-loop class.
-    launch_reward_fn_async: bool = False
-    # Compute rule rewards in a background process overlapping the log-prob stages.
-    sandbox_fusion: SandboxFusionConfig = field(default_factory=SandboxFusionConfig)
-    # Code-execution sandbox.
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    # Reward-model profiler.
-    ulysses_sequence_parallel_size: int = 1
-    # Ulysses sequence-parallel degree.
-    use_reward_loop: bool = False
-    # verl's asynchronous reward loop.
     num_workers: Optional[int] = None
     # Scoring threads of streaming rewards (verl's reward.num_workers; >= 1; None = 8, verl's default).
     streaming: bool = True
@@ -642,18 +472,16 @@ class RewardModelConfig:
     # backend) hf engine and agent loops, the naive / dapo / gdpo managers (rule scorers, custom
     # compute_score) and a reward model on its own pool (placement=separate); otherwise, and with
     # false, the batch is scored after generation.
-    rollout: RMRolloutConfig = field(default_factory=RMRolloutConfig)
-    # Generative reward-model serving.
 
 
 @dataclass
 class CustomRewardFunctionConfig:
     path: Optional[str] = None
-    # Python file defining the scorer; None = built-in scorers routed by data_source.
+    # Python file defining the scorer (compute_score); None = built-in scorers routed by data_source.
     name: str = "compute_score"
     # Function name in that file: compute_score(data_source, solution_str, ground_truth, extra_info).
     reward_kwargs: Dict[str, Any] = field(default_factory=dict)
-    # Extra keyword arguments passed to the function.
+    # Extra keyword arguments of every compute_score call (verl's custom_reward_function.reward_kwargs).
 
 
 # ----------------------------------------------------------------------------------- algorithm
@@ -723,10 +551,6 @@ class AlgorithmConfig:
     kl_ctrl: KLControlConfig = field(default_factory=KLControlConfig)
     filter_groups: FilterGroupsConfig = field(default_factory=FilterGroupsConfig)
     # DAPO dynamic sampling.
-    use_pf_ppo: bool = False
-    # Policy-filtration PPO: reweight trajectories by reward before the update.
-    pf_ppo: PFPPOConfig = field(default_factory=PFPPOConfig)
-    # Its reweighting.
     rollout_correction: RolloutCorrectionConfig = field(default_factory=lambda: RolloutCorrectionConfig())
     # Rollout/training mismatch correction (truncated importance sampling, rejection).
 
@@ -735,6 +559,7 @@ class AlgorithmConfig:
 @dataclass
 class TrainerConfig:
     project_name: str = "verl"
+    # Tracking project; also the first level of the default output and checkpoint directories.
     experiment_name: str = "default"
     # Run name; a config file without one is named after the file (see load_config).
     logger: List[str] = field(default_factory=lambda: ["console", "jsonl"])
@@ -746,6 +571,7 @@ class TrainerConfig:
     total_training_steps: Optional[int] = None
     # RL steps; None = epochs x batches per epoch.
     nnodes: int = 1
+    # Nodes; the world size is nnodes x n_gpus_per_node.
     n_gpus_per_node: int = 1
     # Devices per node; with device=cpu, worker processes per node.
     device: str = "cpu"
@@ -778,6 +604,7 @@ class TrainerConfig:
     max_actor_ckpt_to_keep: Optional[int] = None
     # Keep at most this many actor checkpoints; None = all.
     max_critic_ckpt_to_keep: Optional[int] = None
+    # Keep at most this many critic checkpoints; None = all.
     save_hf: bool = False
     # Also write a Hugging Face model directory beside each checkpoint.
     progress_bar: bool = True
@@ -798,22 +625,10 @@ class TrainerConfig:
     # a first call after 10 x F; then every worker's stack is dumped and the run exits (status 3).
     # None = on Ray F = 300 for first calls and 30 afterwards, off on the local backend
     # (breakpoints); 0 = off.
-    # Write each step's rollouts (input, output, score, ...) as <dir>/<step>.jsonl.
     validation_data_dir: Optional[str] = None
     # Write each validation's generations as <dir>/<step>.jsonl.
-    esi_redundant_time: int = 0
-    # Seconds of margin before an elastic-instance expiry to checkpoint.
-    default_hdfs_dir: Optional[str] = None
-    # Copy checkpoints to this HDFS directory.
     del_local_ckpt_after_load: bool = False
     # Delete the local checkpoint directory after resuming from it.
-    ray_wait_register_center_timeout: int = 300
-    # Seconds to wait for Ray workers to register.
-    use_legacy_worker_impl: str = "auto"
-    # verl's worker implementation switch.
-    use_v1: bool = True
-    # verl's switch to its V1 trainer (default true there): one loop here either way; the mode is
-    # trainer.v1.trainer_mode.
     v1: TrainerV1Config = field(default_factory=TrainerV1Config)
     # verl's trainer modes (sync | separate_async) and replay-buffer sampler (see verl.config.schema_v1).
     alarms: AlarmsConfig = field(default_factory=AlarmsConfig)
@@ -835,14 +650,10 @@ class RootConfig:
     # verl's new-style reward-manager section.
     global_profiler: GlobalProfilerConfig = field(default_factory=GlobalProfilerConfig)
     # Controller-side profiling.
-    transfer_queue: TransferQueueConfig = field(default_factory=TransferQueueConfig)
-    # verl's TransferQueue data plane.
     ray_kwargs: RayKwargsConfig = field(default_factory=RayKwargsConfig)
     # ray.init arguments.
     reward: VerlRewardConfig = field(default_factory=VerlRewardConfig)
     # verl's reward namespace; migrated onto reward_model / custom_reward_function (config/compat/reward_layout.py).
-    skip: SkipConfig = field(default_factory=SkipConfig)
-    # verl's skip manager (replay of dumped stage outputs).
     distillation: DistillationConfig = field(default_factory=DistillationConfig)
     # On-policy distillation from a teacher model (off by default; see verl.config.schema_distill).
 

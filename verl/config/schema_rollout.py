@@ -10,13 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from verl.config.schema_attest import SyncCheckConfig
-from verl.config.compat.schema_verl import (
-    CheckpointEngineConfig,
-    DisaggregationConfig,
-    ProfilerConfig,
-    PrometheusConfig,
-    TraceConfig,
-)
+from verl.config.compat.schema_verl import CheckpointEngineConfig, PrometheusConfig
 
 
 @dataclass
@@ -24,9 +18,9 @@ class SamplingConfig:
     temperature: float = 0.0
     # Validation sampling temperature; 0 = greedy.
     top_k: int = -1
-    # -1 = no top-k filtering.
+    # Validation top-k filtering; -1 = off.
     top_p: float = 1.0
-    # Nucleus threshold; 1.0 = off.
+    # Validation nucleus threshold; 1.0 = off.
     n: int = 1
     # Samples per validation prompt (mean@n, best@n, maj@n).
     do_sample: bool = False
@@ -74,9 +68,6 @@ class MultiTurnConfig:
 
 @dataclass
 class AgentLoopConfig:
-    num_workers: int = 8
-    # Agent-loop worker processes in verl; here the loops run as asyncio tasks in the rollout
-    # worker, so this is a documented no-op.
     default_agent_loop: str = "single_turn_agent"
     # Agent loop of rows without an ``agent_name`` when multi_turn.enable=false:
     # single_turn_agent | tool_agent.
@@ -141,7 +132,7 @@ class RolloutConfig:
     log_prob_use_dynamic_bsz: bool = False
     # Token-budget micro-batches for old_log_probs recomputation.
     log_prob_max_token_len_per_gpu: int = 16384
-    # Token budget under log_prob_use_dynamic_bsz.
+    # Token budget (prompt + response) of one old_log_probs micro-batch under log_prob_use_dynamic_bsz.
     seed: Optional[int] = None
     # Sampling seed; None = trainer.seed.
     val_kwargs: SamplingConfig = field(default_factory=SamplingConfig)
@@ -185,34 +176,14 @@ class RolloutConfig:
     sync_check: SyncCheckConfig = field(default_factory=SyncCheckConfig)
     # Weight-sync attestation after every sync to an engine with its own weights (not a verl key;
     # see verl.config.schema_attest).
-    trace: TraceConfig = field(default_factory=TraceConfig)
-    # Rollout tracing.
-    skip_rollout: bool = False
-    # Replay dumped rollouts instead of generating.
-    skip_dump_dir: str = "/tmp/rollout_dump"
-    # Directory of those dumps.
     skip_tokenizer_init: bool = True
     # Engine skips its own tokenizer (token ids in / out).
-    enable_rollout_routing_replay: bool = False
-    # Record MoE routing in the rollout for replay in training.
-    profiler: ProfilerConfig = field(default_factory=ProfilerConfig)
-    # Rollout profiler.
     prometheus: PrometheusConfig = field(default_factory=PrometheusConfig)
     # Engine Prometheus metrics.
     quantization: Optional[str] = None
     # Engine weight quantization (fp8, ...).
     quantization_config_file: Optional[str] = None
     # Quantization settings file.
-    mtp: Any = None
-    # verl mirrors model.mtp here.
-    full_determinism: bool = False
-    # Deterministic engine kernels.
-    moe_load_balance_metrics_interval: int = 0
-    # Steps between MoE load-balance metrics; 0 = off.
-    qat: Any = None
-    # verl mirrors the actor's fsdp_config.qat here.
-    disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)
-    # Prefill/decode disaggregated serving.
     layered_summon: bool = False
     # Gather LoRA weights layer by layer for the engine.
     nnodes: int = 0

@@ -36,14 +36,6 @@ class HybridRolloutSwitchConfig:
 
     enable_switch: bool = False
     # Let the trainer pool switch to generation while it waits; true is not supported yet.
-    switch_threshold_ratio: float = 0.4
-    # Fraction of train_batch_size sampleable before the trainer takes its devices back (read only
-    # with enable_switch).
-    adaptive_switch_threshold: bool = True
-    switch_threshold_step_up: float = 0.05
-    switch_threshold_step_down: float = 0.03
-    switch_threshold_release_steps: int = 2
-    switch_cost_window_size: int = 3
 
 
 @dataclass
@@ -90,8 +82,6 @@ class TrainerV1Config:
     # sync (the synchronous loop) | separate_async (rollout on its own pool, replay buffer,
     # bounded staleness) | colocate_async (one pool: warm-up batches generate ahead, the long
     # tail of a batch is cut and resumed under the next weights; verl.trainer.async_rl.colocate).
-    sync: Dict[str, Any] = field(default_factory=dict)
-    # verl's (empty) sync section.
     colocate_async: ColocateAsyncConfig = field(default_factory=ColocateAsyncConfig)
     separate_async: SeparateAsyncConfig = field(default_factory=SeparateAsyncConfig)
     sampler: V1SamplerConfig = field(default_factory=V1SamplerConfig)

@@ -95,7 +95,11 @@ def _defaults() -> dict[str, Any]:
 
     from verl.config.schema import RootConfig
 
-    return OmegaConf.to_container(OmegaConf.structured(RootConfig), resolve=False)
+    from verl.config._tree import merge_trees
+    from verl.config.compat.verl_inert import verl_defaults
+
+    # verl's keys without effect here (reward_model.sandbox_fusion.*, ...) are not schema fields
+    return merge_trees(verl_defaults(RootConfig), OmegaConf.to_container(OmegaConf.structured(RootConfig), resolve=False))
 
 
 def _migrate_one(tree: dict[str, Any], new: str, legacy: tuple[str, ...], target: str, defaults: dict[str, Any]) -> None:

@@ -1,14 +1,14 @@
 """What each key of verl's reference config does here: the machine-readable compatibility table.
 
-A verl user's script may set any of the 507 keys of verl's ``ppo_trainer.yaml``. Every schema
-field is in exactly one of these states (a test walks the schema and checks it):
+A verl user's script may set any of the 507 keys of verl's ``ppo_trainer.yaml``. Every such key
+is in exactly one of these states (tests walk the schema and the table and check it):
 
-- **takes effect** — the package reads it (the default for a field not listed below);
-- :data:`NOOP` — accepted at any value and has no effect here, *and* that is verl's meaning
-  too (a speed-only optimisation that computes the same values, a setting read only by a
-  feature that is off, a GPU-memory setting on CPU); the reason is the table's value;
-- :data:`UNSUPPORTED` — accepted at its default; any other value is the one-line error
-  "`<key>` is not supported yet: <what to do>";
+- **takes effect** — a schema field the package reads (the default for a field not listed below);
+- :data:`NOOP` — not a schema field: accepted at any value and has no effect here, *and* that
+  is verl's meaning too (a speed-only optimisation that computes the same values, a setting
+  read only by a feature that is off, a GPU-memory setting on CPU); the reason is the row's value;
+- :data:`UNSUPPORTED` — not a schema field: accepted at verl's default; any other value is the
+  one-line error "`<key>` is not supported yet: <what to do>";
 - :data:`OWNED` — owned by another part of the product (the vLLM/SGLang engines, the
   multi-turn agent loop): the owner reads it; with the ``hf`` engine the table says what
   happens (:data:`HF_ENGINE`);
@@ -16,9 +16,10 @@ field is in exactly one of these states (a test walks the schema and checks it):
 - :data:`CONDITIONAL` — takes effect in some settings and is refused in others; the check
   functions in :mod:`verl.config.compat.verl_keys_checks` say which.
 
-Patterns are ``fnmatch`` globs over dotted key paths (``*`` also matches dots).
-:func:`check_compat` applies the table to a finalized config; :func:`check_unknown_owned`
-turns a key that another part of the product will add (not in the schema yet) into the
+Patterns are ``fnmatch`` globs over dotted key paths (``*`` also matches dots): one row covers
+every role. The NOOP / UNSUPPORTED keys and verl's defaults are :mod:`verl.config.compat.verl_inert`'s,
+which applies them when a config is loaded; :func:`check_compat` applies the other tables to a
+finalized config; :func:`check_unknown_owned` turns a key the owner has no setting for into the
 not-supported error instead of "unknown key".
 """
 
@@ -80,7 +81,6 @@ NOOP: dict[str, str] = {
     "trainer.ray_wait_register_center_timeout": "Ray workers register synchronously when the group is created here",
     "algorithm.pf_ppo.*": "read only when algorithm.use_pf_ppo=true (not supported yet: that key errors)",
     "actor_rollout_ref.rollout.mtp": "verl mirrors model.mtp here (model.mtp.* keys are refused when set)",
-    "actor_rollout_ref.rollout.calculate_log_probs": "the hf engine always returns rollout_log_probs (sampled anyway, no extra cost)",
     "reward_model.model.use_remove_padding": "padding-free forward (" + _SAME_VALUES + ")",
 }
 """Documented no-ops: pattern -> why it has no effect (verl's meaning too)."""
@@ -90,7 +90,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.fsdp_config.model_dtype": "set the parameter dtype with actor_rollout_ref.model.dtype (float32 | bfloat16)",
     "*.fsdp_config.ulysses_sequence_parallel_size": "set the role's own key (actor_rollout_ref.actor / ref, critic .ulysses_sequence_parallel_size)",
     "reward_model.ulysses_sequence_parallel_size": "the reward model's forward is not split along the sequence; leave it 1",
-    "*.profiler.*": "per-role profilers are not wired; profile with py-spy (installed) or torch.profiler around `verl train`",
     "*.router_replay.*": "MoE router replay is not implemented; leave mode=disabled",
     "actor_rollout_ref.actor.freeze_vision_tower": "vision-language models are not supported; use a text-only causal LM",
     "actor_rollout_ref.actor.use_prefix_grouper": "prefix sharing across a group is not implemented; leave it false",
@@ -101,7 +100,6 @@ UNSUPPORTED: dict[str, str] = {
     "*.model.enable_activation_offload": "activation offload is not implemented; use enable_gradient_checkpointing=true",
     "*.model.lora_adapter_path": "merge the adapter into the base model first, then train from the merged model",
     "*.model.mtp.*": "multi-token prediction is not implemented; leave model.mtp at its defaults",
-    "actor_rollout_ref.rollout.trace.*": "rollout tracing is not wired; use trainer.rollout_data_dir to dump rollouts",
     "actor_rollout_ref.rollout.skip_rollout": "rollout replay is not implemented; leave it false",
     "actor_rollout_ref.rollout.skip_dump_dir": "rollout replay is not implemented; remove the key",
     "actor_rollout_ref.rollout.enable_rollout_routing_replay": "MoE routing replay is not implemented; leave it false",
@@ -118,7 +116,6 @@ UNSUPPORTED: dict[str, str] = {
     "reward_model.reward_loop_module_path": "the reward loop is not implemented; use reward_manager.module.path",
     "reward_model.reward_loop_class_name": "the reward loop is not implemented; use reward_manager.module.name",
     "reward_model.use_reward_loop": "the reward loop is not implemented; leave it false",
-    "reward_model.num_workers": "the reward loop is not implemented; remove the key",
     "reward_model.sandbox_fusion.*": "the code sandbox is not wired; score code in custom_reward_function",
     "reward_model.rollout.*": "generative reward models are not supported; use a sequence-classification reward model",
     "reward_model.max_length": "responses are scored at full length (prompt_length + response_length); remove the key",
@@ -126,10 +123,8 @@ UNSUPPORTED: dict[str, str] = {
     "reward_model.model.override_config": "edit the reward model's config.json",
     "algorithm.use_pf_ppo": "policy-filtration PPO is not implemented; leave it false",
     "trainer.default_hdfs_dir": "HDFS upload is not wired; copy trainer.default_local_dir yourself",
-    "transfer_queue.*": "verl's TransferQueue data plane is not implemented; leave it off",
     "ray_kwargs.timeline_json_file": "Ray timelines are not written; call ray.timeline() yourself",
     "*.optim.override_optimizer_config": "optimizer options beyond lr/betas/eps/weight_decay are not wired; remove the key",
-    "critic.data_loader_seed": "the critic's mini-batch shuffle (critic.shuffle) is seeded with 0; remove the key",
     "*.optim.optimizer": "only AdamW is wired; leave optimizer=AdamW",
     "*.optim.optimizer_impl": "only torch.optim is wired; leave optimizer_impl=torch.optim",
 }
@@ -162,8 +157,10 @@ OWNED: dict[str, str] = {
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": "the vLLM/SGLang engines (verl/workers/rollout/vllm/vllm_config.py)",
     "actor_rollout_ref.rollout.quantization": "the vLLM/SGLang engines (verl/workers/rollout/vllm/vllm_config.py)",
     "actor_rollout_ref.rollout.quantization_config_file": "the vLLM/SGLang engines (verl/workers/rollout/vllm/vllm_config.py)",
+    "actor_rollout_ref.rollout.calculate_log_probs": ("the vLLM engine (false: no rollout_log_probs, "
+                                                      "verl/workers/rollout/vllm/vllm_rollout.py); rollout_correction needs true"),
 }
-"""Keys another part of the product owns: pattern -> the owner (the issue building it)."""
+"""Keys another part of the product owns: pattern -> the owner (the module that reads it)."""
 
 HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.gpu_memory_utilization": ("noop", "sizes a server engine's KV cache; the hf engine allocates per batch"),
@@ -189,6 +186,7 @@ HF_ENGINE: dict[str, tuple[str, str]] = {
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1"),
     "actor_rollout_ref.rollout.quantization": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
     "actor_rollout_ref.rollout.quantization_config_file": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
+    "actor_rollout_ref.rollout.calculate_log_probs": ("noop", "the hf engine always returns rollout_log_probs (sampled anyway, no extra cost)"),
 }
 """What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported | effect, why / what to do)."""
 
@@ -318,8 +316,8 @@ def check_unknown_owned(tree: dict[str, Any], known: Any, prefix: str = "") -> N
         prefix: Dotted path of ``tree``.
 
     Raises:
-        ConfigError: "`<key>` is not supported yet: <owner> is being built ..." for an unknown
-            key matching :data:`OWNED`.
+        ConfigError: "`<key>` is not supported yet: <owner> has no such setting ..." for an
+            unknown key matching :data:`OWNED`.
     """
     for key, value in tree.items():
         path = f"{prefix}.{key}" if prefix else str(key)
@@ -327,7 +325,7 @@ def check_unknown_owned(tree: dict[str, Any], known: Any, prefix: str = "") -> N
             # an unknown section (``algorithm.rollout_correction``) matches ``<section>.*``
             owner = _match(path, 2) or _match(path + ".*", 2)
             if owner is not None:
-                raise not_supported(path, f"{OWNED[owner]} is being built; remove the key until then")
+                raise not_supported(path, f"{OWNED[owner]} has no such setting; remove the key")
             continue
         if isinstance(value, dict):
             check_unknown_owned(value, known, path)

@@ -31,7 +31,6 @@ LAYOUT_NOOP: dict[str, str] = {
     "reward.reward_model.rollout": ("the engine verl's reward loop serves the reward model with; the reward model "
                                     "(model_path) is scored by the reward-model worker here (the same scores)"),
     "reward.num_workers": "verl's reward-loop worker count: here the scoring threads of streaming rewards (the same scores)",
-    "reward_model.num_workers": "verl's reward-loop worker count: here the scoring threads of streaming rewards (the same scores)",
     "reward.reward_model.n_gpus_per_node": "read only with reward.reward_model.enable_resource_pool=true",
     "reward.reward_model.nnodes": "read only with reward.reward_model.enable_resource_pool=true",
     "data.function_tool_path": "verl mirrors rollout.multi_turn.function_tool_path here (that key decides)",
@@ -77,20 +76,13 @@ LAYOUT_HF_ENGINE: dict[str, tuple[str, str]] = {
 }
 """What these engine keys do with ``rollout.name=hf`` (replacing the main HF_ENGINE rows)."""
 
-SUPERSEDED: tuple[str, ...] = ("*.profiler.*", "actor_rollout_ref.rollout.trace.*", "transfer_queue.*",
-                               "reward_model.num_workers", "critic.data_loader_seed")
-"""Rows of the main UNSUPPORTED table that the finer rows here replace (removed when merging)."""
-
 LAYOUT_CONDITIONAL: dict[str, str] = {}
 """Keys whose effect depends on other settings (none yet)."""
 
 
 def merge_layout_tables(noop: dict[str, str], unsupported: dict[str, str], conditional: dict[str, str],
                         indirect: dict[str, str], hf_engine: dict[str, tuple[str, str]]) -> None:
-    """Puts this module's rows in front of the main table's (in place): a row here wins; the
-    main table's :data:`SUPERSEDED` rows are dropped from its UNSUPPORTED table."""
-    for pattern in SUPERSEDED:
-        unsupported.pop(pattern, None)
+    """Puts this module's rows in front of the main table's (in place): a row here wins."""
     merged_hf = {**LAYOUT_HF_ENGINE, **{k: v for k, v in hf_engine.items() if k not in LAYOUT_HF_ENGINE}}
     hf_engine.clear()
     hf_engine.update(merged_hf)
