@@ -68,8 +68,9 @@ def module_of(path: Path) -> str:
     return ".".join(parts)
 
 
-def folder_of(module: str) -> str:
-    if module in FACES:
+def folder_of(module: str, faces: bool = True) -> str:
+    """The layer-table folder of ``module``; a face is ``"faces"`` unless ``faces=False`` (then where it sits)."""
+    if faces and module in FACES:
         return "faces"
     parts = module.split(".")[1:]
     if not parts:
@@ -162,18 +163,11 @@ def face_edges() -> list[str]:
     for face, why in FACES.items():
         if face not in files:
             continue
-        home = RANK.get(_home_folder(face), 0)
+        home = RANK.get(folder_of(face, faces=False), 0)
         for d in sorted(imports_of(files[face], face, set(files)) - {face}):
             if RANK.get(folder_of(d), 99) < home:
                 out.append(f"  {face} -> {d}: {why}")
     return out
-
-
-def _home_folder(module: str) -> str:
-    parts = module.split(".")[1:]
-    if parts[0] == "workers" and len(parts) > 1 and parts[1] in ("rollout", "config"):
-        return f"{parts[0]}/{parts[1]}"
-    return parts[0]
 
 
 def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
