@@ -13,7 +13,8 @@ from torch import nn
 
 from verl.config import ConfigError, load_config
 from verl.config.compat.verl_keys import check_compat
-from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync, bucket_bytes_of
+from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync
+from verl.workers.rollout.weight_sync import bucket_bytes_of
 
 CE = "actor_rollout_ref.rollout.checkpoint_engine"
 

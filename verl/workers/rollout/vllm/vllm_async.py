@@ -32,7 +32,8 @@ from torch import nn
 
 from verl.workers.rollout.request import TokenOutput, TokenRequest
 from verl.workers.rollout.vllm.vllm_config import eos_and_pad, lora_rank_of, prepare_engine, restore_process_state, vllm_sampling_params
-from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync, bucket_bytes_of, is_lora_model
+from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync
+from verl.workers.rollout.weight_sync import bucket_bytes_of, is_lora_model
 
 __all__ = ["VLLMAsyncTokenEngine"]
 

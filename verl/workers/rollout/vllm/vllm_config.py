@@ -39,7 +39,7 @@ import torch
 from torch import nn
 
 from verl.workers.rollout.hf.hf_rollout import default_eos_token_ids
-from verl.workers.rollout.vllm.vllm_weights import is_lora_model
+from verl.workers.rollout.weight_sync import is_lora_model
 
 __all__ = [
     "LOAD_FORMATS", "engine_args", "engine_device", "eos_and_pad", "lora_rank_of", "prepare_engine",

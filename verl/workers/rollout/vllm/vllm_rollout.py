@@ -82,7 +82,8 @@ from verl.workers.rollout.vllm.vllm_config import (
     restore_process_state,
     vllm_sampling_params,
 )
-from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync, bucket_bytes_of, is_lora_model, lora_adapter_spec
+from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync, lora_adapter_spec
+from verl.workers.rollout.weight_sync import bucket_bytes_of, is_lora_model
 
 __all__ = ["VLLMRollout", "build", "eos_and_pad", "lora_rank_of", "restore_process_state", "serves_agent_loops"]
 

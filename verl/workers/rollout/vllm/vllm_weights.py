@@ -33,7 +33,6 @@ from torch import nn
 from verl.workers.rollout.weight_sync import (
     DEFAULT_BUCKET_BYTES,
     Bucket,
-    bucket_bytes_of,
     checkpoint_name,
     full_tensor,
     is_lora_model,
@@ -41,8 +40,7 @@ from verl.workers.rollout.weight_sync import (
     plan_checkpoint_buckets,
 )
 
-__all__ = ["DEFAULT_BUCKET_BYTES", "EngineWeightSync", "bucket_bytes_of", "hf_config_of", "is_lora_model",
-           "lora_adapter_spec", "lora_adapter_state"]
+__all__ = ["EngineWeightSync", "hf_config_of", "lora_adapter_spec", "lora_adapter_state"]
 
 
 def hf_config_of(module: nn.Module) -> Any:
