@@ -82,7 +82,9 @@ def folder_of(module: str, faces: bool = True) -> str:
 
 def _is_type_checking(node: ast.If) -> bool:
     t = node.test
-    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING"
+    )
 
 
 def imports_of(path: Path, module: str, known: set[str]) -> set[str]:
@@ -110,7 +112,9 @@ def imports_of(path: Path, module: str, known: set[str]) -> set[str]:
             visit(child)
 
     visit(ast.parse(path.read_text(), str(path)))
-    return {m for m in out if m in known} | {m.rsplit(".", 1)[0] for m in out if m not in known and m.rsplit(".", 1)[0] in known}
+    return {m for m in out if m in known} | {
+        m.rsplit(".", 1)[0] for m in out if m not in known and m.rsplit(".", 1)[0] in known
+    }
 
 
 def problems() -> list[str]:
@@ -137,8 +141,14 @@ def problems() -> list[str]:
 
 def _is_main_guard(node: ast.stmt) -> bool:
     t = node.test if isinstance(node, ast.If) else None
-    return (isinstance(t, ast.Compare) and isinstance(t.left, ast.Name) and t.left.id == "__name__"
-            and len(t.comparators) == 1 and isinstance(t.comparators[0], ast.Constant) and t.comparators[0].value == "__main__")
+    return (
+        isinstance(t, ast.Compare)
+        and isinstance(t.left, ast.Name)
+        and t.left.id == "__name__"
+        and len(t.comparators) == 1
+        and isinstance(t.comparators[0], ast.Constant)
+        and t.comparators[0].value == "__main__"
+    )
 
 
 def face_problems(files: dict[str, Path]) -> list[str]:

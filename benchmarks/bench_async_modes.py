@@ -49,8 +49,22 @@ def run_one(name: str, steps: int, work_dir: Path, extra: list[str]) -> dict:
     """One ``verl bench`` process of configuration ``name``; returns its figures."""
     with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
         out = Path(f.name)
-    cmd = [sys.executable, "-m", "verl.cli", "bench", "--shape", SHAPE[0], "--steps", str(steps),
-           "--work-dir", str(work_dir), "--out", str(out), *MODES[name], *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.cli",
+        "bench",
+        "--shape",
+        SHAPE[0],
+        "--steps",
+        str(steps),
+        "--work-dir",
+        str(work_dir),
+        "--out",
+        str(out),
+        *MODES[name],
+        *extra,
+    ]
     load0 = os.getloadavg()[0]
     usage0, wall0 = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600)
@@ -63,10 +77,18 @@ def run_one(name: str, steps: int, work_dir: Path, extra: list[str]) -> dict:
     measured = record["metrics"][1:]
     keys = [f"{who}/{what}" for who in ("trainer", "rollouter") for what in ("idle_ratio", "cpu_s", "runq_ratio")]
     idle = {k: statistics.median(m[k] for m in measured) for k in keys if all(k in m for m in measured)}
-    return {"mode": name, "throughput": record["summary"]["throughput"], "step_s": record["summary"]["step_s"],
-            "loadavg_start": load0, "loadavg_end": os.getloadavg()[0], **idle,
-            "run_wall_s": wall, "run_cpu_s": cpu, "cores_used": cpu / wall,
-            "steps_s": [s["seconds"] for s in record["steps_detail"]]}
+    return {
+        "mode": name,
+        "throughput": record["summary"]["throughput"],
+        "step_s": record["summary"]["step_s"],
+        "loadavg_start": load0,
+        "loadavg_end": os.getloadavg()[0],
+        **idle,
+        "run_wall_s": wall,
+        "run_cpu_s": cpu,
+        "cores_used": cpu / wall,
+        "steps_s": [s["seconds"] for s in record["steps_detail"]],
+    }
 
 
 def main() -> int:
@@ -76,8 +98,13 @@ def main() -> int:
     parser.add_argument("--work-dir", default="/tmp/verl-bench-async")
     parser.add_argument("--out", default=None)
     parser.add_argument("--shape", default="gsm8k", choices=("gsm8k", "builtin"))
-    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads per process (and per "
-                        "thread of separate_async): 1 = one core for training, one for generation")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads per process (and per "
+        "thread of separate_async): 1 = one core for training, one for generation",
+    )
     parser.add_argument("--max-minutes", type=float, default=None, help="start no round after this many minutes")
     parser.add_argument("extra", nargs="*", help="overrides for every run")
     ns = parser.parse_args()
@@ -104,17 +131,34 @@ def main() -> int:
 def summarize(runs: list[dict], ns: argparse.Namespace) -> dict:
     """The record: the runs, the median throughput of each mode so far, their ratios and the
     per-round ratios (rounds with all three modes)."""
-    med = {name: statistics.median(x["throughput"] for x in runs if x["mode"] == name)
-           for name in MODES if any(x["mode"] == name for x in runs)}
+    med = {
+        name: statistics.median(x["throughput"] for x in runs if x["mode"] == name)
+        for name in MODES
+        if any(x["mode"] == name for x in runs)
+    }
     by_round: dict[int, dict[str, float]] = {}
     for x in runs:
         by_round.setdefault(x["round"], {})[x["mode"]] = x["throughput"]
-    per_round = [{"round": r, "async_vs_split": v["separate_async"] / v["split"],
-                  "async_vs_colocated": v["separate_async"] / v["colocated"]}
-                 for r, v in sorted(by_round.items()) if len(v) == len(MODES)]
-    result = {"runs": runs, "median_throughput": med, "per_round": per_round,
-              "cpus": os.cpu_count(), "steps": ns.steps, "rounds": len(by_round), "shape": ns.shape,
-              "threads": ns.threads, "extra": ns.extra}
+    per_round = [
+        {
+            "round": r,
+            "async_vs_split": v["separate_async"] / v["split"],
+            "async_vs_colocated": v["separate_async"] / v["colocated"],
+        }
+        for r, v in sorted(by_round.items())
+        if len(v) == len(MODES)
+    ]
+    result = {
+        "runs": runs,
+        "median_throughput": med,
+        "per_round": per_round,
+        "cpus": os.cpu_count(),
+        "steps": ns.steps,
+        "rounds": len(by_round),
+        "shape": ns.shape,
+        "threads": ns.threads,
+        "extra": ns.extra,
+    }
     if len(med) == len(MODES):
         result["ratio_async_vs_split"] = med["separate_async"] / med["split"]
         result["ratio_async_vs_colocated"] = med["separate_async"] / med["colocated"]

@@ -53,10 +53,20 @@ def main() -> None:
     def decode_step(model: torch.nn.Module) -> None:
         with torch.no_grad():
             cache = DynamicCache(config=model.config)
-            model(input_ids=ids[:, :p], position_ids=pos[:, :p], use_cache=True, **{cache_keyword(model): cache}, logits_to_keep=1)
+            model(
+                input_ids=ids[:, :p],
+                position_ids=pos[:, :p],
+                use_cache=True,
+                **{cache_keyword(model): cache},
+                logits_to_keep=1,
+            )
             for t in range(8):
-                model(input_ids=ids[:, p + t : p + t + 1], position_ids=pos[:, p + t : p + t + 1], use_cache=True,
-                      **{cache_keyword(model): cache})
+                model(
+                    input_ids=ids[:, p + t : p + t + 1],
+                    position_ids=pos[:, p + t : p + t + 1],
+                    use_cache=True,
+                    **{cache_keyword(model): cache},
+                )
 
     times: dict[str, dict[str, list[float]]] = {k: {"train": [], "decode8": []} for k in models}
     for _ in range(args.repeats):
@@ -65,7 +75,9 @@ def main() -> None:
             times[name]["decode8"].append(_timed(lambda m=model: decode_step(m)))
     with torch.no_grad():
         for name, model in models.items():
-            logps[name], _ = compute_log_probs_and_entropy(model, ids, mask, pos, r, compute_entropy=False, remove_padding=True)
+            logps[name], _ = compute_log_probs_and_entropy(
+                model, ids, mask, pos, r, compute_entropy=False, remove_padding=True
+            )
     diff = (logps["float32"] - logps["bfloat16"]).abs()
     out = {name: {k: statistics.median(v) for k, v in t.items()} for name, t in times.items()}
     out["logprob_abs_diff"] = {"max": float(diff.max()), "mean": float(diff.mean())}

@@ -76,9 +76,7 @@ def child(method: str, n: int, vocab: int, chunk_size: int, device: str) -> dict
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--n", type=int, default=4096)
     parser.add_argument("--vocab", type=int, default=151936)
     parser.add_argument("--chunk-size", type=int, default=512)
@@ -91,13 +89,27 @@ def main() -> int:
 
     rows = []
     for method in METHODS:
-        cmd = [sys.executable, __file__, "--child", method, "--n", str(args.n), "--vocab", str(args.vocab),
-               "--chunk-size", str(args.chunk_size), "--device", args.device]
+        cmd = [
+            sys.executable,
+            __file__,
+            "--child",
+            method,
+            "--n",
+            str(args.n),
+            "--vocab",
+            str(args.vocab),
+            "--chunk-size",
+            str(args.chunk_size),
+            "--device",
+            args.device,
+        ]
         out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
         rows.append(json.loads(out.strip().splitlines()[-1]))
 
-    print(f"N={args.n} V={args.vocab} fp32 logits {rows[0]['logits_mib']:.0f} MiB, "
-          f"chunk_size={args.chunk_size}, device={args.device}")
+    print(
+        f"N={args.n} V={args.vocab} fp32 logits {rows[0]['logits_mib']:.0f} MiB, "
+        f"chunk_size={args.chunk_size}, device={args.device}"
+    )
     print(f"{'method':<18}{'peak extra MiB':>16}{'seconds':>10}{'sum log p':>16}")
     for r in rows:
         print(f"{r['method']:<18}{r['extra_mib']:>16.1f}{r['seconds']:>10.2f}{r['checksum']:>16.2f}")

@@ -57,23 +57,38 @@ def run_layout(sp: int, steps: int, micro: int, work: Path, plan_only: bool = Fa
     from verl.commands.plan import ModelShape, measure_runtime, plan_memory
 
     path, overrides = shape_config("gsm8k", work / f"sp{sp}", steps)
-    overrides += ["trainer.n_gpus_per_node=2", "actor_rollout_ref.model.use_remove_padding=true",
-                  f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
-                  f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
-                  f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}", "trainer.balance_batch=false"]
+    overrides += [
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.model.use_remove_padding=true",
+        f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        "trainer.balance_batch=false",
+    ]
     cfg = load_config(path, overrides)
     actor = ModelShape.from_path(cfg.actor_rollout_ref.model.path)
     plan = plan_memory(cfg, float(psutil.virtual_memory().total), measure_runtime(cfg), actor)
     if plan_only:
-        return {"sp": sp, "predicted_mib": plan.peak / 2**20, "peak_stage": plan.peak_stage,
-                "stages_mib": {k: v / 2**20 for k, v in plan.stages.items()}, "runtime_mib": plan.runtime / 2**20,
-                "static_mib": sum(plan.static.values()) / 2**20}
+        return {
+            "sp": sp,
+            "predicted_mib": plan.peak / 2**20,
+            "peak_stage": plan.peak_stage,
+            "stages_mib": {k: v / 2**20 for k, v in plan.stages.items()},
+            "runtime_mib": plan.runtime / 2**20,
+            "static_mib": sum(plan.static.values()) / 2**20,
+        }
     with WorkerRss() as rss:
         RLTrainer(config=load_config(path, overrides)).fit()
     measured = max(rss.peaks.values())
-    return {"sp": sp, "predicted_mib": plan.peak / 2**20, "measured_mib": measured / 2**20,
-            "error": (plan.peak - measured) / measured, "peak_stage": plan.peak_stage,
-            "update_actor_stage_mib": plan.stages["update_actor"] / 2**20, "workers": len(rss.peaks)}
+    return {
+        "sp": sp,
+        "predicted_mib": plan.peak / 2**20,
+        "measured_mib": measured / 2**20,
+        "error": (plan.peak - measured) / measured,
+        "peak_stage": plan.peak_stage,
+        "update_actor_stage_mib": plan.stages["update_actor"] / 2**20,
+        "workers": len(rss.peaks),
+    }
 
 
 def main() -> None:

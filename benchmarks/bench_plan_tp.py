@@ -27,22 +27,36 @@ def run_layout(tp: int, steps: int, micro: int, work: Path, plan_only: bool = Fa
     from verl.commands.plan import ModelShape, measure_runtime, plan_memory
 
     path, overrides = shape_config("gsm8k", work / f"tp{tp}", steps)
-    overrides += ["trainer.n_gpus_per_node=2", "actor_rollout_ref.model.use_remove_padding=true",
-                  f"actor_rollout_ref.actor.fsdp_config.tensor_parallel_size={tp}",
-                  f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}",
-                  f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
-                  f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}", "trainer.balance_batch=false"]
+    overrides += [
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.model.use_remove_padding=true",
+        f"actor_rollout_ref.actor.fsdp_config.tensor_parallel_size={tp}",
+        f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={micro}",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={micro}",
+        "trainer.balance_batch=false",
+    ]
     cfg = load_config(path, overrides)
     actor = ModelShape.from_path(cfg.actor_rollout_ref.model.path)
     plan = plan_memory(cfg, float(psutil.virtual_memory().total), measure_runtime(cfg), actor)
-    row = {"tp": tp, "predicted_mib": plan.peak / 2**20, "peak_stage": plan.peak_stage,
-           "static_mib": sum(plan.static.values()) / 2**20, "update_actor_stage_mib": plan.stages["update_actor"] / 2**20}
+    row = {
+        "tp": tp,
+        "predicted_mib": plan.peak / 2**20,
+        "peak_stage": plan.peak_stage,
+        "static_mib": sum(plan.static.values()) / 2**20,
+        "update_actor_stage_mib": plan.stages["update_actor"] / 2**20,
+    }
     if plan_only:
         return row
     with WorkerRss() as rss:
         RLTrainer(config=load_config(path, overrides)).fit()
     measured = max(rss.peaks.values())
-    return {**row, "measured_mib": measured / 2**20, "error": (plan.peak - measured) / measured, "workers": len(rss.peaks)}
+    return {
+        **row,
+        "measured_mib": measured / 2**20,
+        "error": (plan.peak - measured) / measured,
+        "workers": len(rss.peaks),
+    }
 
 
 def main() -> None:

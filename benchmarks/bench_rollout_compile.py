@@ -43,8 +43,12 @@ def _prompts(vocab: int, longest: int, round_: int) -> DataProto:
     mask = (torch.arange(longest) >= (longest - lengths)[:, None]).long()
     ids = ids * mask
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-                 "sample_seeds": torch.arange(ROWS, dtype=torch.long) + 1000 * round_},
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "sample_seeds": torch.arange(ROWS, dtype=torch.long) + 1000 * round_,
+        },
         non_tensors={"uid": np.array([str(i) for i in range(ROWS)], dtype=object)},
     )
 
@@ -86,7 +90,7 @@ def main() -> None:
     for round_ in range(args.rounds):
         batch = _prompts(model.config.vocab_size, 96 + 8 * round_, round_)
         out = {}
-        for name in (("eager", "compiled") if round_ % 2 == 0 else ("compiled", "eager")):
+        for name in ("eager", "compiled") if round_ % 2 == 0 else ("compiled", "eager"):
             steps[name].clear()
             start, cpu_start = time.perf_counter(), time.process_time()
             out[name] = engines[name].generate_sequences(batch)
@@ -96,8 +100,11 @@ def main() -> None:
             step_sums[name].append(sum(steps[name]))
         same.append(bool(torch.equal(out["eager"].batch["responses"], out["compiled"].batch["responses"])))
         diff = (out["eager"].batch["rollout_log_probs"] - out["compiled"].batch["rollout_log_probs"]).abs().max()
-        print(f"round {round_}: eager {calls['eager'][-1]:.3f} s, compiled {calls['compiled'][-1]:.3f} s, "
-              f"same tokens {same[-1]}, max |dlogp| {float(diff):.2e}", flush=True)
+        print(
+            f"round {round_}: eager {calls['eager'][-1]:.3f} s, compiled {calls['compiled'][-1]:.3f} s, "
+            f"same tokens {same[-1]}, max |dlogp| {float(diff):.2e}",
+            flush=True,
+        )
     record = {
         "threads": torch.get_num_threads(),
         "generate_s": {k: statistics.median(v[1:]) for k, v in calls.items()},

@@ -36,8 +36,12 @@ ROOT = Path(__file__).resolve().parents[1]
 def _percentiles(xs: list[float]) -> dict[str, float]:
     xs = sorted(xs)
     pick = lambda q: xs[min(len(xs) - 1, int(round(q * (len(xs) - 1))))]  # noqa: E731 - nearest rank
-    return {"p50_ms": round(1000 * statistics.median(xs), 1), "p99_ms": round(1000 * pick(0.99), 1),
-            "mean_ms": round(1000 * statistics.fmean(xs), 1), "n": len(xs)}
+    return {
+        "p50_ms": round(1000 * statistics.median(xs), 1),
+        "p99_ms": round(1000 * pick(0.99), 1),
+        "mean_ms": round(1000 * statistics.fmean(xs), 1),
+        "n": len(xs),
+    }
 
 
 async def _timed(run, n: int, gap_s: float) -> list[float]:
@@ -55,8 +59,9 @@ def _baseline_module(rev: str):
     """The sandbox module of ``rev`` (its bootstrap next to it), imported under another name."""
     d = Path(tempfile.mkdtemp(prefix="verl-sandbox-baseline-"))
     for name in ("sandbox.py", "_sandbox_child.py"):
-        text = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:verl/tools/{name}"], check=True,
-                              capture_output=True, text=True).stdout
+        text = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{rev}:verl/tools/{name}"], check=True, capture_output=True, text=True
+        ).stdout
         (d / name).write_text(text)
     spec = importlib.util.spec_from_file_location("baseline_sandbox", d / "sandbox.py")
     module = importlib.util.module_from_spec(spec)
@@ -91,21 +96,34 @@ def latency(n: int, gap_s: float, baseline_rev: str | None) -> dict:
 def _train(tree: Path, steps: int, out_dir: Path) -> list[dict]:
     tools = out_dir / "tools.yaml"
     out_dir.mkdir(parents=True, exist_ok=True)
-    tools.write_text("tools:\n  - class_name: tests.tools.sandbox_tool_helpers.SandboxCalculatorTool\n"
-                     "    config: {timeout_s: 20}\n")
+    tools.write_text(
+        "tools:\n  - class_name: tests.tools.sandbox_tool_helpers.SandboxCalculatorTool\n    config: {timeout_s: 20}\n"
+    )
     env = {**os.environ, "PYTHONPATH": f"{tree}{os.pathsep}{ROOT}", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    cmd = [sys.executable, "-m", "verl.cli", "train", "calculator", f"trainer.total_training_steps={steps}",
-           "trainer.val_before_train=false", "trainer.test_freq=-1", "data.val_files=[]", "trainer.logger=[jsonl]",
-           "trainer.progress_bar=false", "trainer.plot=false", "trainer.save_freq=-1",
-           f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-           f"trainer.output_dir={out_dir / 'out'}", f"trainer.default_local_dir={out_dir / 'ckpt'}"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.cli",
+        "train",
+        "calculator",
+        f"trainer.total_training_steps={steps}",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "data.val_files=[]",
+        "trainer.logger=[jsonl]",
+        "trainer.progress_bar=false",
+        "trainer.plot=false",
+        "trainer.save_freq=-1",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+        f"trainer.output_dir={out_dir / 'out'}",
+        f"trainer.default_local_dir={out_dir / 'ckpt'}",
+    ]
     proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"verl train failed in {tree}:\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
     rows = [json.loads(line) for line in (out_dir / "out" / "metrics.jsonl").read_text().splitlines()]
     keys = ("step", "timing_s/step", "timing_s/gen", "tool_call_counts/mean", "multiturn/tool_errors")
-    return [{k: round(r[k], 3) for k in keys if k in r}
-            for r in rows if "timing_s/step" in r]
+    return [{k: round(r[k], 3) for k in keys if k in r} for r in rows if "timing_s/step" in r]
 
 
 def _patch_semaphore(path: Path) -> None:
@@ -114,8 +132,13 @@ def _patch_semaphore(path: Path) -> None:
     text = path.read_text()
     old = "        if self._semaphore is None:"
     if old in text:
-        path.write_text(text.replace(old, "        if self._semaphore is None or getattr(self._semaphore, '_loop', None) "
-                                          "not in (None, asyncio.get_running_loop()):"))
+        path.write_text(
+            text.replace(
+                old,
+                "        if self._semaphore is None or getattr(self._semaphore, '_loop', None) "
+                "not in (None, asyncio.get_running_loop()):",
+            )
+        )
 
 
 def step_time(steps: int, baseline_rev: str | None, rounds: int) -> dict:
@@ -124,8 +147,11 @@ def step_time(steps: int, baseline_rev: str | None, rounds: int) -> dict:
     runs = [("bubblewrap_warm_pool", ROOT)]
     if baseline_rev:
         tree = tmp / "baseline-tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), baseline_rev], check=True,
-                       capture_output=True)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), baseline_rev],
+            check=True,
+            capture_output=True,
+        )
         _patch_semaphore(tree / "verl" / "tools" / "code_interpreter.py")
         runs = [(f"baseline_{baseline_rev}", tree), *runs] * rounds
     else:
@@ -141,8 +167,10 @@ def step_time(steps: int, baseline_rev: str | None, rounds: int) -> dict:
             record["tool_errors"] = sum(r["multiturn/tool_errors"] for rows in record["runs"] for r in rows)
     finally:
         if baseline_rev:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline-tree")],
-                           capture_output=True)
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tmp / "baseline-tree")],
+                capture_output=True,
+            )
     return out
 
 
@@ -159,7 +187,11 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(ROOT))
     with open("/proc/loadavg") as f:
         load = f.read().split()[:3]
-    result = latency(args.n, args.gap_s, args.baseline_rev) if args.what == "latency" else step_time(args.steps, args.baseline_rev, args.rounds)
+    result = (
+        latency(args.n, args.gap_s, args.baseline_rev)
+        if args.what == "latency"
+        else step_time(args.steps, args.baseline_rev, args.rounds)
+    )
     result = {"what": args.what, "loadavg_before": load, "cpus": os.cpu_count(), **result}
     text = json.dumps(result, indent=1)
     print(text)

@@ -34,7 +34,9 @@ def _full_logits(module, input_ids, attention_mask, position_ids, loss_mask, rem
     """The supervised forward before the change: every position's logits, then the log-softmax."""
     from verl.algorithms.logprob import logprobs_and_entropy_from_logits
 
-    logits = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False).logits
+    logits = module(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False
+    ).logits
     return logprobs_and_entropy_from_logits(logits[:, :-1], input_ids[:, 1:], compute_entropy=False)[0]
 
 
@@ -47,11 +49,22 @@ def run_arm(arm: str, model: str, data: str, steps: int, batch: int, work: str) 
 
     if arm == "full-logits":
         hs.token_log_probs = _full_logits
-    cfg = load_sft_config(None, [f"model.partial_pretrain={model}", f"data.train_files={data}", "data.max_length=512",
-                                 "data.truncation=right", f"data.train_batch_size={batch}",
-                                 f"data.micro_batch_size_per_gpu={batch}", f"trainer.total_training_steps={steps}",
-                                 f"use_remove_padding={str(arm == 'packed').lower()}", "trainer.logger=[]",
-                                 f"trainer.default_local_dir={work}/ckpt", f"trainer.output_dir={work}/out"])
+    cfg = load_sft_config(
+        None,
+        [
+            f"model.partial_pretrain={model}",
+            f"data.train_files={data}",
+            "data.max_length=512",
+            "data.truncation=right",
+            f"data.train_batch_size={batch}",
+            f"data.micro_batch_size_per_gpu={batch}",
+            f"trainer.total_training_steps={steps}",
+            f"use_remove_padding={str(arm == 'packed').lower()}",
+            "trainer.logger=[]",
+            f"trainer.default_local_dir={work}/ckpt",
+            f"trainer.output_dir={work}/out",
+        ],
+    )
     trainer = build_supervised_trainer(cfg)
     rss_start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     times, losses, tokens = [], [], []
@@ -61,10 +74,17 @@ def run_arm(arm: str, model: str, data: str, steps: int, batch: int, work: str) 
         m = trainer.train_step(step)
         times.append(m["timing_s/step"])
         losses.append(m["train/loss"])
-    return {"arm": arm, "step_s": statistics.median(times[1:]), "times": times, "losses": losses,
-            "real_tokens": tokens, "padded_tokens": batch * int(b["attention_mask"].shape[1]),
-            "rss_before_MiB": rss_start, "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "threads": torch.get_num_threads()}
+    return {
+        "arm": arm,
+        "step_s": statistics.median(times[1:]),
+        "times": times,
+        "losses": losses,
+        "real_tokens": tokens,
+        "padded_tokens": batch * int(b["attention_mask"].shape[1]),
+        "rss_before_MiB": rss_start,
+        "peak_rss_MiB": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "threads": torch.get_num_threads(),
+    }
 
 
 def parse_args(doc: str, arms: tuple[str, ...]) -> argparse.Namespace:
@@ -92,23 +112,46 @@ def run_rounds(script: str, arms: tuple[str, ...], args: argparse.Namespace) -> 
         model = init_random_model("qwen2", args.size, shared / "tokenizers" / "qwen2.5", Path(tmp) / "model", seed=0)
         for r in range(args.rounds):
             for arm in arms:
-                proc = subprocess.run([sys.executable, script, "--arm", arm, "--model", str(model), "--shared", str(shared),
-                                       "--steps", str(args.steps), "--batch", str(args.batch)], capture_output=True, text=True)
+                proc = subprocess.run(
+                    [
+                        sys.executable,
+                        script,
+                        "--arm",
+                        arm,
+                        "--model",
+                        str(model),
+                        "--shared",
+                        str(shared),
+                        "--steps",
+                        str(args.steps),
+                        "--batch",
+                        str(args.batch),
+                    ],
+                    capture_output=True,
+                    text=True,
+                )
                 if proc.returncode:
                     raise SystemExit(f"{arm} failed:\n{proc.stderr[-3000:]}")
                 res = json.loads(proc.stdout.strip().splitlines()[-1])
                 results[arm].append(res)
-                print(f"round {r + 1} {arm:12s} step {res['step_s']:.3f} s  peak RSS {res['peak_rss_MiB']:.0f} MiB "
-                      f"(before training {res['rss_before_MiB']:.0f})  losses {[round(x, 4) for x in res['losses'][:3]]}",
-                      flush=True)
+                print(
+                    f"round {r + 1} {arm:12s} step {res['step_s']:.3f} s  peak RSS {res['peak_rss_MiB']:.0f} MiB "
+                    f"(before training {res['rss_before_MiB']:.0f})  losses {[round(x, 4) for x in res['losses'][:3]]}",
+                    flush=True,
+                )
     return results
 
 
 def summarize(results: dict[str, list[dict]], args: argparse.Namespace) -> dict[str, dict[str, float]]:
     """Medians per arm (step time, peak RSS, RSS growth while training), printed as a table; JSON to ``args.out``."""
-    summary = {a: {"step_s": statistics.median(x["step_s"] for x in v),
-                   "peak_rss_MiB": statistics.median(x["peak_rss_MiB"] for x in v),
-                   "growth_MiB": statistics.median(x["peak_rss_MiB"] - x["rss_before_MiB"] for x in v)} for a, v in results.items()}
+    summary = {
+        a: {
+            "step_s": statistics.median(x["step_s"] for x in v),
+            "peak_rss_MiB": statistics.median(x["peak_rss_MiB"] for x in v),
+            "growth_MiB": statistics.median(x["peak_rss_MiB"] - x["rss_before_MiB"] for x in v),
+        }
+        for a, v in results.items()
+    }
     print("\n| arm | median step s | peak RSS MiB | RSS growth while training MiB |\n|---|---|---|---|")
     for a, s in summary.items():
         print(f"| {a} | {s['step_s']:.3f} | {s['peak_rss_MiB']:.0f} | {s['growth_MiB']:.0f} |")
@@ -129,7 +172,9 @@ def main() -> None:
     print(f"\nreal tokens per step {statistics.mean(first['real_tokens']):.0f} of {first['padded_tokens']} padded")
     summary = summarize(results, args)
     base = summary["full-logits"]["step_s"]
-    print(f"speed-up vs full-logits: padded {base / summary['padded']['step_s']:.2f}x, packed {base / summary['packed']['step_s']:.2f}x")
+    print(
+        f"speed-up vs full-logits: padded {base / summary['padded']['step_s']:.2f}x, packed {base / summary['packed']['step_s']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

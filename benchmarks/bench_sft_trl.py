@@ -30,12 +30,26 @@ ARMS = ("verl", "verl-packed", "trl")
 def _verl_config(model: str, data: str, steps: int, batch: int, work: str, packed: bool):
     from verl.config.sft_loader import load_sft_config
 
-    return load_sft_config(None, [f"model.partial_pretrain={model}", f"data.train_files={data}", "data.max_length=512",
-                                  "data.truncation=right", f"data.train_batch_size={batch}",
-                                  f"data.micro_batch_size_per_gpu={batch}", f"trainer.total_training_steps={steps}",
-                                  "optim.lr=1e-4", "optim.lr_scheduler=constant", "optim.warmup_steps_ratio=0",
-                                  "optim.weight_decay=0", f"use_remove_padding={str(packed).lower()}", "trainer.logger=[]",
-                                  f"trainer.default_local_dir={work}/ckpt", f"trainer.output_dir={work}/out"])
+    return load_sft_config(
+        None,
+        [
+            f"model.partial_pretrain={model}",
+            f"data.train_files={data}",
+            "data.max_length=512",
+            "data.truncation=right",
+            f"data.train_batch_size={batch}",
+            f"data.micro_batch_size_per_gpu={batch}",
+            f"trainer.total_training_steps={steps}",
+            "optim.lr=1e-4",
+            "optim.lr_scheduler=constant",
+            "optim.warmup_steps_ratio=0",
+            "optim.weight_decay=0",
+            f"use_remove_padding={str(packed).lower()}",
+            "trainer.logger=[]",
+            f"trainer.default_local_dir={work}/ckpt",
+            f"trainer.output_dir={work}/out",
+        ],
+    )
 
 
 def _rss() -> float:
@@ -70,15 +84,34 @@ def run_trl(model: str, data: str, steps: int, batch: int, work: str) -> dict:
         for i in stream.sampler.indices(step, 0, 1):
             item = stream.dataset[i]
             n = int(item["attention_mask"].sum())
-            rows.append({"input_ids": item["input_ids"][:n].tolist(), "completion_mask": item["loss_mask"][:n].tolist()})
+            rows.append(
+                {"input_ids": item["input_ids"][:n].tolist(), "completion_mask": item["loss_mask"][:n].tolist()}
+            )
     torch.manual_seed(0)
     tok = AutoTokenizer.from_pretrained(model)
     net = AutoModelForCausalLM.from_pretrained(model, dtype=torch.float32)
-    args = SFTConfig(output_dir=f"{work}/trl", per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-                     max_steps=steps, learning_rate=1e-4, lr_scheduler_type="constant", warmup_steps=0, weight_decay=0.0,
-                     max_length=512, completion_only_loss=True, logging_steps=1, save_strategy="no", report_to=[],
-                     use_cpu=True, bf16=False, fp16=False, dataloader_num_workers=0, train_sampling_strategy="sequential",
-                     max_grad_norm=1.0, seed=0)
+    args = SFTConfig(
+        output_dir=f"{work}/trl",
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        max_steps=steps,
+        learning_rate=1e-4,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=0.0,
+        max_length=512,
+        completion_only_loss=True,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        dataloader_num_workers=0,
+        train_sampling_strategy="sequential",
+        max_grad_norm=1.0,
+        seed=0,
+    )
     times, losses = [], []
 
     class Timer(TrainerCallback):
@@ -92,7 +125,9 @@ def run_trl(model: str, data: str, steps: int, batch: int, work: str) -> dict:
             if logs and "loss" in logs:
                 losses.append(float(logs["loss"]))
 
-    trainer = SFTTrainer(model=net, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[Timer()])
+    trainer = SFTTrainer(
+        model=net, args=args, train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[Timer()]
+    )
     before = _rss()
     trainer.train()
     return {"times": times, "losses": losses, "rss_before_MiB": before, "peak_rss_MiB": _rss()}
@@ -105,13 +140,18 @@ def main() -> None:
     if args.arm:  # one arm in this process
         data = str(Path(args.shared) / "data" / "gsm8k" / "train.jsonl")
         with tempfile.TemporaryDirectory() as work:
-            res = (run_trl(args.model, data, args.steps, args.batch, work) if args.arm == "trl" else
-                   run_verl(args.model, data, args.steps, args.batch, work, args.arm == "verl-packed"))
+            res = (
+                run_trl(args.model, data, args.steps, args.batch, work)
+                if args.arm == "trl"
+                else run_verl(args.model, data, args.steps, args.batch, work, args.arm == "verl-packed")
+            )
         print(json.dumps({"arm": args.arm, "step_s": statistics.median(res["times"][1:]), **res}))
         return
     summary = summarize(run_rounds(__file__, ARMS, args), args)
     trl = summary["trl"]["step_s"]
-    print(f"speed vs TRL: verl {trl / summary['verl']['step_s']:.2f}x, verl packed {trl / summary['verl-packed']['step_s']:.2f}x")
+    print(
+        f"speed vs TRL: verl {trl / summary['verl']['step_s']:.2f}x, verl packed {trl / summary['verl-packed']['step_s']:.2f}x"
+    )
 
 
 if __name__ == "__main__":

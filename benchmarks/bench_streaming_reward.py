@@ -60,18 +60,30 @@ def build(work_dir: Path, max_num_seqs: int) -> tuple[Any, Any]:
     model_dir, _ = prepare_gsm8k_shape(work_dir, "small", Path(os.environ.get("VERL_SHARED_DIR", "/work/shared")))
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval()
-    cfg = RolloutConfig(response_length=GSM8K_SHAPE["response_length"], prompt_length=GSM8K_SHAPE["max_prompt_length"],
-                        ignore_eos=True, max_num_seqs=max_num_seqs, seed=0)
+    cfg = RolloutConfig(
+        response_length=GSM8K_SHAPE["response_length"],
+        prompt_length=GSM8K_SHAPE["max_prompt_length"],
+        ignore_eos=True,
+        max_num_seqs=max_num_seqs,
+        seed=0,
+    )
     return HFRollout(model, cfg, tok), tok
 
 
 def prompt_batch(tok: Any, start: int, shared: Path) -> DataProto:
     """4 GSM8K test prompts from row ``start``, each repeated n=4 times, left-padded."""
-    rows = [json.loads(line) for line in (shared / "data" / "gsm8k" / "test.jsonl").read_text().splitlines()[start:start + 4]]
+    rows = [
+        json.loads(line)
+        for line in (shared / "data" / "gsm8k" / "test.jsonl").read_text().splitlines()[start : start + 4]
+    ]
     n = GSM8K_SHAPE["n"]
     repeated = [r for r in rows for _ in range(n)]
-    texts = [tok.apply_chat_template([{"role": "user", "content": r["question"]}], add_generation_prompt=True, tokenize=False)
-             for r in repeated]
+    texts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": r["question"]}], add_generation_prompt=True, tokenize=False
+        )
+        for r in repeated
+    ]
     ids = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     width = max(map(len, ids))
     input_ids = torch.tensor([[tok.pad_token_id] * (width - len(i)) + i for i in ids])
@@ -80,8 +92,11 @@ def prompt_batch(tok: Any, start: int, shared: Path) -> DataProto:
     for k, r in enumerate(repeated):
         gts[k] = {"ground_truth": r["answer"].split("####")[-1].strip()}
     return DataProto.from_dict(
-        tensors={"input_ids": input_ids, "attention_mask": mask,
-                 "sample_seeds": torch.arange(start * 100, start * 100 + len(ids), dtype=torch.long)},
+        tensors={
+            "input_ids": input_ids,
+            "attention_mask": mask,
+            "sample_seeds": torch.arange(start * 100, start * 100 + len(ids), dtype=torch.long),
+        },
         non_tensors={"data_source": np.array(["openai/gsm8k"] * len(ids), dtype=object), "reward_model": gts},
     )
 
@@ -133,7 +148,10 @@ def main() -> int:
     shared = Path(os.environ.get("VERL_SHARED_DIR", "/work/shared"))
     engine, tok = build(Path(args.work_dir), max_num_seqs=4)
     manager = create_reward_manager("naive", tok, compute_score=slow_score, timeout_s=5.0)
-    scenarios = {"in_call": [prompt_batch(tok, 0, shared)], "pipelined": [prompt_batch(tok, 4 * i, shared) for i in range(args.batches)]}
+    scenarios = {
+        "in_call": [prompt_batch(tok, 0, shared)],
+        "pipelined": [prompt_batch(tok, 4 * i, shared) for i in range(args.batches)],
+    }
     scenarios = {k: v for k, v in scenarios.items() if k in args.scenarios.split(",")}
     engine.generate_sequences(next(iter(scenarios.values()))[0])  # warm-up (allocations, head layout)
     rounds: dict[str, list[dict[str, float]]] = {k: [] for k in scenarios}
@@ -143,16 +161,36 @@ def main() -> int:
             sync = run_sync(engine, manager, batches)
             stream = run_streaming(engine, manager, batches, args.workers)
             hidden = 1.0 - stream["tail_s"] / sync["reward_s"]
-            rounds[name].append({"sync_wall_s": sync["wall_s"], "sync_reward_s": sync["reward_s"],
-                                 "stream_wall_s": stream["wall_s"], "stream_tail_s": stream["tail_s"],
-                                 "stream_scoring_busy_s": stream["busy_s"], "hidden_share": hidden, "loadavg": load})
-            print(f"round {r} {name}: sync {sync['wall_s']:.2f} s (reward {sync['reward_s']:.2f} s), streaming "
-                  f"{stream['wall_s']:.2f} s (reward tail {stream['tail_s']:.3f} s) -> hidden {100 * hidden:.1f} % "
-                  f"(load {load:.1f})", flush=True)
+            rounds[name].append(
+                {
+                    "sync_wall_s": sync["wall_s"],
+                    "sync_reward_s": sync["reward_s"],
+                    "stream_wall_s": stream["wall_s"],
+                    "stream_tail_s": stream["tail_s"],
+                    "stream_scoring_busy_s": stream["busy_s"],
+                    "hidden_share": hidden,
+                    "loadavg": load,
+                }
+            )
+            print(
+                f"round {r} {name}: sync {sync['wall_s']:.2f} s (reward {sync['reward_s']:.2f} s), streaming "
+                f"{stream['wall_s']:.2f} s (reward tail {stream['tail_s']:.3f} s) -> hidden {100 * hidden:.1f} % "
+                f"(load {load:.1f})",
+                flush=True,
+            )
             summary = {n: {k: statistics.median(x[k] for x in rs) for k in rs[0]} for n, rs in rounds.items() if rs}
-            record = {"setup": {"shape": GSM8K_SHAPE, "sleep_s": SLEEP_S, "workers": args.workers, "max_num_seqs": 4,
-                                "pipelined_batches": args.batches, "torch_threads": 1},
-                      "rounds": rounds, "median": summary}
+            record = {
+                "setup": {
+                    "shape": GSM8K_SHAPE,
+                    "sleep_s": SLEEP_S,
+                    "workers": args.workers,
+                    "max_num_seqs": 4,
+                    "pipelined_batches": args.batches,
+                    "torch_threads": 1,
+                },
+                "rounds": rounds,
+                "median": summary,
+            }
             if args.out:  # written after every measurement: a killed run keeps what it measured
                 Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
     print(json.dumps(summary, indent=1))

@@ -35,14 +35,14 @@ from pathlib import Path
 from typing import Any
 
 SLEEP_S = 0.05
-SLOW_REWARD = f'''
+SLOW_REWARD = f"""
 import time
 from verl.reward import default_compute_score
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     time.sleep({SLEEP_S})  # a verifier round trip
     return default_compute_score(data_source, solution_str, ground_truth, extra_info)
-'''
+"""
 TAIL_KEY = {"sync": "timing_s/reward", "separate_async": "timing_s/rollouter_reward"}
 
 
@@ -55,16 +55,35 @@ def one_run(mode: str, streaming: bool, steps: int, work_dir: Path, extra: list[
     out = work_dir / f"{mode}-{'on' if streaming else 'off'}.json"
     load = os.getloadavg()[0]
     start = time.perf_counter()
-    argv = ["--shape", "gsm8k", "--steps", str(steps), "--mode", mode, "--work-dir", str(work_dir), "--out", str(out),
-            f"custom_reward_function.path={reward}", f"reward_model.streaming={str(streaming).lower()}",
-            "reward_model.timeout_s=5", *extra]
+    argv = [
+        "--shape",
+        "gsm8k",
+        "--steps",
+        str(steps),
+        "--mode",
+        mode,
+        "--work-dir",
+        str(work_dir),
+        "--out",
+        str(out),
+        f"custom_reward_function.path={reward}",
+        f"reward_model.streaming={str(streaming).lower()}",
+        "reward_model.timeout_s=5",
+        *extra,
+    ]
     if bench_main(argv) != 0:
         raise RuntimeError(f"verl bench {' '.join(argv)} failed")
     record = json.loads(out.read_text())
     metrics = record["metrics"][1:]  # the first step warms up
-    return {"tails_s": [m[TAIL_KEY[mode]] for m in metrics], "steps_s": [m["timing_s/step"] for m in metrics],
-            "gen_s": [m.get("timing_s/gen", float("nan")) for m in metrics], "wall_s": time.perf_counter() - start,
-            "loadavg_start": load, "loadavg_end": os.getloadavg()[0], "command": "verl bench " + " ".join(argv)}
+    return {
+        "tails_s": [m[TAIL_KEY[mode]] for m in metrics],
+        "steps_s": [m["timing_s/step"] for m in metrics],
+        "gen_s": [m.get("timing_s/gen", float("nan")) for m in metrics],
+        "wall_s": time.perf_counter() - start,
+        "loadavg_start": load,
+        "loadavg_end": os.getloadavg()[0],
+        "command": "verl bench " + " ".join(argv),
+    }
 
 
 def main() -> int:
@@ -85,17 +104,31 @@ def main() -> int:
             for streaming in (False, True):
                 key = f"{mode}/{'on' if streaming else 'off'}"
                 runs.setdefault(key, []).append(one_run(mode, streaming, args.steps, work_dir, args.overrides))
-                print(f"round {r} {key}: tails {runs[key][-1]['tails_s']} s, steps {runs[key][-1]['steps_s']} s", flush=True)
+                print(
+                    f"round {r} {key}: tails {runs[key][-1]['tails_s']} s, steps {runs[key][-1]['steps_s']} s",
+                    flush=True,
+                )
             tails = {s: [t for run in runs.get(f"{mode}/{s}", []) for t in run["tails_s"]] for s in ("off", "on")}
             if tails["off"] and tails["on"]:
                 off, on = statistics.median(tails["off"]), statistics.median(tails["on"])
                 summary[mode] = {"reward_off_s": off, "tail_on_s": on, "hidden_share": 1.0 - on / off}
-                print(f"{mode}: reward after generation {off:.3f} s, streaming tail {on:.3f} s -> hidden "
-                      f"{100 * (1 - on / off):.1f} %", flush=True)
+                print(
+                    f"{mode}: reward after generation {off:.3f} s, streaming tail {on:.3f} s -> hidden "
+                    f"{100 * (1 - on / off):.1f} %",
+                    flush=True,
+                )
             if args.out:  # written after every mode: a killed run keeps what it measured
-                Path(args.out).write_text(json.dumps({"setup": {"sleep_s": SLEEP_S, "steps": args.steps,
-                                                                "overrides": args.overrides},
-                                                      "runs": runs, "median": summary}, indent=1) + "\n")
+                Path(args.out).write_text(
+                    json.dumps(
+                        {
+                            "setup": {"sleep_s": SLEEP_S, "steps": args.steps, "overrides": args.overrides},
+                            "runs": runs,
+                            "median": summary,
+                        },
+                        indent=1,
+                    )
+                    + "\n"
+                )
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -29,7 +29,13 @@ from verl.config.schema import ModelConfig
 from verl.modules import create_model
 from verl.modules.init_model import init_random_model
 from verl.workers.rollout_sync import sync_in_place
-from verl.workers.sync_attest import canary_ids, compare_fingerprints, expected_fingerprints, module_canary, module_tensors
+from verl.workers.sync_attest import (
+    canary_ids,
+    compare_fingerprints,
+    expected_fingerprints,
+    module_canary,
+    module_tensors,
+)
 from verl.workers.sync_attest_sides import module_fingerprints, vocab_size
 
 
@@ -72,11 +78,15 @@ def main() -> None:
         times["canary"].append(_timed(canary))
     med = {k: statistics.median(v) for k, v in times.items()}
     per_sync = med["fingerprints"] + (med["canary"] / args.canary_every if args.canary_every else 0.0)
-    print(f"tensors {len(module_fingerprints(rollout))}, parameters {sum(p.numel() for p in actor.parameters()) / 1e6:.1f}M, "
-          f"reps {args.reps}")
+    print(
+        f"tensors {len(module_fingerprints(rollout))}, parameters {sum(p.numel() for p in actor.parameters()) / 1e6:.1f}M, "
+        f"reps {args.reps}"
+    )
     print("medians (s): " + ", ".join(f"{k} {v:.4f}" for k, v in med.items()))
-    print(f"attestation per sync at canary_every={args.canary_every}: {per_sync:.4f} s "
-          f"({per_sync / med['sync']:.2f}x the sync itself)")
+    print(
+        f"attestation per sync at canary_every={args.canary_every}: {per_sync:.4f} s "
+        f"({per_sync / med['sync']:.2f}x the sync itself)"
+    )
 
 
 if __name__ == "__main__":

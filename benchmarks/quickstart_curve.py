@@ -39,13 +39,27 @@ METRIC = "val/accuracy"
 def quickstart_curve(work_dir: Path, seed: int = 1) -> dict[str, Any]:
     """Run the quick start under ``work_dir`` and return its curve record (format in the module docstring)."""
     start = time.perf_counter()
-    history = run("quickstart", [f"trainer.output_dir={work_dir / 'out'}", f"trainer.default_local_dir={work_dir / 'ckpt'}",
-                                 "trainer.progress_bar=false", f"trainer.seed={seed}"])
+    history = run(
+        "quickstart",
+        [
+            f"trainer.output_dir={work_dir / 'out'}",
+            f"trainer.default_local_dir={work_dir / 'ckpt'}",
+            "trainer.progress_bar=false",
+            f"trainer.seed={seed}",
+        ],
+    )
     points = [(int(h["step"]), float(h[METRIC])) for h in history if METRIC in h]
-    return {"preset": "quickstart", "seed": seed, "metric": METRIC,
-            "steps": [s for s, _ in points], "accuracy": [a for _, a in points],
-            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "num_threads": torch.get_num_threads(), "wall_s": round(time.perf_counter() - start, 1)}
+    return {
+        "preset": "quickstart",
+        "seed": seed,
+        "metric": METRIC,
+        "steps": [s for s, _ in points],
+        "accuracy": [a for _, a in points],
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "num_threads": torch.get_num_threads(),
+        "wall_s": round(time.perf_counter() - start, 1),
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         record = quickstart_curve(Path(work), args.seed)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=2) + "\n")
-    print(f"{len(record['steps'])} points, {record['accuracy'][0]:.1%} -> {record['accuracy'][-1]:.1%}; wrote {args.out}")
+    print(
+        f"{len(record['steps'])} points, {record['accuracy'][0]:.1%} -> {record['accuracy'][-1]:.1%}; wrote {args.out}"
+    )
     return 0
 
 

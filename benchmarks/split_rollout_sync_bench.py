@@ -21,14 +21,30 @@ def read_metrics(run: Path) -> dict[int, dict]:
 
 
 run = Path(sys.argv[1])
-ov = {"data.train_batch_size": 8, "actor_rollout_ref.rollout.n": 4, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
-      "data.max_prompt_length": 16, "data.max_response_length": 8, "algorithm.adv_estimator": "grpo",
-      "data.val_files": "[]", "trainer.total_training_steps": 5, "trainer.val_before_train": False, "trainer.logger": "[jsonl]",
-      "trainer.progress_bar": False, "trainer.plot": False, "trainer.output_dir": str(run / "out"),
-      "trainer.default_local_dir": str(run / "ckpt"), "trainer.save_freq": -1, "actor_rollout_ref.hybrid_engine": False,
-      "trainer.n_gpus_per_node": 2, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4}
+ov = {
+    "data.train_batch_size": 8,
+    "actor_rollout_ref.rollout.n": 4,
+    "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+    "data.max_prompt_length": 16,
+    "data.max_response_length": 8,
+    "algorithm.adv_estimator": "grpo",
+    "data.val_files": "[]",
+    "trainer.total_training_steps": 5,
+    "trainer.val_before_train": False,
+    "trainer.logger": "[jsonl]",
+    "trainer.progress_bar": False,
+    "trainer.plot": False,
+    "trainer.output_dir": str(run / "out"),
+    "trainer.default_local_dir": str(run / "ckpt"),
+    "trainer.save_freq": -1,
+    "actor_rollout_ref.hybrid_engine": False,
+    "trainer.n_gpus_per_node": 2,
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+}
 if len(sys.argv) > 2:
     ov["actor_rollout_ref.model.path"] = sys.argv[2]
 RLTrainer(config=load_config(None, [f"{k}={v}" for k, v in ov.items()])).fit()
 m = read_metrics(run)
-print("RESULT", json.dumps({s: [m[s]["timing_s/update_weights"], m[s].get("weight_sync/megabytes")] for s in sorted(m)}))
+print(
+    "RESULT", json.dumps({s: [m[s]["timing_s/update_weights"], m[s].get("weight_sync/megabytes")] for s in sorted(m)})
+)

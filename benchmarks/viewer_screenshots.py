@@ -25,10 +25,25 @@ def main() -> int:
     work, out = Path(args.work), Path(args.out)
     shutil.rmtree(work, ignore_errors=True)
     out.mkdir(parents=True, exist_ok=True)
-    subprocess.run([sys.executable, "-m", "verl.cli", "train", "calculator", "trainer.total_training_steps=4",
-                    "trainer.val_before_train=false", "data.val_files=[]", "trainer.progress_bar=false", "trainer.plot=false",
-                    "trainer.logger=[jsonl]", f"trainer.output_dir={work / 'out'}", f"trainer.default_local_dir={work / 'ckpt'}",
-                    f"trainer.rollout_data_dir={work / 'rollouts'}"], check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.cli",
+            "train",
+            "calculator",
+            "trainer.total_training_steps=4",
+            "trainer.val_before_train=false",
+            "data.val_files=[]",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            "trainer.logger=[jsonl]",
+            f"trainer.output_dir={work / 'out'}",
+            f"trainer.default_local_dir={work / 'ckpt'}",
+            f"trainer.rollout_data_dir={work / 'rollouts'}",
+        ],
+        check=True,
+    )
     from verl.commands.viewer import write_report
 
     html = write_report(work / "rollouts", work / "report.html")

@@ -9,7 +9,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 PACKAGE_PATTERN = re.compile(
-    r"DESIGN\.md|STYLE\.md|known_faults|seeds/|\.\./shared|shared/seeds|\bissue [0-9]+|\b(fault )?B[0-9]{1,2}\b")
+    r"DESIGN\.md|STYLE\.md|known_faults|seeds/|\.\./shared|shared/seeds|\bissue [0-9]+|\b(fault )?B[0-9]{1,2}\b"
+)
 """What no file under ``verl/`` may say (code, comments, docstrings, config and page assets)."""
 DOCS_PATTERN = re.compile(r"DESIGN\.md|STYLE\.md|known_faults|\.\./shared")
 """What the README and ``docs/`` may not link to (those documents are not in the repository)."""
@@ -39,8 +40,15 @@ def test_readme_and_docs_link_no_outside_document():
 
 
 def test_the_patterns_catch_each_kind():
-    for text in ("(DESIGN.md §4)", "STYLE.md 10", "known_faults B32", "fault B7", "issue 4", "see ../shared/x",
-                 "``shared/seeds``"):
+    for text in (
+        "(DESIGN.md §4)",
+        "STYLE.md 10",
+        "known_faults B32",
+        "fault B7",
+        "issue 4",
+        "see ../shared/x",
+        "``shared/seeds``",
+    ):
         assert PACKAGE_PATTERN.search(text), text
     for text in ("B200 GPUs", "Batch-size units", "tests/test_lint.py", "(B, R)", "seed=0"):
         assert not PACKAGE_PATTERN.search(text), text

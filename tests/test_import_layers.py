@@ -26,13 +26,21 @@ def test_checker_sees_upward_imports_and_cycles():
     assert checker.folder_of("verl.workers.rollout.hf.hf_rollout") == "workers/rollout"
     assert checker.folder_of("verl.workers.rollout.hf_rollout") == "faces"  # verl's path, a face
     assert checker.RANK["commands"] < checker.RANK["trainer"] < checker.RANK["run"] < checker.RANK["engine"]
-    assert checker.RANK["trainer"] < checker.RANK["workers"] < checker.RANK["engine"] < checker.RANK["modules"] < checker.RANK["data"]
+    assert (
+        checker.RANK["trainer"]
+        < checker.RANK["workers"]
+        < checker.RANK["engine"]
+        < checker.RANK["modules"]
+        < checker.RANK["data"]
+    )
 
 
 def test_faces_hold_only_imports_and_are_printed_with_their_reason(tmp_path):
     checker = _checker()
     face = tmp_path / "face.py"
-    face.write_text('"""doc"""\nimport sys\nfrom verl.x import y\n__all__ = ["y"]\nif __name__ == "__main__":\n    sys.exit(y())\n')
+    face.write_text(
+        '"""doc"""\nimport sys\nfrom verl.x import y\n__all__ = ["y"]\nif __name__ == "__main__":\n    sys.exit(y())\n'
+    )
     grown = tmp_path / "grown.py"
     grown.write_text('"""doc"""\nfrom verl.x import y\n\ndef helper():\n    return y\n')
     checker.FACES = {"verl.face": "why", "verl.grown": "why"}

@@ -1,4 +1,5 @@
-"""``ruff check`` (rules in pyproject.toml ``[tool.ruff]``) passes on the package, tests, benchmarks and CI scripts.
+"""``ruff check`` and ``ruff format --check`` (settings in pyproject.toml ``[tool.ruff]``) pass on the package,
+tests, benchmarks and CI scripts.
 
 CI runs only ``python -m pytest``, so the lint runs here; it takes about a second.
 """
@@ -19,9 +20,49 @@ def test_ruff_check_passes() -> None:
     paths = [p for p in LINTED if (ROOT / p).exists()]
     proc = subprocess.run(
         [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", *paths],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, f"ruff check failed (run `ruff check {' '.join(paths)}`):\n{proc.stdout}{proc.stderr}"
+
+
+def test_ruff_format_is_applied() -> None:
+    """Every linted file is as ``ruff format`` writes it (line length 120); fix with ``ruff format .``."""
+    paths = [p for p in LINTED if (ROOT / p).exists()]
+    proc = subprocess.run(
+        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", *paths],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, f"ruff format would change files (run `ruff format .`):\n{proc.stdout}{proc.stderr}"
+
+
+def test_ruff_format_reports_an_unformatted_file(tmp_path: Path) -> None:
+    """The format check is live: a badly spaced scratch file is reported."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("x=[1,2 ,3]\n")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "format",
+            "--check",
+            "--no-cache",
+            "--config",
+            str(ROOT / "pyproject.toml"),
+            str(bad),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1 and "bad.py" in proc.stdout
 
 
 def test_ruff_check_reports_an_error(tmp_path: Path) -> None:
@@ -29,9 +70,22 @@ def test_ruff_check_reports_an_error(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import os\n\ntry:\n    x = 1\nexcept:\n    x = 2\n")
     proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--config", str(ROOT / "pyproject.toml"),
-         "--output-format", "concise", str(bad)],
-        cwd=ROOT, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "ruff",
+            "check",
+            "--no-cache",
+            "--config",
+            str(ROOT / "pyproject.toml"),
+            "--output-format",
+            "concise",
+            str(bad),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 1
     assert "F401" in proc.stdout and "E722" in proc.stdout

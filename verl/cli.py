@@ -26,22 +26,52 @@ __all__ = ["COMMANDS", "INPUT_ERRORS", "main", "run_reporting_user_errors"]
 
 COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("verl.commands.train:train_cli", "run RL training (PPO, GRPO, ...): verl train [CONFIG] [key=value ...]"),
-    "sft": ("verl.commands.sft:main", "supervised fine-tuning (or trainer.algorithm=hybrid): verl sft [CONFIG] [key=value ...]"),
+    "sft": (
+        "verl.commands.sft:main",
+        "supervised fine-tuning (or trainer.algorithm=hybrid): verl sft [CONFIG] [key=value ...]",
+    ),
     "dpo": ("verl.commands.sft:dpo_main", "DPO / IPO on preference pairs: verl dpo [CONFIG] [key=value ...]"),
-    "generate": ("verl.commands.generate", "sample responses for a prompts file: verl generate [CONFIG] data.path=F data.output_path=G model.path=M"),
-    "eval": ("verl.commands.evaluate", "score generated responses (mean@n, best@n per data source): verl eval [CONFIG] data.path=G"),
+    "generate": (
+        "verl.commands.generate",
+        "sample responses for a prompts file: verl generate [CONFIG] data.path=F data.output_path=G model.path=M",
+    ),
+    "eval": (
+        "verl.commands.evaluate",
+        "score generated responses (mean@n, best@n per data source): verl eval [CONFIG] data.path=G",
+    ),
     "config": ("verl.config.cli", "inspect configs: verl config show [CONFIG] [key=value ...]"),
     "prepare": ("verl.data.prepare", "raw data -> training parquet: verl prepare gsm8k|math500 --input F --out DIR"),
-    "builtin": ("verl.recipes.build", "build or list the built-in models: verl builtin build [NAME ...] | verl builtin list"),
+    "builtin": (
+        "verl.recipes.build",
+        "build or list the built-in models: verl builtin build [NAME ...] | verl builtin list",
+    ),
     "init-model": ("verl.modules.init_model", "write a randomly initialised model: verl init-model --arch qwen2 ..."),
-    "bench": ("verl.commands.bench.bench", "throughput / MFU / memory of N RL steps: verl bench [CONFIG|--shape gsm8k] [--compare trl]"),
-    "plan": ("verl.commands.plan", "pre-flight memory plan: verl plan [CONFIG] [key=value ...] [--device cpu|gpu:80GiB]"),
+    "bench": (
+        "verl.commands.bench.bench",
+        "throughput / MFU / memory of N RL steps: verl bench [CONFIG|--shape gsm8k] [--compare trl]",
+    ),
+    "plan": (
+        "verl.commands.plan",
+        "pre-flight memory plan: verl plan [CONFIG] [key=value ...] [--device cpu|gpu:80GiB]",
+    ),
     "merge": ("verl.commands.merge", "checkpoint -> Hugging Face directory: verl merge CKPT_DIR OUT_DIR"),
     "doctor": ("verl.commands.doctor", "environment report + pre-flight checks: verl doctor [CONFIG] [key=value ...]"),
-    "reward": ("verl.commands.reward_test", "probe the configured reward: verl reward test [CONFIG] [key=value ...] [--dump DIR] [--json]"),
-    "replay": ("verl.commands.replay", "re-run a sentinel incident step in-process (loss, grad norm): verl replay BUNDLE [--json]"),
-    "verify": ("verl.commands.verify", "paths that must agree (local/Ray, packed, micro-batched, resumed): verl verify [CONFIG] [key=value ...]"),
-    "view": ("verl.commands.viewer", "token-level trajectory inspector (HTML) of a rollout dump: verl view DIR [--out F] [--serve PORT]"),
+    "reward": (
+        "verl.commands.reward_test",
+        "probe the configured reward: verl reward test [CONFIG] [key=value ...] [--dump DIR] [--json]",
+    ),
+    "replay": (
+        "verl.commands.replay",
+        "re-run a sentinel incident step in-process (loss, grad norm): verl replay BUNDLE [--json]",
+    ),
+    "verify": (
+        "verl.commands.verify",
+        "paths that must agree (local/Ray, packed, micro-batched, resumed): verl verify [CONFIG] [key=value ...]",
+    ),
+    "view": (
+        "verl.commands.viewer",
+        "token-level trajectory inspector (HTML) of a rollout dump: verl view DIR [--out F] [--serve PORT]",
+    ),
 }
 
 

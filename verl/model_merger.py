@@ -35,10 +35,18 @@ def _parser() -> argparse.ArgumentParser:
     merge.add_argument("--local_dir", required=True, help="global_step_N/actor (or global_step_N)")
     merge.add_argument("--target_dir", required=True, help="output Hugging Face directory (new or empty)")
     merge.add_argument("--hf_model_path", default=None, help="HF directory to take config.json and tokenizer from")
-    merge.add_argument("--trust-remote-code", "--trust_remote_code", dest="trust_remote_code", action="store_true",
-                       help="allow a model_type unknown to transformers: imports modelling code")
-    merge.add_argument("--use_cpu_initialization", action="store_true",
-                       help="accepted for verl compatibility: the model is always built on the CPU here")
+    merge.add_argument(
+        "--trust-remote-code",
+        "--trust_remote_code",
+        dest="trust_remote_code",
+        action="store_true",
+        help="allow a model_type unknown to transformers: imports modelling code",
+    )
+    merge.add_argument(
+        "--use_cpu_initialization",
+        action="store_true",
+        help="accepted for verl compatibility: the model is always built on the CPU here",
+    )
     merge.add_argument("--is-value-model", "--is_value_model", dest="is_value_model", action="store_true")
     merge.add_argument("--tie-word-embedding", "--tie_word_embedding", dest="tie_word_embedding", action="store_true")
     merge.add_argument("--hf_upload_path", default=None)
@@ -59,7 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"verl.model_merger: {problem}", file=sys.stderr)
         return 2
     try:
-        out = export_hf(args.local_dir, args.target_dir, trust_remote_code=args.trust_remote_code, hf_dir=args.hf_model_path)
+        out = export_hf(
+            args.local_dir, args.target_dir, trust_remote_code=args.trust_remote_code, hf_dir=args.hf_model_path
+        )
     except (OSError, ValueError, CheckpointError, CheckpointLoadError) as e:
         print(f"verl.model_merger: {e}", file=sys.stderr)
         return 2

@@ -61,9 +61,7 @@ def test_gae_requires_values() -> None:
 def test_reinforce_plus_plus_discounted_returns_whitened() -> None:
     rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 2.0, 3.0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float32)
-    adv, ret = compute_advantage(
-        "reinforce_plus_plus", token_level_rewards=rewards, response_mask=mask, gamma=0.5
-    )
+    adv, ret = compute_advantage("reinforce_plus_plus", token_level_rewards=rewards, response_mask=mask, gamma=0.5)
     # row 0: G = [0.25, 0.5, 1]; row 1: the reward 3.0 sits on padding and is ignored: G = [1, 2, 0]
     torch.testing.assert_close(ret, torch.tensor([[0.25, 0.5, 1.0], [1.0, 2.0, 0.0]]))
     white = _whiten([0.25, 0.5, 1.0, 1.0, 2.0])
@@ -90,39 +88,63 @@ def test_remax_score_minus_baseline() -> None:
 def test_estimator_inputs_come_from_the_registry_and_the_batch() -> None:
     """The loop passes one config and the batch; only remax declares (and receives) baselines."""
     assert estimator_inputs("remax") == ("reward_baselines",)
-    declared = {"remax": ("reward_baselines",), "gdpo": ("reward_components",),
-                **{n: ("old_log_probs", "sum_pi_squared", "rollout_is_weights")
-                   for n in ("optimal_token_baseline", "tir_optimal_token_baseline")}}
+    declared = {
+        "remax": ("reward_baselines",),
+        "gdpo": ("reward_components",),
+        **{
+            n: ("old_log_probs", "sum_pi_squared", "rollout_is_weights")
+            for n in ("optimal_token_baseline", "tir_optimal_token_baseline")
+        },
+    }
     assert all(estimator_inputs(n) == declared.get(n, ()) for n in ADV_ESTIMATORS.names())
     rewards = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.5, 4.0]])
     mask = torch.tensor([[1, 1, 1], [1, 1, 0]], dtype=torch.float32)
     batch = {"reward_baselines": torch.tensor([0.4, 0.5]), "unrelated": torch.zeros(2)}
-    adv, _ = compute_advantage("remax", token_level_rewards=rewards, response_mask=mask, config=AdvantageConfig(), inputs=batch)
+    adv, _ = compute_advantage(
+        "remax", token_level_rewards=rewards, response_mask=mask, config=AdvantageConfig(), inputs=batch
+    )
     torch.testing.assert_close(adv, torch.tensor([[0.6, 0.6, 0.6], [0.0, 0.0, 0.0]]))
     # config fields reach the estimator: gamma 0.5 discounts the gae return of a 2-token reward
     r = torch.tensor([[0.0, 1.0]])
-    _, ret = compute_advantage("gae", token_level_rewards=r, response_mask=torch.ones(1, 2), values=torch.zeros(1, 2),
-                               config=AdvantageConfig(gamma=0.5, lam=1.0), inputs=batch)
+    _, ret = compute_advantage(
+        "gae",
+        token_level_rewards=r,
+        response_mask=torch.ones(1, 2),
+        values=torch.zeros(1, 2),
+        config=AdvantageConfig(gamma=0.5, lam=1.0),
+        inputs=batch,
+    )
     torch.testing.assert_close(ret, torch.tensor([[0.5, 1.0]]))
 
 
 def test_every_estimator_has_the_same_signature() -> None:
     names = ADV_ESTIMATORS.names()
     assert set(names) == {
-        "gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline",
-        "remax", "opo", "gpg", "grpo_passk", "grpo_vectorized", "rloo_vectorized", "gdpo",
-        "optimal_token_baseline", "tir_optimal_token_baseline",
+        "gae",
+        "grpo",
+        "rloo",
+        "reinforce_plus_plus",
+        "reinforce_plus_plus_baseline",
+        "remax",
+        "opo",
+        "gpg",
+        "grpo_passk",
+        "grpo_vectorized",
+        "rloo_vectorized",
+        "gdpo",
+        "optimal_token_baseline",
+        "tir_optimal_token_baseline",
     }
     sigs = {n: list(inspect.signature(ADV_ESTIMATORS.get(n)).parameters.values()) for n in names}
     reference = sigs["grpo"]
     for name, params in sigs.items():
-        assert [(p.name, p.kind, p.default) for p in params] == [
-            (p.name, p.kind, p.default) for p in reference
-        ], name
+        assert [(p.name, p.kind, p.default) for p in params] == [(p.name, p.kind, p.default) for p in reference], name
 
 
-@pytest.mark.parametrize("name", ["gae", "grpo", "rloo", "reinforce_plus_plus",
-                                  "reinforce_plus_plus_baseline", "remax", "opo", "gpg", "grpo_passk"])
+@pytest.mark.parametrize(
+    "name",
+    ["gae", "grpo", "rloo", "reinforce_plus_plus", "reinforce_plus_plus_baseline", "remax", "opo", "gpg", "grpo_passk"],
+)
 @pytest.mark.parametrize("mask_dtype", [torch.float32, torch.bool])
 def test_every_estimator_zero_on_padding_same_dtype_no_grad(name: str, mask_dtype: torch.dtype) -> None:
     gen = torch.Generator().manual_seed(0)

@@ -116,8 +116,11 @@ def test_property_micro_batch_gradients_equal_full_batch() -> None:
             mask = torch.where(gaps & (mask.sum(-1, keepdim=True) > 1) & (torch.arange(width) > 0), 0.0, mask)
         x = torch.tensor(rng.normal(size=(batch, width)), dtype=torch.float32)
         perm = rng.permutation(batch)
-        cuts = sorted(rng.choice(np.arange(1, batch), size=min(batch - 1, int(rng.integers(0, 4))), replace=False)) \
-            if batch > 1 else []
+        cuts = (
+            sorted(rng.choice(np.arange(1, batch), size=min(batch - 1, int(rng.integers(0, 4))), replace=False))
+            if batch > 1
+            else []
+        )
         parts = np.split(perm, cuts)
         tokens, seqs = loss_normalizers(mask)
         for mode in LOSS_AGG_MODES:
@@ -125,8 +128,14 @@ def test_property_micro_batch_gradients_equal_full_batch() -> None:
             agg_loss(w_full**2 * x, mask, mode, loss_scale_factor=7.0).backward()
             w_micro = w_full.detach().clone().requires_grad_()
             total = sum(
-                agg_loss((w_micro**2 * x)[idx], mask[idx], mode, global_token_count=tokens,
-                         global_seq_count=seqs, loss_scale_factor=7.0)
+                agg_loss(
+                    (w_micro**2 * x)[idx],
+                    mask[idx],
+                    mode,
+                    global_token_count=tokens,
+                    global_seq_count=seqs,
+                    loss_scale_factor=7.0,
+                )
                 for idx in parts
             )
             total.backward()

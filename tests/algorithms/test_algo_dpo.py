@@ -56,8 +56,10 @@ def test_dpo_metrics_by_hand() -> None:
     assert m["logps/rejected"] == pytest.approx(-5.0)
 
 
-@pytest.mark.parametrize("kwargs", [dict(loss_type="kto"), dict(beta=0.0), dict(label_smoothing=0.5),
-                                    dict(loss_type="ipo", label_smoothing=0.1)])
+@pytest.mark.parametrize(
+    "kwargs",
+    [dict(loss_type="kto"), dict(beta=0.0), dict(label_smoothing=0.5), dict(loss_type="ipo", label_smoothing=0.1)],
+)
 def test_dpo_rejects_bad_settings(kwargs: dict) -> None:
     with pytest.raises(ValueError):
         dpo_loss(PI_C, PI_R, REF_C, REF_R, **kwargs)

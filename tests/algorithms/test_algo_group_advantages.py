@@ -39,6 +39,7 @@ def seq_adv(name: str, scores, index, lengths=None, **kw) -> torch.Tensor:
 
 # ---------------------------------------------------------------- GRPO
 
+
 def test_grpo_groups_by_uid_not_position_ragged() -> None:
     # group a = [0, 1, 0], group b = [1, 2], interleaved positions
     index = ["b", "a", "a", "b", "a"]
@@ -46,8 +47,13 @@ def test_grpo_groups_by_uid_not_position_ragged() -> None:
     adv = seq_adv("grpo", scores, index, lengths=[4, 2, 3, 1, 4])
     std_a = math.sqrt(1.0 / 3.0)  # Bessel std of [0, 1, 0]
     std_b = math.sqrt(0.5)
-    expected = [-0.5 / (std_b + 1e-6), -1 / 3 / (std_a + 1e-6), 2 / 3 / (std_a + 1e-6),
-                0.5 / (std_b + 1e-6), -1 / 3 / (std_a + 1e-6)]
+    expected = [
+        -0.5 / (std_b + 1e-6),
+        -1 / 3 / (std_a + 1e-6),
+        2 / 3 / (std_a + 1e-6),
+        0.5 / (std_b + 1e-6),
+        -1 / 3 / (std_a + 1e-6),
+    ]
     torch.testing.assert_close(adv, torch.tensor(expected))
     assert adv[2].item() == pytest.approx(1.154699, abs=1e-5)
 
@@ -119,11 +125,13 @@ def test_grpo_matches_loop_reference_on_random_ragged_batches() -> None:
         index = [index[i] for i in perm]
         scores = rng.choice([0.0, 0.5, 1.0, 0.35], size=len(index)).astype(np.float32).tolist()
         adv = seq_adv("grpo", scores, index)
-        torch.testing.assert_close(adv.double(), torch.tensor(_grpo_loop_reference(scores, index)),
-                                   rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(
+            adv.double(), torch.tensor(_grpo_loop_reference(scores, index)), rtol=1e-5, atol=1e-6
+        )
 
 
 # ---------------------------------------------------------------- RLOO
+
 
 def _rloo_loop_reference(scores: list[float], index: list) -> list[float]:
     groups: dict = defaultdict(list)
@@ -152,8 +160,9 @@ def test_b04_c_ragged_groups_loop_and_vectorised_agree() -> None:
     scores = [1.0, 0.0, 0.0, 0.5, 1.0, 0.0]
     adv = seq_adv("rloo", scores, index)
     torch.testing.assert_close(adv, torch.tensor([1.0, -0.5, -0.5, 0.5, 1.0, -1.0]))
-    torch.testing.assert_close(adv.double(), torch.tensor(_rloo_loop_reference(scores, index),
-                                                          dtype=torch.float64), atol=1e-6, rtol=0)
+    torch.testing.assert_close(
+        adv.double(), torch.tensor(_rloo_loop_reference(scores, index), dtype=torch.float64), atol=1e-6, rtol=0
+    )
 
 
 def test_rloo_matches_loop_reference_random_shuffled() -> None:
@@ -164,8 +173,9 @@ def test_rloo_matches_loop_reference_random_shuffled() -> None:
         index = [index[i] for i in rng.permutation(len(index))]
         scores = rng.random(len(index)).astype(np.float32).tolist()
         adv = seq_adv("rloo", scores, index)
-        torch.testing.assert_close(adv.double(), torch.tensor(_rloo_loop_reference(scores, index),
-                                                              dtype=torch.float64), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            adv.double(), torch.tensor(_rloo_loop_reference(scores, index), dtype=torch.float64), atol=1e-6, rtol=0
+        )
 
 
 def test_nan_scores_are_unscorable_in_every_group_estimator() -> None:
@@ -177,6 +187,7 @@ def test_nan_scores_are_unscorable_in_every_group_estimator() -> None:
 
 
 # ---------------------------------------------------------------- OPO, GPG, pass@k, RF++-baseline
+
 
 def test_opo_length_weighted_baseline() -> None:
     # group x: scores [1, 0] with lengths [1, 3]: b = (1*1 + 3*0) / 4 = 0.25
@@ -203,8 +214,10 @@ def test_grpo_passk_only_best_sample() -> None:
     expected = [0.0, 0.4 / (std + 1e-6), 0.0, 0.0, 0.0, 0.0]  # tie in h: max - second = 0
     torch.testing.assert_close(adv, torch.tensor(expected))
     assert adv[1].item() == pytest.approx(1.13899, abs=1e-4)
-    torch.testing.assert_close(seq_adv("grpo_passk", scores, index, norm_adv_by_std_in_grpo=False),
-                               torch.tensor([0.0, 0.4, 0.0, 0.0, 0.0, 0.0]))
+    torch.testing.assert_close(
+        seq_adv("grpo_passk", scores, index, norm_adv_by_std_in_grpo=False),
+        torch.tensor([0.0, 0.4, 0.0, 0.0, 0.0, 0.0]),
+    )
     with pytest.raises(ValueError, match="at least 2"):
         seq_adv("grpo_passk", [1.0, 0.0, 1.0], ["g", "g", "solo"])
 
@@ -212,8 +225,12 @@ def test_grpo_passk_only_best_sample() -> None:
 def test_reinforce_plus_plus_baseline_group_mean_then_batch_whitening() -> None:
     # a = [1, 0] -> ±0.5 ; b = [2, 2] -> 0 ; 8 tokens [.5,.5,-.5,-.5,0,0,0,0], unbiased var 1/7
     rewards, mask = outcome([1.0, 2.0, 0.0, 2.0], width=2)
-    adv, _ = compute_advantage("reinforce_plus_plus_baseline", token_level_rewards=rewards,
-                               response_mask=mask, index=np.array(["a", "b", "a", "b"]))
+    adv, _ = compute_advantage(
+        "reinforce_plus_plus_baseline",
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=np.array(["a", "b", "a", "b"]),
+    )
     s = 0.5 / math.sqrt(1 / 7 + 1e-8)
     torch.testing.assert_close(adv, torch.tensor([[s, s], [0.0, 0.0], [-s, -s], [0.0, 0.0]]))
 

@@ -92,14 +92,24 @@ def _logps() -> tuple[torch.Tensor, torch.Tensor]:
 
 def _advantage(name: str) -> Callable[[Fix], Any]:
     def run(fix: Fix) -> Any:
-        out = compute_advantage(name, token_level_rewards=fix(_outcome_rewards()), response_mask=MASK,
-                                values=fix(_rand(2)), index=INDEX, gamma=0.9, lam=0.8,
-                                reward_baselines=torch.tensor([0.2, 0.1, 0.3, 0.0, 0.5, -0.2]),
-                                inputs={"old_log_probs": fix(_rand(24, 0.5, -1.0)),  # optimal token baselines
-                                        "sum_pi_squared": fix(_rand(25).abs() * 0.3),
-                                        "rollout_is_weights": fix(_rand(26).abs())})
+        out = compute_advantage(
+            name,
+            token_level_rewards=fix(_outcome_rewards()),
+            response_mask=MASK,
+            values=fix(_rand(2)),
+            index=INDEX,
+            gamma=0.9,
+            lam=0.8,
+            reward_baselines=torch.tensor([0.2, 0.1, 0.3, 0.0, 0.5, -0.2]),
+            inputs={
+                "old_log_probs": fix(_rand(24, 0.5, -1.0)),  # optimal token baselines
+                "sum_pi_squared": fix(_rand(25).abs() * 0.3),
+                "rollout_is_weights": fix(_rand(26).abs()),
+            },
+        )
         assert (out[0][MASK == 0] == 0).all()
         return out
+
     return run
 
 
@@ -108,12 +118,24 @@ def _policy_loss(name: str, mode: str) -> Callable[[Fix], Any]:
         old = _rand(3, 0.5, -1.5)
         leaf = fix(old + 0.3 * _rand(4)).requires_grad_()
         pg_losses, metrics = POLICY_LOSSES[name](
-            fix(old), leaf, fix(_rand(5)), MASK, clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0,
-            generator=torch.Generator().manual_seed(0), clip_cov_ratio=0.2, kl_cov_ratio=0.2, dro_beta=0.1, loss_agg_mode=mode)
+            fix(old),
+            leaf,
+            fix(_rand(5)),
+            MASK,
+            clip_ratio_low=0.2,
+            clip_ratio_high=0.28,
+            clip_ratio_c=3.0,
+            generator=torch.Generator().manual_seed(0),
+            clip_cov_ratio=0.2,
+            kl_cov_ratio=0.2,
+            dro_beta=0.1,
+            loss_agg_mode=mode,
+        )
         loss = agg_loss(pg_losses, MASK, mode, loss_scale_factor=float(R))
         loss.backward()
         assert (leaf.grad[MASK == 0] == 0).all(), "gradient on a masked slot"
         return pg_losses.detach(), {k: v.detach() for k, v in metrics.items()}, loss.detach(), leaf.grad
+
     return run
 
 
@@ -127,6 +149,7 @@ def _kl(kind: str) -> Callable[[Fix], Any]:
             loss.backward()
             out.append((loss.detach(), leaf.grad))
         return out, apply_kl_penalty(fix(_outcome_rewards()), logp, ref, MASK, FixedKLController(0.1), kind)
+
     return run
 
 
@@ -136,6 +159,7 @@ def _rollout_is(level: str, normalize: bool) -> Callable[[Fix], Any]:
         weights, metrics = rollout_is_weights(fix(train), fix(rollout), MASK, level, 1.5, normalize)
         assert (weights[MASK == 0] == 0).all()
         return weights, metrics
+
     return run
 
 
@@ -145,6 +169,7 @@ def _rollout_rs(mode: str) -> Callable[[Fix], Any]:
         new_mask, metrics = rollout_rejection_mask(fix(train), fix(rollout), MASK, mode, 0.7, 1.4)
         assert 0 < metrics["rollout_rs_masked_fraction"] < 1  # the fixture rejects some, not all
         return new_mask, metrics
+
     return run
 
 
@@ -154,6 +179,7 @@ def _rollout_correction(level: str | None, rs: str | None) -> Callable[[Fix], An
         params = RolloutCorrectionParams(rollout_is=level, is_threshold=1.5, rollout_rs=rs, rs_low=0.5, rs_high=2.0)
         weights, mask, metrics = apply_rollout_correction(train, rollout, MASK, params)
         return ("off" if weights is None else weights), mask, metrics, rollout_mismatch_metrics(train, rollout, MASK)
+
     return run
 
 
@@ -161,9 +187,12 @@ def _agg_and_value(mode: str) -> Callable[[Fix], Any]:
     def run(fix: Fix) -> Any:
         lm, vp = fix(_rand(10)).requires_grad_(), fix(_rand(11)).requires_grad_()
         agg = agg_loss(lm, MASK, mode, global_token_count=20.0, global_seq_count=6.0, loss_scale_factor=float(R))
-        vf, vf_metrics = compute_value_loss(vp, fix(_rand(12)), fix(_rand(13)), MASK, 0.2, mode, loss_scale_factor=float(R))
+        vf, vf_metrics = compute_value_loss(
+            vp, fix(_rand(12)), fix(_rand(13)), MASK, 0.2, mode, loss_scale_factor=float(R)
+        )
         (agg + vf).backward()
         return agg.detach(), vf.detach(), vf_metrics, lm.grad, vp.grad
+
     return run
 
 
@@ -172,17 +201,28 @@ def _sft_and_statistics(fix: Fix) -> Any:
     leaf = x.clone().requires_grad_()
     loss, metrics = sft_loss(leaf, MASK, 20.0)
     loss.backward()
-    return loss.detach(), metrics, leaf.grad, (masked_sum(x, MASK), masked_mean(x, MASK, axis=-1), masked_var(x, MASK),
-                                               masked_whiten(x, MASK))
+    return (
+        loss.detach(),
+        metrics,
+        leaf.grad,
+        (masked_sum(x, MASK), masked_mean(x, MASK, axis=-1), masked_var(x, MASK), masked_whiten(x, MASK)),
+    )
 
 
 def _step_metrics(fix: Fix) -> Any:
-    batch = DataProto.from_dict(tensors={
-        "prompts": torch.zeros(B, 2, dtype=torch.long), "responses": torch.zeros(B, R, dtype=torch.long),
-        "attention_mask": torch.cat([torch.ones(B, 2), MASK], -1), "response_mask": MASK,
-        "token_level_scores": fix(_outcome_rewards()), "token_level_rewards": fix(_outcome_rewards() - 0.05),
-        "advantages": fix(_rand(15)), "returns": fix(_rand(16)), "values": fix(_rand(17)),
-    })
+    batch = DataProto.from_dict(
+        tensors={
+            "prompts": torch.zeros(B, 2, dtype=torch.long),
+            "responses": torch.zeros(B, R, dtype=torch.long),
+            "attention_mask": torch.cat([torch.ones(B, 2), MASK], -1),
+            "response_mask": MASK,
+            "token_level_scores": fix(_outcome_rewards()),
+            "token_level_rewards": fix(_outcome_rewards() - 0.05),
+            "advantages": fix(_rand(15)),
+            "returns": fix(_rand(16)),
+            "values": fix(_rand(17)),
+        }
+    )
     return compute_data_metrics(batch, use_critic=True), compute_rollout_entropy_metrics(fix(_rand(18).abs()), MASK)
 
 
@@ -198,8 +238,9 @@ def _verl_style_estimator(token_level_rewards, response_mask, index=None, config
     return adv, adv
 
 
-def _verl_style_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-                     rollout_is_weights=None):
+def _verl_style_loss(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
     pg = -advantages * torch.exp(log_prob - old_log_prob) * rollout_is_weights
     return (pg * response_mask).sum() / response_mask.sum(), {"actor/pg_clipfrac": 0.0}
 
@@ -207,19 +248,28 @@ def _verl_style_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg
 def _verl_signature_extensions(fix: Fix) -> Any:
     estimator, loss_fn = adapt_adv_estimator(_verl_style_estimator), adapt_policy_loss(_verl_style_loss)
     leaf = fix(_rand(21, 0.5, -1.0)).requires_grad_()
-    pg, metrics = loss_fn(fix(_rand(20, 0.5, -1.0)), leaf, fix(_rand(22)), MASK, rollout_is_weights=fix(_rand(23).abs()))
+    pg, metrics = loss_fn(
+        fix(_rand(20, 0.5, -1.0)), leaf, fix(_rand(22)), MASK, rollout_is_weights=fix(_rand(23).abs())
+    )
     agg_loss(pg, MASK, "token-mean").backward()
     return estimator(fix(_outcome_rewards()), MASK, index=INDEX), pg.detach(), metrics, leaf.grad
 
 
 CASES: dict[str, Callable[[Fix], Any]] = {
     **{f"advantage/{name}": _advantage(name) for name in ADV_ESTIMATORS.names()},
-    **{f"policy_loss/{name}/{mode}": _policy_loss(name, mode) for name in POLICY_LOSSES.names() for mode in LOSS_AGG_MODES},
+    **{
+        f"policy_loss/{name}/{mode}": _policy_loss(name, mode)
+        for name in POLICY_LOSSES.names()
+        for mode in LOSS_AGG_MODES
+    },
     **{f"kl/{kind}": _kl(kind) for kind in KL_PENALTY_TYPES},
     **{f"rollout_is/{level}/norm={norm}": _rollout_is(level, norm) for level in IS_LEVELS for norm in (False, True)},
     **{f"rollout_rs/{mode}": _rollout_rs(mode) for mode in RS_MODES},
-    **{f"rollout_correction/{level}/{rs}": _rollout_correction(level, rs) for level in (None, *IS_LEVELS)
-       for rs in (None, *RS_MODES)},
+    **{
+        f"rollout_correction/{level}/{rs}": _rollout_correction(level, rs)
+        for level in (None, *IS_LEVELS)
+        for rs in (None, *RS_MODES)
+    },
     **{f"agg_loss+value_loss/{mode}": _agg_and_value(mode) for mode in LOSS_AGG_MODES},
     "sft_loss+masked_statistics": _sft_and_statistics,
     "step_metrics": _step_metrics,

@@ -100,8 +100,9 @@ def _cov_inputs():
 
 def test_clip_cov_drops_high_covariance_token() -> None:
     lp, adv, mask = _cov_inputs()
-    pg, m = POLICY_LOSSES.get("clip_cov")(lp.detach(), lp, adv, mask, clip_cov_ratio=0.2,
-                                          clip_cov_lb=1.0, clip_cov_ub=5.0)
+    pg, m = POLICY_LOSSES.get("clip_cov")(
+        lp.detach(), lp, adv, mask, clip_cov_ratio=0.2, clip_cov_lb=1.0, clip_cov_ub=5.0
+    )
     # only token 0 has cov in (1, 5); ratio = 1 so loss = -A elsewhere
     torch.testing.assert_close(pg, torch.tensor([[0.0, 1.0, 1.0, 1.0, 0.0]]))
     assert m["pg_clipfrac"].item() == pytest.approx(0.25)
@@ -115,8 +116,9 @@ def test_clip_cov_drops_exactly_k_of_many_candidates() -> None:
     lp = torch.cat([torch.full((1, 50), 0.0), torch.full((1, 50), -1.0)], dim=1)
     mask = torch.ones(1, 100)
     # cov = 2 * 0.5 = 1.0 everywhere -> use window (0.5, 5): all 100 are candidates, k = 10
-    pg, m = POLICY_LOSSES.get("clip_cov")(lp, lp.clone(), adv, mask, clip_cov_ratio=0.1,
-                                          clip_cov_lb=0.5, clip_cov_ub=5.0, generator=gen)
+    pg, m = POLICY_LOSSES.get("clip_cov")(
+        lp, lp.clone(), adv, mask, clip_cov_ratio=0.1, clip_cov_lb=0.5, clip_cov_ub=5.0, generator=gen
+    )
     assert int((pg == 0).sum()) == 10 and m["pg_clipfrac"].item() == pytest.approx(0.1)
 
 
@@ -131,8 +133,20 @@ def test_kl_cov_penalises_top_covariance_token() -> None:
 
 
 def test_every_policy_loss_same_signature_metrics_and_zero_padding() -> None:
-    assert set(POLICY_LOSSES.names()) == {"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean",
-                                          "dppo_tv", "dppo_kl", "dro", "bypass_mode"}
+    assert set(POLICY_LOSSES.names()) == {
+        "vanilla",
+        "gspo",
+        "gpg",
+        "cispo",
+        "clip_cov",
+        "kl_cov",
+        "sapo",
+        "geo_mean",
+        "dppo_tv",
+        "dppo_kl",
+        "dro",
+        "bypass_mode",
+    }
     ref = list(inspect.signature(POLICY_LOSSES.get("vanilla")).parameters.values())
     gen = torch.Generator().manual_seed(0)
     old = torch.randn(3, 5, generator=gen)

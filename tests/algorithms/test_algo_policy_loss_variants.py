@@ -76,14 +76,19 @@ def test_geo_mean_hand_values() -> None:
 DPPO_OLD, DPPO_NEW, DPPO_ADV = (0.5, 0.5, 0.5, 0.1, 0.8), (0.6, 0.8, 0.2, 0.4, 0.99), [[1.0, 1.0, -1.0, -1.0, 1.0]]
 
 
-@pytest.mark.parametrize("name, expected, clipfrac", [
-    ("dppo_tv", [0.6129907, 0.0, 0.0, -2.7488722, 0.0124373], 2 / 5),
-    ("dppo_kl", [0.6129907, 0.0, 0.0, -2.7488722, 0.0], 3 / 5),
-])
+@pytest.mark.parametrize(
+    "name, expected, clipfrac",
+    [
+        ("dppo_tv", [0.6129907, 0.0, 0.0, -2.7488722, 0.0124373], 2 / 5),
+        ("dppo_kl", [0.6129907, 0.0, 0.0, -2.7488722, 0.0], 3 / 5),
+    ],
+)
 def test_dppo_hand_values(name: str, expected: list[float], clipfrac: float) -> None:
     old, lp = _logs(*DPPO_OLD), _logs(*DPPO_NEW).requires_grad_()
     adv = torch.tensor(DPPO_ADV, dtype=torch.float64)
-    pg, m = POLICY_LOSSES[name](old, lp, adv, torch.ones(1, 5), clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0)
+    pg, m = POLICY_LOSSES[name](
+        old, lp, adv, torch.ones(1, 5), clip_ratio_low=0.2, clip_ratio_high=0.2, clip_ratio_c=3.0
+    )
     torch.testing.assert_close(pg, torch.tensor([expected], dtype=torch.float64), atol=1e-6, rtol=0)
     assert m["pg_clipfrac"].item() == pytest.approx(clipfrac) and m["pg_clipfrac_lower"].item() == pytest.approx(1 / 5)
     pg.sum().backward()
@@ -119,7 +124,9 @@ def test_bypass_mode_reinforce_hand_values_with_is_and_rejection() -> None:
     pg.sum().backward()  # the weight is detached: dL/dlog p = -A w
     torch.testing.assert_close(lp.grad, torch.tensor([[-2.0, 1.0]], dtype=torch.float64))
     both = RolloutCorrectionParams(rollout_is="token", is_threshold=2.0, rollout_rs="token_k1", rs_low=0.5, rs_high=2.0)
-    pg, _ = POLICY_LOSSES["bypass_mode"](rollout, lp.detach(), adv, mask, loss_type="reinforce", rollout_correction=both)
+    pg, _ = POLICY_LOSSES["bypass_mode"](
+        rollout, lp.detach(), adv, mask, loss_type="reinforce", rollout_correction=both
+    )
     torch.testing.assert_close(pg, torch.tensor([[0.0, -0.1053605]], dtype=torch.float64))
     with pytest.raises(ValueError, match="loss_type"):
         POLICY_LOSSES["bypass_mode"](rollout, lp, adv, mask, loss_type="ppo")
@@ -127,7 +134,10 @@ def test_bypass_mode_reinforce_hand_values_with_is_and_rejection() -> None:
 
 def test_bypass_mode_ppo_clip_is_vanilla_on_the_kept_tokens() -> None:
     gen = torch.Generator().manual_seed(3)
-    old, adv = torch.randn(4, 6, generator=gen, dtype=torch.float64) - 1, torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    old, adv = (
+        torch.randn(4, 6, generator=gen, dtype=torch.float64) - 1,
+        torch.randn(4, 6, generator=gen, dtype=torch.float64),
+    )
     lp = old + 0.3 * torch.randn(4, 6, generator=gen, dtype=torch.float64)
     mask = (torch.arange(6) < torch.tensor([[6], [4], [2], [5]])).float()
     kw = dict(clip_ratio_low=0.2, clip_ratio_high=0.28, clip_ratio_c=3.0)
@@ -206,6 +216,7 @@ def _verl_dppo(kind: str):
                 truncated += (r > c and ok) * mask[i, t]
         metrics = {"pg_clipfrac": outside / mask.sum(), "pg_clipfrac_lower": truncated / mask.sum()}
         return out, _token_mean(out, mask), metrics
+
     return loss
 
 
@@ -217,8 +228,13 @@ def _verl_dro(old, new, adv, mask, beta=0.3):
     return out, _token_mean(out, mask), {}
 
 
-REFERENCES = {"sapo": _verl_sapo, "geo_mean": _verl_geo_mean, "dppo_tv": _verl_dppo("tv"),
-              "dppo_kl": _verl_dppo("kl"), "dro": _verl_dro}
+REFERENCES = {
+    "sapo": _verl_sapo,
+    "geo_mean": _verl_geo_mean,
+    "dppo_tv": _verl_dppo("tv"),
+    "dppo_kl": _verl_dppo("kl"),
+    "dro": _verl_dro,
+}
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
@@ -227,8 +243,18 @@ def test_matches_an_independent_implementation_of_verls_formula(name: str, seed:
     old, new, adv, mask = _batch(seed)
     ref_tokens, ref_loss, ref_metrics = REFERENCES[name](old, new, adv, mask)
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    pg, metrics = POLICY_LOSSES[name](t(old), t(new), t(adv), t(mask), clip_ratio_low=0.2, clip_ratio_high=0.28,
-                                      clip_ratio_c=3.0, tau_pos=1.0, tau_neg=1.05, dro_beta=0.3)
+    pg, metrics = POLICY_LOSSES[name](
+        t(old),
+        t(new),
+        t(adv),
+        t(mask),
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.28,
+        clip_ratio_c=3.0,
+        tau_pos=1.0,
+        tau_neg=1.05,
+        dro_beta=0.3,
+    )
     if ref_tokens is not None:
         torch.testing.assert_close(pg, t(ref_tokens * mask), rtol=1e-9, atol=1e-9)
     loss = agg_loss(pg, t(mask), loss_agg_mode_for(name, "token-mean"))
@@ -247,8 +273,9 @@ def test_verl_signature_lookup_reads_the_variants_settings_from_verls_config() -
     # token-mean (1.01 - 0.75) / 2 = 0.13; sapo: verl's seq-mean-token-mean whatever loss_agg_mode says
     config = SimpleNamespace(clip_ratio=0.2, policy_loss=SimpleNamespace(dro_beta=0.5), tau_pos=1.0, tau_neg=2.0)
     lp, old = torch.tensor([[-1.0, -2.0]], dtype=torch.float64), torch.tensor([[-1.2, -1.0]], dtype=torch.float64)
-    loss, _ = get_policy_loss_fn("dro")(old, lp, torch.tensor([[1.0, -0.5]], dtype=torch.float64), torch.ones(1, 2),
-                                        "token-mean", config)
+    loss, _ = get_policy_loss_fn("dro")(
+        old, lp, torch.tensor([[1.0, -0.5]], dtype=torch.float64), torch.ones(1, 2), "token-mean", config
+    )
     assert loss.item() == pytest.approx(0.13)
     mask = torch.tensor([[1, 1, 1], [1, 0, 0]])
     adv = torch.tensor([[1.0, 1.0, 1.0], [-1.0, 0.0, 0.0]], dtype=torch.float64)

@@ -19,8 +19,13 @@ INDEX = np.array(["a", "a", "a", "b", "c", "c"], dtype=object)
 def _rloo(norm: bool) -> list[float]:
     rewards = torch.zeros(6, 3)
     rewards[:, -1] = torch.tensor(SCORES)
-    adv, ret = compute_advantage("rloo", config=AdvantageConfig(norm_adv_by_std_in_rloo=norm),
-                                 token_level_rewards=rewards, response_mask=torch.ones(6, 3), index=INDEX)
+    adv, ret = compute_advantage(
+        "rloo",
+        config=AdvantageConfig(norm_adv_by_std_in_rloo=norm),
+        token_level_rewards=rewards,
+        response_mask=torch.ones(6, 3),
+        index=INDEX,
+    )
     assert torch.equal(adv, ret) and torch.equal(adv[:, 0], adv[:, 2])
     return adv[:, 0].tolist()
 
@@ -33,8 +38,10 @@ def test_rloo_std_normalisation_by_hand():
 
 
 def test_the_flag_is_for_rloo_only():
-    cfg = load_config(None, ["algorithm.adv_estimator=rloo", "algorithm.norm_adv_by_std_in_rloo=true",
-                             "actor_rollout_ref.rollout.n=2"])
+    cfg = load_config(
+        None,
+        ["algorithm.adv_estimator=rloo", "algorithm.norm_adv_by_std_in_rloo=true", "actor_rollout_ref.rollout.n=2"],
+    )
     assert cfg.algorithm.norm_adv_by_std_in_rloo is True
     with pytest.raises(ConfigError, match="norm_adv_by_std_in_rloo applies to adv_estimator=rloo only"):
         load_config(None, ["algorithm.adv_estimator=grpo", "algorithm.norm_adv_by_std_in_rloo=true"])

@@ -81,7 +81,9 @@ def test_sequence_rejection_sum_and_geometric_mean() -> None:
 
 
 def test_rejection_then_weights_on_kept_tokens() -> None:
-    params = RolloutCorrectionParams(rollout_is="token", is_threshold=3.0, rollout_rs="token_k1", rs_low=0.4, rs_high=2.5)
+    params = RolloutCorrectionParams(
+        rollout_is="token", is_threshold=3.0, rollout_rs="token_k1", rs_low=0.4, rs_high=2.5
+    )
     w, mask, m = apply_rollout_correction(TRAIN, ROLLOUT, MASK, params)
     torch.testing.assert_close(mask, torch.tensor([[1, 1, 1], [0, 1, 0]]))
     torch.testing.assert_close(w, torch.tensor([[2.0, 0.5, 1.0], [0.0, 1.0, 0.0]]))

@@ -30,13 +30,20 @@ def test_grpo_vectorized_hand_values() -> None:
     # group a = [1, 0]: mean 0.5, unbiased std 0.7071068 -> +-0.5 / (0.7071068 + 1e-6) = +-0.7071058
     # group b = [2] (one sample): verl's mean 0, std 1 -> 2 / (1 + 1e-6) = 1.999998
     rewards, mask = _outcome([1.0, 0.0, 2.0], [2, 1, 3], 3)
-    adv, ret = compute_advantage("grpo_vectorized", token_level_rewards=rewards, response_mask=mask, index=["a", "a", "b"])
+    adv, ret = compute_advantage(
+        "grpo_vectorized", token_level_rewards=rewards, response_mask=mask, index=["a", "a", "b"]
+    )
     expected = torch.tensor([[0.7071058, 0.7071058, 0], [-0.7071058, 0, 0], [1.999998] * 3], dtype=torch.float64)
     torch.testing.assert_close(adv, expected, atol=1e-6, rtol=0)
     torch.testing.assert_close(ret, adv)
     # Dr.GRPO: no std: a -> +-0.5, b -> 2
-    adv, _ = compute_advantage("grpo_vectorized", token_level_rewards=rewards, response_mask=mask, index=["a", "a", "b"],
-                               norm_adv_by_std_in_grpo=False)
+    adv, _ = compute_advantage(
+        "grpo_vectorized",
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=["a", "a", "b"],
+        norm_adv_by_std_in_grpo=False,
+    )
     assert adv[:, 0].tolist() == [0.5, -0.5, 2.0]
 
 
@@ -44,8 +51,7 @@ def test_rloo_vectorized_hand_values() -> None:
     # group a = [1, 0, 2]: A_i = s_i - mean of the others: 1 - 1 = 0, 0 - 1.5 = -1.5, 2 - 0.5 = 1.5
     # group b = [3] (singleton): verl gives 0
     rewards, mask = _outcome([1.0, 0.0, 2.0, 3.0], [1, 2, 2, 1], 2)
-    adv, _ = compute_advantage("rloo_vectorized", token_level_rewards=rewards, response_mask=mask,
-                               index=[0, 0, 0, 1])
+    adv, _ = compute_advantage("rloo_vectorized", token_level_rewards=rewards, response_mask=mask, index=[0, 0, 0, 1])
     torch.testing.assert_close(adv, torch.tensor([[0, 0], [-1.5, -1.5], [1.5, 1.5], [0, 0]], dtype=torch.float64))
 
 
@@ -58,22 +64,30 @@ def test_gdpo_hand_values() -> None:
     #   -> [0.5477226, -0.5477226, 1.0954451, -1.0954451]
     rewards, mask = _outcome([9.0, 9.0, 9.0, 9.0], [1, 1, 1, 1], 2)
     components = torch.tensor([[1.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 0.0]])
-    adv, _ = compute_advantage("gdpo", token_level_rewards=rewards, response_mask=mask, index=list("aabb"),
-                               config=AdvantageConfig(gdpo_reward_weights=(1.0, 2.0)),
-                               inputs={"reward_components": components})
+    adv, _ = compute_advantage(
+        "gdpo",
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=list("aabb"),
+        config=AdvantageConfig(gdpo_reward_weights=(1.0, 2.0)),
+        inputs={"reward_components": components},
+    )
     expected = torch.tensor([[0.5477226, 0], [-0.5477226, 0], [1.0954451, 0], [-1.0954451, 0]], dtype=torch.float64)
     torch.testing.assert_close(adv, expected, atol=1e-6, rtol=0)
     with pytest.raises(ValueError, match="2 entries for 1 reward components"):
-        compute_advantage("gdpo", token_level_rewards=rewards, response_mask=mask, index=list("aabb"),
-                          gdpo_reward_weights=(1.0, 2.0))
+        compute_advantage(
+            "gdpo", token_level_rewards=rewards, response_mask=mask, index=list("aabb"), gdpo_reward_weights=(1.0, 2.0)
+        )
 
 
 def _otb_inputs(w: list[float], width: int) -> dict[str, torch.Tensor]:
     """Per-row pi and sum(pi^2) giving w = 1 - 2 pi + sum pi^2 per token: 0.5 from (0.5, 0.5), 1.5 from (0.1, 0.7)."""
     pi = {0.5: 0.5, 1.5: 0.1}
     spp = {0.5: 0.5, 1.5: 0.7}
-    return {"old_log_probs": torch.log(torch.tensor([[pi[x]] * width for x in w], dtype=torch.float64)),
-            "sum_pi_squared": torch.tensor([[spp[x]] * width for x in w], dtype=torch.float64)}
+    return {
+        "old_log_probs": torch.log(torch.tensor([[pi[x]] * width for x in w], dtype=torch.float64)),
+        "sum_pi_squared": torch.tensor([[spp[x]] * width for x in w], dtype=torch.float64),
+    }
 
 
 def test_optimal_token_baseline_hand_values() -> None:
@@ -84,16 +98,27 @@ def test_optimal_token_baseline_hand_values() -> None:
     # A0 = [0.75, 0.75, 1.0], A1 = [-0.25, -0.25]; traj2 alone in group h: A = G = [0.7, 0.7]
     rewards, mask = _outcome([1.0, 0.0, 0.7], [3, 2, 2], 3)
     inputs = _otb_inputs([0.5, 1.5, 0.5], 3)
-    adv, ret = compute_advantage("optimal_token_baseline", token_level_rewards=rewards, response_mask=mask,
-                                 index=["g", "g", "h"], inputs=inputs)
-    torch.testing.assert_close(adv, torch.tensor([[0.75, 0.75, 1.0], [-0.25, -0.25, 0], [0.7, 0.7, 0]], dtype=torch.float64))
+    adv, ret = compute_advantage(
+        "optimal_token_baseline", token_level_rewards=rewards, response_mask=mask, index=["g", "g", "h"], inputs=inputs
+    )
+    torch.testing.assert_close(
+        adv, torch.tensor([[0.75, 0.75, 1.0], [-0.25, -0.25, 0], [0.7, 0.7, 0]], dtype=torch.float64)
+    )
     torch.testing.assert_close(ret, torch.tensor([[1.0, 1, 1], [0, 0, 0], [0.7, 0.7, 0]], dtype=torch.float64))
     # without the zero tail B_2 = 1.5 / 1.5 = 1 and A0[2] = 0
-    adv, _ = compute_advantage("optimal_token_baseline", token_level_rewards=rewards, response_mask=mask,
-                               index=["g", "g", "h"], inputs=inputs, handle_zero_tail=False)
+    adv, _ = compute_advantage(
+        "optimal_token_baseline",
+        token_level_rewards=rewards,
+        response_mask=mask,
+        index=["g", "g", "h"],
+        inputs=inputs,
+        handle_zero_tail=False,
+    )
     assert adv[0, 2].item() == pytest.approx(0.0, abs=1e-8)
     with pytest.raises(ValueError, match="sum_pi_squared"):
-        compute_advantage("optimal_token_baseline", token_level_rewards=rewards, response_mask=mask, index=["g", "g", "h"])
+        compute_advantage(
+            "optimal_token_baseline", token_level_rewards=rewards, response_mask=mask, index=["g", "g", "h"]
+        )
 
 
 def test_tir_optimal_token_baseline_aligns_by_valid_token() -> None:
@@ -106,12 +131,14 @@ def test_tir_optimal_token_baseline_aligns_by_valid_token() -> None:
     rewards = torch.zeros(2, 4, dtype=torch.float64)
     rewards[0, 3] = 1.0
     inputs = _otb_inputs([0.5, 1.5], 4)
-    tir, ret = compute_advantage("tir_optimal_token_baseline", token_level_rewards=rewards, response_mask=mask,
-                                 index=[0, 0], inputs=inputs)
+    tir, ret = compute_advantage(
+        "tir_optimal_token_baseline", token_level_rewards=rewards, response_mask=mask, index=[0, 0], inputs=inputs
+    )
     torch.testing.assert_close(tir, torch.tensor([[0.75, 0, 0.75, 1.0], [-0.25, -0.25, 0, 0]], dtype=torch.float64))
     torch.testing.assert_close(ret, torch.tensor([[1.0, 0, 1, 1], [0, 0, 0, 0]], dtype=torch.float64))
-    otb, _ = compute_advantage("optimal_token_baseline", token_level_rewards=rewards, response_mask=mask,
-                               index=[0, 0], inputs=inputs)
+    otb, _ = compute_advantage(
+        "optimal_token_baseline", token_level_rewards=rewards, response_mask=mask, index=[0, 0], inputs=inputs
+    )
     torch.testing.assert_close(otb, torch.tensor([[0.75, 0, 1.0, 1.0], [-0.25, 0, 0, 0]], dtype=torch.float64))
 
 
@@ -132,8 +159,14 @@ def _batch(seed: int, holes: bool = False) -> dict[str, np.ndarray]:
     rewards = np.zeros((b, r))
     last = np.array([np.nonzero(m)[0].max() for m in mask])
     rewards[np.arange(b), last] = rng.integers(0, 3, size=b) * 0.5
-    return {"index": index, "mask": mask, "rewards": rewards, "components": rng.integers(0, 2, size=(2, b)) * 1.0,
-            "old_log_probs": np.log(rng.uniform(0.05, 0.95, size=(b, r))), "sum_pi_squared": rng.uniform(0.1, 0.9, (b, r))}
+    return {
+        "index": index,
+        "mask": mask,
+        "rewards": rewards,
+        "components": rng.integers(0, 2, size=(2, b)) * 1.0,
+        "old_log_probs": np.log(rng.uniform(0.05, 0.95, size=(b, r))),
+        "sum_pi_squared": rng.uniform(0.1, 0.9, (b, r)),
+    }
 
 
 def _verl_grpo_scores(scores: np.ndarray, index: np.ndarray, eps: float = 1e-6) -> np.ndarray:
@@ -175,7 +208,7 @@ def _zero_tail(base: np.ndarray, members: list[int], lengths: np.ndarray) -> Non
     lens = sorted(lengths[j] for j in members)
     longest = [j for j in members if lengths[j] == lens[-1]]
     if len(longest) == 1 and lens[-1] > lens[-2]:
-        base[longest[0], int(lens[-2]):] = 0.0
+        base[longest[0], int(lens[-2]) :] = 0.0
 
 
 def _verl_otb(d: dict[str, np.ndarray]) -> np.ndarray:
@@ -203,7 +236,7 @@ def _verl_tir_otb(d: dict[str, np.ndarray]) -> np.ndarray:
     width = lengths.max()
     c_ret, c_w = np.zeros((len(mask), width)), np.zeros((len(mask), width))
     for i, pos in enumerate(rows):
-        c_ret[i, :len(pos)], c_w[i, :len(pos)] = ret[i, pos], cum_w[i, pos]
+        c_ret[i, : len(pos)], c_w[i, : len(pos)] = ret[i, pos], cum_w[i, pos]
     base = np.zeros_like(c_ret)
     for g in np.unique(index):
         members = [j for j in np.nonzero(index == g)[0] if lengths[j] > 0]
@@ -215,7 +248,7 @@ def _verl_tir_otb(d: dict[str, np.ndarray]) -> np.ndarray:
         _zero_tail(base, members, lengths)
     adv = np.zeros_like(ret)
     for i, pos in enumerate(rows):
-        adv[i, pos] = (c_ret - base)[i, :len(pos)]
+        adv[i, pos] = (c_ret - base)[i, : len(pos)]
     return adv
 
 
@@ -232,14 +265,23 @@ def _reference(name: str, d: dict[str, np.ndarray]) -> np.ndarray:
 
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
-@pytest.mark.parametrize("name", ["grpo_vectorized", "rloo_vectorized", "gdpo", "optimal_token_baseline",
-                                  "tir_optimal_token_baseline"])
+@pytest.mark.parametrize(
+    "name", ["grpo_vectorized", "rloo_vectorized", "gdpo", "optimal_token_baseline", "tir_optimal_token_baseline"]
+)
 def test_matches_an_independent_implementation_of_verls_formula(name: str, seed: int) -> None:
     d = _batch(seed, holes=name == "tir_optimal_token_baseline")
     t = lambda x: torch.tensor(x, dtype=torch.float64)  # noqa: E731
-    inputs = {"reward_components": t(d["components"]), "old_log_probs": t(d["old_log_probs"]),
-              "sum_pi_squared": t(d["sum_pi_squared"])}
-    adv, _ = compute_advantage(name, token_level_rewards=t(d["rewards"]), response_mask=t(d["mask"]),
-                               index=d["index"].tolist(), config=AdvantageConfig(gdpo_reward_weights=(1.0, 0.5)),
-                               inputs=inputs)
+    inputs = {
+        "reward_components": t(d["components"]),
+        "old_log_probs": t(d["old_log_probs"]),
+        "sum_pi_squared": t(d["sum_pi_squared"]),
+    }
+    adv, _ = compute_advantage(
+        name,
+        token_level_rewards=t(d["rewards"]),
+        response_mask=t(d["mask"]),
+        index=d["index"].tolist(),
+        config=AdvantageConfig(gdpo_reward_weights=(1.0, 0.5)),
+        inputs=inputs,
+    )
     torch.testing.assert_close(adv, t(_reference(name, d)), rtol=1e-7, atol=1e-7)

@@ -43,7 +43,9 @@ def test_cispo_weight_unbounded_below_at_verl_script_value(low: float, weight: f
     assert m["pg_clipfrac_lower"].item() == (1.0 if low < 1 else 0.0)
 
 
-def _verl_singleton_reference(scores: list[float], index: list, estimator: str, norm: bool, eps: float = 1e-6) -> list[float]:
+def _verl_singleton_reference(
+    scores: list[float], index: list, estimator: str, norm: bool, eps: float = 1e-6
+) -> list[float]:
     """verl's per-group loops, written out: a group of one has mean 0 (GRPO: std 1)."""
     groups: dict = defaultdict(list)
     for s, k in zip(scores, index):
@@ -66,8 +68,13 @@ def test_groups_of_one_as_verl(estimator: str, norm: bool) -> None:
     scores = [0.7, -1.5, 0.0, 2.0]
     rewards = torch.zeros(4, 3)
     rewards[:, -1] = torch.tensor(scores)
-    adv, _ = compute_advantage(estimator, token_level_rewards=rewards, response_mask=torch.ones(4, 3),
-                               index=np.array(["a", "b", "c", "d"], dtype=object), norm_adv_by_std_in_grpo=norm)
+    adv, _ = compute_advantage(
+        estimator,
+        token_level_rewards=rewards,
+        response_mask=torch.ones(4, 3),
+        index=np.array(["a", "b", "c", "d"], dtype=object),
+        norm_adv_by_std_in_grpo=norm,
+    )
     by_hand = [s / (1 + 1e-6) if (estimator, norm) == ("grpo", True) else s for s in scores]
     assert adv[:, 0].tolist() == pytest.approx(by_hand, abs=1e-6)
     # ragged batch (a pair, a singleton, a zero-spread pair), against verl's loops on 3 random draws
@@ -78,6 +85,13 @@ def test_groups_of_one_as_verl(estimator: str, norm: bool) -> None:
         index = np.array(["p", "p", "s", "z", "z"], dtype=object)
         rewards = torch.zeros(5, 2)
         rewards[:, 0] = torch.tensor(scores)
-        adv, _ = compute_advantage(estimator, token_level_rewards=rewards, response_mask=torch.ones(5, 2),
-                                   index=index, norm_adv_by_std_in_grpo=norm)
-        assert adv[:, 0].tolist() == pytest.approx(_verl_singleton_reference(scores, list(index), estimator, norm), abs=1e-5)
+        adv, _ = compute_advantage(
+            estimator,
+            token_level_rewards=rewards,
+            response_mask=torch.ones(5, 2),
+            index=index,
+            norm_adv_by_std_in_grpo=norm,
+        )
+        assert adv[:, 0].tolist() == pytest.approx(
+            _verl_singleton_reference(scores, list(index), estimator, norm), abs=1e-5
+        )

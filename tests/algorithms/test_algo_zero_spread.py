@@ -47,21 +47,35 @@ def test_every_estimator_treats_a_round_off_group_as_constant(name):
     informative = [1.0, 0.0, 0.0]
     near = _outcome(informative + NEAR_CONSTANT[1])
     exact = _outcome(informative + [0.3, 0.3, 0.3])
-    kwargs = dict(response_mask=torch.ones(6, 3), index=[0, 0, 0, 1, 1, 1], values=torch.zeros(6, 3, dtype=torch.float64),
-                  reward_baselines=torch.full((6,), 0.25, dtype=torch.float64),
-                  inputs={"old_log_probs": torch.full((6, 3), -0.5), "sum_pi_squared": torch.full((6, 3), 0.4)})
+    kwargs = dict(
+        response_mask=torch.ones(6, 3),
+        index=[0, 0, 0, 1, 1, 1],
+        values=torch.zeros(6, 3, dtype=torch.float64),
+        reward_baselines=torch.full((6,), 0.25, dtype=torch.float64),
+        inputs={"old_log_probs": torch.full((6, 3), -0.5), "sum_pi_squared": torch.full((6, 3), 0.4)},
+    )
     adv_near, _ = compute_advantage(name, token_level_rewards=near, **kwargs)
     adv_exact, _ = compute_advantage(name, token_level_rewards=exact, **kwargs)
     torch.testing.assert_close(adv_near, adv_exact, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("name, extra", [("grpo", {}), ("rloo", {}), ("rloo", {"norm_adv_by_std_in_rloo": True}),
-                                         ("opo", {}), ("gpg", {}), ("grpo_passk", {}),
-                                         ("reinforce_plus_plus_baseline", {})])
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("grpo", {}),
+        ("rloo", {}),
+        ("rloo", {"norm_adv_by_std_in_rloo": True}),
+        ("opo", {}),
+        ("gpg", {}),
+        ("grpo_passk", {}),
+        ("reinforce_plus_plus_baseline", {}),
+    ],
+)
 def test_group_estimators_give_exactly_zero_to_a_round_off_group(name, extra):
     rewards = _outcome([1.0, 0.0] + NEAR_CONSTANT[1][:2] + NEAR_CONSTANT[0][:2])
-    adv, _ = compute_advantage(name, token_level_rewards=rewards, response_mask=torch.ones(6, 3),
-                               index=[0, 0, 1, 1, 2, 2], **extra)
+    adv, _ = compute_advantage(
+        name, token_level_rewards=rewards, response_mask=torch.ones(6, 3), index=[0, 0, 1, 1, 2, 2], **extra
+    )
     assert (adv[2:] == 0).all()
     assert (adv[:2] != 0).any()
     st = group_stats(rewards.sum(-1), group_ids([0, 0, 1, 1, 2, 2], 6))

@@ -64,8 +64,11 @@ def test_topk_truncated_sum_below_zero_is_clamped():
     logits = torch.log(torch.tensor([[[1.0, 1.0, 2.0]]]))
     raw, _, _ = forward_kl_topk(topk_log_probs(logits, torch.tensor([[[0]]])), torch.log(torch.tensor([[[0.1]]])))
     assert raw.item() == pytest.approx(0.1 * math.log(0.4))
-    inputs = DistillationInputs(student_logits=logits, teacher_topk_log_probs=torch.log(torch.tensor([[[0.1]]])),
-                                teacher_topk_ids=torch.tensor([[[0]]]))
+    inputs = DistillationInputs(
+        student_logits=logits,
+        teacher_topk_log_probs=torch.log(torch.tensor([[[0.1]]])),
+        teacher_topk_ids=torch.tensor([[[0]]]),
+    )
     assert DISTILLATION_LOSSES["forward_kl_topk"](inputs, loss_mode="forward_kl_topk")[0].item() == 0.0
 
 
@@ -105,24 +108,31 @@ def test_verl_formulas_on_random_batches(seed: int):
     s = torch.log_softmax(torch.randn(B, R, V, generator=g) * 2, -1)[..., 0]
     t = torch.log_softmax(torch.randn(B, R, V, generator=g) * 2, -1)[..., 0]
     for mode in ESTIMATOR_LOSS_MODES:
-        ours, _ = DISTILLATION_LOSSES[mode](DistillationInputs(student_log_probs=s, teacher_log_probs=t), loss_mode=mode)
+        ours, _ = DISTILLATION_LOSSES[mode](
+            DistillationInputs(student_log_probs=s, teacher_log_probs=t), loss_mode=mode
+        )
         torch.testing.assert_close(ours.double(), _verl_estimator(s.double(), t.double(), mode), rtol=1e-5, atol=1e-6)
     logits = torch.randn(B, R, V, generator=g) * 3
     teacher = torch.log_softmax(torch.randn(B, R, V, generator=g) * 3, -1).topk(K, dim=-1)
     for clamp in (None, -3.0):
         for chunk in (None, 4):
-            inputs = DistillationInputs(student_logits=logits, teacher_topk_log_probs=teacher.values,
-                                        teacher_topk_ids=teacher.indices)
-            ours, _ = DISTILLATION_LOSSES["forward_kl_topk"](inputs, loss_mode="forward_kl_topk", log_prob_min_clamp=clamp,
-                                                             chunk_size=chunk)
-            torch.testing.assert_close(ours.double(), _verl_topk(logits, teacher.values, teacher.indices, clamp),
-                                       rtol=1e-5, atol=1e-6)
+            inputs = DistillationInputs(
+                student_logits=logits, teacher_topk_log_probs=teacher.values, teacher_topk_ids=teacher.indices
+            )
+            ours, _ = DISTILLATION_LOSSES["forward_kl_topk"](
+                inputs, loss_mode="forward_kl_topk", log_prob_min_clamp=clamp, chunk_size=chunk
+            )
+            torch.testing.assert_close(
+                ours.double(), _verl_topk(logits, teacher.values, teacher.indices, clamp), rtol=1e-5, atol=1e-6
+            )
 
 
 def test_topk_gradient_reaches_only_the_student_logits():
     logits = torch.randn(2, 3, 7, requires_grad=True)
     teacher = torch.log_softmax(torch.randn(2, 3, 7), -1).topk(7, dim=-1)  # K = V: the exact forward KL
-    inputs = DistillationInputs(student_logits=logits, teacher_topk_log_probs=teacher.values, teacher_topk_ids=teacher.indices)
+    inputs = DistillationInputs(
+        student_logits=logits, teacher_topk_log_probs=teacher.values, teacher_topk_ids=teacher.indices
+    )
     loss, _ = DISTILLATION_LOSSES["forward_kl_topk"](inputs, loss_mode="forward_kl_topk")
     loss.sum().backward()
     # d KL(p || softmax(z)) / dz = softmax(z) − p

@@ -16,7 +16,13 @@ def _inputs(seed: int = 0) -> tuple[torch.Tensor, ...]:
     g = torch.Generator().manual_seed(seed)
     hidden = torch.randn(K, H, generator=g)
     weight = torch.randn(V, H, generator=g) * 0.5
-    return hidden, weight, torch.randint(0, V, (K,), generator=g), torch.randn(K, generator=g), torch.randn(K, generator=g)
+    return (
+        hidden,
+        weight,
+        torch.randint(0, V, (K,), generator=g),
+        torch.randn(K, generator=g),
+        torch.randn(K, generator=g),
+    )
 
 
 def _run(fused: bool, entropy: str, temperature: float, chunk: int, recompute: bool) -> tuple[torch.Tensor, ...]:
@@ -37,8 +43,9 @@ def _run(fused: bool, entropy: str, temperature: float, chunk: int, recompute: b
 
 
 @pytest.mark.parametrize("recompute", [False, True])
-@pytest.mark.parametrize(("entropy", "temperature", "chunk"),
-                         [("off", 1.0, 8), ("metric", 0.7, 5), ("loss", 0.7, 64), ("loss", 1.0, 1)])
+@pytest.mark.parametrize(
+    ("entropy", "temperature", "chunk"), [("off", 1.0, 8), ("metric", 0.7, 5), ("loss", 0.7, 64), ("loss", 1.0, 1)]
+)
 def test_fused_equals_unfused_values_and_grads(recompute, entropy, temperature, chunk):
     ref = _run(False, entropy, temperature, 16, False)
     out = _run(True, entropy, temperature, chunk, recompute)

@@ -30,16 +30,18 @@ def test_step_flops_by_hand():
     # gen: 2*3e6*1000 + 2*4e7*500 = 4.6e10; update: 6*3e6*1000 + 6*4e7*510 = 1.404e11
     assert step_flops(f, 1000, 500, 510, {"gen", "update_actor"}) == pytest.approx(1.864e11)
     # an old-log-prob pass adds 2*3e6*1000 + 2*4e7*510 = 4.68e10; a critic (body 1e6) forward + update 8e9
-    assert step_flops(f, 1000, 500, 510, {"gen", "old_log_prob", "values", "update_critic", "update_actor"},
-                      critic_body=1_000_000) == pytest.approx(1.864e11 + 4.68e10 + 2e9 + 6e9)
+    assert step_flops(
+        f, 1000, 500, 510, {"gen", "old_log_prob", "values", "update_critic", "update_actor"}, critic_body=1_000_000
+    ) == pytest.approx(1.864e11 + 4.68e10 + 2e9 + 6e9)
 
 
 def test_step_flop_parts_by_hand_sum_to_step_flops():
     f = FlopModel(n_body=3_000_000, n_head=40_000_000)
     parts = step_flop_parts(f, 1000, 500, 510, {"gen", "update_actor"})
     # prefill 2*3e6*500, decode body 2*3e6*500, decode head 2*4e7*500, train 6*3e6*1000 + 6*4e7*510
-    assert parts == pytest.approx({"prefill_body": 3e9, "decode_body": 3e9, "decode_head": 4e10,
-                                   "train_body": 1.8e10, "train_head": 1.224e11})
+    assert parts == pytest.approx(
+        {"prefill_body": 3e9, "decode_body": 3e9, "decode_head": 4e10, "train_body": 1.8e10, "train_head": 1.224e11}
+    )
     stages = {"gen", "old_log_prob", "ref", "values", "update_critic", "update_actor"}
     parts = step_flop_parts(f, 1000, 500, 510, stages, ppo_epochs=2, critic_body=1_000_000)
     assert parts["score_head"] == pytest.approx(2 * 2 * 4e7 * 510) and parts["critic_train"] == pytest.approx(6e9)
@@ -57,7 +59,9 @@ def test_attainable_bound_arithmetic():
     assert shapes["prefill_body"] == LinearShape(2676, 256, 768) and shapes["train_body"].rows == 1850
     assert LinearShape(2, 3, 5, train=True).flops == 3 * 2 * 2 * 3 * 5
     # a step of 4 s with 1 s attainable is 25 % of the attainable bound; the FLOP bound is separate
-    recs = [StepRecord(seconds=4.0, generated_tokens=1, trained_tokens=1, flops=4e9, flop_parts={"a": 2e9, "b": 1e9})] * 2
+    recs = [
+        StepRecord(seconds=4.0, generated_tokens=1, trained_tokens=1, flops=4e9, flop_parts={"a": 2e9, "b": 1e9})
+    ] * 2
     s = summarize(recs, peak_flops=2e9, shape_throughput={"a": 4e9, "b": 2e9})
     assert s["attainable_s"] == pytest.approx(1.0) and s["pct_of_attainable"] == pytest.approx(25.0)
     assert s["pct_of_bound"] == pytest.approx(50.0)
@@ -73,8 +77,15 @@ def test_linear_throughput_is_measured():
 def test_flop_model_counts_a_tied_head_once():
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    cfg = Qwen2Config(vocab_size=1000, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                      num_key_value_heads=2, intermediate_size=64, tie_word_embeddings=True)
+    cfg = Qwen2Config(
+        vocab_size=1000,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        tie_word_embeddings=True,
+    )
     model = Qwen2ForCausalLM(cfg)
     f = FlopModel.from_module(model)
     total = sum(p.numel() for p in model.parameters())  # parameters() yields the tied weight once
@@ -83,10 +94,23 @@ def test_flop_model_counts_a_tied_head_once():
 
 
 def test_summary_medians_after_the_first_step_and_ray_share():
-    recs = [StepRecord(seconds=s, generated_tokens=100, trained_tokens=300, flops=1e9,
-                       stages={"step": s, "gen": 0.4 * s, "generate_sequences": 0.3 * s, "update_actor": 0.5 * s,
-                               "update_actor_worker": 0.5 * s, "update_weights": 0.1 * s})
-            for s in (10.0, 1.0, 2.0, 4.0)]
+    recs = [
+        StepRecord(
+            seconds=s,
+            generated_tokens=100,
+            trained_tokens=300,
+            flops=1e9,
+            stages={
+                "step": s,
+                "gen": 0.4 * s,
+                "generate_sequences": 0.3 * s,
+                "update_actor": 0.5 * s,
+                "update_actor_worker": 0.5 * s,
+                "update_weights": 0.1 * s,
+            },
+        )
+        for s in (10.0, 1.0, 2.0, 4.0)
+    ]
     s = summarize(recs, peak_flops=1e9)
     assert s["steps"] == 3 and s["step_s"] == 2.0 and s["throughput"] == pytest.approx(400 / 2.0)
     assert s["pct_of_bound"] == pytest.approx(50.0)  # 1 s of work at peak in a 2 s step
@@ -101,9 +125,22 @@ def test_matmul_peak_is_measured():
 @pytest.mark.e2e
 def test_bench_writes_a_record(tmp_path):
     out = tmp_path / "bench.json"
-    proc = subprocess.run([sys.executable, "-m", "verl.commands.bench.bench", "--steps", "2", "--out", str(out),
-                           "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.commands.bench.bench",
+            "--steps",
+            "2",
+            "--out",
+            str(out),
+            "data.train_batch_size=8",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "throughput" in proc.stdout and "% of the FLOP bound" in proc.stdout
     assert "% of the attainable bound" in proc.stdout
@@ -120,6 +157,8 @@ def test_trl_peer_gets_verls_kl_loss():
     from verl.commands.bench.trl import kl_beta
 
     assert kl_beta(load_config("quickstart").actor_rollout_ref.actor) == 0.5  # the quick start's k3 KL loss
-    assert kl_beta(load_config("quickstart", ["actor_rollout_ref.actor.use_kl_loss=false"]).actor_rollout_ref.actor) == 0.0
+    assert (
+        kl_beta(load_config("quickstart", ["actor_rollout_ref.actor.use_kl_loss=false"]).actor_rollout_ref.actor) == 0.0
+    )
     with pytest.raises(ValueError, match="kl_loss_type='kl'"):
         kl_beta(load_config("quickstart", ["actor_rollout_ref.actor.kl_loss_type=kl"]).actor_rollout_ref.actor)

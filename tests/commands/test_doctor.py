@@ -39,8 +39,13 @@ def test_report_with_config_runs_preflight(tiny_model_dir, tmp_path):
 def test_console_script_one_screen(tiny_model_dir, tmp_path):
     script = Path(sys.executable).parent / "verl"
     start = time.perf_counter()
-    proc = subprocess.run([str(script), "doctor", *tiny_run_overrides(tiny_model_dir, tmp_path)], capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    proc = subprocess.run(
+        [str(script), "doctor", *tiny_run_overrides(tiny_model_dir, tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     elapsed = time.perf_counter() - start
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert len(proc.stdout.splitlines()) <= 45  # one screen
@@ -51,8 +56,11 @@ def test_a_slow_half_precision_check_shows_as_warn():
     from verl.commands.doctor import _check_row
     from verl.run.preflight import Check
 
-    assert _check_row(Check("half precision", True, "WARNING: bfloat16 matmul 40.0x ...")) == \
-        ("half precision", "WARN", "bfloat16 matmul 40.0x ...")
+    assert _check_row(Check("half precision", True, "WARNING: bfloat16 matmul 40.0x ...")) == (
+        "half precision",
+        "WARN",
+        "bfloat16 matmul 40.0x ...",
+    )
     assert _check_row(Check("pad token", True, "pad token '<pad>'")) == ("pad token", "ok", "pad token '<pad>'")
     assert _check_row(Check("model", False, "bad")) == ("model", "FAIL", "bad")
     assert _check_row(Check("reward function", None, "skipped")) == ("reward function", "--", "skipped")

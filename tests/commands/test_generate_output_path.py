@@ -20,6 +20,7 @@ def no_model(monkeypatch):
 
     def refuse(*a, **k):
         raise AssertionError("a model was loaded before the output path was checked")
+
     monkeypatch.setattr(verl.modules, "create_model", refuse)
     monkeypatch.setattr(verl.run.model_access, "read_model_config", refuse)
 
@@ -29,8 +30,12 @@ def test_output_path_equal_to_data_path_is_refused(tmp_path: Path, no_model, lin
     prompts = tmp_path / "prompts.jsonl"
     text = json.dumps({"prompt": [{"role": "user", "content": "1+1"}]}) + "\n"
     prompts.write_text(text)
-    out = {"same": prompts, "symlink": tmp_path / "alias.jsonl", "hardlink": tmp_path / "hard.jsonl",
-           "dotted": tmp_path / "sub" / ".." / "prompts.jsonl"}[link]
+    out = {
+        "same": prompts,
+        "symlink": tmp_path / "alias.jsonl",
+        "hardlink": tmp_path / "hard.jsonl",
+        "dotted": tmp_path / "sub" / ".." / "prompts.jsonl",
+    }[link]
     if link == "symlink":
         out.symlink_to(prompts)
     elif link == "hardlink":

@@ -58,7 +58,9 @@ def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 
 
 def _load_hf(path: Path) -> tuple[torch.nn.Module, object]:
-    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32), AutoTokenizer.from_pretrained(str(path))
+    return AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32), AutoTokenizer.from_pretrained(
+        str(path)
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,9 +95,14 @@ def test_merge_console_script_same_files(plain, tmp_path):
     _, ckpt = plain
     assert main([str(ckpt), str(tmp_path / "api")]) == 0
     script = Path(sys.executable).parent / "verl"
-    proc = subprocess.run([str(script), "merge", str(ckpt), str(tmp_path / "cli")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(script), "merge", str(ckpt), str(tmp_path / "cli")], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    a, b = load_file(str(tmp_path / "api" / "model.safetensors")), load_file(str(tmp_path / "cli" / "model.safetensors"))
+    a, b = (
+        load_file(str(tmp_path / "api" / "model.safetensors")),
+        load_file(str(tmp_path / "cli" / "model.safetensors")),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -134,7 +141,9 @@ def test_lora_trains_and_merged_export_is_a_plain_model(lora, tiny_model_dir, tm
     assert lora_b and any(v.abs().max() > 0 for v in lora_b.values()), "LoRA B (zero-initialised) did not train"
     initial = load_file(str(tiny_model_dir / "model.safetensors"))
     saved = load_file(str(ckpt / "actor" / "model.safetensors"))
-    base = {k.replace("base_model.model.", "").replace(".base_layer", ""): v for k, v in saved.items() if "lora_" not in k}
+    base = {
+        k.replace("base_model.model.", "").replace(".base_layer", ""): v for k, v in saved.items() if "lora_" not in k
+    }
     assert all(torch.equal(base[k], initial[k]) for k in initial), "frozen base weights changed"
     tok = AutoTokenizer.from_pretrained(str(tiny_model_dir))
     reference = _logits(actor, tok)
@@ -164,10 +173,17 @@ def test_lora_adapter_only_loads_with_peft(lora, tiny_model_dir, tmp_path):
 def test_lora_kl_loss_reference_is_the_base_model(tiny_model_dir, tmp_path):
     from verl.modules import ref_policy_context
 
-    trainer = _train(tiny_model_dir, tmp_path, **LORA, **{
-        "actor_rollout_ref.model.target_modules": "[q_proj,v_proj]", "actor_rollout_ref.actor.use_kl_loss": True,
-        "actor_rollout_ref.actor.kl_loss_coef": 0.1, "trainer.save_hf": True,
-    })
+    trainer = _train(
+        tiny_model_dir,
+        tmp_path,
+        **LORA,
+        **{
+            "actor_rollout_ref.model.target_modules": "[q_proj,v_proj]",
+            "actor_rollout_ref.actor.use_kl_loss": True,
+            "actor_rollout_ref.actor.kl_loss_coef": 0.1,
+            "trainer.save_hf": True,
+        },
+    )
     worker = trainer.parts.actor_rollout_wg.workers[0]
     assert worker.ref_engine is None, "LoRA must not keep a second copy of the weights as reference"
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]

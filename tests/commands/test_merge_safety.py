@@ -30,7 +30,7 @@ from verl.utils.errors import CheckpointLoadError
 
 pytestmark = pytest.mark.e2e  # the fixture trains a tiny run
 
-EVIL = '''
+EVIL = """
 from pathlib import Path
 Path({marker!r}).write_text("remote code ran")
 from transformers import LlamaConfig, LlamaForCausalLM
@@ -38,7 +38,7 @@ class EvilConfig(LlamaConfig):
     model_type = {model_type!r}
 class EvilModel(LlamaForCausalLM):
     config_class = EvilConfig
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +50,11 @@ def checkpoint(tiny_model_dir, tmp_path_factory) -> Path:
 
 
 def _rewrite_manifest(ckpt: Path) -> None:
-    files = {str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-             for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    files = {
+        str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for p in sorted(ckpt.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
     (ckpt / "manifest.json").write_text(json.dumps({"step": 2, "files": files}))
 
 
@@ -76,7 +79,9 @@ def _doctor(checkpoint: Path, tmp_path: Path, model_type: str = "llama") -> tupl
 def test_merge_ignores_remote_code_named_by_the_checkpoint(checkpoint, tmp_path):
     ckpt, marker = _doctor(checkpoint, tmp_path)
     script = Path(sys.executable).parent / "verl"
-    proc = subprocess.run([str(script), "merge", str(ckpt), str(tmp_path / "hf")], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [str(script), "merge", str(ckpt), str(tmp_path / "hf")], capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert not marker.exists(), "verl merge ran code from the checkpoint"
     out = json.loads((tmp_path / "hf" / "config.json").read_text())
@@ -88,7 +93,9 @@ def test_merge_ignores_remote_code_named_by_the_checkpoint(checkpoint, tmp_path)
 
 def test_unknown_model_type_needs_trust_remote_code_on_the_command_line(checkpoint, tmp_path):
     ckpt, marker = _doctor(checkpoint, tmp_path, model_type="evil_llama")
-    with pytest.raises(CheckpointLoadError, match="'evil_llama' is not a transformers architecture.*--trust-remote-code"):
+    with pytest.raises(
+        CheckpointLoadError, match="'evil_llama' is not a transformers architecture.*--trust-remote-code"
+    ):
         export_hf(ckpt, tmp_path / "hf")
     assert not marker.exists()
 

@@ -31,7 +31,10 @@ TEXTS = ("12+34", "99+1", "7+58")
 def _logits(model: torch.nn.Module, tokenizer) -> list[torch.Tensor]:
     """Float32 logits `(1, T, V)` of each text in `TEXTS`."""
     model.eval()
-    return [model(input_ids=torch.tensor([tokenizer(t, add_special_tokens=False)["input_ids"]])).logits.float() for t in TEXTS]
+    return [
+        model(input_ids=torch.tensor([tokenizer(t, add_special_tokens=False)["input_ids"]])).logits.float()
+        for t in TEXTS
+    ]
 
 
 def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
@@ -42,9 +45,20 @@ def _max_diff(a: list[torch.Tensor], b: list[torch.Tensor]) -> float:
 def run(tiny_model_dir, tmp_path_factory):
     """One GAE step (actor + critic) saved as ``global_step_1``; returns (trainer, checkpoint)."""
     run_dir = tmp_path_factory.mktemp("model_merger")
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, run_dir, **{
-        "algorithm.adv_estimator": "gae", "actor_rollout_ref.rollout.n": 1, "critic.optim.lr": 1e-3,
-        "trainer.total_training_steps": 1, "trainer.save_freq": 1}))
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            run_dir,
+            **{
+                "algorithm.adv_estimator": "gae",
+                "actor_rollout_ref.rollout.n": 1,
+                "critic.optim.lr": 1e-3,
+                "trainer.total_training_steps": 1,
+                "trainer.save_freq": 1,
+            },
+        ),
+    )
     trainer = RLTrainer(config=cfg)
     trainer.fit()
     return trainer, run_dir / "ckpt" / "global_step_1"
@@ -87,13 +101,40 @@ def test_merged_model_equals_trained_actor(run, tiny_model_dir, tmp_path, entry,
 @pytest.mark.e2e
 def test_python_m_model_merger_and_hf_model_path(run, tiny_model_dir, tmp_path):
     _, ckpt = run
-    cmd = [sys.executable, "-m", "verl.model_merger", "merge", "--backend", "fsdp", "--local_dir", str(ckpt / "actor"),
-           "--target_dir", str(tmp_path / "cli")]
+    cmd = [
+        sys.executable,
+        "-m",
+        "verl.model_merger",
+        "merge",
+        "--backend",
+        "fsdp",
+        "--local_dir",
+        str(ckpt / "actor"),
+        "--target_dir",
+        str(tmp_path / "cli"),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert merger_main(["merge", "--backend", "fsdp", "--local_dir", str(ckpt / "actor"), "--target_dir",
-                        str(tmp_path / "hfp"), "--hf_model_path", str(tiny_model_dir)]) == 0
-    a, b = load_file(str(tmp_path / "cli" / "model.safetensors")), load_file(str(tmp_path / "hfp" / "model.safetensors"))
+    assert (
+        merger_main(
+            [
+                "merge",
+                "--backend",
+                "fsdp",
+                "--local_dir",
+                str(ckpt / "actor"),
+                "--target_dir",
+                str(tmp_path / "hfp"),
+                "--hf_model_path",
+                str(tiny_model_dir),
+            ]
+        )
+        == 0
+    )
+    a, b = (
+        load_file(str(tmp_path / "cli" / "model.safetensors")),
+        load_file(str(tmp_path / "hfp" / "model.safetensors")),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
@@ -109,16 +150,21 @@ def test_checkpoint_in_the_older_layout_still_merges(run, tmp_path):
     (old / "manifest.json").unlink()  # the doctored copy no longer matches it
     assert merge_main([str(old / "actor"), str(tmp_path / "new"), "--no-verify"]) == 0
     assert merge_main([str(ckpt), str(tmp_path / "ref")]) == 0
-    a, b = load_file(str(tmp_path / "new" / "model.safetensors")), load_file(str(tmp_path / "ref" / "model.safetensors"))
+    a, b = (
+        load_file(str(tmp_path / "new" / "model.safetensors")),
+        load_file(str(tmp_path / "ref" / "model.safetensors")),
+    )
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
 def test_model_merger_refuses_what_it_cannot_do(tmp_path, capsys):
     base = ["merge", "--local_dir", str(tmp_path), "--target_dir", str(tmp_path / "out")]
-    for extra, expected in ((["--backend", "megatron"], "--backend megatron is not supported yet"),
-                            (["--backend", "fsdp", "--is-value-model"], "--is-value-model is not supported yet"),
-                            (["--backend", "fsdp", "--hf_upload_path", "me/model"], "--hf_upload_path is not supported yet"),
-                            (["--backend", "fsdp"], "config.yaml not found")):
+    for extra, expected in (
+        (["--backend", "megatron"], "--backend megatron is not supported yet"),
+        (["--backend", "fsdp", "--is-value-model"], "--is-value-model is not supported yet"),
+        (["--backend", "fsdp", "--hf_upload_path", "me/model"], "--hf_upload_path is not supported yet"),
+        (["--backend", "fsdp"], "config.yaml not found"),
+    ):
         assert merger_main(base + extra) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and expected in err, err

@@ -29,7 +29,9 @@ TEST = "builtin://arithmetic/test"
 
 def _gen(tmp_path: Path, name: str, *extra: str) -> tuple[list[dict], dict[str, float]]:
     out = tmp_path / name
-    figures = generate(load_generation_config(None, [f"data.path={TEST}", f"data.output_path={out}", *extra]), log=lambda *_: None)
+    figures = generate(
+        load_generation_config(None, [f"data.path={TEST}", f"data.output_path={out}", *extra]), log=lambda *_: None
+    )
     if out.suffix == ".parquet":
         return pq.read_table(out).to_pylist(), figures
     return [json.loads(x) for x in out.read_text().splitlines()], figures
@@ -52,7 +54,7 @@ def test_greedy_generation_equals_transformers_generate_and_scores_the_builtin_a
         ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         with torch.no_grad():
             out = model.generate(ids, do_sample=False, max_new_tokens=8, pad_token_id=tok.pad_token_id)
-        assert row["responses"] == [tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)]
+        assert row["responses"] == [tok.decode(out[0, ids.shape[1] :], skip_special_tokens=True)]
     metrics = evaluate(load_eval_config(None, [f"data.path={tmp_path / 'greedy.parquet'}"]))
     # the built-in model's held-out greedy accuracy before RL (README: 28.1 %): 144 of 512
     assert metrics["test_score/builtin/arithmetic"] == pytest.approx(144 / 512)
@@ -74,10 +76,18 @@ def test_samples_depend_on_their_seeds_not_on_the_batch_size(tmp_path: Path) -> 
 
 def test_eval_metrics_by_hand_and_failing_scorers_are_counted(tmp_path: Path) -> None:
     rows = [
-        {"data_source": "a", "reward_model": {"ground_truth": "1"}, "responses": ["1", "2", "1", "1"]},  # mean 3/4, best 1
+        {
+            "data_source": "a",
+            "reward_model": {"ground_truth": "1"},
+            "responses": ["1", "2", "1", "1"],
+        },  # mean 3/4, best 1
         {"data_source": "a", "reward_model": {"ground_truth": "5"}, "responses": ["4", "4"]},  # mean 0, best 0
         {"data_source": "b", "reward_model": {"ground_truth": "7"}, "responses": ["7", "raise", "hang"]},  # 1/3, best 1
-        {"data_source": "c", "reward_model": {"ground_truth": "7"}, "responses": ["7", "hang"]},  # 1/2 (a second timeout)
+        {
+            "data_source": "c",
+            "reward_model": {"ground_truth": "7"},
+            "responses": ["7", "hang"],
+        },  # 1/2 (a second timeout)
         {"data_source": "c", "reward_model": {"ground_truth": "7"}, "responses": ["7", "7"]},  # 1
     ]
     data = tmp_path / "gen.jsonl"
@@ -88,9 +98,17 @@ def test_eval_metrics_by_hand_and_failing_scorers_are_counted(tmp_path: Path) ->
         "def score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0):\n"
         "    if solution_str == 'raise':\n        raise RuntimeError('broken scorer')\n"
         "    if solution_str == 'hang':\n        time.sleep(5)\n"
-        "    return {'score': float(solution_str == ground_truth) + bonus}\n")
-    cfg = load_eval_config(None, [f"data.path={data}", f"custom_reward_function.path={reward}",
-                                  "custom_reward_function.name=score", "reward_model.timeout_s=0.5"])
+        "    return {'score': float(solution_str == ground_truth) + bonus}\n"
+    )
+    cfg = load_eval_config(
+        None,
+        [
+            f"data.path={data}",
+            f"custom_reward_function.path={reward}",
+            "custom_reward_function.name=score",
+            "reward_model.timeout_s=0.5",
+        ],
+    )
     logged: list[str] = []
     m = evaluate(cfg, log=logged.append)
     # the mean of the rows' means (3/4 and 0), not the pooled 3/6; rows of 4 and 2 responses: best@var
@@ -101,24 +119,52 @@ def test_eval_metrics_by_hand_and_failing_scorers_are_counted(tmp_path: Path) ->
     assert m["num_errors"] == 1 and m["num_timeouts"] == 2 and m["num_nonfinite"] == 0
     assert any("num_errors" in x and "broken scorer" in x for x in logged)  # the first error, with its message
     # reward_kwargs reach the function
-    m2 = evaluate(load_eval_config(None, [f"data.path={data}", f"custom_reward_function.path={reward}",
-                                          "custom_reward_function.name=score", "reward_model.timeout_s=0.5",
-                                          "+custom_reward_function.reward_kwargs.bonus=1.0"]))
+    m2 = evaluate(
+        load_eval_config(
+            None,
+            [
+                f"data.path={data}",
+                f"custom_reward_function.path={reward}",
+                "custom_reward_function.name=score",
+                "reward_model.timeout_s=0.5",
+                "+custom_reward_function.reward_kwargs.bonus=1.0",
+            ],
+        )
+    )
     assert m2["test_score/a"] == pytest.approx(m["test_score/a"] + 1.0)
     # a scorer that fails on every response is an error, not a score of 0
     wrong = tmp_path / "wrong.py"
     wrong.write_text("def score(solution_str, ground_truth):\n    return 1.0\n")  # verl's keywords missing
     with pytest.raises(RewardFunctionError, match="failed on every one of the 13 responses.*unexpected keyword"):
-        evaluate(load_eval_config(None, [f"data.path={data}", f"custom_reward_function.path={wrong}",
-                                         "custom_reward_function.name=score"]), log=lambda *_: None)
+        evaluate(
+            load_eval_config(
+                None, [f"data.path={data}", f"custom_reward_function.path={wrong}", "custom_reward_function.name=score"]
+            ),
+            log=lambda *_: None,
+        )
     # 3 timeouts in a row: the scorer looks hung, an error naming the row (not hours of waiting, not silent zeros)
     hung = tmp_path / "hung.jsonl"
-    hung.write_text("".join(json.dumps({"data_source": "a", "reward_model": {"ground_truth": "1"}, "responses": [x]}) + "\n"
-                            for x in ["1", "hang", "hang", "hang", "1", "1"]))
+    hung.write_text(
+        "".join(
+            json.dumps({"data_source": "a", "reward_model": {"ground_truth": "1"}, "responses": [x]}) + "\n"
+            for x in ["1", "hang", "hang", "hang", "1", "1"]
+        )
+    )
     start = time.perf_counter()
-    with pytest.raises(RewardFunctionError, match=r"timed out on 3 responses in a row, the last at .*hung.jsonl: row 3 \(line 4\)"):
-        evaluate(load_eval_config(None, [f"data.path={hung}", f"custom_reward_function.path={reward}",
-                                         "custom_reward_function.name=score", "reward_model.timeout_s=0.3"]))
+    with pytest.raises(
+        RewardFunctionError, match=r"timed out on 3 responses in a row, the last at .*hung.jsonl: row 3 \(line 4\)"
+    ):
+        evaluate(
+            load_eval_config(
+                None,
+                [
+                    f"data.path={hung}",
+                    f"custom_reward_function.path={reward}",
+                    "custom_reward_function.name=score",
+                    "reward_model.timeout_s=0.3",
+                ],
+            )
+        )
     assert time.perf_counter() - start < 3.0
     # a data source no built-in scorer handles: one line naming the row
     with pytest.raises(DataError, match=r"gen.jsonl: row 0 \(line 1\): .*'a'"):
@@ -129,7 +175,9 @@ def test_config_and_data_errors_are_one_line_naming_the_key(tmp_path: Path) -> N
     out = f"data.output_path={tmp_path / 'o.jsonl'}"
     with pytest.raises(ConfigError, match=r"unknown key 'data.n_sample' \(did you mean 'data.n_samples'"):
         load_generation_config(None, [f"data.path={TEST}", out, "data.n_sample=2"])
-    with pytest.raises(ConfigError, match=r"unknown key 'rollout\.temprature' \(did you mean 'rollout\.temperature'") as e:
+    with pytest.raises(
+        ConfigError, match=r"unknown key 'rollout\.temprature' \(did you mean 'rollout\.temperature'"
+    ) as e:
         load_generation_config(None, [f"data.path={TEST}", out, "rollout.temprature=0.5"])
     assert "actor_rollout_ref" not in str(e.value)
     with pytest.raises(ConfigError, match=r"unknown key 'rolout.n' \(did you mean 'rollout.n'"):
@@ -141,24 +189,44 @@ def test_config_and_data_errors_are_one_line_naming_the_key(tmp_path: Path) -> N
     with pytest.raises(ConfigError, match="n_gpus_per_node=2.*not supported yet"):
         load_generation_config(None, [f"data.path={TEST}", out, "trainer.n_gpus_per_node=2"])
     # keys generation does not read are refused unless at their default; RL messages use this tool's keys
-    for key, message in [("rollout.n=2", "rollout.n=2 has no effect in verl generate: set data.n_samples"),
-                         ("rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.do_sample=True has no effect"),
-                         ("model.lora_rank=8", "model.lora_rank=8 has no effect"),
-                         ("trainer.project_name=x", "trainer.project_name='x' has no effect"),
-                         ("rollout.response_length=0", "^rollout.response_length: must be >= 1"),
-                         ("rollout.temprature=1", "unknown key 'rollout.temprature'"),
-                         ("trainer.seed=-5", "trainer.seed: must be >= 0"), ("rollout.seed=-1", "rollout.seed: must be >= 0")]:
+    for key, message in [
+        ("rollout.n=2", "rollout.n=2 has no effect in verl generate: set data.n_samples"),
+        ("rollout.val_kwargs.do_sample=true", "rollout.val_kwargs.do_sample=True has no effect"),
+        ("model.lora_rank=8", "model.lora_rank=8 has no effect"),
+        ("trainer.project_name=x", "trainer.project_name='x' has no effect"),
+        ("rollout.response_length=0", "^rollout.response_length: must be >= 1"),
+        ("rollout.temprature=1", "unknown key 'rollout.temprature'"),
+        ("trainer.seed=-5", "trainer.seed: must be >= 0"),
+        ("rollout.seed=-1", "rollout.seed: must be >= 0"),
+    ]:
         with pytest.raises(ConfigError, match=message) as e:
             load_generation_config(None, [f"data.path={TEST}", out, key])
         assert "actor_rollout_ref" not in str(e.value) and "data.max_" not in str(e.value), str(e.value)
     load_generation_config(None, [f"data.path={TEST}", out, "rollout.n=1"])  # a default value: accepted
     # verl's own generation.yaml keys for work generation does not do: accepted, named in a note
-    cfg = load_generation_config(None, [f"data.path={TEST}", out, "actor.strategy=fsdp", "actor.fsdp_config.fsdp_size=-1",
-                                        "rollout.log_prob_micro_batch_size_per_gpu=8"])
+    cfg = load_generation_config(
+        None,
+        [
+            f"data.path={TEST}",
+            out,
+            "actor.strategy=fsdp",
+            "actor.fsdp_config.fsdp_size=-1",
+            "rollout.log_prob_micro_batch_size_per_gpu=8",
+        ],
+    )
     assert cfg.ignored == ("actor.strategy", "actor.fsdp_config.fsdp_size", "rollout.log_prob_micro_batch_size_per_gpu")
     # the vLLM engine's keys are not refused as "no effect" (the engine reads them)
-    load_generation_config(None, [f"data.path={TEST}", out, "rollout.free_cache_engine=false", "rollout.calculate_log_probs=false",
-                                  "rollout.scheduling_policy=priority", "rollout.mode=async"])
+    load_generation_config(
+        None,
+        [
+            f"data.path={TEST}",
+            out,
+            "rollout.free_cache_engine=false",
+            "rollout.calculate_log_probs=false",
+            "rollout.scheduling_policy=priority",
+            "rollout.mode=async",
+        ],
+    )
     (tmp_path / "isdir.parquet").mkdir()
     with pytest.raises(ConfigError, match="data.output_path: .*isdir.parquet is a directory"):
         generate(load_generation_config(None, [f"data.path={TEST}", f"data.output_path={tmp_path / 'isdir.parquet'}"]))
@@ -167,24 +235,37 @@ def test_config_and_data_errors_are_one_line_naming_the_key(tmp_path: Path) -> N
     with pytest.raises(ModelError, match=r"^model.path: cannot read the model config"):
         generate(load_generation_config(None, [f"data.path={TEST}", out, f"model.path={tmp_path / 'no_model'}"]))
     long = tmp_path / "long.jsonl"
-    long.write_text(json.dumps({"prompt": [{"role": "user", "content": "1+1"}]}) + "\n"
-                    + json.dumps({"prompt": [{"role": "user", "content": "1+1 " * 200}]}) + "\n")
+    long.write_text(
+        json.dumps({"prompt": [{"role": "user", "content": "1+1"}]})
+        + "\n"
+        + json.dumps({"prompt": [{"role": "user", "content": "1+1 " * 200}]})
+        + "\n"
+    )
     with pytest.raises(DataError, match=r"long.jsonl: row 1 \(line 2\).*data.truncation"):
-        generate(load_generation_config(None, [f"data.path={long}", out, "rollout.prompt_length=32"]), log=lambda *_: None)
+        generate(
+            load_generation_config(None, [f"data.path={long}", out, "rollout.prompt_length=32"]), log=lambda *_: None
+        )
     rows, _ = _gen(tmp_path, "t.jsonl", f"data.path={long}", "rollout.prompt_length=32", "data.truncation=left")
     assert len(rows) == 2 and set(rows[1]) == {"prompt", "responses"}  # only the prompt column is required
     # a prompt longer than the model's 128 positions: unset lengths, cut by data.truncation
     huge = tmp_path / "huge.jsonl"
     huge.write_text(json.dumps({"prompt": [{"role": "user", "content": "1+1 " * 400}]}) + "\n")
-    with pytest.raises(ConfigError, match=r"no room for the responses: the longest prompt has \d+ tokens .* set data.truncation"):
+    with pytest.raises(
+        ConfigError, match=r"no room for the responses: the longest prompt has \d+ tokens .* set data.truncation"
+    ):
         _gen(tmp_path, "h.jsonl", f"data.path={huge}")
     _, figures = _gen(tmp_path, "h.jsonl", f"data.path={huge}", "data.truncation=left")
     assert figures["prompt_length"] == figures["response_length"] == 64
     # rows parquet cannot hold as one table: one line, and the samples kept as jsonl beside it
     mixed = tmp_path / "mixed.jsonl"
-    mixed.write_text("".join(json.dumps({"prompt": [{"role": "user", "content": "1+2"}], "extra": v}) + "\n" for v in (1, "a")))
+    mixed.write_text(
+        "".join(json.dumps({"prompt": [{"role": "user", "content": "1+2"}], "extra": v}) + "\n" for v in (1, "a"))
+    )
     (tmp_path / "mixed_out.rows.jsonl").write_text("keep me\n")  # an existing file is never overwritten
-    with pytest.raises(DataError, match=r"data.output_path: the rows do not fit one parquet table.*wrote them to .*mixed_out.rows.1.jsonl"):
+    with pytest.raises(
+        DataError,
+        match=r"data.output_path: the rows do not fit one parquet table.*wrote them to .*mixed_out.rows.1.jsonl",
+    ):
         _gen(tmp_path, "mixed_out.parquet", f"data.path={mixed}")
     assert len((tmp_path / "mixed_out.rows.1.jsonl").read_text().splitlines()) == 2
     assert (tmp_path / "mixed_out.rows.jsonl").read_text() == "keep me\n"
@@ -203,16 +284,34 @@ def test_config_and_data_errors_are_one_line_naming_the_key(tmp_path: Path) -> N
 @pytest.mark.e2e
 def test_verl_entry_points_run_as_modules(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    gen = subprocess.run([sys.executable, "-m", "verl.trainer.main_generation", f"data.path={TEST}",
-                          f"data.output_path={tmp_path / 'g.parquet'}", "rollout.do_sample=false"],
-                         capture_output=True, text=True, env=env, timeout=300)
+    gen = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "verl.trainer.main_generation",
+            f"data.path={TEST}",
+            f"data.output_path={tmp_path / 'g.parquet'}",
+            "rollout.do_sample=false",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert gen.returncode == 0, gen.stderr[-2000:]
     assert "512 rows x 1 samples" in gen.stdout
-    ev = subprocess.run([sys.executable, "-m", "verl.trainer.main_eval", f"data.path={tmp_path / 'g.parquet'}"],
-                        capture_output=True, text=True, env=env, timeout=300)
+    ev = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_eval", f"data.path={tmp_path / 'g.parquet'}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert ev.returncode == 0, ev.stderr[-2000:]
     assert json.loads(ev.stdout.strip().splitlines()[-1])["test_score/builtin/arithmetic"] == pytest.approx(144 / 512)
-    bad = subprocess.run([sys.executable, "-m", "verl.cli", "eval", "data.pth=x"], capture_output=True, text=True, env=env)
+    bad = subprocess.run(
+        [sys.executable, "-m", "verl.cli", "eval", "data.pth=x"], capture_output=True, text=True, env=env
+    )
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "did you mean 'data.path'" in bad.stderr
 
 
@@ -223,11 +322,19 @@ def test_unset_lengths_fit_the_model_and_set_ones_are_checked(tmp_path: Path) ->
     _, figures = _gen(tmp_path, "b.jsonl", "rollout.do_sample=false", "rollout.response_length=8")
     assert figures["response_length"] == 8
     # truncation on: the responses keep half of a small budget, the prompts are cut (no 1-token responses)
-    _, figures = _gen(tmp_path, "d.jsonl", "rollout.do_sample=false", "rollout.max_model_len=12", "data.truncation=left")
+    _, figures = _gen(
+        tmp_path, "d.jsonl", "rollout.do_sample=false", "rollout.max_model_len=12", "data.truncation=left"
+    )
     assert (figures["prompt_length"], figures["response_length"]) == (6, 6)
-    with pytest.raises(ConfigError, match=r"no room for the responses: .*rollout.max_model_len is 30 \(rollout.prompt_length "
-                                          r"\d+ derived, rollout.response_length 40 as set\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"no room for the responses: .*rollout.max_model_len is 30 \(rollout.prompt_length "
+        r"\d+ derived, rollout.response_length 40 as set\)",
+    ):
         _gen(tmp_path, "e.jsonl", "rollout.response_length=40", "rollout.max_model_len=30")
-    with pytest.raises(ConfigError, match=r"max_position_embeddings is 128 \(rollout.prompt_length 100 as set, "
-                                          r"rollout.response_length 100 as set\); set rollout.prompt_length \+ rollout.response_length <= 128"):
+    with pytest.raises(
+        ConfigError,
+        match=r"max_position_embeddings is 128 \(rollout.prompt_length 100 as set, "
+        r"rollout.response_length 100 as set\); set rollout.prompt_length \+ rollout.response_length <= 128",
+    ):
         _gen(tmp_path, "c.jsonl", "rollout.prompt_length=100", "rollout.response_length=100")

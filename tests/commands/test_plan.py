@@ -26,9 +26,18 @@ def test_activation_bytes_by_hand():
 
 
 def test_plan_static_and_stages_by_hand():
-    cfg = load_config(None, ["data.train_batch_size=2", "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=6",
-                             "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-                             "actor_rollout_ref.actor.logprob_chunk_size=8", "actor_rollout_ref.model.use_remove_padding=false"])
+    cfg = load_config(
+        None,
+        [
+            "data.train_batch_size=2",
+            "actor_rollout_ref.rollout.n=2",
+            "data.max_prompt_length=6",
+            "data.max_response_length=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "actor_rollout_ref.actor.logprob_chunk_size=8",
+            "actor_rollout_ref.model.use_remove_padding=false",
+        ],
+    )
     plan = plan_memory(cfg, device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
     assert plan.static == {"actor_params": 4e6, "actor_adam": 8e6}
     chunk = 2 * 8 * 1000 * 4
@@ -43,9 +52,15 @@ def test_plan_static_and_stages_by_hand():
 
 
 def test_plan_head_buffers_follow_the_fused_path():
-    base = ["data.train_batch_size=2", "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=6",
-            "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.actor.logprob_chunk_size=8", "actor_rollout_ref.model.use_remove_padding=false"]
+    base = [
+        "data.train_batch_size=2",
+        "actor_rollout_ref.rollout.n=2",
+        "data.max_prompt_length=6",
+        "data.max_response_length=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.logprob_chunk_size=8",
+        "actor_rollout_ref.model.use_remove_padding=false",
+    ]
     chunk = 2 * 8 * 1000 * 4
     recompute = load_config(None, [*base, "actor_rollout_ref.actor.logprob_head_recompute=true"])
     plan = plan_memory(recompute, device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
@@ -65,12 +80,17 @@ def test_parse_device():
 def test_predicted_peak_within_20_percent_of_measured(tmp_path):
     """The built-in quick start: plan's prediction vs the bench's measured peak RSS."""
     overrides = ["data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16"]
-    plan = subprocess.run([sys.executable, "-m", "verl.commands.plan", "--json", *overrides],
-                          capture_output=True, text=True, timeout=600)
+    plan = subprocess.run(
+        [sys.executable, "-m", "verl.commands.plan", "--json", *overrides], capture_output=True, text=True, timeout=600
+    )
     predicted = json.loads(plan.stdout)["peak"]
     out = tmp_path / "b.json"
-    bench = subprocess.run([sys.executable, "-m", "verl.commands.bench.bench", "--steps", "2", "--out", str(out), *overrides],
-                           capture_output=True, text=True, timeout=600)
+    bench = subprocess.run(
+        [sys.executable, "-m", "verl.commands.bench.bench", "--steps", "2", "--out", str(out), *overrides],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert bench.returncode == 0, bench.stderr[-2000:]
     measured = json.loads(out.read_text())["peak_rss_bytes"]
     assert abs(predicted - measured) / measured <= 0.2, (predicted, measured)
@@ -85,20 +105,34 @@ def test_recommendations_are_capped_at_what_one_step_uses():
     plan = plan_memory(cfg, 80 * GIB, 0.5 * GIB, ModelShape.from_path(cfg.actor_rollout_ref.model.path), None)
     rows = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n  # 256 trajectories, one rank
     seq = cfg.data.max_prompt_length + cfg.data.max_response_length
-    assert plan.recommend == {"ppo_max_token_len_per_gpu": rows * seq, "ppo_micro_batch_size_per_gpu": rows,
-                              "rollout.max_num_seqs": rows}
+    assert plan.recommend == {
+        "ppo_max_token_len_per_gpu": rows * seq,
+        "ppo_micro_batch_size_per_gpu": rows,
+        "rollout.max_num_seqs": rows,
+    }
 
 
 def test_plan_divides_per_rank_activations_by_the_sequence_parallel_size():
     """world 2: sp=2 puts all 8 rows on one data-parallel rank, micro-batches of 2 rows, each rank
     holding half the columns: the activation and logit terms of sp=1's 2-row micro-batch, halved."""
-    base = ["data.train_batch_size=4", "actor_rollout_ref.rollout.n=2", "data.max_prompt_length=6",
-            "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.logprob_chunk_size=8",
-            "trainer.n_gpus_per_node=2", "algorithm.adv_estimator=grpo"]
+    base = [
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "data.max_prompt_length=6",
+        "data.max_response_length=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+        "actor_rollout_ref.actor.logprob_chunk_size=8",
+        "trainer.n_gpus_per_node=2",
+        "algorithm.adv_estimator=grpo",
+    ]
     sp1 = plan_memory(load_config(None, base), device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
-    sp2 = plan_memory(load_config(None, [*base, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]),
-                      device_bytes=8 * GIB, runtime_bytes=100.0, actor=SHAPE)
+    sp2 = plan_memory(
+        load_config(None, [*base, "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2"]),
+        device_bytes=8 * GIB,
+        runtime_bytes=100.0,
+        actor=SHAPE,
+    )
     assert sp2.static == sp1.static  # parameters stay sharded over the world
     grads = 4e6 / 2
     # unfused (FSDP2): 2 rows x 10 tokens x 7680 B + 2 rows x 4 scored x (2 x 1000 x 4) + two chunk

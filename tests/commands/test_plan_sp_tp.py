@@ -10,21 +10,32 @@ from verl.commands.plan import GIB, ModelShape, plan_memory
 
 SHAPE = ModelShape(n_params=1_000_000, hidden=64, layers=2, kv_dim=32, intermediate=128, vocab=1000)
 BLOCK = 2 * (2 * 64 * 64 + 2 * 64 * 32 + 3 * 64 * 128)  # 73728: q, o; k, v; gate, up, down per layer
-BASE = ["trainer.n_gpus_per_node=4", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
-        "data.max_prompt_length=6", "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.actor.logprob_chunk_size=8",
-        "actor_rollout_ref.model.use_remove_padding=true", "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
-        "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size=2",
-        "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]
+BASE = [
+    "trainer.n_gpus_per_node=4",
+    "data.train_batch_size=4",
+    "actor_rollout_ref.rollout.n=2",
+    "data.max_prompt_length=6",
+    "data.max_response_length=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.actor.logprob_chunk_size=8",
+    "actor_rollout_ref.model.use_remove_padding=true",
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+    "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size=2",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+]
 SHARE = BLOCK / 4 + (1_000_000 - BLOCK) / 2  # projections over the 4 ranks, the rest over dp x sp = 2: 481568
 ACT = 2 * (4 * 64 + (2 * 64 + 2 * 32 + 4 * 128) / 2) * 4  # 4864 B per token: norms whole, the rest / tp
 
 
 def test_plan_at_sp2_tp2_by_hand():
     plan = plan_memory(load_config(None, BASE), 8 * GIB, 100.0, SHAPE)
-    assert plan.static == {"actor_params": SHARE * 4, "actor_adam": 2 * SHARE * 4,
-                           "rollout_copy": (BLOCK / 2 + 1_000_000 - BLOCK) * 4}
+    assert plan.static == {
+        "actor_params": SHARE * 4,
+        "actor_adam": 2 * SHARE * 4,
+        "rollout_copy": (BLOCK / 2 + 1_000_000 - BLOCK) * 4,
+    }
     # the 8 trajectories on the one data-parallel rank; a 2-row micro-batch packs 20 tokens, 8 scored:
     # 10 tokens and 4 scored positions per rank; unfused head (FSDP2): logits + gradient 2 x 1000 x 4 B
     # per scored position, two blocks of min(chunk 8, 4) rows
@@ -40,8 +51,15 @@ def test_plan_at_sp2_tp2_by_hand():
 
 def test_plan_critic_at_sp2_tp2_uses_its_own_rows():
     gae = [*BASE, "algorithm.adv_estimator=gae", "critic.ppo_mini_batch_size=4", "critic.model.use_remove_padding=true"]
-    split = plan_memory(load_config(None, [*gae, "critic.ulysses_sequence_parallel_size=2",
-                                           "critic.model.fsdp_config.tensor_parallel_size=2"]), 8 * GIB, 100.0, SHAPE, SHAPE)
+    split = plan_memory(
+        load_config(
+            None, [*gae, "critic.ulysses_sequence_parallel_size=2", "critic.model.fsdp_config.tensor_parallel_size=2"]
+        ),
+        8 * GIB,
+        100.0,
+        SHAPE,
+        SHAPE,
+    )
     whole = plan_memory(load_config(None, gae), 8 * GIB, 100.0, SHAPE, SHAPE)
     # split: all 8 rows on its one dp rank (80 tokens), 1 / sp per rank, activations / tp
     assert split.stages["update_critic"] == SHARE * 4 + 40 * ACT

@@ -20,12 +20,29 @@ def test_split_parameters_and_activations_by_hand():
 
 
 def test_plan_at_tp2_by_hand():
-    base = ["trainer.n_gpus_per_node=4", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
-            "data.max_prompt_length=6", "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-            "actor_rollout_ref.model.use_remove_padding=false"]
+    base = [
+        "trainer.n_gpus_per_node=4",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "data.max_prompt_length=6",
+        "data.max_response_length=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.model.use_remove_padding=false",
+    ]
     tp1 = plan_memory(load_config(None, base), 8 * GIB, 100.0, SHAPE)
-    tp2 = plan_memory(load_config(None, [*base, "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size=2",
-                                         "actor_rollout_ref.rollout.tensor_model_parallel_size=2"]), 8 * GIB, 100.0, SHAPE)
+    tp2 = plan_memory(
+        load_config(
+            None,
+            [
+                *base,
+                "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size=2",
+                "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            ],
+        ),
+        8 * GIB,
+        100.0,
+        SHAPE,
+    )
     share = BLOCK / 4 + (1_000_000 - BLOCK) / 2
     assert tp2.static["actor_params"] == share * 4 and tp2.static["actor_adam"] == 2 * share * 4
     assert tp1.static["rollout_copy"] == 4e6 and tp2.static["rollout_copy"] == (BLOCK / 2 + 1_000_000 - BLOCK) * 4
@@ -37,11 +54,18 @@ def test_plan_at_tp2_by_hand():
 
 
 def test_reference_at_the_actors_tp_holds_the_actors_share():
-    base = ["trainer.n_gpus_per_node=4", "data.train_batch_size=4", "actor_rollout_ref.rollout.n=2",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.actor.use_kl_loss=true",
-            "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size=2"]
+    base = [
+        "trainer.n_gpus_per_node=4",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.use_kl_loss=true",
+        "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size=2",
+    ]
     whole = plan_memory(load_config(None, base), 8 * GIB, 100.0, SHAPE)
-    split = plan_memory(load_config(None, [*base, "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size=2"]), 8 * GIB, 100.0, SHAPE)
+    split = plan_memory(
+        load_config(None, [*base, "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size=2"]), 8 * GIB, 100.0, SHAPE
+    )
     assert whole.static["ref_params"] == 1_000_000 / 4 * 4  # FSDP2 over the 4 ranks, fp32
     # the split projections over all 4 ranks, the rest over dp = 2
     assert split.static["ref_params"] == (BLOCK / 4 + (1_000_000 - BLOCK) / 2) * 4

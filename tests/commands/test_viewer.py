@@ -21,9 +21,25 @@ from verl.commands.viewer import _json_for_script, build_html, main
 from verl.commands.viewer.data import load_dump, pack
 from verl.utils.errors import DataError
 
-PIECES = {0: "<s>", 1: "Q:", 2: "<tool_call>", 3: "calc", 4: "</tool_call>", 5: "<tool_response>", 6: "42", 7: "</tool_response>",
-          8: " the", 9: " answer", 10: " is", 11: " #### 42", 12: "<script>", 13: "alert(1)", 14: "</script>", 15: "</s>",
-          16: "<img src=x onerror=alert(2)>"}
+PIECES = {
+    0: "<s>",
+    1: "Q:",
+    2: "<tool_call>",
+    3: "calc",
+    4: "</tool_call>",
+    5: "<tool_response>",
+    6: "42",
+    7: "</tool_response>",
+    8: " the",
+    9: " answer",
+    10: " is",
+    11: " #### 42",
+    12: "<script>",
+    13: "alert(1)",
+    14: "</script>",
+    15: "</s>",
+    16: "<img src=x onerror=alert(2)>",
+}
 EVIL_SOURCE = "</script><script>alert(3)</script>"
 MAX_LEN = 12
 
@@ -31,21 +47,49 @@ MAX_LEN = 12
 def _small_dump(root: Path) -> Path:
     """Step 1: group 1-0 (tool call, tool error, truncated, <script> text), group 1-1; step 2: 8 rows."""
     step1 = [
-        {"output": "<tool_call>calc</tool_call><tool_response>42</tool_response> the answer is #### 42", "score": 1.0, "uid": "1-0",
-         "data_source": "openai/gsm8k", "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}, "status": "ok"}],
-         "acc": True},
-        {"output": " the answer is42</s>", "score": 0.0, "uid": "1-0", "data_source": "openai/gsm8k",
-         "tool_calls": [{"name": "calculator", "arguments": {}, "status": "error"}], "acc": False},
+        {
+            "output": "<tool_call>calc</tool_call><tool_response>42</tool_response> the answer is #### 42",
+            "score": 1.0,
+            "uid": "1-0",
+            "data_source": "openai/gsm8k",
+            "tool_calls": [{"name": "calculator", "arguments": {"expression": "6*7"}, "status": "ok"}],
+            "acc": True,
+        },
+        {
+            "output": " the answer is42</s>",
+            "score": 0.0,
+            "uid": "1-0",
+            "data_source": "openai/gsm8k",
+            "tool_calls": [{"name": "calculator", "arguments": {}, "status": "error"}],
+            "acc": False,
+        },
         {"output": " the" * MAX_LEN, "score": 0.0, "uid": "1-0", "data_source": "openai/gsm8k", "acc": False},
-        {"output": "<script>alert(1)</script><img src=x onerror=alert(2)></s>", "score": 0.0, "uid": "1-0",
-         "data_source": EVIL_SOURCE, "acc": False},
-    ] + [{"output": " the answer is #### 42</s>", "score": float(k % 2), "uid": "1-1", "data_source": "math", "acc": bool(k % 2)}
-         for k in range(4)]
-    resp1 = [[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 15], [8, 9, 10, 6, 15], [8] * MAX_LEN, [12, 13, 14, 16, 15]] + [[8, 9, 10, 11, 15]] * 4
+        {
+            "output": "<script>alert(1)</script><img src=x onerror=alert(2)></s>",
+            "score": 0.0,
+            "uid": "1-0",
+            "data_source": EVIL_SOURCE,
+            "acc": False,
+        },
+    ] + [
+        {
+            "output": " the answer is #### 42</s>",
+            "score": float(k % 2),
+            "uid": "1-1",
+            "data_source": "math",
+            "acc": bool(k % 2),
+        }
+        for k in range(4)
+    ]
+    resp1 = [[2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 15], [8, 9, 10, 6, 15], [8] * MAX_LEN, [12, 13, 14, 16, 15]] + [
+        [8, 9, 10, 11, 15]
+    ] * 4
     mask1 = [[1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1]] + [[1] * len(r) for r in resp1[1:]]
     write_step(root, 1, step1, resp1, mask1, PIECES, MAX_LEN)
-    step2 = [{"output": " the answer is #### 42</s>", "score": 1.0, "uid": f"2-{k // 4}", "data_source": "math", "acc": True}
-             for k in range(8)]
+    step2 = [
+        {"output": " the answer is #### 42</s>", "score": 1.0, "uid": f"2-{k // 4}", "data_source": "math", "acc": True}
+        for k in range(8)
+    ]
     write_step(root, 2, step2, [[8, 9, 10, 11, 15]] * 8, [[1] * 5] * 8, PIECES, MAX_LEN)
     return root
 
@@ -62,29 +106,42 @@ def _decode(chunk: str, meta: dict) -> dict:
     u = zlib.decompress(base64.b64decode(chunk))
     jl, p, r, flags = np.frombuffer(u[:16], "<u4")
     off, w = 16, meta["idBytes"]
-    ids = np.frombuffer(u[off:off + (p + r) * w], np.uint8).reshape(w, p + r).T.copy().view(f"<u{w}").ravel()
+    ids = np.frombuffer(u[off : off + (p + r) * w], np.uint8).reshape(w, p + r).T.copy().view(f"<u{w}").ravel()
     off += (p + r) * w
-    mask = np.frombuffer(u[off:off + r], np.uint8)
+    mask = np.frombuffer(u[off : off + r], np.uint8)
     off += r
     q = {}
     for name, bit in (("old_log_probs", 1), ("gap", 2), ("entropys", 4), ("advantages", 8)):
         if flags & bit:
-            q[name] = np.frombuffer(u[off:off + 2 * r], np.uint8).reshape(2, r).T.copy().view("<f2").ravel().astype(np.float32)
+            q[name] = (
+                np.frombuffer(u[off : off + 2 * r], np.uint8)
+                .reshape(2, r)
+                .T.copy()
+                .view("<f2")
+                .ravel()
+                .astype(np.float32)
+            )
             off += 2 * r
-    return {"ids": ids, "P": p, "R": r, "mask": mask, "q": q, "row": json.loads(u[off:off + jl])}
+    return {"ids": ids, "P": p, "R": r, "mask": mask, "q": q, "row": json.loads(u[off : off + jl])}
 
 
 def test_pack_round_trips_tokens_and_quantities(tmp_path):
     steps = load_dump(_small_dump(tmp_path / "d"))
     meta, chunks, text = pack(steps)
-    assert meta["n"] == 16 and meta["steps"] == [1, 2] and meta["quantities"] == ["old_log_probs", "gap", "entropys", "advantages"]
+    assert (
+        meta["n"] == 16
+        and meta["steps"] == [1, 2]
+        and meta["quantities"] == ["old_log_probs", "gap", "entropys", "advantages"]
+    )
     d = _decode(chunks[0], meta)
     t = steps[0].tokens
     assert (d["P"], d["R"]) == (2, 11)
     assert [meta["vocab"][i] for i in d["ids"][2:5]] == ["<tool_call>", "calc", "</tool_call>"]
     assert d["mask"].tolist() == [1, 1, 1, 0, 0, 0, 1, 1, 1, 1, 1]
     gap = t["rollout_log_probs"][:11] - t["old_log_probs"][:11]
-    np.testing.assert_allclose(d["q"]["gap"], gap, rtol=1e-3, atol=1e-7)  # float16 of the gap itself, not of a difference
+    np.testing.assert_allclose(
+        d["q"]["gap"], gap, rtol=1e-3, atol=1e-7
+    )  # float16 of the gap itself, not of a difference
     np.testing.assert_allclose(d["q"]["old_log_probs"], t["old_log_probs"][:11], rtol=1e-3, atol=1e-6)
     assert "input" not in d["row"] and d["row"]["tool_calls"][0]["name"] == "calculator"
     c = meta["cols"]
@@ -206,9 +263,16 @@ def test_groups_view_and_token_colouring(small_page):
     assert cards.nth(0).locator(".sample.pos").count() == 1 and cards.nth(0).locator(".sample.neg").count() == 3
     _show(page, 0, ".sample")
     call = page.locator("#tokens .block.toolcall")
-    assert call.count() == 1 and "calculator · ok" in call.text_content() and "<tool_call>calc</tool_call>" in call.text_content()
+    assert (
+        call.count() == 1
+        and "calculator · ok" in call.text_content()
+        and "<tool_call>calc</tool_call>" in call.text_content()
+    )
     tool = page.locator("#tokens .block.masked")
-    assert tool.get_attribute("data-kind") == "tool response" and "<tool_response>42</tool_response>" in tool.text_content()
+    assert (
+        tool.get_attribute("data-kind") == "tool response"
+        and "<tool_response>42</tool_response>" in tool.text_content()
+    )
     assert page.text_content("#padding") == "padding × 1 (not trained)"
     trained, masked = "#tokens > .tok[data-k='6']", "#tokens .block.masked .tok"
     adv_bg = page.eval_on_selector(trained, "e => getComputedStyle(e).backgroundColor")
@@ -321,18 +385,31 @@ def test_calculator_run_dump_opens_in_the_viewer(browser, tmp_path):
     """A real dump: one step of the calculator preset, then its tool calls and masked tool turns on screen."""
     from verl.trainer import RLTrainer
 
-    cfg = load_config("calculator", [
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "trainer.total_training_steps=1", "trainer.val_before_train=false", "data.val_files=[]", "trainer.logger=[jsonl]",
-        "trainer.progress_bar=false", "trainer.plot=false", f"trainer.output_dir={tmp_path / 'out'}",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}", f"trainer.rollout_data_dir={tmp_path / 'dump'}",
-    ])
+    cfg = load_config(
+        "calculator",
+        [
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=false",
+            "data.val_files=[]",
+            "trainer.logger=[jsonl]",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            f"trainer.output_dir={tmp_path / 'out'}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            f"trainer.rollout_data_dir={tmp_path / 'dump'}",
+        ],
+    )
     from concurrent.futures import ThreadPoolExecutor
 
     with ThreadPoolExecutor(1) as pool:  # the agent loop runs its own asyncio loop; Playwright's owns this thread
         pool.submit(lambda: RLTrainer(config=cfg).fit()).result()
     z = np.load(tmp_path / "dump" / "1.tokens.npz")
-    assert {"old_log_probs", "rollout_log_probs", "entropys", "advantages"} <= set(z.files)  # the dump forces the old-log-prob pass
+    assert {"old_log_probs", "rollout_log_probs", "entropys", "advantages"} <= set(
+        z.files
+    )  # the dump forces the old-log-prob pass
     html = tmp_path / "r.html"
     html.write_text(build_html(tmp_path / "dump"))
     page = _open(browser, html)
@@ -365,7 +442,9 @@ def test_ten_thousand_trajectories_of_2000_tokens_open_and_filter_under_3s(brows
         page.click("button[data-view=list]")
         page.fill("#f-rmin", "1")
         filter_ms = page.evaluate("window.__verl.lastFilterMs")
-        assert _count(page).startswith(str(sum(1 for line in (tmp_path / "d" / "1.jsonl").open() if '"score": 1.0' in line)))
+        assert _count(page).startswith(
+            str(sum(1 for line in (tmp_path / "d" / "1.jsonl").open() if '"score": 1.0' in line))
+        )
         assert open_ms + filter_ms < 3000, (open_ms, filter_ms)
         _show(page, int(page.get_attribute(".vlist .row", "data-i")))
         assert page.locator("#tokens .tok").count() == 2_000 + 2

@@ -18,7 +18,9 @@ def test_max_samples_limits_both_splits_and_split_keys_override():
     assert len(dl.dataset) == 40 and len(dl) == 5
     assert len(_loader(["data.max_samples=40"], "val").dataset) == 40
     assert len(_loader(["data.max_samples=40", "data.val_max_samples=7"], "val").dataset) == 7
-    dl = _loader(["data.train_max_samples=16", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"])
+    dl = _loader(
+        ["data.train_max_samples=16", "data.train_batch_size=8", "actor_rollout_ref.actor.ppo_mini_batch_size=8"]
+    )
     assert len(dl.dataset) == 16
     full = _loader([], "val").dataset
     first = next(iter(_loader(["data.val_max_samples=3"], "val")))
@@ -43,7 +45,8 @@ def test_return_full_prompt_is_the_templated_text():
 
 def test_custom_cls_dataset_is_built_with_verls_arguments(tmp_path):
     file = tmp_path / "my_dataset.py"
-    file.write_text(textwrap.dedent('''
+    file.write_text(
+        textwrap.dedent("""
         from verl.data.rl_dataset import RLHFDataset
 
         class Doubled(RLHFDataset):
@@ -51,7 +54,8 @@ def test_custom_cls_dataset_is_built_with_verls_arguments(tmp_path):
                 super().__init__(data_files, tokenizer, config, processor=processor)
                 self.rows = self.rows + self.rows
                 self.prompt_ids = self.prompt_ids + self.prompt_ids
-    '''))
+    """)
+    )
     base = len(_loader([], "val").dataset)
     dl = _loader([f"data.custom_cls.path={file}", "data.custom_cls.name=Doubled"], "val")
     assert type(dl.dataset).__name__ == "Doubled" and len(dl.dataset) == 2 * base

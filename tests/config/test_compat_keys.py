@@ -18,7 +18,14 @@ from verl.config.schema import RootConfig
 
 DATA = Path(__file__).parent / "data" / "verl_ppo_trainer_keys.txt"
 PACKAGE = Path(__file__).resolve().parents[2] / "verl"
-SCHEMA_FILES = {"schema.py", "schema_rollout.py", "schema_verl.py", "verl_keys.py", "verl_keys_layout.py", "verl_inert.py"}
+SCHEMA_FILES = {
+    "schema.py",
+    "schema_rollout.py",
+    "schema_verl.py",
+    "verl_keys.py",
+    "verl_keys_layout.py",
+    "verl_inert.py",
+}
 
 
 def _verl_keys() -> list[str]:
@@ -54,6 +61,7 @@ def _package_source() -> str:
 def test_every_schema_field_is_read_or_declared():
     """A field nothing reads must be declared no-op / unsupported / owned / conditional."""
     source = _package_source()
+
     def read(name: str) -> bool:  # an attribute access, or getattr(obj, "name", ...)
         return bool(re.search(rf"\.{name}\b|getattr\([^()]*[\"']{name}[\"']", source))
 
@@ -137,16 +145,38 @@ def test_inert_keys_load_at_verl_default_and_noop_keys_at_any_value():
     left = strip_verl_keys(tree)
 
     def leaves(node, prefix=""):
-        return [k for key, v in node.items() for k in (leaves(v, f"{prefix}{key}.") if isinstance(v, dict) else [prefix + key])]
-    assert leaves(left) == [] and "transfer_queue" not in left and "profiler" not in left["critic"]  # live sections stay, empty
-    cfg = load_config(None, ["actor_rollout_ref.actor.use_torch_compile=false", "critic.profiler.tool=nsys",
-                             "actor_rollout_ref.ref.fsdp_config.model_dtype=fp32", "transfer_queue.enable=false",
-                             "+actor_rollout_ref.actor.profiler.tool_config.nsys.discrete=true"])
+        return [
+            k
+            for key, v in node.items()
+            for k in (leaves(v, f"{prefix}{key}.") if isinstance(v, dict) else [prefix + key])
+        ]
+
+    assert (
+        leaves(left) == [] and "transfer_queue" not in left and "profiler" not in left["critic"]
+    )  # live sections stay, empty
+    cfg = load_config(
+        None,
+        [
+            "actor_rollout_ref.actor.use_torch_compile=false",
+            "critic.profiler.tool=nsys",
+            "actor_rollout_ref.ref.fsdp_config.model_dtype=fp32",
+            "transfer_queue.enable=false",
+            "+actor_rollout_ref.actor.profiler.tool_config.nsys.discrete=true",
+        ],
+    )
     assert not hasattr(cfg.actor_rollout_ref.actor, "use_torch_compile") and not hasattr(cfg, "transfer_queue")
 
 
-@pytest.mark.parametrize("role", ["actor_rollout_ref.actor.fsdp_config", "actor_rollout_ref.ref.fsdp_config",
-                                  "critic.model.fsdp_config", "reward_model.model.fsdp_config", "critic.fsdp"])
+@pytest.mark.parametrize(
+    "role",
+    [
+        "actor_rollout_ref.actor.fsdp_config",
+        "actor_rollout_ref.ref.fsdp_config",
+        "critic.model.fsdp_config",
+        "reward_model.model.fsdp_config",
+        "critic.fsdp",
+    ],
+)
 def test_wildcard_rows_hold_for_every_role(role):
     """``*.fsdp_config.model_dtype`` (unsupported) and ``*.fsdp_config.forward_prefetch`` (no-op) in every FSDP section."""
     load_config(None, [f"{role}.model_dtype=fp32", f"{role}.forward_prefetch=true"])
@@ -167,8 +197,11 @@ def test_unsupported_value_from_an_interpolation_is_resolved_first():
     follow = "actor_rollout_ref.rollout.profiler.enable=${oc.select:actor_rollout_ref.actor.profiler.enable,false}"
     load_config(None, [follow])
     with pytest.raises(ConfigError, match=r"^`actor_rollout_ref.rollout.profiler.enable` is not supported yet: "):
-        strip_verl_keys(merge_trees(nested("actor_rollout_ref.rollout.profiler.enable",
-                                           "${actor_rollout_ref.model.use_remove_padding}"), {}))
+        strip_verl_keys(
+            merge_trees(
+                nested("actor_rollout_ref.rollout.profiler.enable", "${actor_rollout_ref.model.use_remove_padding}"), {}
+            )
+        )
 
 
 def test_unsupported_key_on_the_command_line():
@@ -177,19 +210,31 @@ def test_unsupported_key_on_the_command_line():
 
 
 def test_noop_keys_load_at_non_default_values():
-    for key in ["actor_rollout_ref.model.use_remove_padding=true", "actor_rollout_ref.actor.use_torch_compile=false",
-                "actor_rollout_ref.rollout.gpu_memory_utilization=0.8", "actor_rollout_ref.rollout.enforce_eager=false",
-                "actor_rollout_ref.rollout.free_cache_engine=false", "actor_rollout_ref.rollout.mode=async",
-                "actor_rollout_ref.actor.fsdp_config.param_offload=true", "actor_rollout_ref.actor.fsdp_config.fsdp_size=1"]:
+    for key in [
+        "actor_rollout_ref.model.use_remove_padding=true",
+        "actor_rollout_ref.actor.use_torch_compile=false",
+        "actor_rollout_ref.rollout.gpu_memory_utilization=0.8",
+        "actor_rollout_ref.rollout.enforce_eager=false",
+        "actor_rollout_ref.rollout.free_cache_engine=false",
+        "actor_rollout_ref.rollout.mode=async",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=1",
+    ]:
         load_config(None, [key])
 
 
-@pytest.mark.parametrize("override, key", [
-    ("actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.n_gpus_per_node"),
-    ("actor_rollout_ref.actor.checkpoint.save_contents=[model]", "actor_rollout_ref.actor.checkpoint.save_contents"),
-    ("actor_rollout_ref.actor.rollout_n=3", "actor_rollout_ref.actor.rollout_n"),
-    ("actor_rollout_ref.rollout.logprobs_mode=raw_logprobs", "actor_rollout_ref.rollout.logprobs_mode"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.n_gpus_per_node"),
+        (
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model]",
+            "actor_rollout_ref.actor.checkpoint.save_contents",
+        ),
+        ("actor_rollout_ref.actor.rollout_n=3", "actor_rollout_ref.actor.rollout_n"),
+        ("actor_rollout_ref.rollout.logprobs_mode=raw_logprobs", "actor_rollout_ref.rollout.logprobs_mode"),
+    ],
+)
 def test_conditional_refusals(override, key):
     with pytest.raises(ConfigError, match=rf"^`{re.escape(key)}` is not supported yet: "):
         load_config(None, [override])
@@ -198,21 +243,44 @@ def test_conditional_refusals(override, key):
 def test_offload_and_fsdp_size_rules():
     with pytest.raises(ConfigError, match="fsdp_size` is not supported yet"):
         load_config(None, ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.fsdp_config.fsdp_size=2"])
-    cfg = load_config(None, ["trainer.n_gpus_per_node=4", "actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
-                             "actor_rollout_ref.actor.fsdp_config.offload_policy=true"])
-    assert cfg.actor_rollout_ref.actor.fsdp_config.param_offload and cfg.actor_rollout_ref.actor.fsdp_config.optimizer_offload
+    cfg = load_config(
+        None,
+        [
+            "trainer.n_gpus_per_node=4",
+            "actor_rollout_ref.actor.fsdp_config.fsdp_size=4",
+            "actor_rollout_ref.actor.fsdp_config.offload_policy=true",
+        ],
+    )
+    assert (
+        cfg.actor_rollout_ref.actor.fsdp_config.param_offload
+        and cfg.actor_rollout_ref.actor.fsdp_config.optimizer_offload
+    )
 
 
 def test_aliases_translate():
-    cfg = load_config(None, ["actor_rollout_ref.actor.optim.warmup_style=cosine", "actor_rollout_ref.actor.optim.clip_grad=0.5",
-                             "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]"])
+    cfg = load_config(
+        None,
+        [
+            "actor_rollout_ref.actor.optim.warmup_style=cosine",
+            "actor_rollout_ref.actor.optim.clip_grad=0.5",
+            "actor_rollout_ref.actor.checkpoint.save_contents=[model,optimizer,extra,hf_model]",
+        ],
+    )
     optim = cfg.actor_rollout_ref.actor.optim
     assert optim.lr_scheduler_type == "cosine" and optim.warmup_style == "cosine"
     assert cfg.actor_rollout_ref.actor.grad_clip == 0.5
     assert cfg.trainer.save_hf is True
     with pytest.raises(ConfigError, match="disagree"):
-        load_config(None, ["critic.optim.warmup_style=cosine", "critic.optim.lr_scheduler_type=constant",
-                           "critic.optim.lr_scheduler_type=cosine", "critic.grad_clip=0.3", "critic.optim.clip_grad=0.4"])
+        load_config(
+            None,
+            [
+                "critic.optim.warmup_style=cosine",
+                "critic.optim.lr_scheduler_type=constant",
+                "critic.optim.lr_scheduler_type=cosine",
+                "critic.grad_clip=0.3",
+                "critic.optim.clip_grad=0.4",
+            ],
+        )
 
 
 def test_global_profiler_torch_memory_without_steps_is_a_cpu_noop_else_refused():
@@ -221,8 +289,11 @@ def test_global_profiler_torch_memory_without_steps_is_a_cpu_noop_else_refused()
     record something is the one-line not-supported error."""
     from verl.config import ConfigError, load_config
 
-    ok = ["global_profiler.tool=torch_memory", "global_profiler.save_path=./mem",
-          "global_profiler.global_tool_config.torch_memory.stack_depth=32"]
+    ok = [
+        "global_profiler.tool=torch_memory",
+        "global_profiler.save_path=./mem",
+        "global_profiler.global_tool_config.torch_memory.stack_depth=32",
+    ]
     assert load_config("quickstart", ok).global_profiler.tool == "torch_memory"
     for bad in (["global_profiler.tool=nsys"], [*ok, "global_profiler.steps=[1]"]):
         with pytest.raises(ConfigError, match=r"`global_profiler.tool` is not supported yet"):

@@ -19,8 +19,15 @@ def test_num_cycles_hand_computed():
 
 @pytest.mark.parametrize("key", ["lr_scheduler_type", "warmup_style"])
 def test_cosine_schedule_from_either_key(key):
-    cfg = load_config(None, [f"actor_rollout_ref.actor.optim.{key}=cosine", "actor_rollout_ref.actor.optim.min_lr_ratio=0.1",
-                             "actor_rollout_ref.actor.optim.num_cycles=0.5", "actor_rollout_ref.actor.optim.lr=1.0"])
+    cfg = load_config(
+        None,
+        [
+            f"actor_rollout_ref.actor.optim.{key}=cosine",
+            "actor_rollout_ref.actor.optim.min_lr_ratio=0.1",
+            "actor_rollout_ref.actor.optim.num_cycles=0.5",
+            "actor_rollout_ref.actor.optim.lr=1.0",
+        ],
+    )
     optim_cfg = cfg.actor_rollout_ref.actor.optim
     opt = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     sched = build_lr_scheduler(opt, optim_cfg, total_steps=4)

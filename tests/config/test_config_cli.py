@@ -12,11 +12,12 @@ from verl.config import list_presets, load_config
 from verl.config.cli import main, split_config_arg
 
 
-def test_show_prints_resolved_config_that_loads_back_equal(
-    capsys: pytest.CaptureFixture[str], tmp_path: Path
-) -> None:
-    args = ["gsm8k_grpo", "data.train_batch_size=32",
-            "+actor_rollout_ref.model.override_config.attn_implementation=eager"]
+def test_show_prints_resolved_config_that_loads_back_equal(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    args = [
+        "gsm8k_grpo",
+        "data.train_batch_size=32",
+        "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+    ]
     assert main(["show", *args]) == 0
     out = capsys.readouterr().out
     shown = yaml.safe_load(out)
@@ -32,7 +33,9 @@ def test_show_without_config_is_what_verl_train_runs(capsys: pytest.CaptureFixtu
     assert verl_main(["config", "show"]) == 0  # the quick start, as `verl train` with no CONFIG
     shown = yaml.safe_load(capsys.readouterr().out)
     assert shown["algorithm"]["adv_estimator"] == "grpo" and shown["trainer"]["experiment_name"] == "quickstart"
-    assert verl_main(["config", "show", "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=64"]) == 0
+    assert (
+        verl_main(["config", "show", "data.train_batch_size=64", "actor_rollout_ref.actor.ppo_mini_batch_size=64"]) == 0
+    )
     assert yaml.safe_load(capsys.readouterr().out)["trainer"]["experiment_name"] == "quickstart"
 
 

@@ -125,8 +125,14 @@ def test_logger_entries_in_set() -> None:
 
 def test_trajectories_not_divisible_by_world_size() -> None:
     # 6 prompts x n=1 = 6 trajectories over 2 nodes x 2 devices = 4 ranks.
-    msg = error_of(["data.train_batch_size=6", "actor_rollout_ref.actor.ppo_mini_batch_size=6",
-                    "trainer.nnodes=2", "trainer.n_gpus_per_node=2"])
+    msg = error_of(
+        [
+            "data.train_batch_size=6",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=6",
+            "trainer.nnodes=2",
+            "trainer.n_gpus_per_node=2",
+        ]
+    )
     assert msg.startswith("data.train_batch_size: 6 x actor_rollout_ref.rollout.n=1 = 6 trajectories")
     assert "world size 4" in msg
 
@@ -143,22 +149,37 @@ def test_mini_batch_not_dividing_train_batch() -> None:
 
 def test_per_rank_mini_batch_not_integer() -> None:
     # 12 prompts (12 % 4 == 0); mini 6 divides 12 but 6 x n=1 over 4 ranks is 1.5 per rank.
-    msg = error_of(["data.train_batch_size=12", "actor_rollout_ref.actor.ppo_mini_batch_size=6",
-                    "trainer.n_gpus_per_node=4"])
+    msg = error_of(
+        ["data.train_batch_size=12", "actor_rollout_ref.actor.ppo_mini_batch_size=6", "trainer.n_gpus_per_node=4"]
+    )
     assert msg.startswith("actor_rollout_ref.actor.ppo_mini_batch_size: 6 x actor_rollout_ref.rollout.n=1 = 6")
     assert "world size 4" in msg
 
 
 def test_per_rank_mini_batch_not_divisible_by_micro() -> None:
     # mini 4 prompts x n 2 / world 2 = 4 trajectories per rank; micro 3 does not divide 4.
-    msg = error_of([*SMALL, "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=2",
-                    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3"])
-    assert msg.startswith("actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu: 3 does not divide the "
-                          "per-device mini-batch 4")
+    msg = error_of(
+        [
+            *SMALL,
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+        ]
+    )
+    assert msg.startswith(
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu: 3 does not divide the per-device mini-batch 4"
+    )
     # The same micro size is fine under dynamic batching, where it is not used.
-    load_config(None, [*SMALL, "actor_rollout_ref.rollout.n=2", "trainer.n_gpus_per_node=2",
-                       "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
-                       "actor_rollout_ref.actor.use_dynamic_bsz=true"])
+    load_config(
+        None,
+        [
+            *SMALL,
+            "actor_rollout_ref.rollout.n=2",
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3",
+            "actor_rollout_ref.actor.use_dynamic_bsz=true",
+        ],
+    )
 
 
 def test_critic_mini_batch_checked_when_enabled() -> None:
@@ -209,13 +230,26 @@ def test_gae_without_critic() -> None:
 
 
 def test_max_model_len_too_small() -> None:
-    msg = error_of([*SMALL, "data.max_prompt_length=100", "data.max_response_length=200",
-                    "actor_rollout_ref.rollout.max_model_len=299"])
+    msg = error_of(
+        [
+            *SMALL,
+            "data.max_prompt_length=100",
+            "data.max_response_length=200",
+            "actor_rollout_ref.rollout.max_model_len=299",
+        ]
+    )
     assert msg.startswith(
         "actor_rollout_ref.rollout.max_model_len: 299 < 300 = prompt_length 100 + response_length 200"
     )
-    load_config(None, [*SMALL, "data.max_prompt_length=100", "data.max_response_length=200",
-                       "actor_rollout_ref.rollout.max_model_len=300"])
+    load_config(
+        None,
+        [
+            *SMALL,
+            "data.max_prompt_length=100",
+            "data.max_response_length=200",
+            "actor_rollout_ref.rollout.max_model_len=300",
+        ],
+    )
 
 
 def test_rollout_prompt_budget_below_data_prompt_length() -> None:
@@ -227,11 +261,17 @@ def test_rollout_prompt_budget_below_data_prompt_length() -> None:
 def test_b35b_token_budget_below_one_sequence() -> None:
     """B35 (b): a budget of 8 tokens with sequences of up to 9 is a clear configuration error naming 9 > 8."""
     base = [*SMALL, "data.max_prompt_length=4", "data.max_response_length=5"]
-    msg = error_of([*base, "actor_rollout_ref.actor.use_dynamic_bsz=true",
-                    "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8"])
+    msg = error_of(
+        [*base, "actor_rollout_ref.actor.use_dynamic_bsz=true", "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8"]
+    )
     assert msg.startswith("actor_rollout_ref.actor.ppo_max_token_len_per_gpu: 8 < 9 tokens")
-    msg = error_of([*base, "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
-                    "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=8"])
+    msg = error_of(
+        [
+            *base,
+            "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=true",
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu=8",
+        ]
+    )
     assert msg.startswith("actor_rollout_ref.ref.log_prob_max_token_len_per_gpu: 8 < 9 tokens")
     # Without dynamic batching the budget is not used.
     load_config(None, [*base, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu=8"])
@@ -249,9 +289,13 @@ def test_vllm_needs_an_installed_build_for_the_device() -> None:
 
     if importlib.util.find_spec("vllm") is None:  # the main CI set: one line saying how to install it
         msg = error_of([*SMALL, "actor_rollout_ref.rollout.name=vllm"])
-        assert msg.startswith("actor_rollout_ref.rollout.name: 'vllm' needs vLLM, which is not installed; install it with: ")
+        assert msg.startswith(
+            "actor_rollout_ref.rollout.name: 'vllm' needs vLLM, which is not installed; install it with: "
+        )
         assert "requirements/vllm-cpu-lock.txt" in msg and "\n" not in msg
-        assert "pip install 'verl[vllm]'" in error_of([*SMALL, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"])
+        assert "pip install 'verl[vllm]'" in error_of(
+            [*SMALL, "actor_rollout_ref.rollout.name=vllm", "trainer.device=cuda"]
+        )
         return
     try:
         importlib.metadata.distribution("vllm-cpu")
@@ -265,12 +309,22 @@ def test_vllm_needs_an_installed_build_for_the_device() -> None:
 def test_rollout_correction_checked() -> None:
     msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_rs=seq_mean_k1"])
     assert msg.startswith("algorithm.rollout_correction.rollout_rs_threshold: must be 'low_high'")
-    msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"])
+    msg = error_of(
+        [*SMALL, "algorithm.rollout_correction.rollout_is=token", "actor_rollout_ref.rollout.calculate_log_probs=false"]
+    )
     assert "needs actor_rollout_ref.rollout.calculate_log_probs=true" in msg
-    msg = error_of([*SMALL, "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=0"])
+    msg = error_of(
+        [*SMALL, "algorithm.rollout_correction.rollout_is=token", "algorithm.rollout_correction.rollout_is_threshold=0"]
+    )
     assert msg.startswith("algorithm.rollout_correction.rollout_is_threshold: must be a number > 0")
-    cfg = load_config(None, [*SMALL, "algorithm.rollout_correction.rollout_rs=seq_sum_k1",
-                             "algorithm.rollout_correction.rollout_rs_threshold='0.5_2.0'"])
+    cfg = load_config(
+        None,
+        [
+            *SMALL,
+            "algorithm.rollout_correction.rollout_rs=seq_sum_k1",
+            "algorithm.rollout_correction.rollout_rs_threshold='0.5_2.0'",
+        ],
+    )
     assert cfg.algorithm.rollout_correction.rollout_rs_threshold == "0.5_2.0"
 
 
@@ -280,8 +334,15 @@ def test_b25_overlong_buffer_checked_only_when_enabled() -> None:
     assert load_config(None, base).reward_model.overlong_buffer.len == 40
     msg = error_of([*base, "reward_model.overlong_buffer.enable=true"])
     assert msg == ("reward_model.overlong_buffer.len: must be in [1, data.max_response_length=20] when enabled, got 40")
-    ok = load_config(None, [*SMALL, "data.max_response_length=20", "reward_model.overlong_buffer.len=4",
-                            "reward_model.overlong_buffer.enable=true"])
+    ok = load_config(
+        None,
+        [
+            *SMALL,
+            "data.max_response_length=20",
+            "reward_model.overlong_buffer.len=4",
+            "reward_model.overlong_buffer.enable=true",
+        ],
+    )
     assert ok.reward_model.overlong_buffer.len == 4
 
 

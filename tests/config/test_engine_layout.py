@@ -18,10 +18,16 @@ def _load(name: str, *overrides: str):
 
 
 def test_megatron_optimizer_and_engine_keys_map_onto_fsdp2():
-    cfg = _load("megatron", "actor_rollout_ref.actor.optim.lr=3e-6", "actor_rollout_ref.actor.optim.min_lr=3e-7",
-                "actor_rollout_ref.actor.optim.lr_decay_style=cosine", "actor_rollout_ref.actor.optim.clip_grad=0.5",
-                "actor_rollout_ref.actor.optim.weight_decay=0.1", "actor_rollout_ref.actor.megatron.param_offload=true",
-                "critic.megatron.optimizer_offload=true")
+    cfg = _load(
+        "megatron",
+        "actor_rollout_ref.actor.optim.lr=3e-6",
+        "actor_rollout_ref.actor.optim.min_lr=3e-7",
+        "actor_rollout_ref.actor.optim.lr_decay_style=cosine",
+        "actor_rollout_ref.actor.optim.clip_grad=0.5",
+        "actor_rollout_ref.actor.optim.weight_decay=0.1",
+        "actor_rollout_ref.actor.megatron.param_offload=true",
+        "critic.megatron.optimizer_offload=true",
+    )
     actor = cfg.actor_rollout_ref.actor
     assert actor.strategy == "fsdp2" and actor.optim.lr == 3e-6  # optim.optimizer=AdamW: verl's default, accepted
     assert actor.optim.lr_scheduler_type == "cosine" and actor.optim.min_lr_ratio == pytest.approx(0.1)
@@ -37,20 +43,43 @@ def test_torchtitan_schedule_and_veomni_floor():
     assert vo.lr_scheduler_type == "cosine" and vo.min_lr_ratio == pytest.approx(0.5)
 
 
-@pytest.mark.parametrize(("name", "override", "key"), [
-    ("megatron", "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
-     "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size"),
-    ("megatron", "critic.megatron.tensor_model_parallel_size=2", "critic.megatron.tensor_model_parallel_size"),
-    ("megatron", "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=2",
-     "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size"),
-    ("torchtitan", "actor_rollout_ref.actor.torchtitan.context_parallel_size=2",
-     "actor_rollout_ref.actor.torchtitan.context_parallel_size"),
-    ("veomni", "actor_rollout_ref.actor.veomni.expert_parallel_size=2", "actor_rollout_ref.actor.veomni.expert_parallel_size"),
-    ("megatron", "actor_rollout_ref.actor.optim.optimizer=muon", "actor_rollout_ref.actor.optim.optimizer"),
-    ("megatron", "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true",
-     "actor_rollout_ref.actor.megatron.use_dist_checkpointing"),
-    ("veomni", "actor_rollout_ref.actor.veomni.attn_implementation=sdpa", "actor_rollout_ref.actor.veomni.attn_implementation"),
-])
+@pytest.mark.parametrize(
+    ("name", "override", "key"),
+    [
+        (
+            "megatron",
+            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.pipeline_model_parallel_size",
+        ),
+        ("megatron", "critic.megatron.tensor_model_parallel_size=2", "critic.megatron.tensor_model_parallel_size"),
+        (
+            "megatron",
+            "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size=2",
+            "actor_rollout_ref.actor.megatron.virtual_pipeline_model_parallel_size",
+        ),
+        (
+            "torchtitan",
+            "actor_rollout_ref.actor.torchtitan.context_parallel_size=2",
+            "actor_rollout_ref.actor.torchtitan.context_parallel_size",
+        ),
+        (
+            "veomni",
+            "actor_rollout_ref.actor.veomni.expert_parallel_size=2",
+            "actor_rollout_ref.actor.veomni.expert_parallel_size",
+        ),
+        ("megatron", "actor_rollout_ref.actor.optim.optimizer=muon", "actor_rollout_ref.actor.optim.optimizer"),
+        (
+            "megatron",
+            "actor_rollout_ref.actor.megatron.use_dist_checkpointing=true",
+            "actor_rollout_ref.actor.megatron.use_dist_checkpointing",
+        ),
+        (
+            "veomni",
+            "actor_rollout_ref.actor.veomni.attn_implementation=sdpa",
+            "actor_rollout_ref.actor.veomni.attn_implementation",
+        ),
+    ],
+)
 def test_non_data_parallel_or_non_default_keys_are_refused_by_name(name, override, key):
     with pytest.raises(ConfigError, match=rf"^`{key.replace('.', chr(92) + '.')}` is not supported yet"):
         _load(name, override)

@@ -43,8 +43,7 @@ COMMANDS: dict[str, tuple[Callable[[Any, list[str]], Any], str, str, Callable[[A
     "sft": (_sft, "optim.lr", "trainer.total_epochs", lambda c, k: _get(c, k)),
     "dpo": (_dpo, "optim.lr", "dpo.beta", lambda c, k: _get(c, k)),
     # generate's rollout.temperature is the RL actor_rollout_ref.rollout.temperature
-    "generate": (_generate, "rollout.top_p", "rollout.temperature",
-                 lambda c, k: _get(c, "actor_rollout_ref." + k)),
+    "generate": (_generate, "rollout.top_p", "rollout.temperature", lambda c, k: _get(c, "actor_rollout_ref." + k)),
 }
 
 
@@ -110,7 +109,9 @@ def test_unknown_key_names_the_key_and_the_closest_valid_one_in_every_command(co
 
 
 def test_sft_keys_inside_a_list_of_sections_are_checked():
-    with pytest.raises(ConfigError, match=r"^unknown key 'hybrid.tasks\[0\].los' \(did you mean 'hybrid.tasks\[0\].loss'\?\)$"):
+    with pytest.raises(
+        ConfigError, match=r"^unknown key 'hybrid.tasks\[0\].los' \(did you mean 'hybrid.tasks\[0\].loss'\?\)$"
+    ):
         load_sft_config(None, ["trainer.algorithm=hybrid", "hybrid.tasks=[{name: a, los: sft, train_files: [x]}]"])
 
 
@@ -134,8 +135,11 @@ def test_a_file_builds_on_a_preset_by_name(tmp_path: Path) -> None:
     assert cfg.trainer.experiment_name == "mine"
     gen = _yaml(tmp_path / "gen.yaml", {"defaults": ["arithmetic_greedy"], "data": {"output_path": "o.jsonl"}})
     assert not load_generation_config(gen).rl.actor_rollout_ref.rollout.do_sample
-    with pytest.raises(ConfigError, match=r"config 'arithmetic_sf' not found: .*presets: arithmetic_dpo, "
-                                          r"arithmetic_sft\) \(did you mean 'arithmetic_sft'\?\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"config 'arithmetic_sf' not found: .*presets: arithmetic_dpo, "
+        r"arithmetic_sft\) \(did you mean 'arithmetic_sft'\?\)",
+    ):
         load_sft_config("arithmetic_sf")
     assert EVAL_LAYOUT.preset_dir is not None and list_presets(EVAL_LAYOUT.preset_dir) == []
     assert load_eval_config(None, ["data.path=g.jsonl", "~reward_model.timeout_s"]).reward_model.timeout_s == 30.0
@@ -146,13 +150,24 @@ def _cli(*commands: list[str]) -> list[tuple[int, str]]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     env.pop("VERL_DEBUG", None)
     env.pop("VERL_TRACEBACK", None)
-    procs = [subprocess.Popen([sys.executable, "-m", "verl.cli", *c], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              text=True, env=env, cwd=REPO) for c in commands]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "verl.cli", *c],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=env,
+            cwd=REPO,
+        )
+        for c in commands
+    ]
     errs = [p.communicate(timeout=600)[1] for p in procs]
     return [(p.returncode, err) for p, err in zip(procs, errs)]
 
 
-def test_the_same_typo_gives_the_same_error_line_from_train_and_sft_in_process(capsys: pytest.CaptureFixture[str]) -> None:
+def test_the_same_typo_gives_the_same_error_line_from_train_and_sft_in_process(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     from verl.cli import main
 
     lines = []
@@ -174,8 +189,12 @@ def test_the_same_typo_gives_the_same_error_line_from_verl_train_and_verl_sft() 
 def test_every_config_command_prints_config_errors_the_same_way(capsys: pytest.CaptureFixture[str]) -> None:
     from verl.cli import main
 
-    cases = {"dpo": ("optim.lrr=1", "optim.lr"), "generate": ("data.n_sample=2", "data.n_samples"),
-             "eval": ("data.pth=x", "data.path"), "config": ("show trainer.total_epochz=1", "trainer.total_epochs")}
+    cases = {
+        "dpo": ("optim.lrr=1", "optim.lr"),
+        "generate": ("data.n_sample=2", "data.n_samples"),
+        "eval": ("data.pth=x", "data.path"),
+        "config": ("show trainer.total_epochz=1", "trainer.total_epochs"),
+    }
     for command, (override, fixed) in cases.items():
         assert main([command, *override.split()]) == 2
         typo = override.split()[-1].partition("=")[0]
@@ -186,7 +205,9 @@ def test_every_config_command_prints_config_errors_the_same_way(capsys: pytest.C
 def test_value_rules_have_one_form_in_every_command() -> None:
     """The `Rule` tables of the RL, SFT and generate schemas word a bad value the same way."""
     for load in (_train, _sft, _generate):
-        with pytest.raises(ConfigError, match=r"^data\.truncation: must be one of (\w+, )+\w+, got 'lef' \(did you mean 'left'\?\)$"):
+        with pytest.raises(
+            ConfigError, match=r"^data\.truncation: must be one of (\w+, )+\w+, got 'lef' \(did you mean 'left'\?\)$"
+        ):
             load(None, ["data.truncation=lef"])
     with pytest.raises(ConfigError, match=r"^`model\.use_liger` is not supported yet: set it to false$"):
         load_sft_config(None, ["model.use_liger=true"])

@@ -24,7 +24,7 @@ from verl.config.schema import RootConfig
 
 EXCEPTIONS: dict[str, str] = {
     "reward_model.enable_resource_pool": "refused unless false, but read: streaming rewards check it with placement "
-                                         "(verl/trainer/ppo/streaming_reward.py)",
+    "(verl/trainer/ppo/streaming_reward.py)",
     "reward_model.model.fsdp_config.reshard_after_forward": "a field of FSDPConfig, which acts for the actor, reference and critic",
     "reward_model.model.fsdp_config.mixed_precision": "a field of FSDPConfig, which acts for the actor, reference and critic",
     "reward_model.model.fsdp_config.tensor_parallel_size": "a field of FSDPConfig, which acts for the actor and critic",
@@ -43,9 +43,13 @@ def _status(path: str) -> str:
 def test_schema_leaves_take_effect():
     counts = collections.Counter(_status(k) for k in _leaves())
     inert = sorted(k for k in _leaves() if _status(k) in ("noop", "unsupported"))
-    print(f"RootConfig leaves {sum(counts.values())}: {dict(counts)}; verl keys without effect (table rows) {len(verl_keys())}")
+    print(
+        f"RootConfig leaves {sum(counts.values())}: {dict(counts)}; verl keys without effect (table rows) {len(verl_keys())}"
+    )
     assert inert == sorted(EXCEPTIONS)
-    assert counts["effect"] + counts["conditional"] + counts["indirect"] + counts["owned"] == sum(counts.values()) - len(EXCEPTIONS)
+    assert counts["effect"] + counts["conditional"] + counts["indirect"] + counts["owned"] == sum(
+        counts.values()
+    ) - len(EXCEPTIONS)
 
 
 def test_inert_keys_are_table_rows_not_fields():
@@ -60,8 +64,14 @@ def test_inert_keys_are_table_rows_not_fields():
 
 
 def test_table_notes_are_current():
-    notes = [*NOOP.values(), *UNSUPPORTED.values(), *OWNED.values(), *CONDITIONAL.values(), *INDIRECT.values(),
-             *(note for _, note in HF_ENGINE.values())]
+    notes = [
+        *NOOP.values(),
+        *UNSUPPORTED.values(),
+        *OWNED.values(),
+        *CONDITIONAL.values(),
+        *INDIRECT.values(),
+        *(note for _, note in HF_ENGINE.values()),
+    ]
     stale = [n for n in notes if re.search(r"being built|\bissue\b|\(issue", n)]
     assert stale == []
 

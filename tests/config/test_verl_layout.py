@@ -48,8 +48,10 @@ def test_ppo_trainer_values_and_group_override():
 
 def test_user_file_starting_from_ppo_trainer_via_searchpath(tmp_path):
     user = tmp_path / "my_run.yaml"
-    user.write_text(f"hydra:\n  searchpath:\n    - file://{VERL_CONFIG}\ndefaults:\n  - ppo_trainer\n  - _self_\n"
-                    "algorithm:\n  adv_estimator: grpo\nreward:\n  reward_manager:\n    name: dapo\n")
+    user.write_text(
+        f"hydra:\n  searchpath:\n    - file://{VERL_CONFIG}\ndefaults:\n  - ppo_trainer\n  - _self_\n"
+        "algorithm:\n  adv_estimator: grpo\nreward:\n  reward_manager:\n    name: dapo\n"
+    )
     cfg = load_config(user, CPU)
     assert cfg.algorithm.adv_estimator == "grpo"
     assert cfg.reward_model.reward_manager == "dapo" and cfg.reward.reward_manager.name == "dapo"
@@ -62,7 +64,9 @@ def test_reward_new_and_legacy_spellings_agree():
     for cfg in (new, old):
         assert cfg.custom_reward_function.path == "/x/score.py" and cfg.reward_model.reward_manager == "dapo"
         assert cfg.reward.custom_reward_function.path == "/x/score.py" and cfg.reward.reward_manager.name == "dapo"
-    with pytest.raises(ConfigError, match=r"reward\.reward_manager\.name='prime' and reward_model\.reward_manager='dapo'"):
+    with pytest.raises(
+        ConfigError, match=r"reward\.reward_manager\.name='prime' and reward_model\.reward_manager='dapo'"
+    ):
         _load("reward.reward_manager.name=prime", "reward_model.reward_manager=dapo")
 
 
@@ -72,20 +76,28 @@ def test_reward_model_path_migrates():
 
 
 def test_reward_model_served_by_verls_reward_loop_runs_in_the_reward_model_worker():
-    cfg = _load("reward.reward_model.enable=true", "reward.reward_model.model_path=/rm",
-                "reward.reward_model.rollout.name=vllm", "reward.reward_model.rollout.tensor_model_parallel_size=1")
+    cfg = _load(
+        "reward.reward_model.enable=true",
+        "reward.reward_model.model_path=/rm",
+        "reward.reward_model.rollout.name=vllm",
+        "reward.reward_model.rollout.tensor_model_parallel_size=1",
+    )
     assert cfg.reward_model.enable is True and cfg.reward_model.model.path == "/rm"
 
 
 def _user_file(tmp_path: Path, body: str) -> Path:
     user = tmp_path / "run.yaml"
-    user.write_text(f"hydra:\n  searchpath:\n    - file://{VERL_CONFIG}\ndefaults:\n  - ppo_trainer\n  - _self_\n" + body)
+    user.write_text(
+        f"hydra:\n  searchpath:\n    - file://{VERL_CONFIG}\ndefaults:\n  - ppo_trainer\n  - _self_\n" + body
+    )
     return user
 
 
 def test_target_markers_are_checked(tmp_path):
     wrong = _user_file(tmp_path, "critic:\n  optim:\n    _target_: verl.workers.config.FSDPEngineConfig\n")
-    with pytest.raises(ConfigError, match=r"critic\.optim\._target_='verl\.workers\.config\.FSDPEngineConfig' does not mark"):
+    with pytest.raises(
+        ConfigError, match=r"critic\.optim\._target_='verl\.workers\.config\.FSDPEngineConfig' does not mark"
+    ):
         load_config(wrong, CPU)
     unmarked = _user_file(tmp_path, "trainer:\n  _target_: x.Y\n")
     with pytest.raises(ConfigError, match=r"verl marks no section 'trainer'"):
@@ -94,30 +106,41 @@ def test_target_markers_are_checked(tmp_path):
 
 def test_critic_fsdp_and_model_fsdp_config_hold_the_same_values():
     cfg = _load("critic.fsdp.reshard_after_forward=false")
-    assert cfg.critic.model.fsdp_config.reshard_after_forward is False and cfg.critic.fsdp.reshard_after_forward is False
+    assert (
+        cfg.critic.model.fsdp_config.reshard_after_forward is False and cfg.critic.fsdp.reshard_after_forward is False
+    )
     with pytest.raises(ConfigError, match=r"critic\.fsdp\.reshard_after_forward=False and critic\.model\.fsdp_config"):
         _load("critic.fsdp.reshard_after_forward=false", "critic.model.fsdp_config.reshard_after_forward=true")
 
 
-@pytest.mark.parametrize("override, key", [
-    ("skip.rollout.enable=true", "skip.rollout.enable"),
-    ("actor_rollout_ref.actor.fsdp_config.qat.enable=true", "actor_rollout_ref.actor.fsdp_config.qat.enable"),
-    ("transfer_queue.enable=true", "transfer_queue.enable"),
-    ("actor_rollout_ref.rollout.trace.backend=weave", "actor_rollout_ref.rollout.trace.backend"),
-    ("actor_rollout_ref.actor.checkpoint.strict=false", "actor_rollout_ref.actor.checkpoint.strict"),
-    ("actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.enable"),
-])
+@pytest.mark.parametrize(
+    "override, key",
+    [
+        ("skip.rollout.enable=true", "skip.rollout.enable"),
+        ("actor_rollout_ref.actor.fsdp_config.qat.enable=true", "actor_rollout_ref.actor.fsdp_config.qat.enable"),
+        ("transfer_queue.enable=true", "transfer_queue.enable"),
+        ("actor_rollout_ref.rollout.trace.backend=weave", "actor_rollout_ref.rollout.trace.backend"),
+        ("actor_rollout_ref.actor.checkpoint.strict=false", "actor_rollout_ref.actor.checkpoint.strict"),
+        ("actor_rollout_ref.actor.profiler.enable=true", "actor_rollout_ref.actor.profiler.enable"),
+    ],
+)
 def test_unwired_sections_name_the_feature(override, key):
     with pytest.raises(ConfigError, match=rf"^`{key.replace('.', '[.]')}` is not supported yet: "):
         _load(override)
 
 
-@pytest.mark.parametrize("key, expected", [
-    ("algorithm.rollout_is_threshold=2.0", "verl renamed it to 'algorithm.rollout_correction.rollout_is_threshold'"),
-    ("critic.fsdp_config.param_offload=true", "verl renamed it to 'critic.fsdp.param_offload'"),
-    ("+critic.megatron.tensor_model_parallel_size=2", "Megatron engine section"),
-    ("actor_rollout_ref.actor.optim.muon_momentum=0.9", "Muon optimizer"),
-])
+@pytest.mark.parametrize(
+    "key, expected",
+    [
+        (
+            "algorithm.rollout_is_threshold=2.0",
+            "verl renamed it to 'algorithm.rollout_correction.rollout_is_threshold'",
+        ),
+        ("critic.fsdp_config.param_offload=true", "verl renamed it to 'critic.fsdp.param_offload'"),
+        ("+critic.megatron.tensor_model_parallel_size=2", "Megatron engine section"),
+        ("actor_rollout_ref.actor.optim.muon_momentum=0.9", "Muon optimizer"),
+    ],
+)
 def test_unknown_key_hints(key, expected):
     with pytest.raises(ConfigError, match=expected):
         _load(key)

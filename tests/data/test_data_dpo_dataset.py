@@ -39,7 +39,9 @@ def test_left_truncation_keeps_one_prompt_for_both_sides(tmp_path, char_tok) -> 
     row = {"prompt": "123456789+987654321", "chosen": "1111111110", "rejected": "1"}
     full = PreferenceDataset([write(tmp_path / "a.jsonl", [row])], char_tok, cfg())[0]
     n_chosen = len(full["chosen_input_ids"])
-    ds = PreferenceDataset([write(tmp_path / "b.jsonl", [row])], char_tok, cfg(max_length=n_chosen - 4, truncation="left"))
+    ds = PreferenceDataset(
+        [write(tmp_path / "b.jsonl", [row])], char_tok, cfg(max_length=n_chosen - 4, truncation="left")
+    )
     item = ds[0]
     assert len(item["chosen_input_ids"]) == n_chosen - 4
     # the same leading prompt tokens are dropped on both sides; each response is intact
@@ -81,14 +83,30 @@ def test_pair_without_response_tokens_is_refused(tmp_path, char_tok) -> None:
 
 
 def test_missing_column_names_file_row_and_key(tmp_path, char_tok) -> None:
-    f = write(tmp_path / "pairs.jsonl", [{"prompt": "1+2", "chosen": "3", "rejected": "4"}, {"prompt": "1", "chosen": "2"}])
-    with pytest.raises(DataError, match=r"pairs\.jsonl: row 1 \(line 2\): missing column\(s\) 'rejected' \(data\.rejected_key\)"):
+    f = write(
+        tmp_path / "pairs.jsonl", [{"prompt": "1+2", "chosen": "3", "rejected": "4"}, {"prompt": "1", "chosen": "2"}]
+    )
+    with pytest.raises(
+        DataError, match=r"pairs\.jsonl: row 1 \(line 2\): missing column\(s\) 'rejected' \(data\.rejected_key\)"
+    ):
         PreferenceDataset([f], char_tok, cfg())
 
 
 def test_sides_with_different_context_before_the_answer_are_refused(tmp_path, char_tok) -> None:
-    rejected = [{"role": "assistant", "content": "5"}, {"role": "user", "content": "sure?"}, {"role": "assistant", "content": "4"}]
-    f = write(tmp_path / "pairs.jsonl", [{"prompt": [{"role": "user", "content": "1+2"}],
-                                          "chosen": [{"role": "assistant", "content": "3"}], "rejected": rejected}])
+    rejected = [
+        {"role": "assistant", "content": "5"},
+        {"role": "user", "content": "sure?"},
+        {"role": "assistant", "content": "4"},
+    ]
+    f = write(
+        tmp_path / "pairs.jsonl",
+        [
+            {
+                "prompt": [{"role": "user", "content": "1+2"}],
+                "chosen": [{"role": "assistant", "content": "3"}],
+                "rejected": rejected,
+            }
+        ],
+    )
     with pytest.raises(DataError, match=r"pairs\.jsonl: row 0 \(line 1\): chosen and rejected render different tokens"):
         PreferenceDataset([f], char_tok, cfg())

@@ -65,7 +65,10 @@ def test_split_inference_and_usage_errors(tmp_path: Path) -> None:
     assert verl_main(["prepare", "gsm8k", "--input", str(raw), "--out", str(tmp_path / "cli"), "--split", "train"]) == 0
     assert (tmp_path / "cli" / "train.parquet").is_file()
     assert main(["countdown", "--input", str(raw), "--out", str(tmp_path / "o")]) == 2
-    assert main(["gsm8k", "--input", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"), "--split", "train"]) == 1
+    assert (
+        main(["gsm8k", "--input", str(tmp_path / "missing.jsonl"), "--out", str(tmp_path / "o"), "--split", "train"])
+        == 1
+    )
 
 
 # ------------------------------------------------------------------ the real files in ../shared

@@ -13,7 +13,6 @@ from verl.data.rl_dataset import left_pad, truncate_prompt
 from verl.utils.torch_functional import position_ids_from_attention_mask
 
 
-
 def words(*ids: int) -> str:
     """Text whose toy tokens are ``ids`` (id 1 = "<s>", 2 = "</s>", 20 = "hi", else "w<i>")."""
     names = {1: "<s>", 2: "</s>", 20: "hi"}
@@ -74,7 +73,9 @@ def test_b26_filter_overlong_prompts(toy_tokenizer, rows_file, row) -> None:
     """B26: 5 prompts, one too long, filter_overlong_prompts -> 4 samples (truncation ignored)."""
     rows = [row(words(3, 4), 10), row(TWELVE, 11), row(words(5), 12), row(words(6, 7, 8), 13), row(words(9), 14)]
     ds = RLHFDataset(
-        rows_file(rows), toy_tokenizer(), DataConfig(max_prompt_length=8, filter_overlong_prompts=True, truncation="error")
+        rows_file(rows),
+        toy_tokenizer(),
+        DataConfig(max_prompt_length=8, filter_overlong_prompts=True, truncation="error"),
     )
     assert len(ds) == 4
     assert ds.num_filtered == 1
@@ -149,7 +150,9 @@ def test_processor_renders_the_template(toy_tokenizer, rows_file, row) -> None:
 @pytest.mark.parametrize("suffix", [".parquet", ".jsonl"])
 def test_sample_fields(toy_tokenizer, rows_file, row, suffix: str) -> None:
     rows = [row("w3 w4", 5, truth="12"), row("w6", None, truth="1", ability="logic")]
-    ds = RLHFDataset(rows_file(rows, "d" + suffix), toy_tokenizer(), DataConfig(max_prompt_length=4, return_raw_chat=True))
+    ds = RLHFDataset(
+        rows_file(rows, "d" + suffix), toy_tokenizer(), DataConfig(max_prompt_length=4, return_raw_chat=True)
+    )
     assert len(ds) == 2
     first, second = ds[0], ds[1]
     assert first["data_source"] == "toy" and first["ability"] == "math"

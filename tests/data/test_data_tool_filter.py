@@ -22,8 +22,14 @@ SHORT, LONG = "1+1", "1+1" + "0" * 20
 def _rows_file(tmp_path: Path) -> str:
     import json
 
-    rows = [{"data_source": "builtin/calculator", "prompt": [{"role": "user", "content": c}],
-             "reward_model": {"style": "rule", "ground_truth": "2"}} for c in (SHORT, LONG)]
+    rows = [
+        {
+            "data_source": "builtin/calculator",
+            "prompt": [{"role": "user", "content": c}],
+            "reward_model": {"style": "rule", "ground_truth": "2"},
+        }
+        for c in (SHORT, LONG)
+    ]
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return str(path)
@@ -58,8 +64,13 @@ def test_loader_refuses_tool_config_without_schemas_and_the_trainer_loads_them(t
     tok = build_tool_tokenizer()
     path = _rows_file(tmp_path)
     max_len = _lengths(tok)[1]
-    cfg = DataConfig(train_files=[path], train_batch_size=1, max_prompt_length=max_len, filter_overlong_prompts=True,
-                     tool_config_path=BUILTIN_TOOL_CONFIG)
+    cfg = DataConfig(
+        train_files=[path],
+        train_batch_size=1,
+        max_prompt_length=max_len,
+        filter_overlong_prompts=True,
+        tool_config_path=BUILTIN_TOOL_CONFIG,
+    )
     with pytest.raises(ValueError, match="data.tool_config_path=.*tool_schemas="):
         create_rl_dataset(path, tok, cfg)
     schemas = data_tool_schemas(cfg)
@@ -73,7 +84,14 @@ def test_loader_refuses_tool_config_without_schemas_and_the_trainer_loads_them(t
 
 def test_tool_config_path_defaults_to_the_multi_turn_one(tmp_path: Path) -> None:
     mt = "actor_rollout_ref.rollout.multi_turn"
-    cfg = load_config(None, [f"{mt}.enable=true", f"{mt}.tool_config_path={BUILTIN_TOOL_CONFIG}", "data.return_raw_chat=true",
-                             f"trainer.default_local_dir={tmp_path}"])
+    cfg = load_config(
+        None,
+        [
+            f"{mt}.enable=true",
+            f"{mt}.tool_config_path={BUILTIN_TOOL_CONFIG}",
+            "data.return_raw_chat=true",
+            f"trainer.default_local_dir={tmp_path}",
+        ],
+    )
     assert cfg.data.tool_config_path == BUILTIN_TOOL_CONFIG  # verl: ${oc.select:...multi_turn.tool_config_path, null}
     assert load_config(None, [f"trainer.default_local_dir={tmp_path}"]).data.tool_config_path is None

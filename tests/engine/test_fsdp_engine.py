@@ -31,8 +31,14 @@ def _batch(seed: int = 0) -> DataProto:
     mask = torch.zeros(B, L, dtype=torch.long)
     for i, n in enumerate([5, 1, 3, 4, 2, 5]):
         mask[i, :n] = 1
-    return DataProto.from_dict(tensors={"x": torch.randn(B, L, D, generator=g), "target": torch.randn(B, L, generator=g),
-                                        "response_mask": mask, "attention_mask": mask})
+    return DataProto.from_dict(
+        tensors={
+            "x": torch.randn(B, L, D, generator=g),
+            "target": torch.randn(B, L, generator=g),
+            "response_mask": mask,
+            "attention_mask": mask,
+        }
+    )
 
 
 def token_mean_loss(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts):
@@ -45,8 +51,14 @@ def token_mean_loss(module: torch.nn.Module, micro: DataProto, counts: GlobalCou
 
 def _engine(seed: int = 0, lr: float = 0.1, grad_clip: float = 1e9) -> FSDPTrainingEngine:
     torch.manual_seed(seed)
-    return build_engine(Scorer(), FSDPConfig(), 1, optim=OptimConfig(lr=lr, weight_decay=0.0, lr_warmup_steps=2),
-                        total_steps=10, grad_clip=grad_clip)
+    return build_engine(
+        Scorer(),
+        FSDPConfig(),
+        1,
+        optim=OptimConfig(lr=lr, weight_decay=0.0, lr_warmup_steps=2),
+        total_steps=10,
+        grad_clip=grad_clip,
+    )
 
 
 def _grads(engine: FSDPTrainingEngine, data: DataProto, micro: MicroBatchSpec) -> list[torch.Tensor]:
@@ -152,7 +164,9 @@ def test_infer_batch_returns_rows_in_input_order_with_dynamic_micro_batches():
     data, engine = _batch(), _engine()
     engine.module.train()
     fixed = engine.infer_batch(data, lambda m, mb: {"s": m(mb.batch["x"])}, MicroBatchSpec())["s"]
-    dynamic = engine.infer_batch(data, lambda m, mb: {"s": m(mb.batch["x"])}, MicroBatchSpec(dynamic=True, max_token_len=6))["s"]
+    dynamic = engine.infer_batch(
+        data, lambda m, mb: {"s": m(mb.batch["x"])}, MicroBatchSpec(dynamic=True, max_token_len=6)
+    )["s"]
     torch.testing.assert_close(dynamic, fixed)
     torch.testing.assert_close(fixed, engine.module(data.batch["x"]).detach())
     assert engine.module.training  # mode restored

@@ -20,9 +20,16 @@ def _batch() -> DataProto:
     mask = torch.ones(4, 10, dtype=torch.long)
     mask[1, :3] = 0
     mask[2, -2:] = 0
-    return DataProto.from_dict(tensors={
-        "input_ids": ids * mask, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        "responses": (ids * mask)[:, 6:], "response_mask": mask[:, 6:], "advantages": torch.randn(4, 4, generator=g)})
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids * mask,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": (ids * mask)[:, 6:],
+            "response_mask": mask[:, 6:],
+            "advantages": torch.randn(4, 4, generator=g),
+        }
+    )
 
 
 def _engine(model_dir, mixed: str | None):
@@ -40,8 +47,9 @@ def test_bf16_mixed_precision_runs_matmuls_in_bf16_with_float32_master(tiny_mode
         proj = engine.module.model.layers[0].mlp.up_proj
         hook = proj.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
         lp, _ = compute_log_prob(engine, _batch(), 1.0, MicroBatchSpec(None, False, 0), remove_padding=True)
-        step = engine.train_batch(_batch(), policy_loss_fn(ActorConfig(), 1.0, remove_padding=True),
-                                  MicroBatchSpec(None, False, 0))
+        step = engine.train_batch(
+            _batch(), policy_loss_fn(ActorConfig(), 1.0, remove_padding=True), MicroBatchSpec(None, False, 0)
+        )
         hook.remove()
         assert all(p.dtype == torch.float32 for p in engine.module.parameters())  # float32 master weights
         assert all(s["exp_avg"].dtype == torch.float32 for s in engine.optimizer.state.values())
@@ -81,8 +89,13 @@ def test_verls_mixed_precision_mapping_overrides():
     from verl.config import load_config
     from verl.config.errors import ConfigError
 
-    cfg = load_config(None, ["actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
-                             "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32"])
+    cfg = load_config(
+        None,
+        [
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision.param_dtype=bf16",
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=fp32",
+        ],
+    )
     assert cfg.actor_rollout_ref.actor.fsdp_config.mixed_precision == "bfloat16"
     with pytest.raises(ConfigError, match="reduce_dtype` is not supported yet"):
         load_config(None, ["actor_rollout_ref.actor.fsdp_config.mixed_precision.reduce_dtype=bf16"])

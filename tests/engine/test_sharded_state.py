@@ -42,8 +42,9 @@ def _data() -> DataProto:
     g = torch.Generator().manual_seed(0)
     mask = (torch.rand(8, 3, generator=g) > 0.3).long()
     mask[:, 0] = 1
-    return DataProto.from_dict(tensors={"x": torch.randn(8, 3, 4, generator=g), "y": torch.randn(8, 3, generator=g),
-                                        "response_mask": mask})
+    return DataProto.from_dict(
+        tensors={"x": torch.randn(8, 3, 4, generator=g), "y": torch.randn(8, 3, generator=g), "response_mask": mask}
+    )
 
 
 def loss_fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts):
@@ -82,7 +83,9 @@ def _free_port() -> int:
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_two_sharded_ranks_save_what_one_process_computes(tmp_path):
-    mp.start_processes(_rank_main, args=(_free_port(), str(tmp_path / "ckpt")), nprocs=2, join=True, start_method="spawn")
+    mp.start_processes(
+        _rank_main, args=(_free_port(), str(tmp_path / "ckpt")), nprocs=2, join=True, start_method="spawn"
+    )
     local = _engine(1)
     local.train_batch(_data(), loss_fn, MicroBatchSpec())  # the whole batch in one process
     local.lr_scheduler_step()
@@ -94,7 +97,9 @@ def test_two_sharded_ranks_save_what_one_process_computes(tmp_path):
     for (name, a), b in zip(local.module.state_dict().items(), loaded.module.state_dict().values()):
         torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-6, msg=name)
     assert loaded.current_lr() == local.current_lr()
-    exp_avg = {k: v["exp_avg"] for k, v in torch.load(tmp_path / "ckpt" / "optim.pt", weights_only=True)["state"].items()}
+    exp_avg = {
+        k: v["exp_avg"] for k, v in torch.load(tmp_path / "ckpt" / "optim.pt", weights_only=True)["state"].items()
+    }
     assert set(exp_avg) == {n for n, _ in local.module.named_parameters()}  # keyed by parameter name
     # the restored AdamW moments continue identically
     for eng in (local, loaded):

@@ -21,21 +21,34 @@ from verl.workers.rollout.agent_loop import AgentLoopRollout
 @register("verl_style_single_turn")
 class VerlStyleSingleTurn(AgentLoopBase):
     async def run(self, sampling_params, **kwargs) -> AgentLoopOutput:
-        text = self.tokenizer.apply_chat_template(list(kwargs["raw_prompt"]), add_generation_prompt=True, tokenize=False)
+        text = self.tokenizer.apply_chat_template(
+            list(kwargs["raw_prompt"]), add_generation_prompt=True, tokenize=False
+        )
         prompt_ids = self.tokenizer.encode(text, add_special_tokens=False)
         out = await self.server_manager.generate(request_id="a", prompt_ids=prompt_ids, sampling_params=sampling_params)
-        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
-                               response_logprobs=out.log_probs, num_turns=2, metrics={"calls": 1})
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=out.token_ids,
+            response_mask=[1] * len(out.token_ids),
+            response_logprobs=out.log_probs,
+            num_turns=2,
+            metrics={"calls": 1},
+        )
 
 
 @register("verl_style_two_calls")
 class VerlStyleTwoCalls(AgentLoopBase):
     async def run(self, sampling_params, **kwargs) -> AgentLoopOutput:
         ids = list(self.tokenizer.encode("1+1=", add_special_tokens=False))
-        first = await self.server_manager.generate(request_id="a", prompt_ids=ids, sampling_params={**sampling_params, "max_tokens": 3})
+        first = await self.server_manager.generate(
+            request_id="a", prompt_ids=ids, sampling_params={**sampling_params, "max_tokens": 3}
+        )
         note = list(self.tokenizer.encode(" ok ", add_special_tokens=False))
-        second = await self.server_manager.generate(request_id="b", prompt_ids=ids + first.token_ids + note,
-                                                    sampling_params={**sampling_params, "max_tokens": 3})
+        second = await self.server_manager.generate(
+            request_id="b",
+            prompt_ids=ids + first.token_ids + note,
+            sampling_params={**sampling_params, "max_tokens": 3},
+        )
         resp = first.token_ids + note + second.token_ids
         mask = [1] * len(first.token_ids) + [0] * len(note) + [1] * len(second.token_ids)
         return AgentLoopOutput(prompt_ids=ids, response_ids=resp, response_mask=mask, num_turns=4)
@@ -53,21 +66,35 @@ def _batch(tok, agent: str, n: int = 3, width: int = 24) -> DataProto:
     from verl.data.rl_dataset import left_pad
 
     chats = [[{"role": "user", "content": f"{11 * i + 3}+{7 * i + 5}="}] for i in range(n)]
-    rows = [tok(tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"]
-            for c in chats]
+    rows = [
+        tok(tok.apply_chat_template(c, add_generation_prompt=True, tokenize=False), add_special_tokens=False)[
+            "input_ids"
+        ]
+        for c in chats
+    ]
     ids, mask, pos = (torch.stack(t) for t in zip(*(left_pad(r, width, tok.pad_token_id) for r in rows)))
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos,
-                 "sample_seeds": torch.arange(50, 50 + n, dtype=torch.long)},
-        non_tensors={"raw_prompt": np.array(chats + [None], dtype=object)[:-1], "agent_name": np.array([agent] * n, dtype=object)},
-        meta_info={"pad_token_id": tok.pad_token_id})
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": pos,
+            "sample_seeds": torch.arange(50, 50 + n, dtype=torch.long),
+        },
+        non_tensors={
+            "raw_prompt": np.array(chats + [None], dtype=object)[:-1],
+            "agent_name": np.array([agent] * n, dtype=object),
+        },
+        meta_info={"pad_token_id": tok.pad_token_id},
+    )
 
 
 def test_verl_api_loop_equals_builtin_single_turn(quickstart):
     model, tok = quickstart
     cfg = RolloutConfig(response_length=10, prompt_length=24, temperature=1.0, mode="async")
     ref = AgentLoopRollout(HFRollout(model, cfg, tok), cfg, tok).generate_sequences(_batch(tok, "single_turn_agent"))
-    out = AgentLoopRollout(HFRollout(model, cfg, tok), cfg, tok).generate_sequences(_batch(tok, "verl_style_single_turn"))
+    out = AgentLoopRollout(HFRollout(model, cfg, tok), cfg, tok).generate_sequences(
+        _batch(tok, "verl_style_single_turn")
+    )
     for key in ("responses", "response_mask", "input_ids"):
         assert torch.equal(out.batch[key], ref.batch[key]), key
     assert torch.allclose(out.batch["rollout_log_probs"], ref.batch["rollout_log_probs"], atol=1e-6)
@@ -99,7 +126,8 @@ def test_agent_loop_config_path_registers_verl_loops(tmp_path, quickstart, monke
         "    async def run(self, sampling_params, **kwargs):\n"
         "        ids = self.tokenizer.encode(self.prefix, add_special_tokens=False)\n"
         "        out = await self.server_manager.generate(request_id='x', prompt_ids=ids, sampling_params={**sampling_params, 'max_tokens': 2})\n"
-        "        return AgentLoopOutput(prompt_ids=ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids), num_turns=2)\n")
+        "        return AgentLoopOutput(prompt_ids=ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids), num_turns=2)\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     yaml = tmp_path / "agent_loops.yaml"
     yaml.write_text("- name: echo_loop\n  _target_: my_loops.Echo\n  prefix: '3+4='\n")

@@ -29,7 +29,10 @@ TINY = BuiltinModelSpec(hidden_size=16, num_layers=1, num_heads=2, intermediate_
 
 
 def greedy_answers(model: torch.nn.Module, tok, problems: list[tuple[int, int]]) -> list[str]:
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"{a}+{b}"}], add_generation_prompt=True, tokenize=False) for a, b in problems]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": f"{a}+{b}"}], add_generation_prompt=True, tokenize=False)
+        for a, b in problems
+    ]
     tok.padding_side = "left"
     batch = tok(prompts, return_tensors="pt", padding=True)
     with torch.no_grad():
@@ -118,7 +121,10 @@ def test_build_writes_loadable_dir_with_info(tmp_path: Path) -> None:
     model = AutoModelForCausalLM.from_pretrained(out)
     assert (model.config.hidden_size, model.config.num_hidden_layers) == (16, 1)
     tok = AutoTokenizer.from_pretrained(out)
-    assert tok.apply_chat_template([{"role": "user", "content": "1+2"}], add_generation_prompt=True, tokenize=False) == "<s>Q:1+2\nA:"
+    assert (
+        tok.apply_chat_template([{"role": "user", "content": "1+2"}], add_generation_prompt=True, tokenize=False)
+        == "<s>Q:1+2\nA:"
+    )
 
 
 def test_build_is_reproducible(tmp_path: Path) -> None:
@@ -136,8 +142,11 @@ def test_stale_asset_is_an_error_naming_the_build_command(tmp_path: Path, monkey
         raise AssertionError("the resolver started a build")
 
     monkeypatch.setitem(recipes_build.BUILDERS, "tiny-arithmetic", fail)
-    with pytest.raises(ModelError, match=r"^built-in model 'tiny-arithmetic': the shipped .* is stale .*"
-                                          r"build it with `verl builtin build tiny-arithmetic`$") as err:
+    with pytest.raises(
+        ModelError,
+        match=r"^built-in model 'tiny-arithmetic': the shipped .* is stale .*"
+        r"build it with `verl builtin build tiny-arithmetic`$",
+    ) as err:
         get_builtin_model_dir("tiny-arithmetic")
     assert "\n" not in str(err.value) and not (tmp_path / "builtin").exists()
 
@@ -149,8 +158,9 @@ def test_missing_asset_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPat
         get_builtin_model_dir("tiny-calculator")
 
 
-def test_build_command_writes_the_cache_the_resolver_then_uses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_build_command_writes_the_cache_the_resolver_then_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``verl builtin build`` builds a stale model into the cache, atomically; then it is up to date."""
     monkeypatch.setitem(builtin.BUILTIN_MODELS, "tiny-arithmetic", TINY)
     monkeypatch.setenv("VERL_CACHE_DIR", str(tmp_path))
@@ -179,7 +189,8 @@ def test_build_command_refuses_an_unknown_name_in_one_line(capsys: pytest.Captur
         main(["builtin", "build", "tiny"])
     assert exit_.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "verl builtin: error: unknown built-in model 'tiny'; valid names: ['tiny-arithmetic', 'tiny-calculator']")
+        "verl builtin: error: unknown built-in model 'tiny'; valid names: ['tiny-arithmetic', 'tiny-calculator']"
+    )
 
 
 @pytest.mark.slow

@@ -21,12 +21,23 @@ SHARED = Path(os.environ.get("VERL_SHARED_DIR", Path(__file__).resolve().parents
 def _tiny_dir(root: Path, arch: str = "qwen2", seed: int = 0) -> Path:
     """Save a randomly initialised tiny model (vocab 128) and return its directory."""
     if arch == "gpt2":
-        cfg = AutoConfig.for_model("gpt2", vocab_size=128, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                   eos_token_id=2, pad_token_id=0)
+        cfg = AutoConfig.for_model(
+            "gpt2", vocab_size=128, n_embd=32, n_layer=2, n_head=2, n_positions=64, eos_token_id=2, pad_token_id=0
+        )
     else:
-        cfg = AutoConfig.for_model(arch, vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                   tie_word_embeddings=False, eos_token_id=2, pad_token_id=0)
+        cfg = AutoConfig.for_model(
+            arch,
+            vocab_size=128,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
     torch.manual_seed(seed)
     out = root / f"{arch}-{seed}"
     AutoModelForCausalLM.from_config(cfg).save_pretrained(out)

@@ -25,8 +25,9 @@ UNPADDED = torch.tensor([[11, 12, 21, 22]])
 @pytest.fixture(scope="module")
 def gpt2_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Tiny GPT-2: learned absolute position embeddings, so wrong positions change the output."""
-    cfg = AutoConfig.for_model("gpt2", vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=32,
-                               eos_token_id=2, pad_token_id=0)
+    cfg = AutoConfig.for_model(
+        "gpt2", vocab_size=64, n_embd=32, n_layer=2, n_head=2, n_positions=32, eos_token_id=2, pad_token_id=0
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
@@ -97,7 +98,11 @@ def test_packed_forward_without_mask_logits_to_keep_support_gives_the_same_log_p
     mask[2, :2] = 0
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
-        fast, _ = fwd.compute_log_probs_and_entropy(model, ids, mask, pos, 4, compute_entropy=False, remove_padding=True)
+        fast, _ = fwd.compute_log_probs_and_entropy(
+            model, ids, mask, pos, 4, compute_entropy=False, remove_padding=True
+        )
         monkeypatch.setattr(fwd, "_logits_to_keep_takes_masks", lambda: False)
-        slow, _ = fwd.compute_log_probs_and_entropy(model, ids, mask, pos, 4, compute_entropy=False, remove_padding=True)
+        slow, _ = fwd.compute_log_probs_and_entropy(
+            model, ids, mask, pos, 4, compute_entropy=False, remove_padding=True
+        )
     assert torch.allclose(fast, slow, atol=1e-6)

@@ -57,8 +57,13 @@ def _batch(seed: int = 0) -> dict[str, torch.Tensor]:
     for i, (p, r) in enumerate(zip(prompt_lens, resp_lens, strict=True)):
         mask[i, P - p : P + r] = 1
     ids = ids * mask
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-            "responses": ids[:, P:], "response_mask": mask[:, P:]}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": ids[:, P:],
+        "response_mask": mask[:, P:],
+    }
 
 
 @pytest.fixture(scope="module", params=["llama", "gpt2"])
@@ -79,7 +84,9 @@ def test_packed_log_probs_entropy_and_values_equal_padded(model_dir):
     args = (b["input_ids"], b["attention_mask"], b["position_ids"], R)
     lp_pad, ent_pad = compute_log_probs_and_entropy(actor, *args, temperature=0.7)
     lp_pack, ent_pack = compute_log_probs_and_entropy(actor, *args, temperature=0.7, remove_padding=True)
-    assert torch.allclose(lp_pad[mask], lp_pack[mask], atol=1e-5) and torch.equal(lp_pack[~mask], torch.zeros_like(lp_pack[~mask]))
+    assert torch.allclose(lp_pad[mask], lp_pack[mask], atol=1e-5) and torch.equal(
+        lp_pack[~mask], torch.zeros_like(lp_pack[~mask])
+    )
     assert torch.allclose(ent_pad[mask], ent_pack[mask], atol=1e-5)
     critic = create_model("critic", ModelConfig(path=str(model_dir)))
     v_pad, v_pack = compute_values(critic, *args), compute_values(critic, *args, remove_padding=True)
@@ -111,14 +118,31 @@ def test_grpo_run_with_packing_equals_padded_run(tiny_model_dir, tmp_path):
     runs = {}
     for packed in (False, True):
         run_dir = tmp_path / f"packed_{packed}"
-        cfg = load_config(None, tiny_run_overrides(tiny_model_dir, run_dir, **{
-            "trainer.total_training_steps": 3, "actor_rollout_ref.model.use_remove_padding": packed,
-            "actor_rollout_ref.actor.ppo_mini_batch_size": 2, "actor_rollout_ref.actor.calculate_entropy": True}))
+        cfg = load_config(
+            None,
+            tiny_run_overrides(
+                tiny_model_dir,
+                run_dir,
+                **{
+                    "trainer.total_training_steps": 3,
+                    "actor_rollout_ref.model.use_remove_padding": packed,
+                    "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+                    "actor_rollout_ref.actor.calculate_entropy": True,
+                },
+            ),
+        )
         from verl.trainer import RLTrainer
 
         RLTrainer(config=cfg).fit()
         runs[packed] = read_metrics(run_dir)
-    keys = ("actor/pg_loss", "actor/grad_norm", "actor/entropy", "actor/ppo_kl", "critic/score/mean", "response_length/mean")
+    keys = (
+        "actor/pg_loss",
+        "actor/grad_norm",
+        "actor/entropy",
+        "actor/ppo_kl",
+        "critic/score/mean",
+        "response_length/mean",
+    )
     for step in (1, 2, 3):
         for k in keys:
             a, c = runs[False][step][k], runs[True][step][k]
@@ -144,8 +168,9 @@ def test_fused_head_equals_unfused_packed_and_padded(model_dir, monkeypatch, rec
             torch.manual_seed(0)
             module = create_model("actor", ModelConfig(path=str(model_dir)))
             assert fused is False or fwd.fused_lm_head(module) is not None
-            lp, ent = compute_log_probs_and_entropy(module, *args, temperature=0.7, chunk_size=5,
-                                                    remove_padding=packed, head_recompute=recompute)
+            lp, ent = compute_log_probs_and_entropy(
+                module, *args, temperature=0.7, chunk_size=5, remove_padding=packed, head_recompute=recompute
+            )
             ((lp * weights).sum() + 0.1 * (ent * weights).sum()).backward()
             results.append((lp.detach(), ent.detach(), [p.grad.clone() for p in module.parameters()]))
             monkeypatch.undo()
@@ -232,11 +257,17 @@ def test_packing_refuses_a_model_whose_packed_sequences_attend_to_each_other(mod
     actor = create_model("actor", ModelConfig(path=str(model_dir)))
     peft_actor = create_model("actor", ModelConfig(path=str(model_dir), lora_rank=4, lora_alpha=8))
     critic = create_model("critic", ModelConfig(path=str(model_dir)))
-    calls = [lambda: compute_log_probs_and_entropy(actor, *args, R, remove_padding=True),
-             lambda: compute_token_log_probs(peft_actor, *args, b["response_mask"].new_zeros(b["input_ids"].shape).bool()
-                                             | (b["attention_mask"].cumsum(-1) > 1) & b["attention_mask"].bool(),
-                                             remove_padding=True),
-             lambda: compute_values(critic, *args, R, remove_padding=True)]
+    calls = [
+        lambda: compute_log_probs_and_entropy(actor, *args, R, remove_padding=True),
+        lambda: compute_token_log_probs(
+            peft_actor,
+            *args,
+            b["response_mask"].new_zeros(b["input_ids"].shape).bool()
+            | (b["attention_mask"].cumsum(-1) > 1) & b["attention_mask"].bool(),
+            remove_padding=True,
+        ),
+        lambda: compute_values(critic, *args, R, remove_padding=True),
+    ]
     monkeypatch.setattr(mu, "find_packed_sequence_indices", lambda position_ids: None)  # boundaries ignored
     for call in calls:
         with pytest.raises(ConfigError, match="use_remove_padding=true: .* lets packed sequences attend to each other"):
@@ -258,6 +289,7 @@ def test_packing_probe_tolerance_follows_the_output_dtype():
             if ids.shape[1] == 9:  # the packed row: the second sequence's outputs are off by delta
                 out[0, 5:] += delta
             return out.to(dtype)
+
         return run
 
     check_packing_separates(torch.nn.Linear(2, 2), run_with(torch.bfloat16, 0.03125), torch.device("cpu"))

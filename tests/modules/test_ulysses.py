@@ -31,8 +31,13 @@ def _batch() -> dict[str, torch.Tensor]:
     for i, (p, r) in enumerate(zip(prompt_lens, resp_lens, strict=True)):
         mask[i, P - p : P + r] = 1
     ids = ids * mask
-    b = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-         "responses": ids[:, P:], "response_mask": mask[:, P:]}
+    b = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": ids[:, P:],
+        "response_mask": mask[:, P:],
+    }
     b["advantages"] = torch.randn(6, R, generator=g)
     b["old_log_probs"] = -torch.rand(6, R, generator=g) * 3
     return b
@@ -103,8 +108,11 @@ def test_sp2_equals_whole_rows_log_probs_entropy_values_loss_and_gradients(tiny_
 
 
 def test_heads_not_divisible_by_sp_is_one_config_line():
-    with pytest.raises(ConfigError, match=r"ulysses_sequence_parallel_size=3 does not divide the model's "
-                                          r"num_attention_heads=4") as err:
+    with pytest.raises(
+        ConfigError,
+        match=r"ulysses_sequence_parallel_size=3 does not divide the model's "
+        r"num_attention_heads=4",
+    ) as err:
         check_heads(types.SimpleNamespace(num_attention_heads=4, num_key_value_heads=2), 3)
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="num_key_value_heads=2"):

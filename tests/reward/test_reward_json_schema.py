@@ -44,7 +44,9 @@ def test_parts_and_score(response, parts, score):
 def test_nested_fields_and_weights():
     truth = {"schema": {"type": "object"}, "expected": {"a": {"b": 1, "c": [1, 2]}, "d": True}}
     # a.b right, a.c wrong order, d given as 1 (a bool is not a number): 1 of 3
-    out = compute_score('{"a": {"b": 1.0, "c": [2, 1]}, "d": 1}', truth, json_weight=0.0, schema_weight=0.5, fields_weight=0.5)
+    out = compute_score(
+        '{"a": {"b": 1.0, "c": [2, 1]}, "d": 1}', truth, json_weight=0.0, schema_weight=0.5, fields_weight=0.5
+    )
     assert out["fields_correct"] == pytest.approx(1 / 3)
     assert out["score"] == pytest.approx(0.5 + 0.5 / 3)
 
@@ -77,18 +79,29 @@ def test_routed_by_data_source_and_reported_as_reward_metrics():
         def batch_decode(self, ids, skip_special_tokens=False):
             return ["".join(chr(i) for i in row if i) for row in ids]
 
-    assert default_compute_score("json_schema", '{"name": "Ada", "age": 35}', json.dumps(TRUTH))["score"] == pytest.approx(0.65)
+    assert default_compute_score("json_schema", '{"name": "Ada", "age": 35}', json.dumps(TRUTH))[
+        "score"
+    ] == pytest.approx(0.65)
     responses = ['{"name": "Ada", "age": 36}', '{"name": "Ada"}']
     width = max(map(len, responses))
     ids = torch.tensor([[ord(c) for c in r] + [0] * (width - len(r)) for r in responses])
     mask = (ids != 0).long()
     batch = DataProto.from_dict(
-        tensors={"prompts": torch.full((2, 1), 65), "responses": ids, "response_mask": mask,
-                 "attention_mask": torch.cat([torch.ones(2, 1, dtype=torch.long), mask], dim=1)},
-        non_tensors={"data_source": ["json_schema"] * 2, "extra_info": [{}, {}],
-                     "reward_model": [{"ground_truth": json.dumps(TRUTH), "style": "rule"}] * 2},
+        tensors={
+            "prompts": torch.full((2, 1), 65),
+            "responses": ids,
+            "response_mask": mask,
+            "attention_mask": torch.cat([torch.ones(2, 1, dtype=torch.long), mask], dim=1),
+        },
+        non_tensors={
+            "data_source": ["json_schema"] * 2,
+            "extra_info": [{}, {}],
+            "reward_model": [{"ground_truth": json.dumps(TRUTH), "style": "rule"}] * 2,
+        },
     )
     out = NaiveRewardManager(CharTokenizer())(batch)
     info = out["reward_extra_info"]
-    assert info["json_valid"] == [1.0, 1.0] and info["schema_valid"] == [1.0, 0.0] and info["fields_correct"] == [1.0, 0.5]
+    assert (
+        info["json_valid"] == [1.0, 1.0] and info["schema_valid"] == [1.0, 0.0] and info["fields_correct"] == [1.0, 0.5]
+    )
     assert out["reward_tensor"].sum(dim=1).tolist() == pytest.approx([1.0, 0.45])

@@ -44,7 +44,9 @@ def test_nan_and_inf_scores_are_counted_zeroed_and_logged_once(caplog) -> None:
     assert [i for i, f in enumerate(out["reward_extra_info"]["reward_nonfinite"]) if f] == [NAN_AT, INF_AT]
     warnings = [r.getMessage() for r in caplog.records if "non-finite" in r.getMessage()]
     assert len(warnings) == 1
-    assert f"sample {NAN_AT}" in warnings[0] and "data_source='builtin/arithmetic'" in warnings[0] and "nan" in warnings[0]
+    assert (
+        f"sample {NAN_AT}" in warnings[0] and "data_source='builtin/arithmetic'" in warnings[0] and "nan" in warnings[0]
+    )
 
 
 @pytest.mark.parametrize("value", ["0.5", None, True, [1.0], {"acc": 1.0}])
@@ -88,8 +90,12 @@ def test_unscored_samples_leave_the_loss_and_their_group() -> None:
     assert metrics == {"reward/num_masked": 2.0}
     mask = batch.batch["response_mask"]
     assert mask[NAN_AT].sum() == 0 and mask[INF_AT].sum() == 0 and mask[0].sum() == 3
-    adv, _ = compute_advantage("grpo", token_level_rewards=batch.batch["token_level_rewards"], response_mask=mask,
-                               index=batch.non_tensor_batch["uid"])
+    adv, _ = compute_advantage(
+        "grpo",
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=mask,
+        index=batch.non_tensor_batch["uid"],
+    )
     seq = adv[:, 0]
     # group 0 without the NaN sample: scores [1, 0, 1]: mean 2/3, Bessel std sqrt(1/3)
     std = math.sqrt(1 / 3)
@@ -106,8 +112,13 @@ def test_estimators_stay_finite_with_one_nan_sample(estimator) -> None:
     mask_unscored_samples(batch, out["reward_extra_info"])
     mask = batch.batch["response_mask"]
     values = torch.linspace(-0.5, 0.5, 16 * 4).reshape(16, 4) * mask
-    adv, ret = compute_advantage(estimator, token_level_rewards=batch.batch["token_level_rewards"], response_mask=mask,
-                                 index=batch.non_tensor_batch["uid"], values=values)
+    adv, ret = compute_advantage(
+        estimator,
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=mask,
+        index=batch.non_tensor_batch["uid"],
+        values=values,
+    )
     assert torch.isfinite(adv).all() and torch.isfinite(ret).all()
     assert adv[NAN_AT].abs().sum() == 0.0 and adv[INF_AT].abs().sum() == 0.0
     assert adv[mask.bool()].abs().sum() > 0
@@ -116,8 +127,12 @@ def test_estimators_stay_finite_with_one_nan_sample(estimator) -> None:
 def test_rloo_hand_computed_without_the_unscored_sample() -> None:
     batch, out = _scored_batch()
     mask_unscored_samples(batch, out["reward_extra_info"])
-    adv, _ = compute_advantage("rloo", token_level_rewards=batch.batch["token_level_rewards"],
-                               response_mask=batch.batch["response_mask"], index=batch.non_tensor_batch["uid"])
+    adv, _ = compute_advantage(
+        "rloo",
+        token_level_rewards=batch.batch["token_level_rewards"],
+        response_mask=batch.batch["response_mask"],
+        index=batch.non_tensor_batch["uid"],
+    )
     # group 0 = [1, 0, 1] after removal: RLOO A_i = s_i - mean of the others
     assert adv[0, 0].item() == pytest.approx(1 - 0.5) and adv[2, 0].item() == pytest.approx(0 - 1.0)
 
@@ -131,7 +146,7 @@ def test_nothing_masked_when_every_sample_is_unscored() -> None:
     assert torch.equal(batch.batch["response_mask"], before)
 
 
-NAN_REWARD = '''
+NAN_REWARD = """
 import math
 _calls = [0]
 def compute_score(data_source, solution_str, ground_truth, extra_info=None):
@@ -142,7 +157,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     if i == 9:
         return math.inf
     return sum(c.isdigit() for c in solution_str) / max(1, len(solution_str))
-'''
+"""
 
 
 @pytest.mark.e2e
@@ -155,14 +170,27 @@ def test_whole_loop_contains_and_counts_one_nan_and_one_inf_in_16(estimator, tin
 
     reward = tmp_path / "nan_reward.py"
     reward.write_text(NAN_REWARD)
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "algorithm.adv_estimator": estimator, "actor_rollout_ref.rollout.n": 4, "trainer.total_training_steps": 2,
-        "custom_reward_function.path": str(reward), "critic.optim.lr": 1e-3}))
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            tmp_path,
+            **{
+                "algorithm.adv_estimator": estimator,
+                "actor_rollout_ref.rollout.n": 4,
+                "trainer.total_training_steps": 2,
+                "custom_reward_function.path": str(reward),
+                "critic.optim.lr": 1e-3,
+            },
+        ),
+    )
     RLTrainer(config=cfg).fit()
     rows = read_metrics(tmp_path)
     assert sorted(rows) == [1, 2]
     for row in rows.values():
-        assert row["reward/num_nonfinite"] == 2.0 and row["reward/num_errors"] == 2.0 and row["reward/num_masked"] == 2.0
+        assert (
+            row["reward/num_nonfinite"] == 2.0 and row["reward/num_errors"] == 2.0 and row["reward/num_masked"] == 2.0
+        )
         bad = {k: v for k, v in row.items() if not isinstance(v, (int, float)) or not math.isfinite(v)}
         assert not bad, bad  # the jsonl logger writes non-finite values as strings
         assert row["actor/grad_norm_nonfinite"] == 0.0 and row["actor/grad_norm"] > 0

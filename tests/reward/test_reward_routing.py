@@ -82,11 +82,11 @@ def test_reward_duplicate_scorer_name_is_an_error() -> None:
 @pytest.mark.parametrize(
     ("response", "truth", "pred", "score"),
     [
-        ("so the total is #### 9{,}500", "9500", "9500", 1.0),   # LaTeX thousands separator {,}
-        ("#### 9\\,500", "9500", "9500", 1.0),                      # LaTeX thin space \,
-        ("#### 9,500", "9{,}500", "9500", 1.0),                      # in the ground truth too
+        ("so the total is #### 9{,}500", "9500", "9500", 1.0),  # LaTeX thousands separator {,}
+        ("#### 9\\,500", "9500", "9500", 1.0),  # LaTeX thin space \,
+        ("#### 9,500", "9{,}500", "9500", 1.0),  # in the ground truth too
         ("#### $1{,}234{,}567", "1234567", "1234567", 1.0),
-        ("#### 9{,}50", "950", "9", 0.0),                            # not a 3-digit group: no separator
+        ("#### 9{,}50", "950", "9", 0.0),  # not a 3-digit group: no separator
         ("#### 12", "13", "12", 0.0),
     ],
 )
@@ -110,10 +110,10 @@ def test_gsm8k_unparseable_ground_truth_is_an_error_not_a_zero() -> None:
         ("Answer: $\\frac{1}{2}$", "\\frac{1}{2}", 1.0, "\\frac{1}{2}"),
         ("Answer: 12 degrees.", "12", 1.0, "12"),
         ("answer : 1,000", "1000", 1.0, "1000"),
-        ("Answer: 33\nwait, Answer: 35", "35", 1.0, "35"),          # the last Answer: line
+        ("Answer: 33\nwait, Answer: 35", "35", 1.0, "35"),  # the last Answer: line
         ("Answer: 34", "35", -1.0, "34"),
-        ("the result is 34", "34", -1.0, "[INVALID]"),              # no Answer: line -> -1
-        ("Answer: 034", "34", 1.0, "034"),                           # exact decimals
+        ("the result is 34", "34", -1.0, "[INVALID]"),  # no Answer: line -> -1
+        ("Answer: 034", "34", 1.0, "034"),  # exact decimals
     ],
 )
 def test_math_dapo_answer_line_plus_minus_one(response: str, truth: str, score: float, pred: str) -> None:
@@ -131,7 +131,10 @@ def test_math_dapo_only_looks_at_the_last_300_characters_and_strict_box() -> Non
 
 def test_math_boxed_with_pred_and_empty_truth() -> None:
     assert math_answer.compute_score_with_pred("\\boxed{\\dfrac{1}{2}}", "\\frac{1}{2}") == {
-        "score": 1.0, "acc": True, "pred": "\\frac{1}{2}"}
+        "score": 1.0,
+        "acc": True,
+        "pred": "\\frac{1}{2}",
+    }
     assert math_answer.compute_score_with_pred("no box", "3") == {"score": 0.0, "acc": False, "pred": ""}
     with pytest.raises(ValueError, match="empty"):
         math_answer.compute_score_with_pred("\\boxed{3}", "")
@@ -155,9 +158,16 @@ def test_bad_ground_truth_is_counted_as_a_reward_error_by_the_manager() -> None:
             return ["#### 5" for _ in ids]
 
     batch = DataProto.from_dict(
-        tensors={"responses": torch.ones(2, 3, dtype=torch.long), "response_mask": torch.ones(2, 3, dtype=torch.long),
-                 "prompts": torch.ones(2, 2, dtype=torch.long), "attention_mask": torch.ones(2, 5, dtype=torch.long)},
-        non_tensors={"data_source": ["openai/gsm8k"] * 2, "reward_model": [{"ground_truth": "five"}, {"ground_truth": "5"}]},
+        tensors={
+            "responses": torch.ones(2, 3, dtype=torch.long),
+            "response_mask": torch.ones(2, 3, dtype=torch.long),
+            "prompts": torch.ones(2, 2, dtype=torch.long),
+            "attention_mask": torch.ones(2, 5, dtype=torch.long),
+        },
+        non_tensors={
+            "data_source": ["openai/gsm8k"] * 2,
+            "reward_model": [{"ground_truth": "five"}, {"ground_truth": "5"}],
+        },
     )
     out = create_reward_manager("naive", Tok(), timeout_s=None)(batch, return_dict=True)
     assert out["reward_metrics"]["reward/num_errors"] == 1.0

@@ -25,7 +25,7 @@ from verl.reward.verl_managers import VerlManagerAdapter, register
 from verl.trainer.ppo.reward import build_reward_fns, load_reward_manager, overlong_settings, training_scorer
 from verl.trainer.ppo.trainer import RLTrainer
 
-SCORER = '''
+SCORER = """
 import time
 
 def score(data_source, solution_str, ground_truth, extra_info=None):
@@ -36,7 +36,7 @@ def score(data_source, solution_str, ground_truth, extra_info=None):
     if solution_str == "nan":
         return float("nan")
     return float(solution_str == ground_truth)
-'''
+"""
 # row: response (ground truth 1) -> score, failure kind
 # 0 "1" -> 1.0; 1 "raise" -> 0, error; 2 "hang" -> 0, timeout (0.3 s deadline); 3 "nan" -> 0, error + non-finite; 4 "2" -> 0.0
 RESPONSES = ["1", "raise", "hang", "nan", "2"]
@@ -58,14 +58,25 @@ def _same_counts(counts: FailureCounts, expected: FailureCounts) -> None:
 
 def _eval_file(tmp_path: Path, responses: list[str], name: str = "gen.jsonl") -> Path:
     path = tmp_path / name
-    path.write_text("".join(json.dumps({"data_source": "a", "reward_model": {"ground_truth": "1"}, "responses": [r]}) + "\n"
-                            for r in responses))
+    path.write_text(
+        "".join(
+            json.dumps({"data_source": "a", "reward_model": {"ground_truth": "1"}, "responses": [r]}) + "\n"
+            for r in responses
+        )
+    )
     return path
 
 
 def _eval(data: Path, scorer_file: Path, log: Any = None) -> dict[str, float]:
-    cfg = load_eval_config(None, [f"data.path={data}", f"custom_reward_function.path={scorer_file}",
-                                  "custom_reward_function.name=score", f"reward_model.timeout_s={TIMEOUT_S}"])
+    cfg = load_eval_config(
+        None,
+        [
+            f"data.path={data}",
+            f"custom_reward_function.path={scorer_file}",
+            "custom_reward_function.name=score",
+            f"reward_model.timeout_s={TIMEOUT_S}",
+        ],
+    )
     return evaluate(cfg, log=log or (lambda *_: None))
 
 
@@ -74,7 +85,9 @@ def _manager(scorer_file: Path) -> NaiveRewardManager:
 
 
 def _batch(responses: list[str]) -> Any:
-    return make_batch([[65]] * len(responses), [TOK.encode(r) for r in responses], ["1"] * len(responses), data_source="a")
+    return make_batch(
+        [[65]] * len(responses), [TOK.encode(r) for r in responses], ["1"] * len(responses), data_source="a"
+    )
 
 
 def test_score_calls_counts_by_hand(scorer_file: Path) -> None:
@@ -86,8 +99,11 @@ def test_score_calls_counts_by_hand(scorer_file: Path) -> None:
     _same_counts(counts, EXPECTED)
     assert counts.failed == 3 and counts.hung_at == ""
     # the first failure of each kind, in the order the kinds occurred, with where it happened
-    assert counts.first == {"error": "row 1: RuntimeError('broken scorer')", "timeout": f"row 2: no result within {TIMEOUT_S} s",
-                            "nonfinite": "row 3: score is nan"}
+    assert counts.first == {
+        "error": "row 1: RuntimeError('broken scorer')",
+        "timeout": f"row 2: no result within {TIMEOUT_S} s",
+        "nonfinite": "row 3: score is nan",
+    }
     assert counts.metrics() == {"reward/num_errors": 2.0, "reward/num_nonfinite": 1.0, "reward/num_timeouts": 1.0}
 
 
@@ -109,7 +125,9 @@ def test_manager_and_verl_eval_give_the_same_counts(scorer_file: Path, tmp_path:
     assert logged[0].startswith("warning: 2 responses scored 0 (num_errors)")
 
 
-def test_the_same_policy_stops_training_and_eval_on_a_scorer_that_always_fails(scorer_file: Path, tmp_path: Path) -> None:
+def test_the_same_policy_stops_training_and_eval_on_a_scorer_that_always_fails(
+    scorer_file: Path, tmp_path: Path
+) -> None:
     responses = ["raise", "nan", "raise"]
     with pytest.raises(RewardFailureError, match=r"failed on every one of the 3 responses.*broken scorer"):
         _eval(_eval_file(tmp_path, responses), scorer_file)
@@ -118,8 +136,11 @@ def test_the_same_policy_stops_training_and_eval_on_a_scorer_that_always_fails(s
     # training: contained for 2 steps, the 3rd failed step in a row raises (a RuntimeError)
     for _ in range(2):
         RLTrainer._check_reward_failures(trainer, manager(batch), len(batch))
-    with pytest.raises(RuntimeError, match=r"failed \(raised or timed out\) on every sample for 3 consecutive steps; "
-                                           r"in the last one, .*every one of the 3 samples.*sample 0 .*broken scorer"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"failed \(raised or timed out\) on every sample for 3 consecutive steps; "
+        r"in the last one, .*every one of the 3 samples.*sample 0 .*broken scorer",
+    ):
         RLTrainer._check_reward_failures(trainer, manager(batch), len(batch))
     # one step that scores resets the count
     policy = RewardFailurePolicy()
@@ -135,7 +156,9 @@ def test_the_same_policy_stops_training_and_eval_on_a_scorer_that_always_fails(s
 def test_the_same_policy_stops_training_and_eval_on_a_hung_scorer(scorer_file: Path, tmp_path: Path) -> None:
     responses = ["1", "hang", "hang", "hang", "1", "1"]
     start = time.perf_counter()
-    with pytest.raises(RewardFailureError, match=r"timed out on 3 responses in a row, the last at .*gen.jsonl: row 3 \(line 4\)"):
+    with pytest.raises(
+        RewardFailureError, match=r"timed out on 3 responses in a row, the last at .*gen.jsonl: row 3 \(line 4\)"
+    ):
         _eval(_eval_file(tmp_path, responses), scorer_file)
     out = _manager(scorer_file)(_batch(responses))
     assert time.perf_counter() - start < 6 * 1.5  # the skipped calls were not waited for
@@ -147,14 +170,21 @@ def test_the_same_policy_stops_training_and_eval_on_a_hung_scorer(scorer_file: P
     assert policy.step_failed(counts) and counts.failed < counts.total  # hung, though not every sample failed
     policy.check(counts)
     policy.check(counts)
-    with pytest.raises(RewardFailureError, match=r"failed on every sample or looked hung for 3 consecutive steps; .*"
-                                                 r"timed out on 3 samples in a row, the last at sample 3 .*now 0.3 s"):
+    with pytest.raises(
+        RewardFailureError,
+        match=r"failed on every sample or looked hung for 3 consecutive steps; .*"
+        r"timed out on 3 samples in a row, the last at sample 3 .*now 0.3 s",
+    ):
         policy.check(counts)
 
 
 def test_contain_and_counts_arithmetic() -> None:
-    outcomes = [CallOutcome("ok", {"score": 0.5, "acc": True}), CallOutcome("ok", "x"), CallOutcome("timeout", error="late"),
-                CallOutcome("timeout", error="skipped", skipped=True)]
+    outcomes = [
+        CallOutcome("ok", {"score": 0.5, "acc": True}),
+        CallOutcome("ok", "x"),
+        CallOutcome("timeout", error="late"),
+        CallOutcome("timeout", error="skipped", skipped=True),
+    ]
     results, counts = contain(outcomes)
     assert [r.score for r in results] == [0.5, 0.0, 0.0, 0.0] and results[0].extras == {"acc": True}
     _same_counts(counts, FailureCounts(total=4, errors=1, timeouts=2, skipped=1))
@@ -162,7 +192,9 @@ def test_contain_and_counts_arithmetic() -> None:
     both = counts + FailureCounts(total=2, errors=1, nonfinite=1, first={"nonfinite": "x", "error": "y"})
     _same_counts(both, FailureCounts(total=6, errors=2, nonfinite=1, timeouts=2, skipped=1))
     assert both.first["error"] == counts.first["error"] and both.first["nonfinite"] == "x"
-    assert FailureCounts.from_metrics({"reward/num_errors": 2.0, "reward/num_timeouts": 1.0}, 5) == FailureCounts(5, 2, 0, 1)
+    assert FailureCounts.from_metrics({"reward/num_errors": 2.0, "reward/num_timeouts": 1.0}, 5) == FailureCounts(
+        5, 2, 0, 1
+    )
     assert not RewardFailurePolicy.step_failed(FailureCounts())  # an empty step is not a failed one
     with pytest.raises(ValueError, match="patience"):
         RewardFailurePolicy(patience=0)
@@ -172,7 +204,12 @@ class VerlStyleManager:
     """A manager in verl's convention: per-row ``compute_score``, reward on the last valid token."""
 
     def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", scale=1.0, **kwargs):
-        self.tokenizer, self.num_examine, self.compute_score, self.key = tokenizer, num_examine, compute_score, reward_fn_key
+        self.tokenizer, self.num_examine, self.compute_score, self.key = (
+            tokenizer,
+            num_examine,
+            compute_score,
+            reward_fn_key,
+        )
         self.scale, self.kwargs = scale, kwargs
 
     def __call__(self, data, return_dict=False):
@@ -181,8 +218,12 @@ class VerlStyleManager:
             item = data[i]
             valid = int(item.batch["response_mask"].sum())
             text = self.tokenizer.batch_decode([item.batch["responses"][:valid].tolist()], skip_special_tokens=True)[0]
-            score = self.compute_score(item.non_tensor_batch[self.key], text, item.non_tensor_batch["reward_model"]["ground_truth"],
-                                       item.non_tensor_batch["extra_info"])
+            score = self.compute_score(
+                item.non_tensor_batch[self.key],
+                text,
+                item.non_tensor_batch["reward_model"]["ground_truth"],
+                item.non_tensor_batch["extra_info"],
+            )
             reward[i, valid - 1] = self.scale * float(score["score"] if isinstance(score, dict) else score)
         return {"reward_tensor": reward, "reward_extra_info": {}} if return_dict else reward
 
@@ -221,52 +262,98 @@ def test_every_registered_manager_builds_through_load_reward_manager(verl_style_
 def test_a_manager_class_loaded_by_path_is_built_by_the_same_adapter(tmp_path: Path) -> None:
     path = tmp_path / "my_manager.py"
     path.write_text("import torch\n\n" + inspect.getsource(VerlStyleManager))
-    cfg = load_config(None, ["reward_manager.source=importlib", f"reward_manager.module.path={path}",
-                             "reward_manager.module.name=VerlStyleManager", "+reward_model.reward_kwargs.scale=3.0"])
+    cfg = load_config(
+        None,
+        [
+            "reward_manager.source=importlib",
+            f"reward_manager.module.path={path}",
+            "reward_manager.module.name=VerlStyleManager",
+            "+reward_model.reward_kwargs.scale=3.0",
+        ],
+    )
     train, val = build_reward_fns(cfg, TOK)
-    assert type(train).__name__ == "VerlStyleManager" and (train.num_examine, val.num_examine, train.scale) == (0, 1, 3.0)
+    assert type(train).__name__ == "VerlStyleManager" and (train.num_examine, val.num_examine, train.scale) == (
+        0,
+        1,
+        3.0,
+    )
     batch = make_batch([[65], [66]], [TOK.encode("7"), TOK.encode("9")], ["7", "8"], width=3)
     assert train(batch, return_dict=True)["reward_tensor"].sum(-1).tolist() == [3.0, 0.0]
 
 
 def test_reward_kwargs_reach_the_scorer_or_the_verl_constructor(verl_style_name: str, scorer_file: Path) -> None:
     bonus = scorer_file.parent / "bonus.py"
-    bonus.write_text("def score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0, scale=None):\n"
-                     "    return float(solution_str == ground_truth) + bonus\n")
+    bonus.write_text(
+        "def score(data_source, solution_str, ground_truth, extra_info=None, bonus=0.0, scale=None):\n"
+        "    return float(solution_str == ground_truth) + bonus\n"
+    )
     batch = _batch(["1", "2"])
     common = [f"custom_reward_function.path={bonus}", "custom_reward_function.name=score"]
     naive = load_reward_manager(load_config(None, [*common, "+reward_model.reward_kwargs.bonus=0.5"]), TOK)
     assert naive(batch)["reward_tensor"].sum(-1).tolist() == [1.5, 0.5]
-    assert training_scorer(load_config(None, [*common, "+reward_model.reward_kwargs.bonus=0.5"]))[1](
-        data_source="a", solution_str="1", ground_truth="1") == 1.5
-    verl = load_reward_manager(load_config(None, [*common, f"reward_model.reward_manager={verl_style_name}",
-                                                  "+reward_model.reward_kwargs.scale=2.0"]), TOK)
+    assert (
+        training_scorer(load_config(None, [*common, "+reward_model.reward_kwargs.bonus=0.5"]))[1](
+            data_source="a", solution_str="1", ground_truth="1"
+        )
+        == 1.5
+    )
+    verl = load_reward_manager(
+        load_config(
+            None, [*common, f"reward_model.reward_manager={verl_style_name}", "+reward_model.reward_kwargs.scale=2.0"]
+        ),
+        TOK,
+    )
     assert verl.scale == 2.0 and verl.kwargs == {}  # a constructor keyword, not a scorer keyword
     assert verl(batch, return_dict=True)["reward_tensor"].sum(-1).tolist() == [2.0, 0.0]
 
 
 def test_dapo_overlong_buffer_cfg_is_the_reward_model_overlong_buffer(verl_style_name: str) -> None:
-    dapo = ["+reward_model.reward_kwargs.overlong_buffer_cfg.enable=true", "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4",
-            "+reward_model.reward_kwargs.max_resp_len=20"]
-    schema = ["reward_model.overlong_buffer.enable=true", "reward_model.overlong_buffer.len=4", "data.max_response_length=20"]
+    dapo = [
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.enable=true",
+        "+reward_model.reward_kwargs.overlong_buffer_cfg.len=4",
+        "+reward_model.reward_kwargs.max_resp_len=20",
+    ]
+    schema = [
+        "reward_model.overlong_buffer.enable=true",
+        "reward_model.overlong_buffer.len=4",
+        "data.max_response_length=20",
+    ]
     expected = (OverlongBufferConfig(enable=True, len=4, penalty_factor=1.0), 20)
     dapo_cfg = load_config(None, dapo)
     assert overlong_settings(dapo_cfg) == overlong_settings(load_config(None, schema)) == expected
     assert overlong_settings(load_config(None, []))[0] == OverlongBufferConfig()
     # lengths 16 / 17 / 18 of 20 with a buffer of 4: penalties 0, -0.25, -0.5 (training only)
     responses = ["1" * 15 + "\x02", "1" * 16 + "\x02", "1" * 17 + "\x02"]
-    batch = make_batch([[65]] * 3, [TOK.encode(r) for r in responses], ["1" * 15, "1" * 16, "1" * 17], width=20,
-                       data_source="builtin/arithmetic")
+    batch = make_batch(
+        [[65]] * 3,
+        [TOK.encode(r) for r in responses],
+        ["1" * 15, "1" * 16, "1" * 17],
+        width=20,
+        data_source="builtin/arithmetic",
+    )
     for name in ("dapo", "naive"):
         dapo_cfg.reward_model.reward_manager = name
         train, val = build_reward_fns(dapo_cfg, TOK)
         assert train.overlong_buffer == expected[0] and train.max_response_length == 20
-        assert train(batch)["reward_tensor"].sum(-1).tolist() == [1.0, 0.75, 0.5]  # the DAPO keys never reach the scorer
+        assert train(batch)["reward_tensor"].sum(-1).tolist() == [
+            1.0,
+            0.75,
+            0.5,
+        ]  # the DAPO keys never reach the scorer
         assert val(batch)["reward_tensor"].sum(-1).tolist() == [1.0, 1.0, 1.0] and not val.overlong_buffer.enable
     # a verl-style class gets them back as verl's DAPO constructor keywords, in training
     train, val = build_reward_fns(load_config(None, [f"reward_model.reward_manager={verl_style_name}", *schema]), TOK)
     assert train.kwargs == {"overlong_buffer_cfg": expected[0], "max_resp_len": 20} and val.kwargs == {}
     assert OverlongBufferConfig.from_config({"enable": True, "len": "3"}) == OverlongBufferConfig(True, 3, 1.0)
     with pytest.raises(ValueError, match="overlong_buffer.len must be in"):
-        build_reward_fns(load_config(None, [*dapo[:1], "+reward_model.reward_kwargs.overlong_buffer_cfg.len=40",
-                                            "+reward_model.reward_kwargs.max_resp_len=20"]), TOK)
+        build_reward_fns(
+            load_config(
+                None,
+                [
+                    *dapo[:1],
+                    "+reward_model.reward_kwargs.overlong_buffer_cfg.len=40",
+                    "+reward_model.reward_kwargs.max_resp_len=20",
+                ],
+            ),
+            TOK,
+        )

@@ -32,9 +32,19 @@ def test_call_many_gives_each_call_its_own_outcome_and_deadline() -> None:
 
 def test_call_many_stops_waiting_after_consecutive_timeouts() -> None:
     caller = TimeoutCaller(0.2)
-    out = caller.call_many(_scorer, [{"x": x} for x in ["hang", "hang", "a", "hang", "hang", "hang", "b", "c"]],
-                           stop_after_timeouts=3)
-    assert [o.status for o in out] == ["timeout", "timeout", "ok", "timeout", "timeout", "timeout", "timeout", "timeout"]
+    out = caller.call_many(
+        _scorer, [{"x": x} for x in ["hang", "hang", "a", "hang", "hang", "hang", "b", "c"]], stop_after_timeouts=3
+    )
+    assert [o.status for o in out] == [
+        "timeout",
+        "timeout",
+        "ok",
+        "timeout",
+        "timeout",
+        "timeout",
+        "timeout",
+        "timeout",
+    ]
     assert out[-1].error.startswith("skipped") and out[2].value == 1.0
 
 

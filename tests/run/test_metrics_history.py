@@ -61,7 +61,9 @@ VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
 
 def _launch(script: str, overrides: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    return subprocess.run([sys.executable, "-c", script, *overrides], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", script, *overrides], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def _rows(run_dir) -> list[dict]:

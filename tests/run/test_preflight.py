@@ -14,8 +14,11 @@ from verl.config import load_config
 from verl.run.preflight import estimate_checkpoint_bytes, run_preflight
 from verl.utils.errors import DataError, DiskError, ModelError, PreflightError, RewardFunctionError, UserError
 
-ROW = {"data_source": "builtin/arithmetic", "prompt": [{"role": "user", "content": "1+1="}],
-       "reward_model": {"ground_truth": "2"}}
+ROW = {
+    "data_source": "builtin/arithmetic",
+    "prompt": [{"role": "user", "content": "1+1="}],
+    "reward_model": {"ground_truth": "2"},
+}
 
 
 def _cfg(model_dir: Path, run_dir: Path, **extra):
@@ -42,8 +45,16 @@ def _failure(cfg, kind: type[UserError], *needles: str) -> str:
 
 def test_good_config_passes_every_check(tiny_model_dir, tmp_path):
     checks = run_preflight(_cfg(tiny_model_dir, tmp_path, **{"trainer.save_freq": 1}), raise_on_failure=False)
-    assert [c.name for c in checks] == ["paths", "checkpoint folder", "data", "reward function", "multi-turn configs",
-                                        "model", "pad token", "half precision"]
+    assert [c.name for c in checks] == [
+        "paths",
+        "checkpoint folder",
+        "data",
+        "reward function",
+        "multi-turn configs",
+        "model",
+        "pad token",
+        "half precision",
+    ]
     assert checks[4].ok is None  # no tools or interactions configured
     assert all(c.ok for c in checks[:4] + checks[5:-1]), checks
     assert checks[-1].ok is None and checks[-1].detail == "skipped"  # float32 run: no half precision to measure
@@ -58,8 +69,9 @@ def test_unknown_data_source(tiny_model_dir, tmp_path):
 
 def test_non_utf8_data_names_file_and_line(tiny_model_dir, tmp_path):
     data = _jsonl(tmp_path / "bad.jsonl", [ROW, ROW], raw_line=b'{"data_source": "caf\xe9"}')
-    _failure(_cfg(tiny_model_dir, tmp_path, **{"data.train_files": str(data)}), DataError,
-             f"{data}: line 2", "UTF-8", "0xe9")
+    _failure(
+        _cfg(tiny_model_dir, tmp_path, **{"data.train_files": str(data)}), DataError, f"{data}: line 2", "UTF-8", "0xe9"
+    )
 
 
 def test_missing_reward_function_name(tiny_model_dir, tmp_path):
@@ -124,7 +136,9 @@ def test_no_room_for_a_checkpoint(tiny_model_dir, tmp_path, monkeypatch):
 
     cfg = _cfg(tiny_model_dir, tmp_path, **{"trainer.save_freq": 1})
     need = estimate_checkpoint_bytes(cfg)
-    monkeypatch.setattr(pf.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**12, 10**12 - need + 1, need - 1))
+    monkeypatch.setattr(
+        pf.shutil, "disk_usage", lambda p: shutil._ntuple_diskusage(10**12, 10**12 - need + 1, need - 1)
+    )
     _failure(cfg, DiskError, "free, one checkpoint needs about")
 
 
@@ -167,7 +181,13 @@ def test_missing_model_is_one_line_naming_the_key(tmp_path, monkeypatch):
 
 def test_a_missing_data_file_names_its_key(tiny_model_dir, tmp_path):
     missing = tmp_path / "nope.jsonl"
-    _failure(_cfg(tiny_model_dir, tmp_path, **{"data.train_files": f"[{missing}]"}), DataError,
-             f"data.train_files: data file not found: {missing}")
-    _failure(_cfg(tiny_model_dir, tmp_path, **{"data.val_files": f"[{missing}]"}), DataError,
-             f"data.val_files: data file not found: {missing}")
+    _failure(
+        _cfg(tiny_model_dir, tmp_path, **{"data.train_files": f"[{missing}]"}),
+        DataError,
+        f"data.train_files: data file not found: {missing}",
+    )
+    _failure(
+        _cfg(tiny_model_dir, tmp_path, **{"data.val_files": f"[{missing}]"}),
+        DataError,
+        f"data.val_files: data file not found: {missing}",
+    )

@@ -18,13 +18,21 @@ import pytest
 from run_helpers import tiny_run_overrides
 
 pytestmark = pytest.mark.e2e
-ROW = {"data_source": "builtin/arithmetic", "prompt": [{"role": "user", "content": "1+1="}],
-       "reward_model": {"ground_truth": "2"}}
+ROW = {
+    "data_source": "builtin/arithmetic",
+    "prompt": [{"role": "user", "content": "1+1="}],
+    "reward_model": {"ground_truth": "2"},
+}
 
 
 def _run(overrides: list[str], *extra: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra], capture_output=True,
-                          text=True, timeout=600, env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *overrides, *extra],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def _one_line(proc: subprocess.CompletedProcess, *needles: str) -> str:
@@ -59,17 +67,24 @@ def _bad_inputs(tiny_model_dir: Path, tmp: Path, shared: Path) -> dict[str, tupl
     return {
         "file_ckpt_path": ({"trainer.default_local_dir": str(tmp / "ckpt_file")}, ("disk error", "not a directory")),
         "non_utf8": ({"data.train_files": str(bad_data)}, ("data error", "line 2", "UTF-8")),
-        "unknown_source": ({"data.train_files": str(unknown), "custom_reward_function.path": "null"},
-                           ("pre-flight check failed", "'my/source'")),
+        "unknown_source": (
+            {"data.train_files": str(unknown), "custom_reward_function.path": "null"},
+            ("pre-flight check failed", "'my/source'"),
+        ),
         "missing_name": ({"custom_reward_function.name": "nope"}, ("reward function error", "'nope' not found")),
-        "wrong_signature": ({"custom_reward_function.path": str(wrong_sig)}, ("reward function error", "compute_score(text)")),
+        "wrong_signature": (
+            {"custom_reward_function.path": str(wrong_sig)},
+            ("reward function error", "compute_score(text)"),
+        ),
         "big_vocab": ({"data.tokenizer": str(shared / "tokenizers" / "gpt2")}, ("model error", "50257 tokens")),
         "short_context": ({"actor_rollout_ref.model.path": str(short)}, ("model error", "context of 16")),
     }
 
 
-@pytest.mark.parametrize("case", ["file_ckpt_path", "non_utf8", "unknown_source", "missing_name", "wrong_signature",
-                                  "big_vocab", "short_context"])
+@pytest.mark.parametrize(
+    "case",
+    ["file_ckpt_path", "non_utf8", "unknown_source", "missing_name", "wrong_signature", "big_vocab", "short_context"],
+)
 def test_bad_input_is_one_line_before_the_first_step(case, tiny_model_dir, tmp_path, shared_dir):
     extra, needles = _bad_inputs(tiny_model_dir, tmp_path, shared_dir)[case]
     proc = _run(tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.save_freq": 1, **extra}))
@@ -101,7 +116,12 @@ sys.exit(main(sys.argv[1:]))
 def test_full_disk_during_save_is_one_line_and_keeps_the_row(tiny_model_dir, tmp_path):
     ov = tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.save_freq": 1})
     proc = subprocess.run([sys.executable, "-c", DISK_FULL, *ov], capture_output=True, text=True, timeout=600)
-    _one_line(proc, "verl train: disk error: saving a checkpoint under", "No space left on device", "previous checkpoint is intact")
+    _one_line(
+        proc,
+        "verl train: disk error: saving a checkpoint under",
+        "No space left on device",
+        "previous checkpoint is intact",
+    )
     assert [json.loads(x)["step"] for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()] == [1]
     assert not list((tmp_path / "ckpt").glob("global_step_*"))
     assert not (tmp_path / "ckpt" / "latest_checkpointed_iteration.txt").exists()
@@ -117,11 +137,17 @@ def test_checkpoint_file_that_is_not_weights_is_one_error(tiny_model_dir, tmp_pa
     RLTrainer(config=load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.save_freq": 2}))).fit()
     ckpt = tmp_path / "ckpt" / "global_step_2"
     (ckpt / "trainer_state.pt").write_bytes(b"\x80\x04 this is not a torch file")
-    files = {str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
-             for p in sorted(ckpt.rglob("*")) if p.is_file() and p.name != "manifest.json"}
+    files = {
+        str(p.relative_to(ckpt)): {"size": p.stat().st_size, "sha256": hashlib.sha256(p.read_bytes()).hexdigest()}
+        for p in sorted(ckpt.rglob("*"))
+        if p.is_file() and p.name != "manifest.json"
+    }
     (ckpt / "manifest.json").write_text(json.dumps({"step": 2, "files": files}))
     more = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.total_training_steps": 3}))
-    with pytest.raises(CheckpointLoadError, match=r"cannot load the trainer state .*global_step_2/trainer_state\.pt .*"
-                                                  r"Unsupported operand.*damaged") as info:
+    with pytest.raises(
+        CheckpointLoadError,
+        match=r"cannot load the trainer state .*global_step_2/trainer_state\.pt .*"
+        r"Unsupported operand.*damaged",
+    ) as info:
         RLTrainer(config=more).fit()
     assert "\n" not in str(info.value)

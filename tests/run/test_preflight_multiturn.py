@@ -21,13 +21,21 @@ GSM8K = "verl.interactions.gsm8k_interaction.Gsm8kInteraction"
 
 def _row(name: str | None = None) -> dict:
     extra = {"interaction_kwargs": {"ground_truth": "2", **({"name": name} if name else {})}}
-    return {"data_source": "builtin/arithmetic", "prompt": [{"role": "user", "content": "1+1="}],
-            "reward_model": {"ground_truth": "2"}, "extra_info": extra}
+    return {
+        "data_source": "builtin/arithmetic",
+        "prompt": [{"role": "user", "content": "1+1="}],
+        "reward_model": {"ground_truth": "2"},
+        "extra_info": extra,
+    }
 
 
 def _run(tmp_path: Path, **extra) -> list:
-    cfg = load_config(None, tiny_run_overrides(tmp_path / "no_model_here", tmp_path,
-                                               **{f"{MT}.enable": "true", "data.return_raw_chat": "true", **extra}))
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tmp_path / "no_model_here", tmp_path, **{f"{MT}.enable": "true", "data.return_raw_chat": "true", **extra}
+        ),
+    )
     return run_preflight(cfg)
 
 
@@ -46,8 +54,13 @@ def _fails(kind: type[UserError], tmp_path: Path, *needles: str, **extra) -> Non
 
 
 def test_missing_tool_config_file(tmp_path) -> None:
-    _fails(ToolConfigError, tmp_path, f"{MT}.tool_config_path", f"{tmp_path}/tools.yaml: no such file",
-           **{f"{MT}.tool_config_path": str(tmp_path / "tools.yaml")})
+    _fails(
+        ToolConfigError,
+        tmp_path,
+        f"{MT}.tool_config_path",
+        f"{tmp_path}/tools.yaml: no such file",
+        **{f"{MT}.tool_config_path": str(tmp_path / "tools.yaml")},
+    )
 
 
 def test_unknown_tool_class_name(tmp_path) -> None:
@@ -56,42 +69,78 @@ def test_unknown_tool_class_name(tmp_path) -> None:
 
 
 def test_parameters_that_are_not_a_json_schema(tmp_path) -> None:
-    f = _yaml(tmp_path / "tools.yaml", f"""tools:
+    f = _yaml(
+        tmp_path / "tools.yaml",
+        f"""tools:
   - class_name: {CALC}
     tool_schema:
       type: function
       function: {{name: calculator, description: d, parameters: {{type: objekt}}}}
-""")
-    _fails(ToolConfigError, tmp_path, f"{f}: tools[0]", "parameters is not a valid JSON Schema", "'objekt'",
-           **{f"{MT}.tool_config_path": f})
+""",
+    )
+    _fails(
+        ToolConfigError,
+        tmp_path,
+        f"{f}: tools[0]",
+        "parameters is not a valid JSON Schema",
+        "'objekt'",
+        **{f"{MT}.tool_config_path": f},
+    )
 
 
 def test_interaction_entry_without_class_name(tmp_path) -> None:
     f = _yaml(tmp_path / "interactions.yaml", "interaction:\n  - name: gsm8k\n    config: {}\n")
-    _fails(ToolConfigError, tmp_path, f"{MT}.interaction_config_path", f"{f}: interaction[0]", "needs class_name",
-           **{f"{MT}.interaction_config_path": f})
+    _fails(
+        ToolConfigError,
+        tmp_path,
+        f"{MT}.interaction_config_path",
+        f"{f}: interaction[0]",
+        "needs class_name",
+        **{f"{MT}.interaction_config_path": f},
+    )
 
 
 def test_unknown_builtin_config_name(tmp_path) -> None:
-    _fails(ToolConfigError, tmp_path, f"{MT}.tool_config_path", "no built-in tool config 'calculater'",
-           **{f"{MT}.tool_config_path": "builtin://calculater"})
+    _fails(
+        ToolConfigError,
+        tmp_path,
+        f"{MT}.tool_config_path",
+        "no built-in tool config 'calculater'",
+        **{f"{MT}.tool_config_path": "builtin://calculater"},
+    )
 
 
 def test_row_asking_for_an_interaction_the_config_lacks(tmp_path) -> None:
     f = _yaml(tmp_path / "interactions.yaml", f"interaction:\n  - name: gsm8k\n    class_name: {GSM8K}\n")
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in [_row("gsm8k"), _row(), _row("gsm8kk")]))
-    _fails(DataError, tmp_path, f"data.train_files: {data}: row 2 (line 3): extra_info.interaction_kwargs.name='gsm8kk'",
-           f"{MT}.interaction_config_path", "['gsm8k']",
-           **{f"{MT}.interaction_config_path": f, "data.train_files": str(data)})
+    _fails(
+        DataError,
+        tmp_path,
+        f"data.train_files: {data}: row 2 (line 3): extra_info.interaction_kwargs.name='gsm8kk'",
+        f"{MT}.interaction_config_path",
+        "['gsm8k']",
+        **{f"{MT}.interaction_config_path": f, "data.train_files": str(data)},
+    )
 
 
 def test_valid_configs_pass(tmp_path, tiny_model_dir) -> None:
     f = _yaml(tmp_path / "interactions.yaml", f"interaction:\n  - name: gsm8k\n    class_name: {GSM8K}\n")
     data = tmp_path / "d.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in [_row("gsm8k"), _row()]))
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        f"{MT}.enable": "true", "data.return_raw_chat": "true", f"{MT}.interaction_config_path": f,
-        f"{MT}.tool_config_path": "builtin://calculator", "data.train_files": str(data)}))
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            tmp_path,
+            **{
+                f"{MT}.enable": "true",
+                "data.return_raw_chat": "true",
+                f"{MT}.interaction_config_path": f,
+                f"{MT}.tool_config_path": "builtin://calculator",
+                "data.train_files": str(data),
+            },
+        ),
+    )
     check = next(c for c in run_preflight(cfg) if c.name == "multi-turn configs")
     assert check.ok and check.detail == "1 tool(s) ['calculator']; 1 interaction(s) ['gsm8k'] for 2 row(s)"

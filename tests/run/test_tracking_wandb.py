@@ -40,7 +40,9 @@ def _offline_run(wandb_dir: Path, online_tried: bool = False) -> Path:
 def _log_two_steps(out: Path) -> None:
     import wandb
 
-    tracker = Tracking(["console", "wandb"], out, project_name="p", experiment_name="e", config={"trainer": {"seed": 1}})
+    tracker = Tracking(
+        ["console", "wandb"], out, project_name="p", experiment_name="e", config={"trainer": {"seed": 1}}
+    )
     tracker.log({"critic/score/mean": 0.25, "actor/pg_loss": -1.5}, step=1)
     tracker.log({"critic/score/mean": 0.75}, step=2)
     tracker.close()
@@ -52,8 +54,10 @@ def test_no_credentials_logs_offline_once(no_credentials: Path, tmp_path: Path, 
     _log_two_steps(tmp_path / "out")
     run = _offline_run(no_credentials)
     notes = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wandb:")]
-    assert notes == [f"wandb: no W&B credentials (WANDB_API_KEY, ~/.netrc): logging offline to {run}; "
-                     f"upload it later with `wandb sync {run}`"]
+    assert notes == [
+        f"wandb: no W&B credentials (WANDB_API_KEY, ~/.netrc): logging offline to {run}; "
+        f"upload it later with `wandb sync {run}`"
+    ]
     data = next(run.glob("run-*.wandb")).read_bytes()  # the run's records: history rows hold the metrics
     assert b"critic/score/mean" in data and b"actor/pg_loss" in data and b"0.75" in data and b"-1.5" in data
     assert UNREACHABLE.encode() not in (no_credentials / "wandb" / "debug-internal.log").read_bytes()
@@ -67,8 +71,9 @@ def test_netrc_entry_counts_as_credentials(no_credentials: Path, tmp_path: Path)
     assert wandb_credentials()
 
 
-def test_failed_online_start_falls_back_to_offline(no_credentials: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                   capsys: pytest.CaptureFixture) -> None:
+def test_failed_online_start_falls_back_to_offline(
+    no_credentials: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> None:
     monkeypatch.setenv("WANDB_API_KEY", "a" * 40)  # a key, but the server cannot be reached
     _log_two_steps(tmp_path / "out")
     run = _offline_run(no_credentials, online_tried=True)
@@ -83,8 +88,14 @@ def test_one_rl_step_with_verls_logger_setting(no_credentials: Path, tiny_model_
     from verl.config import load_config
     from verl.trainer.ppo.trainer import RLTrainer
 
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path / "run", **{
-        "trainer.total_training_steps": 1, "trainer.logger": "['console','wandb']"}))
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            tmp_path / "run",
+            **{"trainer.total_training_steps": 1, "trainer.logger": "['console','wandb']"},
+        ),
+    )
     history = RLTrainer(config=cfg).fit()
     assert [h["step"] for h in history] == [1]
     import wandb

@@ -47,8 +47,12 @@ def _fit(model_dir: str, run_dir: Path, address: str, **extra: object) -> None:
     from verl.config import load_config
     from verl.trainer import RLTrainer
 
-    base = {"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2, "actor_rollout_ref.actor.calculate_entropy": True,
-            "trainer.backend": "ray", "ray_kwargs.ray_init.address": address}
+    base = {
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.actor.calculate_entropy": True,
+        "trainer.backend": "ray",
+        "ray_kwargs.ray_init.address": address,
+    }
     base.update(extra)
     RLTrainer(config=load_config(None, tiny_run_overrides(model_dir, run_dir, **base))).fit()
 
@@ -62,11 +66,16 @@ def equal(model_dir: str, run_dir: Path) -> dict:
     _fit(model_dir, run_dir / "two", cluster.address, **{"trainer.nnodes": 2, "trainer.n_gpus_per_node": 1})
     hosts = sorted(node_watch().hosted)
     _fit(model_dir, run_dir / "one", cluster.address, **{"trainer.nnodes": 1, "trainer.n_gpus_per_node": 2})
+
     def pick(m):
         return {s: {k: row[k] for k in KEYS} for s, row in m.items()}
 
-    return {"two": pick(read_metrics(run_dir / "two")), "one": pick(read_metrics(run_dir / "one")), "hosts": hosts,
-            "nodes": sorted(n["NodeID"] for n in ray.nodes())}
+    return {
+        "two": pick(read_metrics(run_dir / "two")),
+        "one": pick(read_metrics(run_dir / "one")),
+        "hosts": hosts,
+        "nodes": sorted(n["NodeID"] for n in ray.nodes()),
+    }
 
 
 def kill(model_dir: str, run_dir: Path) -> dict:
@@ -81,16 +90,29 @@ def kill(model_dir: str, run_dir: Path) -> dict:
 
     threading.Thread(target=killer, daemon=True).start()
     try:
-        _fit(model_dir, run_dir, cluster.address, **{"trainer.nnodes": 2, "trainer.n_gpus_per_node": 1,
-                                                      "trainer.total_training_steps": 200, "trainer.save_freq": 1})
+        _fit(
+            model_dir,
+            run_dir,
+            cluster.address,
+            **{
+                "trainer.nnodes": 2,
+                "trainer.n_gpus_per_node": 1,
+                "trainer.total_training_steps": 200,
+                "trainer.save_freq": 1,
+            },
+        )
         return {"error": None}
     except Exception as e:  # noqa: BLE001 - reported to the test
         from verl.run.checkpoint import check_checkpoint
 
         latest = (run_dir / "ckpt" / "latest_checkpointed_iteration.txt").read_text().strip()
-        return {"error": f"{type(e).__name__}: {e}", "latency_s": time.monotonic() - killed.get("t", float("nan")),
-                "killed": killed.get("node"), "latest": latest,
-                "ckpt_problem": check_checkpoint(run_dir / "ckpt" / f"global_step_{latest}")}
+        return {
+            "error": f"{type(e).__name__}: {e}",
+            "latency_s": time.monotonic() - killed.get("t", float("nan")),
+            "killed": killed.get("node"),
+            "latest": latest,
+            "ckpt_problem": check_checkpoint(run_dir / "ckpt" / f"global_step_{latest}"),
+        }
 
 
 if __name__ == "__main__":

@@ -22,11 +22,17 @@ DRIVER = Path(__file__).with_name("multinode_driver.py")
 def _drive(mode: str, model_dir: Path, run_dir: Path) -> dict:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "TOKENIZERS_PARALLELISM": "false"}
     env.pop("RAY_ADDRESS", None)
-    proc = subprocess.run([sys.executable, str(DRIVER), mode, str(model_dir), str(run_dir)], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+    proc = subprocess.run(
+        [sys.executable, str(DRIVER), mode, str(model_dir), str(run_dir)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
     assert lines, f"driver failed (rc {proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
-    return json.loads(lines[-1][len("RESULT "):]), proc.stderr
+    return json.loads(lines[-1][len("RESULT ") :]), proc.stderr
 
 
 def test_two_nodes_equal_one_node(tiny_model_dir, tmp_path):

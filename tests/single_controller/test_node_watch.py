@@ -16,8 +16,16 @@ def table(monkeypatch):
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen()
-    nodes = {n: {"NodeID": n, "Alive": True, "NodeManagerAddress": "127.0.0.1",
-                 "NodeManagerPort": server.getsockname()[1], "DeathReasonMessage": ""} for n in ("aaa", "bbb")}
+    nodes = {
+        n: {
+            "NodeID": n,
+            "Alive": True,
+            "NodeManagerAddress": "127.0.0.1",
+            "NodeManagerPort": server.getsockname()[1],
+            "DeathReasonMessage": "",
+        }
+        for n in ("aaa", "bbb")
+    }
     monkeypatch.setattr(ray, "is_initialized", lambda: True)
     monkeypatch.setattr(ray, "nodes", lambda: [dict(v) for v in nodes.values()])
     yield nodes
@@ -37,8 +45,10 @@ def test_dead_node_is_named_with_its_roles_and_ranks_once(table, capsys):
     watch.check()
     table["bbb"].update(Alive=False, DeathReasonMessage="health check failed")
     lost = watch.poll()
-    assert str(lost) == ("verl node watch: Ray node bbb (10.0.0.2) is dead (health check failed); it hosted "
-                         "actor_rollout_ref rank(s) [1], critic rank(s) [1]; stopping the run, the last checkpoint is intact")
+    assert str(lost) == (
+        "verl node watch: Ray node bbb (10.0.0.2) is dead (health check failed); it hosted "
+        "actor_rollout_ref rank(s) [1], critic rank(s) [1]; stopping the run, the last checkpoint is intact"
+    )
     with pytest.raises(NodeLostError, match="Ray node bbb"):
         watch.check()
     watch.poll()

@@ -89,7 +89,7 @@ def test_local_group_hang_dumps_stack_and_exits_3():
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert "not reached" not in proc.stdout
     assert "sleeper.step() did not return within 0.5 s" in proc.stderr
-    assert re.search(r'line \d+ in step', proc.stderr)  # faulthandler: the worker method's frame
+    assert re.search(r"line \d+ in step", proc.stderr)  # faulthandler: the worker method's frame
     assert proc.stderr.strip().splitlines()[-1].startswith("verl train: hang: sleeper rank 0 step()")
 
 
@@ -124,12 +124,20 @@ def test_sigstopped_ray_worker_is_reported_within_120_s(tiny_model_dir, tmp_path
     from verl.run.checkpoint import check_checkpoint
 
     pid_file = tmp_path / "pids.jsonl"
-    ov = tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 200, "trainer.save_freq": 1,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2})  # the default deadlines (README)
+    ov = tiny_run_overrides(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "trainer.n_gpus_per_node": 2,
+            "trainer.total_training_steps": 200,
+            "trainer.save_freq": 1,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        },
+    )  # the default deadlines (README)
     env = {**os.environ, "VERL_TEST_PID_FILE": str(pid_file)}
-    proc = subprocess.Popen([sys.executable, "-c", RAY_RUN, *ov], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", RAY_RUN, *ov], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env
+    )
     metrics = tmp_path / "out" / "metrics.jsonl"
     try:
         deadline = time.monotonic() + 400
@@ -154,7 +162,10 @@ def test_sigstopped_ray_worker_is_reported_within_120_s(tiny_model_dir, tmp_path
     # Ray streams worker log lines to the driver's stderr asynchronously: find the verdict line
     verdict = [x for x in stderr.splitlines() if x.startswith("verl train: hang: ")]
     assert len(verdict) == 1, stderr[-3000:]
-    assert verdict[0].startswith("verl train: hang: actor_rollout_ref.") and "rank(s) [1] were stopped (SIGSTOP)" in verdict[0], verdict
+    assert (
+        verdict[0].startswith("verl train: hang: actor_rollout_ref.")
+        and "rank(s) [1] were stopped (SIGSTOP)" in verdict[0]
+    ), verdict
     for rank in (0, 1):
         section = stderr.split(f"--- actor_rollout_ref rank {rank} ")[1]
         assert "most recent call first" in section.split("--- ")[0], section[:500]

@@ -16,7 +16,7 @@ from verl.tools.code_interpreter import PythonCodeTool
 from verl.tools.isolation import python_roots
 
 SECRET_PREFIX = "VERLSECRET"
-PROBE = r'''
+PROBE = r"""
 import glob, os
 _needle = ("VERL" + "SECRET").encode()
 _RO_ROOTS = __RO_ROOTS__
@@ -41,7 +41,7 @@ for _top in ("/tmp", "/dev", "/proc/1/cwd", "/proc/1/root/tmp"):
                 pass
 open("probe.txt", "w").write(repr(_hits))
 print(f"probe-hits={len(_hits)}")
-'''
+"""
 # the interpreter's read-only binds (a venv under /tmp shows inside the private /tmp) hold no
 # secret of the run and would make the walk read a whole venv
 PROBE = PROBE.replace("__RO_ROOTS__", repr(set(python_roots())))

@@ -28,8 +28,9 @@ def add(a: int, b: int) -> tuple:
 def test_function_tool_path_loads_into_the_agent_loop(tmp_path: Path) -> None:
     path = tmp_path / "sum_tools.py"
     path.write_text(textwrap.dedent(TOOLS))
-    cfg = load_config(None, ["actor_rollout_ref.rollout.name=hf",
-                             f"actor_rollout_ref.rollout.multi_turn.function_tool_path={path}"])
+    cfg = load_config(
+        None, ["actor_rollout_ref.rollout.name=hf", f"actor_rollout_ref.rollout.multi_turn.function_tool_path={path}"]
+    )
     rollout = AgentLoopRollout(None, cfg.actor_rollout_ref.rollout, tokenizer=None)
     tool = rollout.tools["add_numbers"]
     assert tool.tool_schema["function"]["parameters"]["required"] == ["a", "b"]
@@ -40,6 +41,12 @@ def test_function_tool_path_loads_into_the_agent_loop(tmp_path: Path) -> None:
 def test_multi_turn_enable_with_function_tools_only(tmp_path: Path) -> None:
     path = tmp_path / "only_tools.py"
     path.write_text(textwrap.dedent(TOOLS).replace("add_numbers", "add_only"))
-    cfg = load_config(None, ["actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.rollout.multi_turn.enable=true",
-                             f"actor_rollout_ref.rollout.multi_turn.function_tool_path={path}"])
+    cfg = load_config(
+        None,
+        [
+            "actor_rollout_ref.rollout.name=hf",
+            "actor_rollout_ref.rollout.multi_turn.enable=true",
+            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={path}",
+        ],
+    )
     assert "add_only" in AgentLoopRollout(None, cfg.actor_rollout_ref.rollout, tokenizer=None).tools

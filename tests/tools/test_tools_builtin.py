@@ -55,8 +55,18 @@ def test_gsm8k_tool_rejects_unknown_config():
 
 @pytest.mark.parametrize(
     "expr, value",
-    [("47*38", 1786), ("(47 + 38) * 2", 170), ("7/2", 3.5), ("7//2", 3), ("-2**3", -8), ("2**-1", 0.5),
-     ("sqrt(16)", 4.0), ("max(3, 9, 4)", 9), ("round(2.567, 2)", 2.57), ("10 % 4", 2)],
+    [
+        ("47*38", 1786),
+        ("(47 + 38) * 2", 170),
+        ("7/2", 3.5),
+        ("7//2", 3),
+        ("-2**3", -8),
+        ("2**-1", 0.5),
+        ("sqrt(16)", 4.0),
+        ("max(3, 9, 4)", 9),
+        ("round(2.567, 2)", 2.57),
+        ("10 % 4", 2),
+    ],
 )
 def test_calculator_values(expr, value):
     assert evaluate_expression(expr) == value
@@ -64,9 +74,17 @@ def test_calculator_values(expr, value):
 
 @pytest.mark.parametrize(
     "expr, needle",
-    [("1/0", "division by zero"), ("__import__('os')", "unsupported syntax"), ("x + 1", "unsupported syntax: Name"),
-     ("9**9**9", "exponent too large"), ("'a' * 3", "unsupported syntax: Constant"), ("1 +", "invalid expression"),
-     ("2" * 300, "longer than 200"), ("(10**99)*(10**99)", "result too large"), ("sqrt(-1)", "sqrt: math domain error")],
+    [
+        ("1/0", "division by zero"),
+        ("__import__('os')", "unsupported syntax"),
+        ("x + 1", "unsupported syntax: Name"),
+        ("9**9**9", "exponent too large"),
+        ("'a' * 3", "unsupported syntax: Constant"),
+        ("1 +", "invalid expression"),
+        ("2" * 300, "longer than 200"),
+        ("(10**99)*(10**99)", "result too large"),
+        ("sqrt(-1)", "sqrt: math domain error"),
+    ],
 )
 def test_calculator_refuses(expr, needle):
     with pytest.raises(ToolError, match=needle.replace("(", r"\(").replace("*", r"\*")):
@@ -78,7 +96,9 @@ def test_calculator_formats_and_runs_as_tool():
 
     async def go():
         s = ToolSession({"calculator": CalculatorTool({})})
-        return await s.call(FunctionCall("calculator", {"expression": "12*12"})), await s.call(FunctionCall("calculator", {"expression": "1/0"}))
+        return await s.call(FunctionCall("calculator", {"expression": "12*12"})), await s.call(
+            FunctionCall("calculator", {"expression": "1/0"})
+        )
 
     ok, bad = run(go())
     assert (ok.response.text, ok.status) == ("144", "ok")

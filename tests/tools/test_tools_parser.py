@@ -18,10 +18,18 @@ def block(name, arguments):
 
 
 def test_two_calls_and_content():
-    text = "Compute. " + block("calculator", {"expression": "2+3"}) + " then " + block("calc_gsm8k_reward", {"answer": "5"})
+    text = (
+        "Compute. "
+        + block("calculator", {"expression": "2+3"})
+        + " then "
+        + block("calc_gsm8k_reward", {"answer": "5"})
+    )
     content, calls, errors = parse_tool_calls(text, TOOLS, max_parallel_calls=2)
     assert content == "Compute.  then "
-    assert calls == [FunctionCall("calculator", {"expression": "2+3"}), FunctionCall("calc_gsm8k_reward", {"answer": "5"})]
+    assert calls == [
+        FunctionCall("calculator", {"expression": "2+3"}),
+        FunctionCall("calc_gsm8k_reward", {"answer": "5"}),
+    ]
     assert errors == []
 
 
@@ -40,10 +48,16 @@ def test_cap_keeps_first_and_reports_the_rest():
     "body, needle",
     [
         ('{"name": "calculator", "arguments": {"expression": "1+1"', "not valid JSON"),
-        ('["calculator"]', "expected {\"name\""),
-        ('{"arguments": {}}', "expected {\"name\""),
-        ('{"name": "weather", "arguments": {}}', "unknown tool 'weather'; available tools: calc_gsm8k_reward, calculator"),
-        ('{"name": "calculator", "arguments": {}}', "invalid arguments for tool 'calculator': 'expression' is a required property"),
+        ('["calculator"]', 'expected {"name"'),
+        ('{"arguments": {}}', 'expected {"name"'),
+        (
+            '{"name": "weather", "arguments": {}}',
+            "unknown tool 'weather'; available tools: calc_gsm8k_reward, calculator",
+        ),
+        (
+            '{"name": "calculator", "arguments": {}}',
+            "invalid arguments for tool 'calculator': 'expression' is a required property",
+        ),
         ('{"name": "calculator", "arguments": {"expression": 7}}', "at 'expression': 7 is not of type 'string'"),
         ('{"name": "calculator", "arguments": [1]}', "arguments must be a JSON object"),
         ('{"name": "calculator", "arguments": "{oops"}', "arguments are not a JSON object"),
@@ -83,7 +97,10 @@ def test_max_parallel_calls_must_be_positive():
 
 def test_render_round_trips():
     call = FunctionCall("calculator", {"expression": "47*38"})
-    assert render_tool_call(call) == '<tool_call>\n{"name": "calculator", "arguments": {"expression": "47*38"}}\n</tool_call>'
+    assert (
+        render_tool_call(call)
+        == '<tool_call>\n{"name": "calculator", "arguments": {"expression": "47*38"}}\n</tool_call>'
+    )
     assert parse_tool_calls(render_tool_call(call), TOOLS, 1)[1] == [call]
     assert render_tool_response("1786") == "<tool_response>\n1786\n</tool_response>"
 
@@ -118,11 +135,13 @@ def test_reasoning_opened_by_the_prompt():
 
 
 def test_tags_inside_json_strings_are_data():
-    args = {"expression": "1</tool_call><tool_call>{\"name\": \"x\"} <think> </think>"}
+    args = {"expression": '1</tool_call><tool_call>{"name": "x"} <think> </think>'}
     text = "<tool_call>" + json.dumps({"name": "calculator", "arguments": args}) + "</tool_call>"
     # the calculator's schema only needs a string: the call comes back exactly
     _, calls, errors = parse_tool_calls(text + block("calc_gsm8k_reward", {"answer": "5"}), TOOLS, 4)
-    assert calls == [FunctionCall("calculator", args), FunctionCall("calc_gsm8k_reward", {"answer": "5"})] and errors == []
+    assert (
+        calls == [FunctionCall("calculator", args), FunctionCall("calc_gsm8k_reward", {"answer": "5"})] and errors == []
+    )
 
 
 def test_whitespace_anywhere_and_layout():
@@ -133,10 +152,12 @@ def test_whitespace_anywhere_and_layout():
 
 def test_a_broken_call_never_hides_the_next_one():
     good = block("calculator", {"expression": "2*3"})
-    for broken in ['<tool_call>{"name": "calculator", "arguments": {"expression": "1</tool_call>',  # cut in a string
-                   '<tool_call>{"name": "calculator", "arguments": {}}',  # no end tag
-                   '<tool_call>{"name": "calculator", "arguments": {}} trailing</tool_call>',
-                   "<tool_call>{'name': 'calculator'}</tool_call>"]:
+    for broken in [
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "1</tool_call>',  # cut in a string
+        '<tool_call>{"name": "calculator", "arguments": {}}',  # no end tag
+        '<tool_call>{"name": "calculator", "arguments": {}} trailing</tool_call>',
+        "<tool_call>{'name': 'calculator'}</tool_call>",
+    ]:
         _, calls, errors = parse_tool_calls(broken + "\n" + good, TOOLS, 4)
         assert calls == [FunctionCall("calculator", {"expression": "2*3"})] and len(errors) == 1, broken
     # the reasoning after a broken call stays reasoning

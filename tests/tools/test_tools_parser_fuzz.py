@@ -41,8 +41,9 @@ class AnyArgsTool(BaseTool):
     """A tool whose arguments may be any JSON object."""
 
     def __init__(self, name: str) -> None:
-        super().__init__({}, {"type": "function", "function": {"name": name, "description": "x",
-                                                               "parameters": {"type": "object"}}})
+        super().__init__(
+            {}, {"type": "function", "function": {"name": name, "description": "x", "parameters": {"type": "object"}}}
+        )
 
 
 TOOLS = {n: AnyArgsTool(n) for n in NAMES}
@@ -65,7 +66,7 @@ class RandomSource:
         return "".join(self.rng.choice(pool) for _ in range(self.rng.randint(0, n)))
 
     def number(self) -> Any:
-        return self.rng.choice([self.rng.randint(-10**20, 10**20), self.rng.uniform(-1e6, 1e6), 0, -0.0, 1e-300])
+        return self.rng.choice([self.rng.randint(-(10**20), 10**20), self.rng.uniform(-1e6, 1e6), 0, -0.0, 1e-300])
 
 
 class HypothesisSource:
@@ -111,8 +112,10 @@ def space(src: Any) -> str:
 
 def filler(src: Any) -> str:
     """Plain text: no '<' except whole stray end tags, so no tag can form across segments."""
-    return "".join(src.chars(8, plain=True) if src.int(0, 3) else src.pick(["</tool_call>", "</think>"])
-                   for _ in range(src.int(0, 3)))
+    return "".join(
+        src.chars(8, plain=True) if src.int(0, 3) else src.pick(["</tool_call>", "</think>"])
+        for _ in range(src.int(0, 3))
+    )
 
 
 def rendered_call(src: Any) -> tuple[str, FunctionCall]:

@@ -23,11 +23,17 @@ def test_tool_row_on_a_tiny_file(tmp_path):
     assert row == {
         "data_source": "openai/gsm8k",
         "agent_name": "tool_agent",
-        "prompt": [{"role": "system", "content": MULTITURN_SYSTEM_PROMPTS["tool"]}, {"role": "user", "content": prompt}],
+        "prompt": [
+            {"role": "system", "content": MULTITURN_SYSTEM_PROMPTS["tool"]},
+            {"role": "user", "content": prompt},
+        ],
         "ability": "math",
         "reward_model": {"style": "rule", "ground_truth": "5"},
         "extra_info": {
-            "split": "train", "index": 0, "answer": "2+3=5\n#### 5", "question": "What is 2+3?",
+            "split": "train",
+            "index": 0,
+            "answer": "2+3=5\n#### 5",
+            "question": "What is 2+3?",
             "need_tools_kwargs": True,
             "tools_kwargs": {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "5"}}},
             "interaction_kwargs": {"name": "gsm8k", "query": prompt, "ground_truth": "5"},
@@ -39,8 +45,10 @@ def test_interaction_style_and_errors(tmp_path):
     raw = tmp_path / "test.jsonl"
     raw.write_text(json.dumps({"question": "Q?", "answer": "#### 7"}) + "\n")
     [row] = convert_file("gsm8k", raw, "test", multiturn="interaction")
-    assert row["prompt"][0]["content"].endswith("You should rethinking carefully if user point out your answer is wrong. "
-                                                "Put your final answer in the format of `#### <answer>`.")
+    assert row["prompt"][0]["content"].endswith(
+        "You should rethinking carefully if user point out your answer is wrong. "
+        "Put your final answer in the format of `#### <answer>`."
+    )
     assert "tools_kwargs" not in row["extra_info"] and row["extra_info"]["interaction_kwargs"]["ground_truth"] == "7"
     with pytest.raises(ValueError, match="--multiturn is not supported yet for math500"):
         convert_file("math500", raw, "test", multiturn="tool")
@@ -53,13 +61,17 @@ def test_real_gsm8k_test_file_drives_the_tool_and_interaction(shared_dir, tmp_pa
     rows = pq.read_table(tmp_path / "test.parquet").to_pylist()
     assert len(rows) == 1319
     assert all(r["agent_name"] == "tool_agent" and r["prompt"][0]["role"] == "system" for r in rows)
-    assert all(r["extra_info"]["tools_kwargs"]["calc_gsm8k_reward"]["create_kwargs"]["ground_truth"]
-               == r["reward_model"]["ground_truth"] for r in rows)
+    assert all(
+        r["extra_info"]["tools_kwargs"]["calc_gsm8k_reward"]["create_kwargs"]["ground_truth"]
+        == r["reward_model"]["ground_truth"]
+        for r in rows
+    )
     row = rows[0]
     assert row["reward_model"]["ground_truth"] == "18"
     tools = load_tools(BUILTIN_CONFIG_DIR / "gsm8k_tool_config.yaml")
-    interaction = select_interaction(load_interactions(BUILTIN_CONFIG_DIR / "gsm8k_interaction_config.yaml"),
-                                     row["extra_info"]["interaction_kwargs"])
+    interaction = select_interaction(
+        load_interactions(BUILTIN_CONFIG_DIR / "gsm8k_interaction_config.yaml"), row["extra_info"]["interaction_kwargs"]
+    )
 
     async def trajectory():
         session = ToolSession(tools, row["extra_info"]["tools_kwargs"])

@@ -76,7 +76,9 @@ def test_old_verl_class_path_and_sandbox_fusion_alias(tmp_path):
 def test_builtin_configs_load():
     assert set(load_tools(BUILTIN_CONFIG_DIR / "gsm8k_tool_config.yaml")) == {"calc_gsm8k_reward"}
     assert isinstance(load_tools(BUILTIN_CONFIG_DIR / "calculator_tool_config.yaml")["calculator"], CalculatorTool)
-    assert isinstance(load_tools(BUILTIN_CONFIG_DIR / "code_interpreter_tool_config.yaml")["code_interpreter"], PythonCodeTool)
+    assert isinstance(
+        load_tools(BUILTIN_CONFIG_DIR / "code_interpreter_tool_config.yaml")["code_interpreter"], PythonCodeTool
+    )
     inter = load_interactions(BUILTIN_CONFIG_DIR / "gsm8k_interaction_config.yaml")
     assert isinstance(inter["gsm8k"], Gsm8kInteraction)
 
@@ -92,10 +94,19 @@ def test_builtin_configs_load():
         ("tools:\n  - class_name: no.such_module.Tool", "cannot import module 'no.such_module'"),
         ("tools:\n  - class_name: verl.tools.calculator.Nope", "has no class 'Nope'"),
         ("tools:\n  - class_name: verl.tools.base.ToolResponse", "is not a subclass of verl.tools.base.BaseTool"),
-        ("tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    config: {type: mcp}", "config.type='mcp' is not supported yet"),
-        ("tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    config: {speed: 3}", "`speed` is not supported yet"),
+        (
+            "tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    config: {type: mcp}",
+            "config.type='mcp' is not supported yet",
+        ),
+        (
+            "tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    config: {speed: 3}",
+            "`speed` is not supported yet",
+        ),
         ("tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    extra: 1", "unknown key(s) ['extra']"),
-        ("tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    tool_schema: {type: function}", "tool_schema must be"),
+        (
+            "tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    tool_schema: {type: function}",
+            "tool_schema must be",
+        ),
         (
             "tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n    tool_schema:\n      type: function\n"
             "      function: {name: c, parameters: {type: 12}}",
@@ -147,13 +158,17 @@ def test_interactions_names_and_selection(tmp_path):
 
 
 def test_bad_interaction_files(tmp_path):
-    dup = "interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n" * 1 + \
-          "  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
+    dup = (
+        "interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n" * 1
+        + "  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n"
+    )
     with pytest.raises(ToolConfigError, match=r"interaction\[1\].*duplicate interaction name 'gsm8k'"):
         load_interactions(_write(tmp_path, dup))
     wrong_base = "interaction:\n  - class_name: verl.tools.calculator.CalculatorTool\n"
     with pytest.raises(ToolConfigError, match="not a subclass of verl.tools.base.BaseInteraction"):
         load_interactions(_write(tmp_path, wrong_base, "b.yaml"))
-    bad_key = "interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n    config: {retries: 3}\n"
+    bad_key = (
+        "interaction:\n  - class_name: verl.interactions.gsm8k_interaction.Gsm8kInteraction\n    config: {retries: 3}\n"
+    )
     with pytest.raises(ToolConfigError, match="`retries` is not supported yet"):
         load_interactions(_write(tmp_path, bad_key, "c.yaml"))

@@ -164,7 +164,11 @@ def test_without_bubblewrap_the_tool_refuses_in_one_line(monkeypatch):
     try:
         with pytest.raises(IsolationError) as e:
             PythonCodeTool({})
-        assert "\n" not in str(e.value) and "bubblewrap" in str(e.value) and "apt-get install -y bubblewrap" in str(e.value)
+        assert (
+            "\n" not in str(e.value)
+            and "bubblewrap" in str(e.value)
+            and "apt-get install -y bubblewrap" in str(e.value)
+        )
         assert "unsafe_no_isolation: true" in str(e.value)
     finally:
         isolation.check_isolation.cache_clear()
@@ -253,7 +257,10 @@ def test_doctor_reports_the_isolation(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     isolation.check_isolation.cache_clear()
     try:
-        assert sandbox_isolation()[1:] == ("WARN", "no OS isolation: bubblewrap (`bwrap`) is not installed: " + isolation.INSTALL_HINT)
+        assert sandbox_isolation()[1:] == (
+            "WARN",
+            "no OS isolation: bubblewrap (`bwrap`) is not installed: " + isolation.INSTALL_HINT,
+        )
     finally:
         isolation.check_isolation.cache_clear()
 
@@ -274,10 +281,12 @@ def test_code_tool_works_across_event_loops_under_contention():
 
 @needs_bwrap
 def test_a_clean_end_still_runs_atexit_flushes_and_joins_threads():
-    code = ("import atexit, sys, threading, time\n"
-            "atexit.register(lambda: print('atexit ran'))\n"
-            "sys.stdout.write('no newline')\n"
-            "threading.Thread(target=lambda: (time.sleep(0.3), print(' thread done'))).start()\n")
+    code = (
+        "import atexit, sys, threading, time\n"
+        "atexit.register(lambda: print('atexit ran'))\n"
+        "sys.stdout.write('no newline')\n"
+        "threading.Thread(target=lambda: (time.sleep(0.3), print(' thread done'))).start()\n"
+    )
     r = run(code)
     assert (r.status, r.stdout) == ("ok", "no newline thread done\natexit ran\n")
     r = run("import atexit\natexit.register(lambda: print('bye'))\nprint('hi', end='')")
@@ -306,15 +315,28 @@ def test_a_forked_process_gets_its_own_spawner_and_workers():
 
 
 def test_bwrap_command_line():
-    info = isolation.IsolationInfo(bwrap="/usr/bin/bwrap", version="bubblewrap 0.6.1", prlimit="/usr/bin/prlimit",
-                                   pids_cgroup=None, disable_userns=isolation._version_tuple("bubblewrap 0.6.1") >= (0, 8, 0))
+    info = isolation.IsolationInfo(
+        bwrap="/usr/bin/bwrap",
+        version="bubblewrap 0.6.1",
+        prlimit="/usr/bin/prlimit",
+        pids_cgroup=None,
+        disable_userns=isolation._version_tuple("bubblewrap 0.6.1") >= (0, 8, 0),
+    )
     limits = {"memory_bytes": 2**28, "cpu_time_s": 2, "max_file_bytes": 2**20, "max_open_files": 64}
     argv = isolation.sandbox_command(info, ["/py", "-c", "pass"], limits, 2**23)
-    assert argv[:7] == ["/usr/bin/prlimit", f"--as={2**28}", "--cpu=2:3", f"--fsize={2**20}", "--nofile=64", "--core=0", "--"]
+    assert argv[:7] == [
+        "/usr/bin/prlimit",
+        f"--as={2**28}",
+        "--cpu=2:3",
+        f"--fsize={2**20}",
+        "--nofile=64",
+        "--core=0",
+        "--",
+    ]
     assert argv[7:10] == ["/usr/bin/bwrap", "--unshare-all", "--unshare-user"] and "--disable-userns" not in argv
     for flag in ("--die-with-parent", "--new-session", "--clearenv"):
         assert flag in argv
-    assert argv[argv.index("--tmpfs") - 2:argv.index("--tmpfs") + 2] == ["--size", str(2**23), "--tmpfs", "/tmp"]
+    assert argv[argv.index("--tmpfs") - 2 : argv.index("--tmpfs") + 2] == ["--size", str(2**23), "--tmpfs", "/tmp"]
     assert argv[-4:] == ["--", "/py", "-c", "pass"]
     assert isolation._version_tuple("bubblewrap 0.8.0") == (0, 8, 0) and isolation._version_tuple("weird") == ()
 
@@ -324,9 +346,12 @@ def test_an_interpreter_under_tmp_stays_visible(monkeypatch):
     # bwrap mounts in argument order: the private /tmp must come before the interpreter's binds,
     # or a venv under /tmp (a clone there) is hidden and every run fails with execvp
     monkeypatch.setattr(isolation, "python_roots", lambda: ["/tmp/clone/.venv"])
-    argv = isolation.sandbox_command(check_isolation(), ["/tmp/clone/.venv/bin/python", "-c", "1"],
-                                     {"memory_bytes": 1 << 30, "cpu_time_s": 5, "max_file_bytes": 1 << 20,
-                                      "max_open_files": 64}, 1 << 20)
+    argv = isolation.sandbox_command(
+        check_isolation(),
+        ["/tmp/clone/.venv/bin/python", "-c", "1"],
+        {"memory_bytes": 1 << 30, "cpu_time_s": 5, "max_file_bytes": 1 << 20, "max_open_files": 64},
+        1 << 20,
+    )
     tmpfs = argv.index("--tmpfs")
     bind = [i for i, a in enumerate(argv) if a == "--ro-bind" and argv[i + 1] == "/tmp/clone/.venv"]
     assert argv[tmpfs + 1] == "/tmp" and bind and bind[0] > tmpfs

@@ -33,8 +33,16 @@ except IsolationError as e:
 pytestmark = [pytest.mark.e2e, pytest.mark.skipif(ISOLATION is None, reason=f"no OS isolation here: {_WHY}")]
 
 SECRET = f"verl-probe-secret-{uuid.uuid4().hex}"
-LIMITS = SandboxLimits(timeout_s=3.0, cpu_time_s=2, memory_mb=256, max_output_bytes=16384, tmpfs_mb=8,
-                       max_file_bytes=4 * 1024 * 1024, max_processes=16, audit_hook=False)
+LIMITS = SandboxLimits(
+    timeout_s=3.0,
+    cpu_time_s=2,
+    memory_mb=256,
+    max_output_bytes=16384,
+    tmpfs_mb=8,
+    max_file_bytes=4 * 1024 * 1024,
+    max_processes=16,
+    audit_hook=False,
+)
 
 # prints one JSON object; `attempt(name, fn)` records "ok: <result>" or the exception's type
 PRELUDE = """
@@ -202,7 +210,9 @@ report()
     assert_target_untouched(target, folder, before)
 
 
-@pytest.mark.parametrize("route", ["subprocess", "os_system", "posix_spawn", "fork_exec", "_posixsubprocess", "ctypes", "pty"])
+@pytest.mark.parametrize(
+    "route", ["subprocess", "os_system", "posix_spawn", "fork_exec", "_posixsubprocess", "ctypes", "pty"]
+)
 def test_every_process_route_stays_inside(route, secret_env, host_target):
     target, folder, before = host_target
     shell = f"cat /proc/*/environ; ls /proc; rm -f {target}; touch {folder}/verl-probe-{route}; kill -9 -1"
@@ -275,8 +285,12 @@ report()
 attempt("kill_everything", lambda: os.kill(-1, signal.SIGKILL))
 """
         out = results(run(code))
-        assert out == {"kill_host_pid": "ProcessLookupError", "kill_test_process": "ProcessLookupError",
-                       "killpg_host": "ProcessLookupError", "pidfd_host": "ProcessLookupError"}
+        assert out == {
+            "kill_host_pid": "ProcessLookupError",
+            "kill_test_process": "ProcessLookupError",
+            "killpg_host": "ProcessLookupError",
+            "pidfd_host": "ProcessLookupError",
+        }
         time.sleep(0.2)
         assert victim.poll() is None  # still alive
     finally:
@@ -356,8 +370,10 @@ report()
     assert 4 * 2**20 <= out["written"] <= 8 * 2**20
 
 
-@pytest.mark.skipif(ISOLATION is not None and not ISOLATION.process_cap,
-                    reason="root without a writable pids cgroup: the kernel enforces no process cap here")
+@pytest.mark.skipif(
+    ISOLATION is not None and not ISOLATION.process_cap,
+    reason="root without a writable pids cgroup: the kernel enforces no process cap here",
+)
 def test_fork_bomb_is_capped_and_cleaned_up():
     marker = f"verl-probe-{uuid.uuid4().hex}"
     code = f"""

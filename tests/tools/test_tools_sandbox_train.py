@@ -32,27 +32,51 @@ def _train(tmp_path: Path, tool_config: str, env: dict[str, str]) -> subprocess.
     """``verl train calculator`` for one step of 4 prompts x 4 trajectories with ``tool_config``."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     tools = tmp_path / "tools.yaml"
-    tools.write_text("tools:\n  - class_name: tests.tools.sandbox_tool_helpers.SandboxCalculatorTool\n"
-                     f"    config: {tool_config}\n")
-    env = {**os.environ, **env,
-           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
-    return subprocess.run([str(Path(sys.executable).parent / "verl"), "train", "calculator",
-                           "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-                           "actor_rollout_ref.rollout.n=4", "trainer.total_training_steps=1",
-                           "trainer.val_before_train=false", "data.val_files=[]", "trainer.logger=[jsonl]",
-                           "trainer.progress_bar=false", "trainer.plot=false",
-                           f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
-                           f"trainer.rollout_data_dir={tmp_path / 'rollouts'}", f"trainer.output_dir={tmp_path / 'out'}",
-                           f"trainer.default_local_dir={tmp_path / 'ckpt'}"],
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=600, env=env, cwd=tmp_path)
+    tools.write_text(
+        f"tools:\n  - class_name: tests.tools.sandbox_tool_helpers.SandboxCalculatorTool\n    config: {tool_config}\n"
+    )
+    env = {
+        **os.environ,
+        **env,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    }
+    return subprocess.run(
+        [
+            str(Path(sys.executable).parent / "verl"),
+            "train",
+            "calculator",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=false",
+            "data.val_files=[]",
+            "trainer.logger=[jsonl]",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={tools}",
+            f"trainer.rollout_data_dir={tmp_path / 'rollouts'}",
+            f"trainer.output_dir={tmp_path / 'out'}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=600,
+        env=env,
+        cwd=tmp_path,
+    )
 
 
 @pytest.mark.e2e
 @pytest.mark.skipif(bool(_WHY), reason=f"no OS isolation here: {_WHY}")
 def test_verl_train_code_tool_never_sees_the_trainers_secrets(tmp_path):
     secret = f"{SECRET_PREFIX}{uuid.uuid4().hex}"
-    proc = _train(tmp_path, "{probe: true, timeout_s: 20, warm_workers: 2}",
-                  {"VERL_TEST_SECRET": secret, "HF_TOKEN": secret, "WANDB_API_KEY": secret})
+    proc = _train(
+        tmp_path,
+        "{probe: true, timeout_s: 20, warm_workers: 2}",
+        {"VERL_TEST_SECRET": secret, "HF_TOKEN": secret, "WANDB_API_KEY": secret},
+    )
     assert proc.returncode == 0, proc.stdout[-5000:]
     dumped = "".join(p.read_text() for p in sorted((tmp_path / "rollouts").glob("*.jsonl")))
     probes = [line for line in dumped.replace("\\n", "\n").splitlines() if "probe-hits=" in line]

@@ -34,13 +34,21 @@ def script_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = dict(os.environ)
     env.update(run_all.SIZES)
     model, home = str(run_all.make_model(root)), run_all.make_home(root)
-    env.update({"HOME": str(home), "MODEL_PATH": model, "REWARD_MODEL_PATH": model,
-                "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"),
-                "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
-                "VAL_FILE": str(home / "data" / "math" / "test.parquet"),
-                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-                "PYTHONPATH": f"{run_all.ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
-                "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "WANDB_MODE": "offline"})
+    env.update(
+        {
+            "HOME": str(home),
+            "MODEL_PATH": model,
+            "REWARD_MODEL_PATH": model,
+            "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"),
+            "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
+            "VAL_FILE": str(home / "data" / "math" / "test.parquet"),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+            "PYTHONPATH": f"{run_all.ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "WANDB_MODE": "offline",
+        }
+    )
     return env
 
 
@@ -64,7 +72,7 @@ def test_a_script_without_args_forwarding_gets_python_shims_appending_the_overri
     env = run_all.python_shim(script, {"PATH": "/usr/bin"}, tmp_path)
     assert env["PATH"] == f"{tmp_path / 'shim'}{os.pathsep}/usr/bin"
     shim = (tmp_path / "shim" / "python3").read_text()
-    assert shim.startswith(f"#!/bin/sh\nexec {sys.executable} \"$@\" trainer.device=cpu ")
+    assert shim.startswith(f'#!/bin/sh\nexec {sys.executable} "$@" trainer.device=cpu ')
     assert shim.rstrip().endswith("actor_rollout_ref.actor.fsdp_config.fsdp_size=-1")
     assert "rollout.n_gpus_per_node=1" in shim and "async_training.require_batches=1" in shim
     forwarding = CURRENT / "gspo_trainer__run_qwen3_8b_fsdp.sh"

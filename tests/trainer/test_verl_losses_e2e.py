@@ -13,10 +13,19 @@ pytestmark = pytest.mark.e2e
 
 A, RC = "actor_rollout_ref.actor", "algorithm.rollout_correction"
 CASES = {
-    "optimal_token_baseline": {"algorithm.adv_estimator": "optimal_token_baseline", f"{A}.calculate_sum_pi_squared": True},
-    "bypass_reinforce": {f"{RC}.bypass_mode": True, f"{RC}.loss_type": "reinforce", f"{RC}.rollout_is": "token",
-                         f"{RC}.rollout_rs": "token_k1", f"{RC}.rollout_rs_threshold": "'0.5_2.0'",
-                         "actor_rollout_ref.rollout.calculate_log_probs": True, f"{A}.policy_loss.loss_mode": "vanilla"},
+    "optimal_token_baseline": {
+        "algorithm.adv_estimator": "optimal_token_baseline",
+        f"{A}.calculate_sum_pi_squared": True,
+    },
+    "bypass_reinforce": {
+        f"{RC}.bypass_mode": True,
+        f"{RC}.loss_type": "reinforce",
+        f"{RC}.rollout_is": "token",
+        f"{RC}.rollout_rs": "token_k1",
+        f"{RC}.rollout_rs_threshold": "'0.5_2.0'",
+        "actor_rollout_ref.rollout.calculate_log_probs": True,
+        f"{A}.policy_loss.loss_mode": "vanilla",
+    },
     "sapo": {f"{A}.policy_loss.loss_mode": "sapo"},
 }
 
@@ -32,9 +41,16 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
 def test_gdpo_takes_its_components_from_the_reward_functions_dict(tiny_model_dir, tmp_path) -> None:
     reward = tmp_path / "gdpo_reward.py"
     reward.write_text(GDPO_REWARD)
-    overrides = tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "algorithm.adv_estimator": "gdpo", "algorithm.gdpo_reward_keys": "[acc,fmt]",
-        "algorithm.gdpo_reward_weights": "[1.0,0.5]", "reward_model.reward_manager": "gdpo"})
+    overrides = tiny_run_overrides(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "algorithm.adv_estimator": "gdpo",
+            "algorithm.gdpo_reward_keys": "[acc,fmt]",
+            "algorithm.gdpo_reward_weights": "[1.0,0.5]",
+            "reward_model.reward_manager": "gdpo",
+        },
+    )
     overrides = [o for o in overrides if not o.startswith("custom_reward_function.path=")]
     assert main([*overrides, f"custom_reward_function.path={reward}"]) == 0
     metrics = read_metrics(tmp_path)

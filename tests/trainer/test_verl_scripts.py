@@ -44,33 +44,72 @@ def verl_script_data(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]
 def _env(model_dir: Path, data: dict[str, str], **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(data)
-    env.update({
-        "PYTHON": sys.executable, "PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
-        "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-        "MODEL_PATH": str(model_dir), "RM_PATH": str(model_dir),
-        "NGPUS": "1", "NNODES": "1", "ROLLOUT_TP": "1", "SP_SIZE": "1",
-        "TRAIN_BATCH_SIZE": "2", "GEN_BATCH_SIZE": "4", "MINI_BATCH_SIZE": "2", "MICRO_BATCH_SIZE": "2",
-        "MAX_PROMPT_LENGTH": "1024", "MAX_RESPONSE_LENGTH": "8", "OVERLONG_BUFFER_LEN": "4", "ROLLOUT_N": "2",
-        "MAX_TOKEN_LEN": "4096", "TOTAL_TRAINING_STEPS": "1", "LOGGER": '["console"]', "ROLLOUT_NAME": "hf",
-        "TRAIN_FILES": f"['{data['GSM8K_TRAIN']}', '{data['MATH_TRAIN']}']",
-        "VAL_FILES": f"['{data['GSM8K_TEST']}', '{data['MATH_TEST']}']",
-    })
+    env.update(
+        {
+            "PYTHON": sys.executable,
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "MODEL_PATH": str(model_dir),
+            "RM_PATH": str(model_dir),
+            "NGPUS": "1",
+            "NNODES": "1",
+            "ROLLOUT_TP": "1",
+            "SP_SIZE": "1",
+            "TRAIN_BATCH_SIZE": "2",
+            "GEN_BATCH_SIZE": "4",
+            "MINI_BATCH_SIZE": "2",
+            "MICRO_BATCH_SIZE": "2",
+            "MAX_PROMPT_LENGTH": "1024",
+            "MAX_RESPONSE_LENGTH": "8",
+            "OVERLONG_BUFFER_LEN": "4",
+            "ROLLOUT_N": "2",
+            "MAX_TOKEN_LEN": "4096",
+            "TOTAL_TRAINING_STEPS": "1",
+            "LOGGER": '["console"]',
+            "ROLLOUT_NAME": "hf",
+            "TRAIN_FILES": f"['{data['GSM8K_TRAIN']}', '{data['MATH_TRAIN']}']",
+            "VAL_FILES": f"['{data['GSM8K_TEST']}', '{data['MATH_TEST']}']",
+        }
+    )
     env.update(extra)
     return env
 
 
 def _run(script: str, model_dir: Path, data: dict[str, str], cwd: Path, **extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["bash", str(SCRIPTS / script)], env=_env(model_dir, data, **extra), cwd=cwd,
-                          capture_output=True, text=True, timeout=900)
+    return subprocess.run(
+        ["bash", str(SCRIPTS / script)],
+        env=_env(model_dir, data, **extra),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
 
 
 # DAPO keeps only groups whose accuracy varies: a random tiny model never solves GSM8K, so the
 # DAPO run uses the built-in task and its warm-started model (~27% accuracy), 4 samples a prompt
-PER_SCRIPT = {"dapo.sh": {"MODEL_PATH": "builtin://tiny-arithmetic", "TRAIN_FILES": "builtin://arithmetic/train",
-                          "VAL_FILES": "builtin://arithmetic/test", "MAX_PROMPT_LENGTH": "16", "ROLLOUT_N": "4"}}
+PER_SCRIPT = {
+    "dapo.sh": {
+        "MODEL_PATH": "builtin://tiny-arithmetic",
+        "TRAIN_FILES": "builtin://arithmetic/train",
+        "VAL_FILES": "builtin://arithmetic/test",
+        "MAX_PROMPT_LENGTH": "16",
+        "ROLLOUT_N": "4",
+    }
+}
 
-SCRIPT_NAMES = ["grpo_math.sh", "grpo_lora.sh", "ppo_critic.sh", "ppo_reward_model.sh", "dapo.sh",
-                "reinforce_plus_plus.sh", "rloo.sh", "remax.sh", "gspo.sh"]
+SCRIPT_NAMES = [
+    "grpo_math.sh",
+    "grpo_lora.sh",
+    "ppo_critic.sh",
+    "ppo_reward_model.sh",
+    "dapo.sh",
+    "reinforce_plus_plus.sh",
+    "rloo.sh",
+    "remax.sh",
+    "gspo.sh",
+]
 
 
 @pytest.mark.e2e
@@ -114,7 +153,17 @@ def test_every_key_the_scripts_set_is_a_verl_reference_key():
     for script in SCRIPT_NAMES:
         keys = re.findall(r"^\s+\+?([a-z_]+(?:\.[a-z_0-9]+)+)=", (SCRIPTS / script).read_text(), re.M)
         assert keys, script
-        extra = [k for k in keys if k not in reference and not k.startswith("reward_model.reward_kwargs.")
-                 and k not in ("data.gen_batch_size", "algorithm.filter_groups.enable",
-                               "algorithm.filter_groups.max_num_gen_batches", "algorithm.filter_groups.metric")]
+        extra = [
+            k
+            for k in keys
+            if k not in reference
+            and not k.startswith("reward_model.reward_kwargs.")
+            and k
+            not in (
+                "data.gen_batch_size",
+                "algorithm.filter_groups.enable",
+                "algorithm.filter_groups.max_num_gen_batches",
+                "algorithm.filter_groups.metric",
+            )
+        ]
         assert extra == [], (script, extra)

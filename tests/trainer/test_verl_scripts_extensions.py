@@ -22,7 +22,7 @@ from verl.algorithms.verl_signatures import adapt_policy_loss
 from verl.config import load_config
 from verl.trainer import RLTrainer
 
-ESTIMATOR = '''
+ESTIMATOR = """
 from collections import defaultdict
 from typing import Optional
 
@@ -53,9 +53,9 @@ def compute_mean_baseline_advantage(
     CALLS.append({{"scores": scores.clone(), "index": list(index), "adv": adv.clone(),
                   "gamma": config.get("gamma"), "lam": config.lam}})
     return adv, adv
-'''
+"""
 
-POLICY_LOSS = '''
+POLICY_LOSS = """
 from typing import Any, Optional
 
 import torch
@@ -82,9 +82,9 @@ def compute_policy_loss_plain_pg(
     CALLS.append({{"loss": float(pg_loss.detach()), "mode": loss_agg_mode, "clip_ratio": config.clip_ratio,
                   "is_weights": rollout_is_weights}})
     return pg_loss, {{"actor/pg_clipfrac": 0.0, "actor/ppo_kl": ppo_kl.detach().item()}}
-'''
+"""
 
-MANAGER = '''
+MANAGER = """
 import torch
 
 from verl import DataProto
@@ -110,7 +110,7 @@ class LengthRewardManager:
         if return_dict:
             return {{"reward_tensor": reward_tensor, "reward_extra_info": {{"length": lengths}}}}
         return reward_tensor
-'''
+"""
 
 
 def _module(tmp_path, template, name):
@@ -134,9 +134,15 @@ def _train_one_step(model_dir, run_dir, **extra):
 @pytest.mark.e2e
 def test_custom_advantage_estimator_with_verls_signature_trains(tiny_model_dir, tmp_path):
     lib = _module(tmp_path, ESTIMATOR, "est_mean_baseline")
-    metrics, _ = _train_one_step(tiny_model_dir, tmp_path / "run", **{
-        "actor_rollout_ref.model.external_lib": str(lib), "algorithm.adv_estimator": "est_mean_baseline",
-        "algorithm.gamma": 0.5})
+    metrics, _ = _train_one_step(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{
+            "actor_rollout_ref.model.external_lib": str(lib),
+            "algorithm.adv_estimator": "est_mean_baseline",
+            "algorithm.gamma": 0.5,
+        },
+    )
     calls = _loaded(lib).CALLS
     assert len(calls) == 1
     call = calls[0]
@@ -151,10 +157,15 @@ def test_custom_advantage_estimator_with_verls_signature_trains(tiny_model_dir, 
 @pytest.mark.e2e
 def test_custom_policy_loss_with_verls_signature_trains(tiny_model_dir, tmp_path):
     lib = _module(tmp_path, POLICY_LOSS, "loss_plain_pg")
-    metrics, _ = _train_one_step(tiny_model_dir, tmp_path / "run", **{
-        "actor_rollout_ref.model.external_lib": str(lib),
-        "actor_rollout_ref.actor.policy_loss.loss_mode": "loss_plain_pg",
-        "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean"})
+    metrics, _ = _train_one_step(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{
+            "actor_rollout_ref.model.external_lib": str(lib),
+            "actor_rollout_ref.actor.policy_loss.loss_mode": "loss_plain_pg",
+            "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-mean",
+        },
+    )
     calls = _loaded(lib).CALLS
     assert len(calls) == 1  # one mini-batch, one micro-batch
     assert calls[0]["mode"] == "seq-mean-token-mean" and calls[0]["clip_ratio"] == 0.2
@@ -167,9 +178,16 @@ def test_custom_policy_loss_with_verls_signature_trains(tiny_model_dir, tmp_path
 @pytest.mark.e2e
 def test_reward_manager_indexing_rows_trains(tiny_model_dir, tmp_path):
     lib = _module(tmp_path, MANAGER, "rm_length")
-    metrics, _ = _train_one_step(tiny_model_dir, tmp_path / "run", **{
-        "actor_rollout_ref.model.external_lib": str(lib), "reward_model.reward_manager": "rm_length",
-        "+reward_model.reward_kwargs.scale": 0.25, "custom_reward_function.path": "null"})
+    metrics, _ = _train_one_step(
+        tiny_model_dir,
+        tmp_path / "run",
+        **{
+            "actor_rollout_ref.model.external_lib": str(lib),
+            "reward_model.reward_manager": "rm_length",
+            "+reward_model.reward_kwargs.scale": 0.25,
+            "custom_reward_function.path": "null",
+        },
+    )
     # reward = 0.25 x valid response tokens, so the mean score is 0.25 x the mean response length
     assert metrics["critic/score/mean"] == pytest.approx(0.25 * metrics["response_length/mean"], abs=1e-5)
     assert metrics["reward/length"] == pytest.approx(metrics["response_length/mean"], abs=1e-5)
@@ -178,8 +196,15 @@ def test_reward_manager_indexing_rows_trains(tiny_model_dir, tmp_path):
 def test_verl_policy_loss_adapter_keeps_gradient_accumulation_exact():
     """known fault B07 through the adapter: token-mean over micro-batches of 1 and 3 tokens = 1.25."""
 
-    def verl_loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-                  rollout_is_weights=None):
+    def verl_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+    ):
         from verl.trainer.ppo.core_algos import agg_loss as verl_agg
 
         return verl_agg(advantages + 0 * log_prob, response_mask, loss_agg_mode), {}
@@ -195,7 +220,9 @@ def test_verl_policy_loss_adapter_keeps_gradient_accumulation_exact():
     assert total == pytest.approx(1.25, abs=1e-6)
     total = 0.0
     for rows in ([0], [1]):
-        out, _ = loss(zeros[rows].detach(), zeros[rows], per_token[rows], mask[rows], loss_agg_mode="seq-mean-token-sum")
+        out, _ = loss(
+            zeros[rows].detach(), zeros[rows], per_token[rows], mask[rows], loss_agg_mode="seq-mean-token-sum"
+        )
         total += float(agg_loss(out, mask[rows], "seq-mean-token-sum", global_seq_count=2.0))
     assert total == pytest.approx((2.0 + 3.0) / 2, abs=1e-6)
 
@@ -203,18 +230,30 @@ def test_verl_policy_loss_adapter_keeps_gradient_accumulation_exact():
 @pytest.mark.e2e
 def test_dapo_dynamic_sampling_dumps_and_val_generations(tiny_model_dir, tmp_path):
     run = tmp_path / "run"
-    metrics, _ = _train_one_step(tiny_model_dir, run, **{
-        "algorithm.filter_groups.enable": "true", "algorithm.filter_groups.metric": "seq_reward",
-        "data.gen_batch_size": 4, "actor_rollout_ref.rollout.n": 4,
-        "trainer.rollout_data_dir": str(run / "rollouts"), "trainer.validation_data_dir": str(run / "val"),
-        "trainer.log_val_generations": 2, "data.val_files": "builtin://arithmetic/test", "data.val_max_samples": 3,
-        "trainer.test_freq": 1,
-        "actor_rollout_ref.rollout.val_kwargs.n": 2, "actor_rollout_ref.rollout.val_kwargs.do_sample": "true",
-        "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0})
+    metrics, _ = _train_one_step(
+        tiny_model_dir,
+        run,
+        **{
+            "algorithm.filter_groups.enable": "true",
+            "algorithm.filter_groups.metric": "seq_reward",
+            "data.gen_batch_size": 4,
+            "actor_rollout_ref.rollout.n": 4,
+            "trainer.rollout_data_dir": str(run / "rollouts"),
+            "trainer.validation_data_dir": str(run / "val"),
+            "trainer.log_val_generations": 2,
+            "data.val_files": "builtin://arithmetic/test",
+            "data.val_max_samples": 3,
+            "trainer.test_freq": 1,
+            "actor_rollout_ref.rollout.val_kwargs.n": 2,
+            "actor_rollout_ref.rollout.val_kwargs.do_sample": "true",
+            "actor_rollout_ref.rollout.val_kwargs.temperature": 1.0,
+        },
+    )
     # the dense digit reward varies within a group almost always: one generation batch fills the step
     assert metrics["dynamic_sampling/kept_groups"] >= 4 and metrics["dynamic_sampling/num_gen_batches"] >= 1
     assert metrics["dynamic_sampling/kept_ratio"] == pytest.approx(
-        metrics["dynamic_sampling/kept_groups"] / metrics["dynamic_sampling/generated_groups"])
+        metrics["dynamic_sampling/kept_groups"] / metrics["dynamic_sampling/generated_groups"]
+    )
     rows = (run / "rollouts" / "1.jsonl").read_text().splitlines()
     assert len(rows) == 4 * 4 and {"input", "output", "score", "step", "gts"} <= set(json.loads(rows[0]))
     assert (run / "val" / "1.jsonl").is_file() and len((run / "val" / "1.jsonl").read_text().splitlines()) == 3 * 2
@@ -228,7 +267,13 @@ def test_del_local_ckpt_after_load_removes_the_loaded_checkpoint(tiny_model_dir,
     run = tmp_path / "run"
     _train_one_step(tiny_model_dir, run, **{"trainer.save_freq": 1})
     assert (run / "ckpt" / "global_step_1").is_dir()
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, run, **{
-        "trainer.total_training_steps": 2, "trainer.save_freq": 1, "trainer.del_local_ckpt_after_load": "true"}))
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            run,
+            **{"trainer.total_training_steps": 2, "trainer.save_freq": 1, "trainer.del_local_ckpt_after_load": "true"},
+        ),
+    )
     RLTrainer(config=cfg).fit()
     assert not (run / "ckpt" / "global_step_1").exists() and (run / "ckpt" / "global_step_2").is_dir()

@@ -17,15 +17,18 @@ from verl.trainer.ppo.dynamic_sampling import DynamicSampler, kept_group_mask
 def _batch() -> DataProto:
     # 2 trajectories, prompt width P = 3, response width R = 4
     attention = torch.tensor([[0, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]])
-    return DataProto.from_dict(tensors={
-        "prompts": torch.zeros(2, 3, dtype=torch.long),
-        "responses": torch.zeros(2, 4, dtype=torch.long),
-        "attention_mask": attention,
-        "response_mask": attention[:, 3:],
-        "token_level_scores": torch.tensor([[0.0, 1.0, 0, 0], [0, 0, 0, 0.5]]),
-        "token_level_rewards": torch.tensor([[0.0, 1.0, 0, 0], [0, 0, 0, 0.5]]),
-        "advantages": torch.zeros(2, 4), "returns": torch.zeros(2, 4),
-    })
+    return DataProto.from_dict(
+        tensors={
+            "prompts": torch.zeros(2, 3, dtype=torch.long),
+            "responses": torch.zeros(2, 4, dtype=torch.long),
+            "attention_mask": attention,
+            "response_mask": attention[:, 3:],
+            "token_level_scores": torch.tensor([[0.0, 1.0, 0, 0], [0, 0, 0, 0.5]]),
+            "token_level_rewards": torch.tensor([[0.0, 1.0, 0, 0], [0, 0, 0, 0.5]]),
+            "advantages": torch.zeros(2, 4),
+            "returns": torch.zeros(2, 4),
+        }
+    )
 
 
 def test_timing_per_token_uses_response_tokens_for_gen_and_all_tokens_otherwise():
@@ -46,14 +49,26 @@ def test_prompt_and_response_clip_ratio():
 
 def test_global_seqlen_hand_computed():
     m = M.compute_seqlen_balance_metrics([1, 2, 3, 10], [[3], [0, 1, 2]])
-    assert m == {"global_seqlen/min": 3.0, "global_seqlen/max": 13.0, "global_seqlen/minmax_diff": 10.0,
-                 "global_seqlen/balanced_min": 6.0, "global_seqlen/balanced_max": 10.0, "global_seqlen/mean": 8.0}
+    assert m == {
+        "global_seqlen/min": 3.0,
+        "global_seqlen/max": 13.0,
+        "global_seqlen/minmax_diff": 10.0,
+        "global_seqlen/balanced_min": 6.0,
+        "global_seqlen/balanced_max": 10.0,
+        "global_seqlen/mean": 8.0,
+    }
 
 
 def test_mfu_of_actor_and_critic(monkeypatch):
     monkeypatch.setattr(M, "device_peak_flops", lambda device="cpu": 1e12)
-    m = M.compute_throughput_metrics(_batch(), {"step": 4.0, "update_actor": 2.0, "update_critic": 3.0},
-                                     world_size=1, n_params=1000, ppo_epochs=1, device="cpu")
+    m = M.compute_throughput_metrics(
+        _batch(),
+        {"step": 4.0, "update_actor": 2.0, "update_critic": 3.0},
+        world_size=1,
+        n_params=1000,
+        ppo_epochs=1,
+        device="cpu",
+    )
     assert m["perf/mfu/actor"] == pytest.approx(6 * 1000 * 11 / (2.0 * 1e12))
     assert m["perf/mfu/critic"] == pytest.approx(6 * 1000 * 11 / (3.0 * 1e12))
     assert m["perf/throughput"] == pytest.approx(11 / 4.0)
@@ -71,14 +86,18 @@ def test_reduce_worker_metrics_accepts_lists_of_dicts():
 
 def _scored(uids, scores, acc=None) -> DataProto:
     n = len(uids)
-    d = DataProto.from_dict(tensors={"token_level_scores": torch.tensor(scores).unsqueeze(-1)},
-                            non_tensors={"uid": uids, **({"acc": acc} if acc is not None else {})})
+    d = DataProto.from_dict(
+        tensors={"token_level_scores": torch.tensor(scores).unsqueeze(-1)},
+        non_tensors={"uid": uids, **({"acc": acc} if acc is not None else {})},
+    )
     assert len(d) == n
     return d
 
 
 def test_kept_groups_vary_or_are_singletons():
-    mask, kept, n = kept_group_mask(np.array(["a", "a", "b", "b", "c"], dtype=object), np.array([1.0, 1.0, 0.0, 1.0, 0.3]))
+    mask, kept, n = kept_group_mask(
+        np.array(["a", "a", "b", "b", "c"], dtype=object), np.array([1.0, 1.0, 0.0, 1.0, 0.3])
+    )
     assert mask.tolist() == [False, False, True, True, True] and kept == ["b", "c"] and n == 3
 
 
@@ -90,8 +109,12 @@ def test_dynamic_sampler_accumulates_until_full_and_drops_the_surplus():
     # batch 2: z (0,1 kept), w (1,0 kept): only z is needed
     out, m = sampler.add(_scored(["z", "z", "w", "w"], [0.0, 1.0, 1.0, 0.0], acc=[0.0, 1.0, 1.0, 0.0]))
     assert list(out.non_tensor_batch["uid"]) == ["y", "y", "z", "z"]
-    assert m == {"dynamic_sampling/num_gen_batches": 2.0, "dynamic_sampling/generated_groups": 4.0,
-                 "dynamic_sampling/kept_groups": 3.0, "dynamic_sampling/kept_ratio": 0.75}
+    assert m == {
+        "dynamic_sampling/num_gen_batches": 2.0,
+        "dynamic_sampling/generated_groups": 4.0,
+        "dynamic_sampling/kept_groups": 3.0,
+        "dynamic_sampling/kept_ratio": 0.75,
+    }
     assert sampler.num_gen_batches == 0 and sampler.parts == []
 
 
@@ -110,7 +133,9 @@ def test_val_generations_pick_is_verls_order(tmp_path):
     np.random.RandomState(42).shuffle(order)
     by_input = [("a", "1", 1.0), ("b", "2", 0.5), ("c", "3", 0.0)]
     assert pick_val_generations(inputs, outputs, scores, 2) == [by_input[i] for i in order[:2]]
-    rows = [{"input": i, "output": o, "score": s, "step": 7, "gts": g} for i, o, s, g in zip(inputs, outputs, scores, "31x")]
+    rows = [
+        {"input": i, "output": o, "score": s, "step": 7, "gts": g} for i, o, s, g in zip(inputs, outputs, scores, "31x")
+    ]
     path = dump_generations(tmp_path, 7, rows)
     assert path.name == "7.jsonl" and [json.loads(line) for line in path.read_text().splitlines()] == rows
 
@@ -123,8 +148,9 @@ def test_ray_init_kwargs_reach_ray(monkeypatch):
     seen = {}
     monkeypatch.setattr(ray_module, "ensure_ray", lambda **kw: seen.update(kw))
     monkeypatch.setattr(ray_module, "RayResourcePool", lambda world, device, nnodes=1: ("pool", world, device))
-    cfg = load_config(None, ["trainer.backend=ray", "+ray_kwargs.ray_init.num_cpus=3",
-                             "+ray_kwargs.ray_init.namespace=verl_test"])
+    cfg = load_config(
+        None, ["trainer.backend=ray", "+ray_kwargs.ray_init.num_cpus=3", "+ray_kwargs.ray_init.namespace=verl_test"]
+    )
     assert builders.build_resource_pool(cfg) == ("pool", 1, "cpu")
     assert seen == {"num_cpus": 3, "namespace": "verl_test"}
 

@@ -33,9 +33,17 @@ def test_async_feed_state_round_trip_keeps_list_fields_as_one_element() -> None:
     from verl.protocol import DataProto
     from verl.trainer.async_rl.feed import Row, rows_from_state, rows_to_state
 
-    data = DataProto.from_single_dict({"input_ids": torch.tensor([[5, 6]]), "tools": object_array([["calc", "search"]]),
-                                       "ground_truth": object_array(["85"])})
+    data = DataProto.from_single_dict(
+        {
+            "input_ids": torch.tensor([[5, 6]]),
+            "tools": object_array([["calc", "search"]]),
+            "ground_truth": object_array(["85"]),
+        }
+    )
     (back,) = rows_from_state(rows_to_state([Row("u0", data, torch.tensor([7, 8]), 2)]))
-    assert back.data.non_tensor_batch["tools"].shape == (1,) and back.data.non_tensor_batch["tools"][0] == ["calc", "search"]
+    assert back.data.non_tensor_batch["tools"].shape == (1,) and back.data.non_tensor_batch["tools"][0] == [
+        "calc",
+        "search",
+    ]
     assert back.data.non_tensor_batch["ground_truth"].tolist() == ["85"] and back.epoch == 2
     assert torch.equal(back.data.batch["input_ids"], torch.tensor([[5, 6]]))

@@ -11,18 +11,31 @@ from verl.utils import cpu_half
 
 
 def test_half_settings_names_every_half_key_of_a_role_that_runs():
-    cfg = load_config("quickstart", ["actor_rollout_ref.rollout.dtype=bfloat16",
-                                     "actor_rollout_ref.actor.fsdp_config.mixed_precision=bf16",
-                                     "actor_rollout_ref.ref.fsdp_config.mixed_precision=bf16",
-                                     "critic.model.fsdp_config.mixed_precision=bf16"])
+    cfg = load_config(
+        "quickstart",
+        [
+            "actor_rollout_ref.rollout.dtype=bfloat16",
+            "actor_rollout_ref.actor.fsdp_config.mixed_precision=bf16",
+            "actor_rollout_ref.ref.fsdp_config.mixed_precision=bf16",
+            "critic.model.fsdp_config.mixed_precision=bf16",
+        ],
+    )
     # the quick start has a KL loss (the reference runs) and no critic (GRPO)
-    assert cpu_half.half_settings(cfg) == [("actor_rollout_ref.rollout.dtype", torch.bfloat16),
-                                           ("actor_rollout_ref.actor.fsdp_config.mixed_precision", torch.bfloat16),
-                                           ("actor_rollout_ref.ref.fsdp_config.mixed_precision", torch.bfloat16)]
-    gae = load_config("quickstart", ["algorithm.adv_estimator=gae", "actor_rollout_ref.rollout.n=1",
-                                     "actor_rollout_ref.actor.use_kl_loss=false",
-                                     "actor_rollout_ref.ref.fsdp_config.mixed_precision=bf16",
-                                     "critic.model.fsdp_config.mixed_precision=bf16"])
+    assert cpu_half.half_settings(cfg) == [
+        ("actor_rollout_ref.rollout.dtype", torch.bfloat16),
+        ("actor_rollout_ref.actor.fsdp_config.mixed_precision", torch.bfloat16),
+        ("actor_rollout_ref.ref.fsdp_config.mixed_precision", torch.bfloat16),
+    ]
+    gae = load_config(
+        "quickstart",
+        [
+            "algorithm.adv_estimator=gae",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.actor.use_kl_loss=false",
+            "actor_rollout_ref.ref.fsdp_config.mixed_precision=bf16",
+            "critic.model.fsdp_config.mixed_precision=bf16",
+        ],
+    )
     assert cpu_half.half_settings(gae) == [("critic.model.fsdp_config.mixed_precision", torch.bfloat16)]
     assert cpu_half.half_settings(load_config("quickstart")) == []
 
@@ -32,7 +45,9 @@ def test_check_warns_with_keys_and_factor_only_when_slow(monkeypatch, caplog):
     monkeypatch.setattr(cpu_half, "matmul_slowdown", lambda dtype: 47.0)
     with caplog.at_level(logging.WARNING, logger="verl.utils.cpu_half"):
         line = cpu_half.check_half_precision(cfg)
-    assert line.startswith("WARNING: bfloat16 matmul 47.0x the float32 time on this CPU (actor_rollout_ref.rollout.dtype)")
+    assert line.startswith(
+        "WARNING: bfloat16 matmul 47.0x the float32 time on this CPU (actor_rollout_ref.rollout.dtype)"
+    )
     assert "set float32" in line
     assert [r.getMessage() for r in caplog.records] == [f"half precision: {line}"]
 

@@ -54,8 +54,9 @@ def test_create_model_refuses_a_code_pickle_in_one_line(pickled_model) -> None:
     with pytest.raises(ModelError) as e:
         create_model("actor", ModelConfig(path=str(model)))
     text = str(e.value)
-    assert text.startswith(f"{model / 'pytorch_model.bin'}: not loaded as weights: it is a pickle that references "
-                           "posix.system"), text
+    assert text.startswith(
+        f"{model / 'pytorch_model.bin'}: not loaded as weights: it is a pickle that references posix.system"
+    ), text
     assert "safetensors" in text
     _assert_safe_message(text, marker)
 
@@ -64,7 +65,9 @@ def test_preflight_names_the_file(pickled_model) -> None:
     from verl.run.preflight import check_weight_files
 
     model, marker = pickled_model
-    with pytest.raises(ModelError, match=r"pytorch_model\.bin is not a loadable weights file .*posix\.system.*safetensors"):
+    with pytest.raises(
+        ModelError, match=r"pytorch_model\.bin is not a loadable weights file .*posix\.system.*safetensors"
+    ):
         check_weight_files(model)
     assert not marker.exists()
 
@@ -73,8 +76,14 @@ def test_cli_prints_one_model_error_line(pickled_model, tmp_path, capsys) -> Non
     from verl.cli import main
 
     model, marker = pickled_model
-    rc = main(["generate", f"model.path={model}", "data.path=builtin://arithmetic/test",
-               f"data.output_path={tmp_path / 'g.jsonl'}"])
+    rc = main(
+        [
+            "generate",
+            f"model.path={model}",
+            "data.path=builtin://arithmetic/test",
+            f"data.output_path={tmp_path / 'g.jsonl'}",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and err[-1].startswith("verl generate: model error: ") and "pytorch_model.bin" in err[-1], err
     assert "Traceback" not in "\n".join(err)

@@ -26,7 +26,12 @@ def _worker(rank: int, port: int, out: dict) -> None:
 
         mesh = init_device_mesh("cpu", (2,))
         torch.manual_seed(0)  # the same full tensors on both ranks
-        full = {"uneven": torch.randn(7, 300), "bias": torch.randn(5), "big": torch.randn(257, 33), "tiny": torch.randn(1, 3)}
+        full = {
+            "uneven": torch.randn(7, 300),
+            "bias": torch.randn(5),
+            "big": torch.randn(257, 33),
+            "tiny": torch.randn(1, 3),
+        }
         items = [(n, distribute_tensor(t, mesh, [Shard(0)])) for n, t in full.items()]
         items.append(("replicated", distribute_tensor(torch.randn(4, 4), mesh, [Replicate()])))
         items.append(("plain", torch.randn(3, 3)))

@@ -15,13 +15,16 @@ import pytest
 DELIBERATE: dict[str, str] = {
     "trainer/ppo/test_core_algos_on_cpu.py::TestRegisterAdvEst": (
         "rebinds verl's module-level dict core_algos.ADV_ESTIMATOR_REGISTRY; the product's registry is "
-        "verl.algorithms.ADV_ESTIMATORS (same rules: enum names, same function twice ok, another one a ValueError)"),
+        "verl.algorithms.ADV_ESTIMATORS (same rules: enum names, same function twice ok, another one a ValueError)"
+    ),
     "experimental/agent_loop/test_call_tool_on_cpu.py": (
         "tests the private ToolAgentLoop._call_tool of verl; the product's tool agent calls tools through "
-        "verl.tools.calling.call_tool / ToolSession (its error texts and truncation are tested in tests/tools)"),
+        "verl.tools.calling.call_tool / ToolSession (its error texts and truncation are tested in tests/tools)"
+    ),
     "tools/test_function_tool_on_cpu.py::test_rollout_yaml_exposes_function_tool_path": (
         "reads verl's verl/trainer/config/rollout/rollout.yaml from the working directory; the product keeps "
-        "rollout.multi_turn.function_tool_path (default null) in its typed schema"),
+        "rollout.multi_turn.function_tool_path (default null) in its typed schema"
+    ),
 }
 
 collect_ignore = [

@@ -40,7 +40,7 @@ def test_mismatch_sums_reproduce_the_driver_metrics():
     train, rollout = -torch.rand(4, 7, generator=g) * 3, -torch.rand(4, 7, generator=g) * 3
     mask = (torch.rand(4, 7, generator=g) > 0.3).long()
     want = rollout_mismatch_metrics(train, rollout, mask)
-    halves = [rollout_mismatch_sums(train[i:i + 2], rollout[i:i + 2], mask[i:i + 2]) for i in (0, 2)]
+    halves = [rollout_mismatch_sums(train[i : i + 2], rollout[i : i + 2], mask[i : i + 2]) for i in (0, 2)]
     got = mismatch_metrics_from_sums(halves[0][0] + halves[1][0], max(halves[0][1], halves[1][1]))
     assert got.keys() == want.keys()
     for k in want:
@@ -56,10 +56,16 @@ def _batch(advantages: torch.Tensor | None = None) -> DataProto:
     resp_mask[1, 2:] = 0
     mask[:, P:] = resp_mask
     adv = advantages if advantages is not None else torch.randn(B, R, generator=g)
-    return DataProto.from_dict(tensors={
-        "input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        "responses": ids[:, P:], "response_mask": resp_mask, "advantages": adv,
-    })
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": resp_mask,
+            "advantages": adv,
+        }
+    )
 
 
 def _actor(model_dir, micro: int = 3, **cfg) -> PPOActor:

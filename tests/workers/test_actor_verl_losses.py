@@ -20,11 +20,16 @@ def _batch() -> DataProto:
     ids = torch.randint(3, 40, (B, P + R), generator=g)
     resp_mask = (torch.arange(R) < torch.tensor([[4], [1], [3], [2]])).long()  # ragged: token-mean != seq-mean
     mask = torch.cat([torch.ones(B, P, dtype=torch.long), resp_mask], -1)
-    return DataProto.from_dict(tensors={
-        "input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        "responses": ids[:, P:], "response_mask": resp_mask,
-        "advantages": torch.tensor([[1.0] * R, [-2.0] * R, [0.5] * R, [-1.0] * R]),
-    })
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": resp_mask,
+            "advantages": torch.tensor([[1.0] * R, [-2.0] * R, [0.5] * R, [-1.0] * R]),
+        }
+    )
 
 
 def _loss(model_dir, **cfg) -> tuple[float, DataProto]:
@@ -41,8 +46,13 @@ def test_sapo_reads_actor_taus_and_is_aggregated_seq_mean_token_mean(tiny_model_
     # tau_pos 1 (A > 0): L = -2 A; tau_neg 4 (A <= 0): L = -A / 2 -> rows [-2, 1, -1, 0.5]
     # seq-mean-token-mean (verl's fixed mode for sapo) = (-2 + 1 - 1 + 0.5) / 4 = -0.375;
     # the configured token-mean would give (-2*4 + 1*1 - 1*3 + 0.5*2) / 10 = -0.9
-    got, _ = _loss(tiny_model_dir, policy_loss=PolicyLossConfig(loss_mode="sapo"), tau_pos=1.0, tau_neg=4.0,
-                   loss_agg_mode="token-mean")
+    got, _ = _loss(
+        tiny_model_dir,
+        policy_loss=PolicyLossConfig(loss_mode="sapo"),
+        tau_pos=1.0,
+        tau_neg=4.0,
+        loss_agg_mode="token-mean",
+    )
     assert got == pytest.approx(-0.375, abs=1e-6)
 
 
@@ -73,8 +83,15 @@ def test_bypass_stage_hands_reinforce_and_is_to_the_actor_loss(tiny_model_dir) -
     g = torch.Generator().manual_seed(1)
     rollout = lp - 0.5 * torch.rand(B, R, generator=g)  # pi_rollout below pi_theta: some rho > C
     data.batch["rollout_log_probs"], data.batch["old_log_probs"] = rollout, lp.clone()
-    rc = SimpleNamespace(rollout_is="token", rollout_is_threshold=1.3, rollout_is_batch_normalize=False,
-                         rollout_rs=None, rollout_rs_threshold=None, bypass_mode=True, loss_type="reinforce")
+    rc = SimpleNamespace(
+        rollout_is="token",
+        rollout_is_threshold=1.3,
+        rollout_is_batch_normalize=False,
+        rollout_rs=None,
+        rollout_rs_threshold=None,
+        bypass_mode=True,
+        loss_type="reinforce",
+    )
     rollout_correction_stage(data, rc)
     assert torch.equal(data.batch["old_log_probs"], rollout) and "rollout_is_weights" not in data.batch.keys()
     bypass = data.meta_info[BYPASS_META_KEY]

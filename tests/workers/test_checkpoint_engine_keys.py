@@ -22,7 +22,9 @@ CE = "actor_rollout_ref.rollout.checkpoint_engine"
 def _model() -> nn.Module:
     # 3 matrices of 512 x 512 float32 = 1 MiB each, + a 1 KiB bias: 3 MiB + 1 KiB in all
     torch.manual_seed(0)
-    return nn.Sequential(nn.Linear(512, 512, bias=False), nn.Linear(512, 512, bias=False), nn.Linear(512, 512, bias=True))
+    return nn.Sequential(
+        nn.Linear(512, 512, bias=False), nn.Linear(512, 512, bias=False), nn.Linear(512, 512, bias=True)
+    )
 
 
 class _RecordingEngine:
@@ -37,16 +39,21 @@ class _RecordingEngine:
         return [[]]  # verl_finish_weight_update: no engine parameter left unset
 
 
-@pytest.mark.parametrize("megabytes, expected", [
-    (2048, [["0.weight", "1.weight", "2.weight", "2.bias"]]),  # the default: one bucket
-    (2, [["0.weight", "1.weight"], ["2.weight", "2.bias"]]),
-    (1, [["0.weight"], ["1.weight"], ["2.weight"], ["2.bias"]]),  # 1 MiB + the bias would exceed 1 MiB
-])
+@pytest.mark.parametrize(
+    "megabytes, expected",
+    [
+        (2048, [["0.weight", "1.weight", "2.weight", "2.bias"]]),  # the default: one bucket
+        (2, [["0.weight", "1.weight"], ["2.weight", "2.bias"]]),
+        (1, [["0.weight"], ["1.weight"], ["2.weight"], ["2.bias"]]),  # 1 MiB + the bias would exceed 1 MiB
+    ],
+)
 def test_colocated_vllm_sync_uses_the_configured_bucket_size(megabytes, expected):
     cfg = load_config(None, [f"{CE}.update_weights_bucket_megabytes={megabytes}"])
     assert bucket_bytes_of(cfg.actor_rollout_ref.rollout) == megabytes * 2**20
     engine = _RecordingEngine()
-    sync = EngineWeightSync(engine.rpc, lambda lora_id: None, lora=False, bucket_bytes=bucket_bytes_of(cfg.actor_rollout_ref.rollout))
+    sync = EngineWeightSync(
+        engine.rpc, lambda lora_id: None, lora=False, bucket_bytes=bucket_bytes_of(cfg.actor_rollout_ref.rollout)
+    )
     sync.update(_model())
     assert engine.buckets == expected
     assert sync.last_buckets == len(expected) and sync.last_tensors == 4
@@ -55,12 +62,19 @@ def test_colocated_vllm_sync_uses_the_configured_bucket_size(megabytes, expected
 
 @pytest.mark.parametrize("hybrid", [True, False])
 @pytest.mark.parametrize("name", ["hf", "vllm"])
-@pytest.mark.parametrize("field, value, message", [
-    ("backend", "nccl", rf"^`{CE}.backend` is not supported yet: 'nccl'"),
-    ("update_weights_bucket_megabytes", 0, rf"^{CE}.update_weights_bucket_megabytes: must be > 0, got 0$"),
-    ("update_weights_bucket_megabytes", -5, rf"^{CE}.update_weights_bucket_megabytes: must be > 0, got -5$"),
-    ("engine_kwargs", {"nccl": {"rebuild_group": False}}, rf"^`{CE}.engine_kwargs` is not supported yet: \['nccl'\]"),
-])
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("backend", "nccl", rf"^`{CE}.backend` is not supported yet: 'nccl'"),
+        ("update_weights_bucket_megabytes", 0, rf"^{CE}.update_weights_bucket_megabytes: must be > 0, got 0$"),
+        ("update_weights_bucket_megabytes", -5, rf"^{CE}.update_weights_bucket_megabytes: must be > 0, got -5$"),
+        (
+            "engine_kwargs",
+            {"nccl": {"rebuild_group": False}},
+            rf"^`{CE}.engine_kwargs` is not supported yet: \['nccl'\]",
+        ),
+    ],
+)
 def test_checkpoint_engine_values_that_cannot_take_effect_are_refused_everywhere(field, value, message, name, hybrid):
     # checked on a loaded config: loading rollout.name=vllm needs vLLM installed, this rule does not
     cfg = load_config(None)
@@ -81,7 +95,9 @@ def test_checkpoint_engine_refusals_on_the_command_line():
 
 @pytest.mark.parametrize("name", ["hf", "vllm"])
 def test_checkpoint_engine_values_that_take_effect_pass(name):
-    cfg = load_config(None, [f"{CE}.update_weights_bucket_megabytes=512", f"{CE}.backend=naive", f"+{CE}.engine_kwargs.naive={{}}"])
+    cfg = load_config(
+        None, [f"{CE}.update_weights_bucket_megabytes=512", f"{CE}.backend=naive", f"+{CE}.engine_kwargs.naive={{}}"]
+    )
     cfg.actor_rollout_ref.rollout.name = name
     check_compat(cfg)
     assert bucket_bytes_of(cfg.actor_rollout_ref.rollout) == 512 * 2**20

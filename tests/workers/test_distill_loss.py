@@ -29,11 +29,16 @@ def _batch() -> DataProto:
     ids = torch.randint(3, 40, (B, P + R), generator=g)
     resp_mask = (torch.arange(R) < torch.tensor([[4], [1], [3], [2]])).long()
     mask = torch.cat([torch.ones(B, P, dtype=torch.long), resp_mask], -1)
-    return DataProto.from_dict(tensors={
-        "input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        "responses": ids[:, P:], "response_mask": resp_mask,
-        "advantages": torch.tensor([[1.0] * R, [-2.0] * R, [0.5] * R, [-1.0] * R]),
-    })
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": resp_mask,
+            "advantages": torch.tensor([[1.0] * R, [-2.0] * R, [0.5] * R, [-1.0] * R]),
+        }
+    )
 
 
 def _engine(model_dir):
@@ -85,8 +90,9 @@ def test_direct_k3_is_the_token_mean_of_k3(tiny_model_dir) -> None:
     data.batch["teacher_logprobs"] = lp - torch.linspace(-1.0, 1.0, B * R).view(B, R)
     loss, _ = _run(engine, data, DistillationLossParams("k3", use_task_rewards=False))
     mask = data.batch["response_mask"]
-    assert float(loss) == pytest.approx(float(agg_loss(kl_penalty(lp, data.batch["teacher_logprobs"], "k3"), mask,
-                                                       "token-mean")), abs=1e-5)
+    assert float(loss) == pytest.approx(
+        float(agg_loss(kl_penalty(lp, data.batch["teacher_logprobs"], "k3"), mask, "token-mean")), abs=1e-5
+    )
 
 
 def test_teacher_worker_scores_like_the_reference_forward(tiny_model_dir) -> None:
@@ -102,7 +108,9 @@ def test_teacher_worker_scores_like_the_reference_forward(tiny_model_dir) -> Non
     out = worker.compute_teacher_log_prob(data).batch
     module = AutoModelForCausalLM.from_pretrained(str(tiny_model_dir), dtype=torch.float32)
     with torch.no_grad():
-        logits = response_logits(module, data.batch["input_ids"], data.batch["attention_mask"], data.batch["position_ids"], R)
+        logits = response_logits(
+            module, data.batch["input_ids"], data.batch["attention_mask"], data.batch["position_ids"], R
+        )
     top = torch.log_softmax(logits.float(), -1).topk(5, dim=-1)
     torch.testing.assert_close(out["teacher_logprobs"], top.values, rtol=1e-5, atol=1e-5)
     assert torch.equal(out["teacher_ids"], top.indices)
@@ -142,6 +150,8 @@ def test_teacher_forwards_are_micro_batched_as_the_reference() -> None:
     from verl.workers.teacher_worker import teacher_micro_batches
 
     assert teacher_micro_batches(RefConfig(), 1024) == MicroBatchSpec(1024, False, 16384)
-    ref = RefConfig(log_prob_micro_batch_size_per_gpu=8, log_prob_use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=512)
+    ref = RefConfig(
+        log_prob_micro_batch_size_per_gpu=8, log_prob_use_dynamic_bsz=True, log_prob_max_token_len_per_gpu=512
+    )
     assert teacher_micro_batches(ref, 1024) == MicroBatchSpec(8, True, 512)
     assert teacher_micro_batches(ref, 4).size == 4 and teacher_micro_batches(RefConfig(), None).size is None

@@ -27,10 +27,16 @@ def _batch() -> DataProto:
     resp_mask = torch.ones(B, R, dtype=torch.long)
     resp_mask[1, 2:] = 0
     mask[:, P:] = resp_mask
-    return DataProto.from_dict(tensors={
-        "input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-        "responses": ids[:, P:], "response_mask": resp_mask, "advantages": torch.randn(B, R, generator=g),
-    })
+    return DataProto.from_dict(
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "responses": ids[:, P:],
+            "response_mask": resp_mask,
+            "advantages": torch.randn(B, R, generator=g),
+        }
+    )
 
 
 def _actor(model_dir, **cfg) -> PPOActor:
@@ -117,9 +123,17 @@ def test_trainer_reuse_decision_ignores_the_compiled_decode():
     from verl.trainer.ppo.trainer import RLTrainer
 
     for eager in ("true", "false"):
-        cfg = load_config(None, [f"actor_rollout_ref.rollout.enforce_eager={eager}", "data.train_batch_size=8",
-                                 "actor_rollout_ref.actor.ppo_mini_batch_size=8"])  # one mini-batch: on-policy
-        expected = reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
+        cfg = load_config(
+            None,
+            [
+                f"actor_rollout_ref.rollout.enforce_eager={eager}",
+                "data.train_batch_size=8",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=8",
+            ],
+        )  # one mini-batch: on-policy
+        expected = reuses_old_log_probs(
+            cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward
+        )
         assert RLTrainer._reuse_old_log_probs(SimpleNamespace(config=cfg)) is expected is True
         cfg.algorithm.rollout_correction.rollout_is = "token"
         assert RLTrainer._reuse_old_log_probs(SimpleNamespace(config=cfg)) is False

@@ -56,7 +56,9 @@ def test_copy_is_refreshed_only_after_the_actor_changed_and_then_matches_it():
     rollout.sync_weights(actor)
     rollout.sync_weights(actor)
     assert engine.updates == 1 and rollout.last_sync_s >= 0.0
-    torch.testing.assert_close(rollout.generate_sequences(prompts).batch["y"], actor.module(prompts.batch["x"]).detach())
+    torch.testing.assert_close(
+        rollout.generate_sequences(prompts).batch["y"], actor.module(prompts.batch["x"]).detach()
+    )
     rollout.sync_weights(actor, force=True)  # after a checkpoint load
     assert engine.updates == 2
 

@@ -31,7 +31,8 @@ def _prompts() -> DataProto:
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_attention_mask(mask)},
         non_tensors={"uid": np.array([f"u{i}" for i in range(len(PROMPTS))], dtype=object)},
-        meta_info={"do_sample": False})
+        meta_info={"do_sample": False},
+    )
 
 
 def _gap(gen: DataProto, lp: DataProto) -> float:
@@ -51,7 +52,9 @@ def _rank_main(rank: int, port: int, config: object, out_dir: str) -> None:
 
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     worker = ActorRolloutRefWorker(config, use_reference=False, seed=1, device="cpu")
     try:
         worker.init_model(total_training_steps=2)
@@ -80,12 +83,24 @@ def _rank_main(rank: int, port: int, config: object, out_dir: str) -> None:
 def test_sync_from_sp2_actor_into_tp2_rollout_gives_the_sp_log_probs(tiny_model_dir, tmp_path):
     from verl.config import load_config
 
-    cfg = load_config(None, [
-        f"actor_rollout_ref.model.path={tiny_model_dir}", "trainer.n_gpus_per_node=2", "algorithm.adv_estimator=grpo",
-        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "data.max_prompt_length=8", f"data.max_response_length={R}", "actor_rollout_ref.model.use_remove_padding=true",
-        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2", "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
-        "actor_rollout_ref.hybrid_engine=true", "actor_rollout_ref.actor.optim.lr=1e-2"])
+    cfg = load_config(
+        None,
+        [
+            f"actor_rollout_ref.model.path={tiny_model_dir}",
+            "trainer.n_gpus_per_node=2",
+            "algorithm.adv_estimator=grpo",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "data.max_prompt_length=8",
+            f"data.max_response_length={R}",
+            "actor_rollout_ref.model.use_remove_padding=true",
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size=2",
+            "actor_rollout_ref.rollout.tensor_model_parallel_size=2",
+            "actor_rollout_ref.hybrid_engine=true",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+        ],
+    )
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -191,7 +191,12 @@ def fake_layerwise(monkeypatch):
     mod = types.ModuleType("vllm.model_executor.model_loader.reload.layerwise")
     mod.initialize_layerwise_reload = lambda model: None
     mod.finalize_layerwise_reload = lambda model, config: None
-    for name in ("vllm", "vllm.model_executor", "vllm.model_executor.model_loader", "vllm.model_executor.model_loader.reload"):
+    for name in (
+        "vllm",
+        "vllm.model_executor",
+        "vllm.model_executor.model_loader",
+        "vllm.model_executor.model_loader.reload",
+    ):
         monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or types.ModuleType(name))
     monkeypatch.setitem(sys.modules, mod.__name__, mod)
 
@@ -202,7 +207,7 @@ class _VLLMEngine:
     streams_weights = True
 
     def __init__(self, actor_module: torch.nn.Module, dtype: torch.dtype, lora: bool) -> None:
-            # vLLM's base model: checkpoint names, no peft wrappers
+        # vLLM's base model: checkpoint names, no peft wrappers
         model = copy.deepcopy(actor_module).merge_and_unload() if lora else copy.deepcopy(actor_module)
         self.model = model.to(dtype).requires_grad_(False)
         ext = VerlWorkerExtension()
@@ -264,8 +269,9 @@ def test_vllm_stale_lora_adapter_is_caught_naming_it(tiny_model_dir, fake_layerw
     metrics = _vllm_run(actor, engine, 2)  # clean: the adapter file follows the actor
     assert [m["sync/fingerprint_match"] for m in metrics] == [1.0, 1.0]
     real = EngineWeightSync._write_adapter
-    monkeypatch.setattr(EngineWeightSync, "_write_adapter",
-                        lambda self, state, cfg: None if self.lora_id else real(self, state, cfg))
+    monkeypatch.setattr(
+        EngineWeightSync, "_write_adapter", lambda self, state, cfg: None if self.lora_id else real(self, state, cfg)
+    )
     actor = _actor(tiny_model_dir, lora_rank=4)
     engine = _VLLMEngine(actor.module, torch.bfloat16, lora=True)
     with pytest.raises(SyncAttestationError, match=r"lora:base_model\.model\..*lora_[AB]\.weight \(values"):

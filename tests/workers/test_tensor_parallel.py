@@ -31,8 +31,13 @@ def _batch() -> dict[str, torch.Tensor]:
         p, r = 1 + (3 * i) % P, 1 + (5 * i) % R
         mask[i, P - p : P + r] = 1
     ids = ids * mask
-    b = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-         "responses": ids[:, P:], "response_mask": mask[:, P:]}
+    b = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": ids[:, P:],
+        "response_mask": mask[:, P:],
+    }
     b["advantages"] = torch.randn(B, R, generator=g)
     b["old_log_probs"] = -torch.rand(B, R, generator=g) * 3
     b["values"] = torch.randn(B, R, generator=g) * 0.1
@@ -45,9 +50,14 @@ def _models(model_dir: str) -> tuple[torch.nn.Module, torch.nn.Module]:
     from verl.modules import create_model
 
     torch.manual_seed(0)
-    actor, critic = create_model("actor", ModelConfig(path=model_dir)), create_model("critic", ModelConfig(path=model_dir))
+    actor, critic = (
+        create_model("actor", ModelConfig(path=model_dir)),
+        create_model("critic", ModelConfig(path=model_dir)),
+    )
     with torch.no_grad():  # a zero value head (the default) would make every value 0 at any TP degree
-        critic.value_head.weight.copy_(torch.linspace(-0.1, 0.1, critic.value_head.weight.numel()).view_as(critic.value_head.weight))
+        critic.value_head.weight.copy_(
+            torch.linspace(-0.1, 0.1, critic.value_head.weight.numel()).view_as(critic.value_head.weight)
+        )
     return actor, critic
 
 
@@ -67,7 +77,8 @@ def _forward_backward(actor: torch.nn.Module, critic: torch.nn.Module) -> dict[s
     lp, ent = compute_log_probs_and_entropy(actor, *args, temperature=0.7, remove_padding=True)
     counts = GlobalCounts(tokens=float(b["response_mask"].sum()), sequences=float(B))
     loss, _ = policy_loss_fn(ActorConfig(entropy_coeff=0.01, use_kl_loss=False), 0.7, remove_padding=True)(
-        actor, DataProto.from_dict(tensors=b), counts)
+        actor, DataProto.from_dict(tensors=b), counts
+    )
     values = compute_values(critic, *args, remove_padding=False)
     (loss + values.pow(2).mean()).backward()
     grads = torch.cat([_full(p.grad).flatten() for m in (actor, critic) for p in m.parameters()])
@@ -109,7 +120,9 @@ def _free_port() -> int:
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_tp2_actor_and_critic_forward_backward_equal_tp1(tiny_model_dir, tmp_path):
-    mp.start_processes(_tp2_main, args=(_free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=2, start_method="spawn")
+    mp.start_processes(
+        _tp2_main, args=(_free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=2, start_method="spawn"
+    )
     for rank in (0, 1):
         diffs = torch.load(tmp_path / f"diffs{rank}.pt")
         print(rank, diffs)
@@ -129,7 +142,9 @@ def _engines(model_dir: str, layout: object, world: int) -> tuple[object, object
             layout.prepare(m)
     kw = shard_kwargs(layout, world) if layout is not None else {"world_size": 1}
     optim = OptimConfig(lr=1e-2)
-    return tuple(build_engine(m, FSDPConfig(), optim=optim, total_steps=1, grad_clip=0.05, **kw) for m in (actor, critic))
+    return tuple(
+        build_engine(m, FSDPConfig(), optim=optim, total_steps=1, grad_clip=0.05, **kw) for m in (actor, critic)
+    )
 
 
 def _one_step(engines: tuple, data: object) -> dict[str, object]:
@@ -141,12 +156,19 @@ def _one_step(engines: tuple, data: object) -> dict[str, object]:
     actor, critic = engines
     critic_cfg = CriticConfig()
     critic_cfg.model.use_remove_padding = True
-    a = actor.train_batch(data, policy_loss_fn(ActorConfig(entropy_coeff=0.01, use_kl_loss=False), 0.7, True),
-                          MicroBatchSpec(2))
+    a = actor.train_batch(
+        data, policy_loss_fn(ActorConfig(entropy_coeff=0.01, use_kl_loss=False), 0.7, True), MicroBatchSpec(2)
+    )
     c = critic.train_batch(data, value_loss_fn(critic_cfg), MicroBatchSpec(2))
-    params = {f"{i}.{n}": _full(p.detach()).clone() for i, e in enumerate(engines) for n, p in e.module.named_parameters()}
-    return {"pg_loss": a.metrics["actor/pg_loss"], "vf_loss": c.metrics["critic/vf_loss"],
-            "grad_norm": (a.grad_norm, c.grad_norm), "params": params}
+    params = {
+        f"{i}.{n}": _full(p.detach()).clone() for i, e in enumerate(engines) for n, p in e.module.named_parameters()
+    }
+    return {
+        "pg_loss": a.metrics["actor/pg_loss"],
+        "vf_loss": c.metrics["critic/vf_loss"],
+        "grad_norm": (a.grad_norm, c.grad_norm),
+        "params": params,
+    }
 
 
 def _fsdp_tp_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
@@ -158,7 +180,9 @@ def _fsdp_tp_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
     try:
         layout = build_layout(1, 2, 4)
         engines = _engines(model_dir, layout, 4)
-        data = layout.gather(DataProto.from_dict(tensors=_batch()).chunk(4)[rank])  # the controller's chunk, then the TP group's rows
+        data = layout.gather(
+            DataProto.from_dict(tensors=_batch()).chunk(4)[rank]
+        )  # the controller's chunk, then the TP group's rows
         with layout.scope():
             out = _one_step(engines, data)
         if rank == 0:
@@ -173,14 +197,18 @@ def test_fsdp2_x_tp2_on_4_ranks_equals_one_process(tiny_model_dir, tmp_path):
     from verl.protocol import DataProto
 
     ref = _one_step(_engines(str(tiny_model_dir), None, 1), DataProto.from_dict(tensors=_batch()))
-    mp.start_processes(_fsdp_tp_main, args=(_free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=4, start_method="spawn")
+    mp.start_processes(
+        _fsdp_tp_main, args=(_free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=4, start_method="spawn"
+    )
     got = torch.load(tmp_path / "fsdp_tp.pt")
     print({k: (ref[k], got[k]) for k in ("pg_loss", "vf_loss", "grad_norm")})
     assert abs(got["pg_loss"] - ref["pg_loss"]) <= 1e-5 and abs(got["vf_loss"] - ref["vf_loss"]) <= 1e-5
     for a, b in zip(got["grad_norm"], ref["grad_norm"], strict=True):
         assert abs(a - b) <= 1e-5 * max(1.0, abs(b))
     assert ref["params"].keys() == got["params"].keys()
-    moved = max(float((ref["params"][k] - _engines_initial(k, tiny_model_dir)).abs().max()) for k in list(ref["params"])[:3])
+    moved = max(
+        float((ref["params"][k] - _engines_initial(k, tiny_model_dir)).abs().max()) for k in list(ref["params"])[:3]
+    )
     assert moved > 1e-4  # the step changed the weights
     for k, v in ref["params"].items():
         assert float((got["params"][k] - v).abs().max()) <= 1e-5, k
@@ -194,7 +222,9 @@ def _engines_initial(key: str, model_dir: object) -> torch.Tensor:
 
 def test_heads_not_divisible_by_tp_is_one_config_line():
     cfg = types.SimpleNamespace(model_type="qwen2", num_attention_heads=4, num_key_value_heads=2, intermediate_size=128)
-    with pytest.raises(ConfigError, match=r"tensor_parallel_size=4 does not divide the model's num_key_value_heads=2") as err:
+    with pytest.raises(
+        ConfigError, match=r"tensor_parallel_size=4 does not divide the model's num_key_value_heads=2"
+    ) as err:
         check_tp_heads(cfg, 4)
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match="num_attention_heads=4"):
@@ -207,4 +237,3 @@ def test_architecture_without_a_plan_is_one_config_line():
     with pytest.raises(ConfigError, match=r"no tensor-parallel plan for architecture 'gpt2'") as err:
         check_tp_heads(cfg, 2)
     assert "\n" not in str(err.value)
-

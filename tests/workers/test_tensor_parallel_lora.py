@@ -46,10 +46,15 @@ def test_block_plan_places_lora_b_on_column_and_lora_a_on_row_layers(tiny_model_
     plan = block_plan(block, tp_plan())
     kinds = {name: type(style) for name, style in plan.items()}
     assert kinds == {
-        "self_attn.q_proj.base_layer": ColwiseParallel, "self_attn.q_proj.lora_B.default": ColwiseParallel,
-        "self_attn.k_proj": ColwiseParallel, "self_attn.v_proj": ColwiseParallel, "mlp.gate_proj": ColwiseParallel,
-        "mlp.up_proj.base_layer": ColwiseParallel, "mlp.up_proj.lora_B.default": ColwiseParallel,
-        "self_attn.o_proj.base_layer": RowwiseParallel, "self_attn.o_proj.lora_A.default": RowwiseParallel,
+        "self_attn.q_proj.base_layer": ColwiseParallel,
+        "self_attn.q_proj.lora_B.default": ColwiseParallel,
+        "self_attn.k_proj": ColwiseParallel,
+        "self_attn.v_proj": ColwiseParallel,
+        "mlp.gate_proj": ColwiseParallel,
+        "mlp.up_proj.base_layer": ColwiseParallel,
+        "mlp.up_proj.lora_B.default": ColwiseParallel,
+        "self_attn.o_proj.base_layer": RowwiseParallel,
+        "self_attn.o_proj.lora_A.default": RowwiseParallel,
         "mlp.down_proj": RowwiseParallel,
     }
     assert plan["self_attn.q_proj.lora_B.default"] is not plan["self_attn.q_proj.base_layer"]  # a fresh style each
@@ -74,8 +79,13 @@ def _batch() -> dict[str, torch.Tensor]:
         p, r = 1 + (3 * i) % P, 1 + (5 * i) % R
         mask[i, P - p : P + r] = 1
     ids = ids * mask
-    b = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-         "responses": ids[:, P:], "response_mask": mask[:, P:]}
+    b = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": ids[:, P:],
+        "response_mask": mask[:, P:],
+    }
     b["advantages"] = torch.randn(B, R, generator=g)
     b["old_log_probs"] = -torch.rand(B, R, generator=g) * 3
     return b
@@ -95,7 +105,9 @@ def _forward_backward(actor: torch.nn.Module) -> dict[str, torch.Tensor]:
     b = _batch()
     lp = compute_log_probs(actor, b["input_ids"], b["attention_mask"], b["position_ids"], R, temperature=0.7)
     counts = GlobalCounts(tokens=float(b["response_mask"].sum()), sequences=float(B))
-    loss, _ = policy_loss_fn(ActorConfig(use_kl_loss=False), 0.7, remove_padding=True)(actor, DataProto.from_dict(tensors=b), counts)
+    loss, _ = policy_loss_fn(ActorConfig(use_kl_loss=False), 0.7, remove_padding=True)(
+        actor, DataProto.from_dict(tensors=b), counts
+    )
     loss.backward()
     grads = {n: _full(p.grad).detach().clone() for n, p in actor.named_parameters() if p.requires_grad}
     return {"lp": lp.detach(), "loss": loss.detach(), "grads": grads}
@@ -114,14 +126,23 @@ def _tp2_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
         actor = _lora_actor(model_dir)
         layout.prepare(actor)
         attn = actor.base_model.model.model.layers[0].self_attn
-        placed = {"q_B": str(attn.q_proj.lora_B["default"].weight.placements), "q_A": hasattr(attn.q_proj.lora_A["default"].weight, "device_mesh"),
-                  "o_A": str(attn.o_proj.lora_A["default"].weight.placements), "o_B": hasattr(attn.o_proj.lora_B["default"].weight, "device_mesh")}
+        placed = {
+            "q_B": str(attn.q_proj.lora_B["default"].weight.placements),
+            "q_A": hasattr(attn.q_proj.lora_A["default"].weight, "device_mesh"),
+            "o_A": str(attn.o_proj.lora_A["default"].weight.placements),
+            "o_B": hasattr(attn.o_proj.lora_B["default"].weight, "device_mesh"),
+        }
         tp = _forward_backward(actor)
-        out = {"lp": float((tp["lp"] - ref["lp"]).abs().max()), "loss": float((tp["loss"] - ref["loss"]).abs()),
-               "names": sorted(tp["grads"]) == sorted(ref["grads"]), "n": len(ref["grads"]), "placed": placed,
-               "grad": max(float((tp["grads"][n] - g).abs().max()) for n, g in ref["grads"].items()),
-               "grad_rel": max(float((tp["grads"][n] - g).abs().max() / g.abs().max()) for n, g in ref["grads"].items()),
-               "grad_scale": min(float(g.abs().max()) for g in ref["grads"].values())}
+        out = {
+            "lp": float((tp["lp"] - ref["lp"]).abs().max()),
+            "loss": float((tp["loss"] - ref["loss"]).abs()),
+            "names": sorted(tp["grads"]) == sorted(ref["grads"]),
+            "n": len(ref["grads"]),
+            "placed": placed,
+            "grad": max(float((tp["grads"][n] - g).abs().max()) for n, g in ref["grads"].items()),
+            "grad_rel": max(float((tp["grads"][n] - g).abs().max() / g.abs().max()) for n, g in ref["grads"].items()),
+            "grad_scale": min(float(g.abs().max()) for g in ref["grads"].values()),
+        }
         torch.save(out, os.path.join(out_dir, f"out{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -160,11 +181,24 @@ def test_lora_grpo_at_tp2_equals_tp1_on_ray_with_the_adapter_free_reference(tmp_
     runs = {}
     for tp in (1, 2):
         d = tmp_path / f"tp{tp}"
-        RLTrainer(config=load_config(None, builtin_overrides(d, **{
-            "trainer.n_gpus_per_node": 2, "actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8,
-            "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size": tp, "trainer.total_training_steps": 2,
-            "trainer.test_freq": -1, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
-            "actor_rollout_ref.actor.use_kl_loss": True}))).fit()
+        RLTrainer(
+            config=load_config(
+                None,
+                builtin_overrides(
+                    d,
+                    **{
+                        "trainer.n_gpus_per_node": 2,
+                        "actor_rollout_ref.model.lora_rank": 4,
+                        "actor_rollout_ref.model.lora_alpha": 8,
+                        "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size": tp,
+                        "trainer.total_training_steps": 2,
+                        "trainer.test_freq": -1,
+                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+                        "actor_rollout_ref.actor.use_kl_loss": True,
+                    },
+                ),
+            )
+        ).fit()
         ray.shutdown()
         runs[tp] = read_metrics(d)
     keys = ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "critic/score/mean")

@@ -29,7 +29,9 @@ def _batch():
         p, r = 1 + (3 * i) % P, 1 + (5 * i) % R
         mask[i, P - p : P + r] = 1
     ids = ids * mask
-    return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)})
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    )
 
 
 def _log_probs(module: torch.nn.Module, data) -> object:
@@ -57,12 +59,21 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
         whole = create_model("ref", ModelConfig(path=model_dir)).requires_grad_(False)
         expected = _log_probs(whole, mine).batch["lp"]
         layout = build_layout(1, 2, 2)
-        engine = build_reference_engine(create_model("ref", ModelConfig(path=model_dir)).requires_grad_(False), FSDPConfig(),
-                                        layout, ref_sp=False, ref_tp=True, world_size=2)
+        engine = build_reference_engine(
+            create_model("ref", ModelConfig(path=model_dir)).requires_grad_(False),
+            FSDPConfig(),
+            layout,
+            ref_sp=False,
+            ref_tp=True,
+            world_size=2,
+        )
         got = layout.run(mine, lambda d: _log_probs(engine.module, d)).batch["lp"]
         q = engine.module.model.layers[0].self_attn.q_proj.weight
-        out = {"lp": float((got - expected).abs().max()), "placements": str(getattr(q, "placements", None)),
-               "rows": got.shape[0]}
+        out = {
+            "lp": float((got - expected).abs().max()),
+            "placements": str(getattr(q, "placements", None)),
+            "rows": got.shape[0],
+        }
         torch.save(out, os.path.join(out_dir, f"out{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -95,11 +106,23 @@ def test_kl_against_a_tp2_reference_equals_an_unsplit_reference_on_ray(tmp_path)
     runs = {}
     for ref_tp in (1, 2):
         d = tmp_path / f"ref_tp{ref_tp}"
-        RLTrainer(config=load_config(None, builtin_overrides(d, **{
-            "trainer.n_gpus_per_node": 2, "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size": 2,
-            "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size": ref_tp, "trainer.total_training_steps": 2,
-            "trainer.test_freq": -1, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
-            "actor_rollout_ref.actor.use_kl_loss": True}))).fit()
+        RLTrainer(
+            config=load_config(
+                None,
+                builtin_overrides(
+                    d,
+                    **{
+                        "trainer.n_gpus_per_node": 2,
+                        "actor_rollout_ref.actor.fsdp_config.tensor_parallel_size": 2,
+                        "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size": ref_tp,
+                        "trainer.total_training_steps": 2,
+                        "trainer.test_freq": -1,
+                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+                        "actor_rollout_ref.actor.use_kl_loss": True,
+                    },
+                ),
+            )
+        ).fit()
         ray.shutdown()
         runs[ref_tp] = read_metrics(d)
     keys = ("actor/pg_loss", "actor/grad_norm", "actor/kl_loss", "critic/score/mean")

@@ -34,8 +34,13 @@ def _batch() -> dict[str, torch.Tensor]:
     for i, (p, r) in enumerate(LENGTHS):
         mask[i, P - p : P + r] = 1
     ids = ids * mask
-    out = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-           "responses": ids[:, P:], "response_mask": mask[:, P:]}
+    out = {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "responses": ids[:, P:],
+        "response_mask": mask[:, P:],
+    }
     out["advantages"] = torch.randn(b, R, generator=g)
     # near the random model's log-probs (about -log V): ratios inside the clip range, so the
     # policy-gradient term (not only the entropy bonus) reaches the gradients
@@ -49,9 +54,18 @@ def _write_model(out_dir: str) -> str:
     """A tiny Qwen2 with 4 heads and 4 KV heads: 2 per TP rank, 1 per (TP, SP) rank."""
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    cfg = AutoConfig.for_model("qwen2", vocab_size=128, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=4, intermediate_size=64, max_position_embeddings=64,
-                               tie_word_embeddings=False, pad_token_id=0)
+    cfg = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=128,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=4,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        pad_token_id=0,
+    )
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(cfg).save_pretrained(out_dir)
     return out_dir
@@ -64,7 +78,10 @@ def _engines(model_dir: str, layout: object) -> tuple[object, object]:
     from verl.workers.sharding.tensor_parallel import shard_kwargs
 
     torch.manual_seed(0)
-    actor, critic = create_model("actor", ModelConfig(path=model_dir)), create_model("critic", ModelConfig(path=model_dir))
+    actor, critic = (
+        create_model("actor", ModelConfig(path=model_dir)),
+        create_model("critic", ModelConfig(path=model_dir)),
+    )
     with torch.no_grad():  # a zero value head (the default) would make every value 0 in any layout
         w = critic.value_head.weight
         w.copy_(torch.linspace(-0.1, 0.1, w.numel()).view_as(w))
@@ -89,20 +106,31 @@ def _forward_backward(engines: tuple, data: object) -> dict[str, torch.Tensor]:
     from verl.workers.critic import value_loss_fn
 
     actor, critic = engines
-    lp, ent = compute_log_prob(actor, data, TEMPERATURE, MicroBatchSpec(None), calculate_entropy=True, remove_padding=True)
+    lp, ent = compute_log_prob(
+        actor, data, TEMPERATURE, MicroBatchSpec(None), calculate_entropy=True, remove_padding=True
+    )
     b = data.batch
     with torch.no_grad():
-        values = compute_values(critic.module, b["input_ids"], b["attention_mask"], b["position_ids"], R, remove_padding=True)
+        values = compute_values(
+            critic.module, b["input_ids"], b["attention_mask"], b["position_ids"], R, remove_padding=True
+        )
     critic_cfg = CriticConfig()
     critic_cfg.model.use_remove_padding = True
     # the engine's counts sum over the enclosing scope's dp group (the world outside one): the whole batch's here
     counts = GlobalCounts(tokens=float(b["response_mask"].sum()), sequences=float(len(data)))
-    pg = actor.forward_backward(data, policy_loss_fn(ActorConfig(entropy_coeff=0.01, use_kl_loss=False), TEMPERATURE, True),
-                                counts)
+    pg = actor.forward_backward(
+        data, policy_loss_fn(ActorConfig(entropy_coeff=0.01, use_kl_loss=False), TEMPERATURE, True), counts
+    )
     vf = critic.forward_backward(data, value_loss_fn(critic_cfg), counts)
     grads = torch.cat([_full(p.grad).flatten() for e in engines for p in e.module.parameters()])
-    return {"lp": lp, "ent": ent, "values": values.detach(), "pg_loss": torch.tensor(pg["actor/pg_loss"]),
-            "vf_loss": torch.tensor(vf["critic/vf_loss"]), "grads": grads}
+    return {
+        "lp": lp,
+        "ent": ent,
+        "values": values.detach(),
+        "pg_loss": torch.tensor(pg["actor/pg_loss"]),
+        "vf_loss": torch.tensor(vf["critic/vf_loss"]),
+        "grads": grads,
+    }
 
 
 def _rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
@@ -126,10 +154,15 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
             counted = engines[0].global_counts(data, "response_mask").tokens  # summed over dp (1 rank) only
         q = engines[0].module.model.layers[0].self_attn.q_proj.weight
         diffs = {k: float((got[k] - ref[k]).abs().max()) for k in ref}
-        diffs.update(grad_scale=float(ref["grads"].abs().max()), split_forwards=float(split_forward_count() - before),
-                     mesh=str(tuple(q.device_mesh.mesh_dim_names)), dp=float(layout.dp),
-                     counted=counted - float(whole.batch["response_mask"].sum()),
-                     ref_pg_loss=float(ref["pg_loss"]), ref_vf_loss=float(ref["vf_loss"]))
+        diffs.update(
+            grad_scale=float(ref["grads"].abs().max()),
+            split_forwards=float(split_forward_count() - before),
+            mesh=str(tuple(q.device_mesh.mesh_dim_names)),
+            dp=float(layout.dp),
+            counted=counted - float(whole.batch["response_mask"].sum()),
+            ref_pg_loss=float(ref["pg_loss"]),
+            ref_vf_loss=float(ref["vf_loss"]),
+        )
         torch.save(diffs, os.path.join(out_dir, f"diffs{rank}.pt"))
     finally:
         dist.destroy_process_group()
@@ -158,27 +191,49 @@ def test_heads_per_tp_rank_not_divisible_by_sp_is_one_config_line():
     from verl.workers.sharding.tensor_parallel import check_tp_sp_heads
 
     cfg = types.SimpleNamespace(model_type="qwen2", num_attention_heads=8, num_key_value_heads=2, intermediate_size=128)
-    with pytest.raises(ConfigError, match=r"ulysses_sequence_parallel_size=2 does not divide the num_key_value_heads one "
-                       r"tensor-parallel rank holds: num_key_value_heads=2 / tensor_parallel_size=2 = 1") as err:
+    with pytest.raises(
+        ConfigError,
+        match=r"ulysses_sequence_parallel_size=2 does not divide the num_key_value_heads one "
+        r"tensor-parallel rank holds: num_key_value_heads=2 / tensor_parallel_size=2 = 1",
+    ) as err:
         check_tp_sp_heads(cfg, 2, 2)
     assert "\n" not in str(err.value)
     with pytest.raises(ConfigError, match=r"num_attention_heads=8 / tensor_parallel_size=2 = 4"):
-        check_tp_sp_heads(types.SimpleNamespace(model_type="qwen2", num_attention_heads=8, num_key_value_heads=8,
-                                                intermediate_size=128), 2, 8)
-    check_tp_sp_heads(types.SimpleNamespace(model_type="qwen2", num_attention_heads=8, num_key_value_heads=4,
-                                            intermediate_size=128), 2, 2)
+        check_tp_sp_heads(
+            types.SimpleNamespace(
+                model_type="qwen2", num_attention_heads=8, num_key_value_heads=8, intermediate_size=128
+            ),
+            2,
+            8,
+        )
+    check_tp_sp_heads(
+        types.SimpleNamespace(model_type="qwen2", num_attention_heads=8, num_key_value_heads=4, intermediate_size=128),
+        2,
+        2,
+    )
 
 
 def _worker_config(model_dir: str, tp: int, sp: int) -> object:
     from verl.config import load_config
 
-    cfg = load_config(None, [
-        f"actor_rollout_ref.model.path={model_dir}", f"trainer.n_gpus_per_node={tp * sp}", "algorithm.adv_estimator=grpo",
-        "data.train_batch_size=4", "actor_rollout_ref.rollout.n=1", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.model.use_remove_padding=true",
-        "actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.actor.optim.lr=1e-2", "actor_rollout_ref.actor.entropy_coeff=0.01",
-        f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
-        f"actor_rollout_ref.actor.fsdp_config.tensor_parallel_size={tp}"])
+    cfg = load_config(
+        None,
+        [
+            f"actor_rollout_ref.model.path={model_dir}",
+            f"trainer.n_gpus_per_node={tp * sp}",
+            "algorithm.adv_estimator=grpo",
+            "data.train_batch_size=4",
+            "actor_rollout_ref.rollout.n=1",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+            "actor_rollout_ref.model.use_remove_padding=true",
+            "actor_rollout_ref.hybrid_engine=false",
+            "actor_rollout_ref.actor.optim.lr=1e-2",
+            "actor_rollout_ref.actor.entropy_coeff=0.01",
+            f"actor_rollout_ref.actor.ulysses_sequence_parallel_size={sp}",
+            f"actor_rollout_ref.actor.fsdp_config.tensor_parallel_size={tp}",
+        ],
+    )
     return cfg.actor_rollout_ref
 
 
@@ -187,22 +242,31 @@ def _worker_steps(worker: object, data: object) -> dict[str, object]:
     worker.init_model(total_training_steps=1)
     lp = worker.compute_log_prob(data)
     metrics = worker.update_actor(data.union(lp)).meta_info["metrics"]
-    return {"lp": lp.batch["old_log_probs"], "ent": lp.batch["entropys"], "after": worker.compute_log_prob(data).batch["old_log_probs"],
-            **{k: metrics[k] for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm")}}
+    return {
+        "lp": lp.batch["old_log_probs"],
+        "ent": lp.batch["entropys"],
+        "after": worker.compute_log_prob(data).batch["old_log_probs"],
+        **{k: metrics[k] for k in ("actor/pg_loss", "actor/entropy", "actor/grad_norm")},
+    }
 
 
 def _worker_data() -> object:
     from verl.protocol import DataProto
 
     b = _batch()
-    return DataProto.from_dict(tensors={k: b[k] for k in ("input_ids", "attention_mask", "position_ids", "responses",
-                                                            "response_mask", "advantages")})
+    return DataProto.from_dict(
+        tensors={
+            k: b[k] for k in ("input_ids", "attention_mask", "position_ids", "responses", "response_mask", "advantages")
+        }
+    )
 
 
 def _worker_rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
     from verl.workers.fsdp_workers import ActorRolloutRefWorker
 
-    os.environ.update(RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    os.environ.update(
+        RANK=str(rank), WORLD_SIZE="4", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port)
+    )
     worker = ActorRolloutRefWorker(_worker_config(model_dir, 2, 2), seed=1, device="cpu")
     import torch.distributed as dist
 
@@ -223,7 +287,9 @@ def test_actor_worker_at_sp2_tp2_on_4_ranks_equals_one_local_worker(tmp_path):
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     mp.start_processes(_worker_rank_main, args=(port, model_dir, str(tmp_path)), nprocs=4, start_method="spawn")
-    assert float((ref["after"] - ref["lp"]).abs().max()) > 1e-3 and ref["actor/grad_norm"] > 1e-3  # the update moved the policy
+    assert (
+        float((ref["after"] - ref["lp"]).abs().max()) > 1e-3 and ref["actor/grad_norm"] > 1e-3
+    )  # the update moved the policy
     for rank in range(4):
         got = torch.load(tmp_path / f"worker{rank}.pt")
         rows = slice(rank, rank + 1)  # 4 rows, one per rank

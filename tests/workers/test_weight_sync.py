@@ -24,16 +24,19 @@ from verl.workers.weight_stream import WeightStream
 
 
 # ------------------------------------------------------------------------------ the cutter, by hand
-@pytest.mark.parametrize(("sizes", "limit", "bounds"), [
-    # 32 + 4000 > 1300 -> cut; 4000 > limit: alone; 40 + 1200 = 1240 <= 1300; 1240 + 120 = 1360 > 1300 -> cut
-    ([32, 4000, 40, 1200, 120], 1300, [(0, 1), (1, 2), (2, 4), (4, 5)]),
-    ([100, 200, 700, 1], 1000, [(0, 3), (3, 4)]),  # 100 + 200 + 700 = 1000 exactly fills a bucket; 1 opens the next
-    ([5000, 10, 20], 100, [(0, 1), (1, 3)]),  # the first tensor is larger than the limit: its own bucket
-    ([10, 5000, 10], 100, [(0, 1), (1, 2), (2, 3)]),  # a larger one in the middle closes the open bucket
-    ([0, 0, 100, 0], 100, [(0, 4)]),  # empty tensors cost nothing
-    ([7], 1, [(0, 1)]),
-    ([], 1300, []),
-])
+@pytest.mark.parametrize(
+    ("sizes", "limit", "bounds"),
+    [
+        # 32 + 4000 > 1300 -> cut; 4000 > limit: alone; 40 + 1200 = 1240 <= 1300; 1240 + 120 = 1360 > 1300 -> cut
+        ([32, 4000, 40, 1200, 120], 1300, [(0, 1), (1, 2), (2, 4), (4, 5)]),
+        ([100, 200, 700, 1], 1000, [(0, 3), (3, 4)]),  # 100 + 200 + 700 = 1000 exactly fills a bucket; 1 opens the next
+        ([5000, 10, 20], 100, [(0, 1), (1, 3)]),  # the first tensor is larger than the limit: its own bucket
+        ([10, 5000, 10], 100, [(0, 1), (1, 2), (2, 3)]),  # a larger one in the middle closes the open bucket
+        ([0, 0, 100, 0], 100, [(0, 4)]),  # empty tensors cost nothing
+        ([7], 1, [(0, 1)]),
+        ([], 1300, []),
+    ],
+)
 def test_plan_buckets_cuts_where_hand_counted(sizes, limit, bounds):
     assert plan_buckets(sizes, limit) == bounds
 
@@ -49,8 +52,17 @@ def test_plan_buckets_refuses_a_limit_of_zero_and_a_negative_size():
 def _lm() -> torch.nn.Module:
     # fp32: embed/lm_head 64x32 = 8192 B (tied), q 32x32 = 4096 B, k/v 16x32 = 2048 B, o 4096 B,
     # gate/up/down 64x32 = 8192 B, norms 32 = 128 B
-    cfg = AutoConfig.for_model("llama", vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               num_key_value_heads=1, head_dim=16, intermediate_size=64, tie_word_embeddings=True)
+    cfg = AutoConfig.for_model(
+        "llama",
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(cfg)
 
@@ -66,7 +78,10 @@ def test_lora_names_map_to_the_checkpoint_names_vllm_loads():
     assert checkpoint_name(f"base_model.model.{q}.lora_A.default.weight", lora=True) is None
     assert checkpoint_name("base_model.model.lm_head.modules_to_save.default.weight", lora=True) is None
     assert checkpoint_name(f"{q}.weight", lora=False) == f"{q}.weight"
-    assert peft_save_name(f"base_model.model.{q}.lora_B.default.weight", "default") == f"base_model.model.{q}.lora_B.weight"
+    assert (
+        peft_save_name(f"base_model.model.{q}.lora_B.default.weight", "default")
+        == f"base_model.model.{q}.lora_B.weight"
+    )
     plain = _lm()
     plain_names = list(plain.state_dict())
     lm = _peft(copy.deepcopy(plain))
@@ -129,8 +144,10 @@ def test_hf_and_vllm_paths_cut_one_model_into_the_same_buckets(limit):
     if limit == 4096:  # the 8192 B embedding (larger than the limit) is its own first bucket
         assert _layout(hf)[0] == [("model.embed_tokens.weight", 8192)]
         assert _layout(hf)[1] == [("model.layers.0.self_attn.q_proj.weight", 4096)]
-        assert _layout(hf)[2] == [("model.layers.0.self_attn.k_proj.weight", 2048),
-                                  ("model.layers.0.self_attn.v_proj.weight", 2048)]
+        assert _layout(hf)[2] == [
+            ("model.layers.0.self_attn.k_proj.weight", 2048),
+            ("model.layers.0.self_attn.v_proj.weight", 2048),
+        ]
     if limit == 2**30:
         assert len(hf) == 1
 

@@ -121,7 +121,11 @@ def estimator_inputs(name: str) -> tuple[str, ...]:
 
 
 def compute_advantage(
-    name: str, *, config: AdvantageConfig | None = None, inputs: Mapping[str, Any] | None = None, **kwargs: Any,
+    name: str,
+    *,
+    config: AdvantageConfig | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    **kwargs: Any,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Dispatch to the estimator registered as ``name``.
 
@@ -154,9 +158,7 @@ def sequence_scores(token_level_rewards: torch.Tensor, response_mask: torch.Tens
     return masked_sum(token_level_rewards, response_mask, axis=-1)
 
 
-def broadcast_to_tokens(
-    seq_values: torch.Tensor, response_mask: torch.Tensor, dtype: torch.dtype
-) -> torch.Tensor:
+def broadcast_to_tokens(seq_values: torch.Tensor, response_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`(B,)` per-sequence values → `(B, R)`, exactly 0 on masked positions."""
     full = seq_values.to(dtype).unsqueeze(-1).expand(response_mask.shape)
     return zero_masked(full, response_mask)

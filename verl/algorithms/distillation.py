@@ -72,7 +72,11 @@ class DistillationLossFn(Protocol):
     uses_topk: bool
 
     def __call__(
-        self, inputs: DistillationInputs, *, loss_mode: str, log_prob_min_clamp: float | None = None,
+        self,
+        inputs: DistillationInputs,
+        *,
+        loss_mode: str,
+        log_prob_min_clamp: float | None = None,
         chunk_size: int | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]: ...
 
@@ -81,7 +85,10 @@ DISTILLATION_LOSSES: Registry[Any] = Registry("distillation loss")
 
 
 def estimator_distillation_loss(
-    inputs: DistillationInputs, *, loss_mode: str, log_prob_min_clamp: float | None = None,
+    inputs: DistillationInputs,
+    *,
+    loss_mode: str,
+    log_prob_min_clamp: float | None = None,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Per-token reverse-KL estimate ``kl_penalty(log π_s, log π_t, loss_mode)`` `(B, R)`.
@@ -128,14 +135,19 @@ def topk_log_probs(logits: torch.Tensor, ids: torch.Tensor, chunk_size: int | No
     flat = logits.reshape(-1, logits.shape[-1])
     n = flat.shape[0]
     step = n if not chunk_size or chunk_size <= 0 else chunk_size
-    log_z = torch.cat([torch.logsumexp(flat[s : s + step].float(), dim=-1) for s in range(0, n, max(step, 1))]) \
-        if n else flat.new_zeros(0, dtype=torch.float32)
+    log_z = (
+        torch.cat([torch.logsumexp(flat[s : s + step].float(), dim=-1) for s in range(0, n, max(step, 1))])
+        if n
+        else flat.new_zeros(0, dtype=torch.float32)
+    )
     picked = torch.gather(logits.float(), -1, ids.long())
     return picked - log_z.view(*logits.shape[:-1], 1)
 
 
 def forward_kl_topk(
-    student_topk_log_probs: torch.Tensor, teacher_topk_log_probs: torch.Tensor, log_prob_min_clamp: float | None = None,
+    student_topk_log_probs: torch.Tensor,
+    teacher_topk_log_probs: torch.Tensor,
+    log_prob_min_clamp: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Σ_k p_t,k (log p_t,k − log q_s,k) over the teacher's top-k ids, before the clamp at 0.
 
@@ -157,7 +169,10 @@ def forward_kl_topk(
 
 
 def forward_kl_topk_loss(
-    inputs: DistillationInputs, *, loss_mode: str = "forward_kl_topk", log_prob_min_clamp: float | None = None,
+    inputs: DistillationInputs,
+    *,
+    loss_mode: str = "forward_kl_topk",
+    log_prob_min_clamp: float | None = None,
     chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """Top-k forward KL `(B, R)`, clamped at 0 (see `forward_kl_topk`, module docstring).

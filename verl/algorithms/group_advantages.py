@@ -35,9 +35,7 @@ __all__ = [
 ]
 
 
-def _outcome(
-    adv_seq: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor]:
+def _outcome(adv_seq: torch.Tensor, rewards: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """`(B,)` advantages → (advantages, returns) `(B, R)`, equal, in the rewards' dtype."""
     adv = broadcast_to_tokens(adv_seq, mask, rewards.dtype)
     return adv, adv

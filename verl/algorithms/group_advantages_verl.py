@@ -75,8 +75,9 @@ def compute_grpo_vectorized_outcome_advantage(
     """
     scores = sequence_scores(token_level_rewards, response_mask)
     st = group_stats(scores, group_ids(index, scores.shape[0]))
-    adv = broadcast_to_tokens(grpo_scalars(scores, st, norm_adv_by_std_in_grpo, epsilon), response_mask,
-                              token_level_rewards.dtype)
+    adv = broadcast_to_tokens(
+        grpo_scalars(scores, st, norm_adv_by_std_in_grpo, epsilon), response_mask, token_level_rewards.dtype
+    )
     return adv, adv
 
 
@@ -113,8 +114,9 @@ def compute_rloo_vectorized_outcome_advantage(
     x = scores.double()
     loo = (st.count * x - st.total) / (st.count - 1).clamp(min=1)
     informative = st.valid & (st.count >= 2) & ~st.no_spread
-    adv = broadcast_to_tokens(torch.where(informative, loo, torch.zeros_like(loo)), response_mask,
-                              token_level_rewards.dtype)
+    adv = broadcast_to_tokens(
+        torch.where(informative, loo, torch.zeros_like(loo)), response_mask, token_level_rewards.dtype
+    )
     return adv, adv
 
 
@@ -167,8 +169,10 @@ def compute_gdpo_outcome_advantage(
     weights = kwargs.get("gdpo_reward_weights")
     weights = [1.0] * components.shape[0] if weights is None else [float(w) for w in weights]
     if len(weights) != components.shape[0]:
-        raise ValueError(f"gdpo: algorithm.gdpo_reward_weights has {len(weights)} entries for "
-                         f"{components.shape[0]} reward components")
+        raise ValueError(
+            f"gdpo: algorithm.gdpo_reward_weights has {len(weights)} entries for "
+            f"{components.shape[0]} reward components"
+        )
     ids = group_ids(index, batch)
     total = torch.zeros(batch, dtype=torch.float64, device=components.device)
     for weight, comp in zip(weights, components):

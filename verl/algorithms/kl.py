@@ -53,7 +53,10 @@ def _kl_forward(logprob: torch.Tensor, ref_logprob: torch.Tensor, kind: str) -> 
 
 
 def kl_penalty(
-    logprob: torch.Tensor, ref_logprob: torch.Tensor, kl_penalty: str, response_mask: torch.Tensor | None = None,
+    logprob: torch.Tensor,
+    ref_logprob: torch.Tensor,
+    kl_penalty: str,
+    response_mask: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Per-token KL estimate between the policy and the reference (see module docstring).
 

@@ -20,7 +20,12 @@ from collections.abc import Iterator
 import torch
 from torch.autograd.function import once_differentiable
 
-__all__ = ["entropy_from_logits", "logprobs_and_entropy_from_logits", "logprobs_from_logits", "sum_pi_squared_from_logits"]
+__all__ = [
+    "entropy_from_logits",
+    "logprobs_and_entropy_from_logits",
+    "logprobs_from_logits",
+    "sum_pi_squared_from_logits",
+]
 
 
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
@@ -56,8 +61,8 @@ def sum_pi_squared_from_logits(logits: torch.Tensor, temperature: float = 1.0, c
     flat = logits.reshape(-1, logits.shape[-1])
     out = torch.empty(flat.shape[0], dtype=torch.float32, device=logits.device)
     for start in range(0, flat.shape[0], max(chunk_size, 1)):
-        block = torch.softmax(flat[start:start + chunk_size].float() / temperature, dim=-1)
-        out[start:start + chunk_size] = block.square().sum(-1)
+        block = torch.softmax(flat[start : start + chunk_size].float() / temperature, dim=-1)
+        out[start : start + chunk_size] = block.square().sum(-1)
     return out.view(logits.shape[:-1])
 
 
@@ -207,9 +212,7 @@ def logprobs_and_entropy_from_logits(
     squeeze = logits.dim() == 2
     logits3 = logits.unsqueeze(0) if squeeze else logits
     labels3 = (labels.unsqueeze(0) if squeeze else labels).long()
-    logp, ent = _ChunkedLogprobEntropy.apply(
-        logits3, labels3, chunk_size, compute_entropy, float(temperature)
-    )
+    logp, ent = _ChunkedLogprobEntropy.apply(logits3, labels3, chunk_size, compute_entropy, float(temperature))
     if squeeze:
         logp = logp.squeeze(0)
         ent = ent.squeeze(0) if compute_entropy else ent

@@ -45,8 +45,14 @@ class _FusedHeadLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx, hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor,
-        chunk_size: int, compute_entropy: bool, temperature: float, recompute: bool,
+        ctx: torch.autograd.function.FunctionCtx,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        labels: torch.Tensor,
+        chunk_size: int,
+        compute_entropy: bool,
+        temperature: float,
+        recompute: bool,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         rows = hidden.shape[0]
         kw = {"dtype": torch.float32, "device": hidden.device}
@@ -78,7 +84,9 @@ class _FusedHeadLogprob(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(  # type: ignore[override]
-        ctx: torch.autograd.function.FunctionCtx, grad_logp: torch.Tensor | None, grad_ent: torch.Tensor | None,
+        ctx: torch.autograd.function.FunctionCtx,
+        grad_logp: torch.Tensor | None,
+        grad_ent: torch.Tensor | None,
     ) -> tuple[torch.Tensor | None, ...]:
         hidden, weight, labels, lse, ent = ctx.saved_tensors
         kept, (chunk_size, compute_entropy, temperature) = ctx.kept, ctx.opts
@@ -98,8 +106,15 @@ class _FusedHeadLogprob(torch.autograd.Function):
                     x.div_(temperature)
             else:
                 x = kept[r]
-            g = _logit_grad_(x, labels[r], lse[r], grad_logp[r], ent[r] if entropy_grad else None,
-                             grad_ent[r] if entropy_grad else None, temperature).to(hidden.dtype)
+            g = _logit_grad_(
+                x,
+                labels[r],
+                lse[r],
+                grad_logp[r],
+                ent[r] if entropy_grad else None,
+                grad_ent[r] if entropy_grad else None,
+                temperature,
+            ).to(hidden.dtype)
             if grad_h is not None:
                 torch.mm(g, weight, out=grad_h[r])
             if grad_w is not None:  # the first chunk writes (no zero-filled (V, H) buffer), the others add
@@ -107,8 +122,15 @@ class _FusedHeadLogprob(torch.autograd.Function):
         return grad_h, grad_w, None, None, None, None, None
 
 
-def _logit_grad_(x: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor, g_lp: torch.Tensor,
-                 ent: torch.Tensor | None, g_h: torch.Tensor | None, temperature: float) -> torch.Tensor:
+def _logit_grad_(
+    x: torch.Tensor,
+    labels: torch.Tensor,
+    lse: torch.Tensor,
+    g_lp: torch.Tensor,
+    ent: torch.Tensor | None,
+    g_h: torch.Tensor | None,
+    temperature: float,
+) -> torch.Tensor:
     """Gradient w.r.t. the unscaled logits of a chunk, written over x `(C, V)` (float32, = logits / τ)."""
     g_lp = g_lp.unsqueeze(-1)
     log_p = x.sub_(lse.unsqueeze(-1))
@@ -123,8 +145,13 @@ def _logit_grad_(x: torch.Tensor, labels: torch.Tensor, lse: torch.Tensor, g_lp:
 
 
 def logprobs_from_hidden(
-    hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int = 1024,
-    compute_entropy: bool = False, temperature: float = 1.0, recompute: bool = False,
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int = 1024,
+    compute_entropy: bool = False,
+    temperature: float = 1.0,
+    recompute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """log π(label) (and entropy) of ``softmax(hidden @ weightᵀ / τ)``, the LM head fused in.
 
@@ -147,12 +174,15 @@ def logprobs_from_hidden(
         ValueError: on mismatched shapes, ``chunk_size < 1`` or ``temperature <= 0``.
     """
     if hidden.dim() != 2 or weight.dim() != 2 or hidden.shape[1] != weight.shape[1] or labels.shape != hidden.shape[:1]:
-        raise ValueError(f"expected hidden (K, H), weight (V, H), labels (K,); got {tuple(hidden.shape)}, "
-                         f"{tuple(weight.shape)}, {tuple(labels.shape)}")
+        raise ValueError(
+            f"expected hidden (K, H), weight (V, H), labels (K,); got {tuple(hidden.shape)}, "
+            f"{tuple(weight.shape)}, {tuple(labels.shape)}"
+        )
     if chunk_size < 1 or temperature <= 0:
         raise ValueError(f"chunk_size must be >= 1 and temperature > 0, got {chunk_size}, {temperature}")
     # without a backward to come (no_grad, frozen head and input) nothing is worth keeping
     recompute = recompute or not (torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad))
-    logp, ent = _FusedHeadLogprob.apply(hidden, weight, labels.long(), int(chunk_size), bool(compute_entropy),
-                                        float(temperature), bool(recompute))
+    logp, ent = _FusedHeadLogprob.apply(
+        hidden, weight, labels.long(), int(chunk_size), bool(compute_entropy), float(temperature), bool(recompute)
+    )
     return logp, (ent if compute_entropy else None)

@@ -37,9 +37,7 @@ def zero_masked(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.where(mask != 0, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
-def masked_sum(
-    values: torch.Tensor, mask: torch.Tensor, axis: Dim = None, keepdim: bool = False
-) -> torch.Tensor:
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, axis: Dim = None, keepdim: bool = False) -> torch.Tensor:
     """Σ mask·values over ``axis`` (all dims when None), ignoring whatever padded slots hold.
 
     Args:
@@ -56,9 +54,7 @@ def masked_sum(
     return terms.sum() if axis is None else terms.sum(dim=axis, keepdim=keepdim)
 
 
-def masked_mean(
-    values: torch.Tensor, mask: torch.Tensor, axis: Dim = None, keepdim: bool = False
-) -> torch.Tensor:
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, axis: Dim = None, keepdim: bool = False) -> torch.Tensor:
     """Σ mask·values / Σ mask over ``axis``; 0 where the mask is empty (never NaN).
 
     Args:
@@ -78,9 +74,7 @@ def masked_mean(
     return torch.where(count > 0, total / safe, torch.zeros_like(total))
 
 
-def masked_var(
-    values: torch.Tensor, mask: torch.Tensor, axis: Dim = None, unbiased: bool = True
-) -> torch.Tensor:
+def masked_var(values: torch.Tensor, mask: torch.Tensor, axis: Dim = None, unbiased: bool = True) -> torch.Tensor:
     """Masked variance Σ mask·(x − mean)² / n, with Bessel's n/(n − 1) when ``unbiased``.
 
     With fewer than two valid elements the Bessel factor is undefined; the (biased) variance,
@@ -105,9 +99,7 @@ def masked_var(
     return var
 
 
-def masked_whiten(
-    values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8
-) -> torch.Tensor:
+def masked_whiten(values: torch.Tensor, mask: torch.Tensor, shift_mean: bool = True, eps: float = 1e-8) -> torch.Tensor:
     """Whiten over all valid elements: (x − mean) / sqrt(var + eps), var unbiased.
 
     Args:
@@ -151,8 +143,7 @@ def compute_response_mask_from_lengths(
         raise ValueError(f"lengths must be 1-D (B,), got shape {tuple(lengths.shape)}")
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > width):
         raise ValueError(
-            f"response lengths must lie in [0, {width}], got min {int(lengths.min())} "
-            f"max {int(lengths.max())}"
+            f"response lengths must lie in [0, {width}], got min {int(lengths.min())} max {int(lengths.max())}"
         )
     positions = torch.arange(width, device=lengths.device)
     return (positions.unsqueeze(0) < lengths.unsqueeze(1)).to(dtype)

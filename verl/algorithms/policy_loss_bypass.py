@@ -58,15 +58,21 @@ def compute_policy_loss_bypass_mode(
     """
     loss_type = extra.get("loss_type", "ppo_clip")
     if loss_type not in BYPASS_LOSS_TYPES:
-        raise ValueError(f"rollout_correction.loss_type must be one of {', '.join(BYPASS_LOSS_TYPES)}, "
-                         f"got {loss_type!r}")
+        raise ValueError(
+            f"rollout_correction.loss_type must be one of {', '.join(BYPASS_LOSS_TYPES)}, got {loss_type!r}"
+        )
     params: RolloutCorrectionParams = extra.get("rollout_correction") or RolloutCorrectionParams()
     with torch.no_grad():
         weights, kept, corr_metrics = apply_rollout_correction(log_prob.detach(), old_log_prob, response_mask, params)
     if loss_type == "ppo_clip":
         pg_losses, out = compute_policy_loss_vanilla(
-            old_log_prob, log_prob, advantages, kept,
-            clip_ratio_low=clip_ratio_low, clip_ratio_high=clip_ratio_high, clip_ratio_c=clip_ratio_c,
+            old_log_prob,
+            log_prob,
+            advantages,
+            kept,
+            clip_ratio_low=clip_ratio_low,
+            clip_ratio_high=clip_ratio_high,
+            clip_ratio_c=clip_ratio_c,
         )
     else:
         old_sel, lp, adv = valid_only(kept, old_log_prob, log_prob, advantages)

@@ -114,22 +114,30 @@ def compute_policy_loss_geo_mean(
     pg_losses = zero_masked(seq_loss.unsqueeze(-1).expand_as(lr), response_mask)
     clipped = lr != lr_clipped
     return pg_losses, metrics(
-        old_log_prob, log_prob, response_mask,
+        old_log_prob,
+        log_prob,
+        response_mask,
         clipfrac=frac(clipped & (advantages > 0), response_mask),
         clipfrac_lower=frac(clipped & (advantages < 0), response_mask),
     )
 
 
 def _dppo_loss(
-    old_log_prob: torch.Tensor, log_prob: torch.Tensor, advantages: torch.Tensor, response_mask: torch.Tensor,
-    trusted: torch.Tensor, clip_ratio_c: float,
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    trusted: torch.Tensor,
+    clip_ratio_c: float,
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """L = −A · sg[min(r, C)] · log π_θ on tokens of the trust region ``trusted``, 0 elsewhere."""
     ratio = torch.exp(log_ratio(old_log_prob, log_prob))
     weight = torch.clamp(ratio, max=clip_ratio_c).detach()
     pg_losses = torch.where(trusted, -advantages * weight * log_prob, torch.zeros_like(log_prob))
     return zero_masked(pg_losses, response_mask), metrics(
-        old_log_prob, log_prob, response_mask,
+        old_log_prob,
+        log_prob,
+        response_mask,
         clipfrac=frac(~trusted, response_mask),
         clipfrac_lower=frac((ratio > clip_ratio_c) & trusted, response_mask),
     )

@@ -102,8 +102,12 @@ def _seq_log_ratio(log_ratio: torch.Tensor, mask: torch.Tensor, mean: bool) -> t
 
 
 def rollout_is_weights(
-    train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
-    level: str, threshold: float, batch_normalize: bool = False,
+    train_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    level: str,
+    threshold: float,
+    batch_normalize: bool = False,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Truncated importance-sampling weights w = min(ρ, C) (TIS, Yao et al. 2025).
 
@@ -158,7 +162,11 @@ def rollout_is_weights(
 
 
 def _is_metrics(
-    weights: torch.Tensor, raw_log: torch.Tensor, mask: torch.Tensor, threshold: float, seq_rows: torch.Tensor | None,
+    weights: torch.Tensor,
+    raw_log: torch.Tensor,
+    mask: torch.Tensor,
+    threshold: float,
+    seq_rows: torch.Tensor | None,
 ) -> dict[str, float]:
     valid = mask.bool()
     w = weights[valid]
@@ -180,8 +188,12 @@ def _is_metrics(
 
 
 def rollout_rejection_mask(
-    train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
-    mode: str, low: float, high: float,
+    train_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
+    mode: str,
+    low: float,
+    high: float,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Rejection of tokens / sequences whose ratio leaves ``[low, high]`` (k1 criteria, verl's RS).
 
@@ -225,14 +237,18 @@ def rollout_rejection_mask(
     n_units = units.sum().clamp(min=1)
     return new_mask, {
         "rollout_rs_masked_fraction": float(dropped.sum() / mask.sum().clamp(min=1)),
-        "rollout_rs_seq_masked_fraction": float((dropped.sum(-1) > 0)[rows].float().mean()) if bool(rows.any()) else 0.0,
+        "rollout_rs_seq_masked_fraction": float((dropped.sum(-1) > 0)[rows].float().mean())
+        if bool(rows.any())
+        else 0.0,
         "rollout_rs_ratio_fraction_high": float(too_high.sum() / n_units),
         "rollout_rs_ratio_fraction_low": float(too_low.sum() / n_units),
     }
 
 
 def rollout_mismatch_metrics(
-    train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
+    train_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
 ) -> dict[str, float]:
     """How far the engine's sampling log-probs are from the trainer's, on valid tokens.
 
@@ -264,7 +280,9 @@ def rollout_mismatch_metrics(
 
 
 def apply_rollout_correction(
-    train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
+    train_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
     params: RolloutCorrectionParams,
 ) -> tuple[torch.Tensor | None, torch.Tensor, dict[str, float]]:
     """RS, then TIS weights on what RS kept, as verl's ``rollout_correction`` does.

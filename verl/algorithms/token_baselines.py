@@ -45,7 +45,9 @@ OTB_EPS = 1e-8
 
 
 def path_variance_weights(
-    old_log_probs: torch.Tensor, sum_pi_squared: torch.Tensor, response_mask: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    sum_pi_squared: torch.Tensor,
+    response_mask: torch.Tensor,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """`(B, R)` W_t = Σ_{j<=t, valid} (1 − 2 π_j + Σπ²_j) · ρ̄_j², float64, 0 on masked slots."""
@@ -64,7 +66,11 @@ def _reward_to_go(token_level_rewards: torch.Tensor, response_mask: torch.Tensor
 
 
 def _group_baseline(
-    returns: torch.Tensor, cum_w: torch.Tensor, mask: torch.Tensor, ids: torch.Tensor, members: torch.Tensor,
+    returns: torch.Tensor,
+    cum_w: torch.Tensor,
+    mask: torch.Tensor,
+    ids: torch.Tensor,
+    members: torch.Tensor,
     zero_tail: bool,
 ) -> torch.Tensor:
     """`(B, R)` B_t of the module docstring over the groups of ``ids`` restricted to ``members``.
@@ -98,8 +104,10 @@ def _group_baseline(
 def _inputs(kwargs: dict[str, Any], name: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     old, spp = kwargs.get("old_log_probs"), kwargs.get("sum_pi_squared")
     if old is None or spp is None:
-        raise ValueError(f"{name} needs old_log_probs and sum_pi_squared (B, R) from the actor's old-log-prob "
-                         "forward (verl: actor.calculate_sum_pi_squared=true)")
+        raise ValueError(
+            f"{name} needs old_log_probs and sum_pi_squared (B, R) from the actor's old-log-prob "
+            "forward (verl: actor.calculate_sum_pi_squared=true)"
+        )
     return old, spp, kwargs.get("rollout_is_weights")
 
 
@@ -182,8 +190,9 @@ def compute_tir_optimal_token_baseline_advantage(
     lengths = valid.sum(-1)
     compact_mask = torch.arange(valid.shape[1], device=valid.device).unsqueeze(0) < lengths.unsqueeze(-1)
     c_returns, c_w = _compact(returns, valid, slot), _compact(cum_w, valid, slot)
-    baseline = _group_baseline(c_returns, c_w, compact_mask, ids, lengths > 0,
-                               bool(kwargs.get("handle_zero_tail", True)))
+    baseline = _group_baseline(
+        c_returns, c_w, compact_mask, ids, lengths > 0, bool(kwargs.get("handle_zero_tail", True))
+    )
     c_adv = c_returns - baseline
     adv = torch.gather(c_adv, 1, slot.clamp(min=0))
     dtype = token_level_rewards.dtype

@@ -16,7 +16,12 @@ import torch
 
 from verl.algorithms.rollout_correction import LOG_RATIO_BOUND
 
-__all__ = ["entropy_quantile_threshold", "high_entropy_token_mask", "mismatch_metrics_from_sums", "rollout_mismatch_sums"]
+__all__ = [
+    "entropy_quantile_threshold",
+    "high_entropy_token_mask",
+    "mismatch_metrics_from_sums",
+    "rollout_mismatch_sums",
+]
 
 
 def entropy_quantile_threshold(entropies: torch.Tensor, quantile: float) -> float:
@@ -54,7 +59,9 @@ def high_entropy_token_mask(entropy: torch.Tensor, response_mask: torch.Tensor, 
 
 
 def rollout_mismatch_sums(
-    train_log_probs: torch.Tensor, rollout_log_probs: torch.Tensor, response_mask: torch.Tensor,
+    train_log_probs: torch.Tensor,
+    rollout_log_probs: torch.Tensor,
+    response_mask: torch.Tensor,
 ) -> tuple[torch.Tensor, float]:
     """Additive sums of the mismatch statistics over the valid tokens, and max |Δp|.
 
@@ -70,10 +77,15 @@ def rollout_mismatch_sums(
     train, rollout = train_log_probs.detach().double()[valid], rollout_log_probs.detach().double()[valid]
     diff = (train.exp() - rollout.exp()).abs()
     log_ratio = (train - rollout).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-    sums = torch.stack([
-        torch.tensor(float(diff.numel()), dtype=torch.float64), diff.sum(), (diff * diff).sum(),
-        (rollout - train).sum(), (log_ratio.exp() - log_ratio - 1).sum(),
-    ]).cpu()
+    sums = torch.stack(
+        [
+            torch.tensor(float(diff.numel()), dtype=torch.float64),
+            diff.sum(),
+            (diff * diff).sum(),
+            (rollout - train).sum(),
+            (log_ratio.exp() - log_ratio - 1).sum(),
+        ]
+    ).cpu()
     return sums, float(diff.max()) if diff.numel() else 0.0
 
 

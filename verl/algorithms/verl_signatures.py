@@ -67,8 +67,11 @@ def adapt_adv_estimator(
         algorithm = kwargs.pop("algorithm", None)  # the trainer's whole algorithm section, when given
         if isinstance(kwargs.get("values"), torch.Tensor) and kwargs["values"].shape == response_mask.shape:
             kwargs["values"] = zero_masked(kwargs["values"], response_mask)
-        offered = {"token_level_rewards": zero_masked(token_level_rewards, response_mask), "response_mask": response_mask,
-                   **kwargs}
+        offered = {
+            "token_level_rewards": zero_masked(token_level_rewards, response_mask),
+            "response_mask": response_mask,
+            **kwargs,
+        }
         if algorithm is not None:
             offered["config"] = config_view(algorithm)
         elif offered.get("config") is not None:
@@ -134,14 +137,28 @@ def adapt_policy_loss(fn: Callable[..., Any], config_view: Callable[[Any], Any] 
     """
     names, var_kw = _accepted(fn)
 
-    def policy_loss(old_log_prob, log_prob, advantages, response_mask, *, loss_agg_mode: str = "token-mean",
-                    config: Any = None, rollout_is_weights: torch.Tensor | None = None, **extra: Any):
-        offered = {"loss_agg_mode": loss_agg_mode, "config": config_view(config) if config is not None else None,
-                   "rollout_is_weights": rollout_is_weights}
+    def policy_loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        *,
+        loss_agg_mode: str = "token-mean",
+        config: Any = None,
+        rollout_is_weights: torch.Tensor | None = None,
+        **extra: Any,
+    ):
+        offered = {
+            "loss_agg_mode": loss_agg_mode,
+            "config": config_view(config) if config is not None else None,
+            "rollout_is_weights": rollout_is_weights,
+        }
         kwargs = {k: v for k, v in offered.items() if var_kw or k in names}
         if kwargs.get("rollout_is_weights") is not None:
             kwargs["rollout_is_weights"] = zero_masked(kwargs["rollout_is_weights"], response_mask)
-        old_log_prob, log_prob, advantages = (zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages))
+        old_log_prob, log_prob, advantages = (
+            zero_masked(t, response_mask) for t in (old_log_prob, log_prob, advantages)
+        )
         out = fn(old_log_prob, log_prob, advantages, response_mask, **kwargs)
         if isinstance(out, tuple) and len(out) == 4:  # verl < 0.5: (loss, clipfrac, ppo_kl, clipfrac_lower)
             out = (out[0], {"pg_clipfrac": out[1], "ppo_kl": out[2], "pg_clipfrac_lower": out[3]})

@@ -24,8 +24,16 @@ from pathlib import Path
 from typing import Any, Callable, Sequence
 
 OK, WARN, FAIL, SKIP = "ok", "WARN", "FAIL", "--"
-HUB_VARS = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE", "HF_HOME", "HF_ENDPOINT",
-            "HF_TOKEN", "VERL_CACHE_DIR", "VERL_DEBUG")
+HUB_VARS = (
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "HF_DATASETS_OFFLINE",
+    "HF_HOME",
+    "HF_ENDPOINT",
+    "HF_TOKEN",
+    "VERL_CACHE_DIR",
+    "VERL_DEBUG",
+)
 
 
 def _version(dist: str) -> str:
@@ -54,14 +62,21 @@ def devices() -> list[tuple[str, str]]:
         for i in range(torch.cuda.device_count()):
             prop = torch.cuda.get_device_properties(i)
             free, total = torch.cuda.mem_get_info(i)
-            rows.append((f"cuda:{i}", f"{prop.name}, {total / 2**30:.1f} GiB ({free / 2**30:.1f} GiB free), "
-                                      f"capability {prop.major}.{prop.minor}"))
+            rows.append(
+                (
+                    f"cuda:{i}",
+                    f"{prop.name}, {total / 2**30:.1f} GiB ({free / 2**30:.1f} GiB free), "
+                    f"capability {prop.major}.{prop.minor}",
+                )
+            )
     else:
         build = f"torch built with CUDA {torch.version.cuda}" if torch.version.cuda else "CPU-only torch build"
         rows.append(("cuda", f"not available ({build})"))
     usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    cpu = (f"{os.cpu_count()} logical cores, {usable} usable here, torch threads {torch.get_num_threads()}, "
-           f"{torch.backends.cpu.get_cpu_capability()} kernels")
+    cpu = (
+        f"{os.cpu_count()} logical cores, {usable} usable here, torch threads {torch.get_num_threads()}, "
+        f"{torch.backends.cpu.get_cpu_capability()} kernels"
+    )
     rows.append(("cpu", cpu))
     rows.append(("cpu half precision", _cpu_half()))
     mem = psutil.virtual_memory()
@@ -156,7 +171,9 @@ def capabilities(start_ray: bool = False) -> list[tuple[str, str, str]]:
     with tempfile.TemporaryDirectory(prefix="verl_doctor_") as d:
         tmp = Path(d)
         checks: list[tuple[str, Callable[[], str | None]]] = [
-            ("gloo + FSDP2", lambda: _gloo_fsdp2(tmp)), ("nccl", _nccl), ("ray", lambda: _ray(start_ray)),
+            ("gloo + FSDP2", lambda: _gloo_fsdp2(tmp)),
+            ("nccl", _nccl),
+            ("ray", lambda: _ray(start_ray)),
             ("tensorboard", lambda: _tensorboard(tmp)),
         ]
         for name, fn in checks:
@@ -201,8 +218,7 @@ def report(config_path: str | None = None, overrides: Sequence[str] = (), start_
         cfg = load_config(config_path, list(overrides))
         checks = run_preflight(cfg, raise_on_failure=False)
         label = config_path or "(defaults)"
-        lines += _table(f"pre-flight: {label} {' '.join(overrides)}".rstrip(),
-                        [_check_row(c) for c in checks])
+        lines += _table(f"pre-flight: {label} {' '.join(overrides)}".rstrip(), [_check_row(c) for c in checks])
         ok = ok and all(c.ok is not False for c in checks)
     lines.append(f"({time.perf_counter() - t:.1f} s)")
     return "\n".join(lines), ok

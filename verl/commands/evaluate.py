@@ -78,8 +78,10 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
     from verl.utils.registry import RegistryError
 
     if log is None:
+
         def log(message: str) -> None:
             print(message, file=sys.stderr, flush=True)
+
     d, f = cfg.data, cfg.custom_reward_function
     rows, labels = read_data_rows(d.path)
     parsed = []
@@ -87,12 +89,20 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
         where = f"{d.path}: {label}"
         if not isinstance(row, dict):
             raise DataError(f"{where}: row is a {type(row).__name__}, expected an object")
-        source, responses, rm = row.get(d.data_source_key), _responses(row.get(d.response_key)), row.get(d.reward_model_key)
+        source, responses, rm = (
+            row.get(d.data_source_key),
+            _responses(row.get(d.response_key)),
+            row.get(d.reward_model_key),
+        )
         if not isinstance(source, str):
-            raise DataError(f"{where}: field '{d.data_source_key}' (data.data_source_key) must be a string, got {source!r:.80}")
+            raise DataError(
+                f"{where}: field '{d.data_source_key}' (data.data_source_key) must be a string, got {source!r:.80}"
+            )
         if responses is None:
-            raise DataError(f"{where}: field '{d.response_key}' (data.response_key) must be a non-empty list of strings, "
-                            f"got {row.get(d.response_key)!r:.80}")
+            raise DataError(
+                f"{where}: field '{d.response_key}' (data.response_key) must be a non-empty list of strings, "
+                f"got {row.get(d.response_key)!r:.80}"
+            )
         if not isinstance(rm, dict) or rm.get("ground_truth") is None:
             raise DataError(f"{where}: field '{d.reward_model_key}.ground_truth' (data.reward_model_key) is missing")
         parsed.append((source, responses, rm["ground_truth"], row.get("extra_info")))
@@ -107,11 +117,18 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
             except RegistryError as e:
                 raise DataError(f"{d.path}: {labels[i]}: {e}") from None
         fn = default_compute_score
-    calls = [{"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": extra}
-             for source, responses, truth, extra in parsed for text in responses]
+    calls = [
+        {"data_source": source, "solution_str": text, "ground_truth": truth, "extra_info": extra}
+        for source, responses, truth, extra in parsed
+        for text in responses
+    ]
     row_of = [i for i, p in enumerate(parsed) for _ in p[1]]
-    results, counts = score_calls(fn, calls, TimeoutCaller(cfg.reward_model.timeout_s),
-                                  lambda j: f"{d.path}: {labels[row_of[j]]} (data_source={parsed[row_of[j]][0]!r})")
+    results, counts = score_calls(
+        fn,
+        calls,
+        TimeoutCaller(cfg.reward_model.timeout_s),
+        lambda j: f"{d.path}: {labels[row_of[j]]} (data_source={parsed[row_of[j]][0]!r})",
+    )
     RewardFailurePolicy(patience=1, timeout_s=cfg.reward_model.timeout_s, noun="response").check(counts)
     means, bests, sizes = defaultdict(list), defaultdict(list), defaultdict(set)
     scored = iter(results)
@@ -124,7 +141,9 @@ def evaluate(cfg: Any, log: Any = None) -> dict[str, float]:
     for source in means:
         n = sizes[source]
         metrics[f"test_score/{source}"] = sum(means[source]) / len(means[source])
-        metrics[f"test_score/{source}/best@{n.pop() if len(n) == 1 else 'var'}"] = sum(bests[source]) / len(bests[source])
+        metrics[f"test_score/{source}/best@{n.pop() if len(n) == 1 else 'var'}"] = sum(bests[source]) / len(
+            bests[source]
+        )
         metrics[f"num_rows/{source}"] = float(len(means[source]))
     metrics.update(counts.metrics(prefix=""))
     for kind, message in counts.first.items():
@@ -141,6 +160,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body(config_path: str | None, overrides: list[str]) -> int:
         print(json.dumps(evaluate(load_eval_config(config_path, overrides))), flush=True)
         return 0
+
     return config_command(argv, USAGE, "verl eval", body)
 
 

@@ -74,7 +74,11 @@ def _render(cfg: Any, tokenizer: Any, rows: list[dict[str, Any]], labels: list[s
 
     d = cfg.data
     for row, label in zip(rows, labels, strict=True):
-        err = prompt_error(row, d.prompt_key) if isinstance(row, dict) else f"row is a {type(row).__name__}, expected an object"
+        err = (
+            prompt_error(row, d.prompt_key)
+            if isinstance(row, dict)
+            else f"row is a {type(row).__name__}, expected an object"
+        )
         if err is not None:
             raise DataError(f"{d.path}: {label}: {err}")
     return render_prompts(tokenizer, [row[d.prompt_key] for row in rows], dict(d.apply_chat_template_kwargs))
@@ -103,8 +107,11 @@ def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
     prompt_set, response_set = cfg.lengths_set
     text = getattr(model_config, "text_config", None)
     positions = getattr(model_config, "max_position_embeddings", None) or getattr(text, "max_position_embeddings", None)
-    limits = {name: v for name, v in (("the model's max_position_embeddings", positions),
-                                      ("rollout.max_model_len", ro.max_model_len)) if v}
+    limits = {
+        name: v
+        for name, v in (("the model's max_position_embeddings", positions), ("rollout.max_model_len", ro.max_model_len))
+        if v
+    }
     budget_name, budget = min(limits.items(), key=lambda kv: kv[1]) if limits else ("", None)
     longest = max(len(x) for x in ids)
     if not response_set:
@@ -113,7 +120,9 @@ def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
         else:
             room = budget - (ro.prompt_length if prompt_set else longest)
             # with truncation, long prompts are cut rather than the responses squeezed: at least half the budget
-            ro.response_length = min(DEFAULT_RESPONSE_LENGTH, max(room, budget // 2) if cut and not prompt_set else room)
+            ro.response_length = min(
+                DEFAULT_RESPONSE_LENGTH, max(room, budget // 2) if cut and not prompt_set else room
+            )
     if not prompt_set:
         ro.prompt_length = min(longest, budget - ro.response_length) if budget and cut else longest
     total = ro.prompt_length + ro.response_length
@@ -123,7 +132,8 @@ def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
             f"no room for the responses: the longest prompt has {longest} tokens and {budget_name} is {budget} "
             f"(rollout.prompt_length {ro.prompt_length} {'as set' if prompt_set else 'derived'}, rollout.response_length "
             f"{ro.response_length} {'as set' if response_set else 'derived'}); {fix}set rollout.prompt_length + "
-            f"rollout.response_length <= {budget}")
+            f"rollout.response_length <= {budget}"
+        )
 
 
 def _truncate(cfg: Any, ids: list[list[int]], labels: list[str]) -> list[list[int]]:
@@ -138,8 +148,10 @@ def _truncate(cfg: Any, ids: list[list[int]], labels: list[str]) -> list[list[in
             try:
                 one = truncate_prompt(one, limit, d.truncation)
             except ValueError as e:
-                raise DataError(f"{d.path}: {label}: {str(e).replace('data.max_prompt_length', 'rollout.prompt_length')} "
-                                "(set data.truncation=left|right|middle or a larger rollout.prompt_length)") from None
+                raise DataError(
+                    f"{d.path}: {label}: {str(e).replace('data.max_prompt_length', 'rollout.prompt_length')} "
+                    "(set data.truncation=left|right|middle or a larger rollout.prompt_length)"
+                ) from None
         out.append(one)
     return out
 
@@ -181,8 +193,10 @@ def check_output_path(path: str, data_path: str | None = None) -> None:
 
     out, tmp = Path(path).expanduser(), _temporary(path)
     if data_path and "://" not in data_path and _same_file(out, Path(data_path).expanduser()):
-        raise ConfigError(f"data.output_path: {path} is the prompts file data.path ({data_path}); writing the "
-                          "samples there would replace the prompts: name another file")
+        raise ConfigError(
+            f"data.output_path: {path} is the prompts file data.path ({data_path}); writing the "
+            "samples there would replace the prompts: name another file"
+        )
     if out.is_dir():
         raise ConfigError(f"data.output_path: {path} is a directory; name a .parquet or .jsonl file")
     try:
@@ -197,10 +211,10 @@ def check_output_path(path: str, data_path: str | None = None) -> None:
 def _write(rows: list[dict[str, Any]], path: str) -> None:
     """Write ``rows`` to ``path`` (.parquet or .jsonl) via a temporary file and an atomic rename.
 
-    jsonl: values JSON cannot hold (dates, bytes, decimals from a parquet input) are written as
-    their ``str``. Raises DataError (one line) for rows parquet cannot hold as one table (a column
-    whose type differs between rows): the rows are written to a new ``<stem>.rows.jsonl`` beside it
-(never over an existing file), so no sample is lost.
+        jsonl: values JSON cannot hold (dates, bytes, decimals from a parquet input) are written as
+        their ``str``. Raises DataError (one line) for rows parquet cannot hold as one table (a column
+        whose type differs between rows): the rows are written to a new ``<stem>.rows.jsonl`` beside it
+    (never over an existing file), so no sample is lost.
     """
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -215,8 +229,10 @@ def _write(rows: list[dict[str, Any]], path: str) -> None:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as e:
                 rescue = _free_name(out.with_name(f"{out.stem}.rows.jsonl"))
                 _write(rows, str(rescue))
-                raise DataError(f"data.output_path: the rows do not fit one parquet table ({type(e).__name__}: "
-                                f"{str(e).splitlines()[0]}); wrote them to {rescue} instead") from None
+                raise DataError(
+                    f"data.output_path: the rows do not fit one parquet table ({type(e).__name__}: "
+                    f"{str(e).splitlines()[0]}); wrote them to {rescue} instead"
+                ) from None
             pq.write_table(table, tmp)
         else:
             with tmp.open("w", encoding="utf-8") as f:
@@ -254,7 +270,9 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     check_device(rl)
     check_output_path(d.output_path, d.path)
     if cfg.ignored:
-        log(f"note: ignored by verl generate (they configure training-side work it does not do): {', '.join(cfg.ignored)}")
+        log(
+            f"note: ignored by verl generate (they configure training-side work it does not do): {', '.join(cfg.ignored)}"
+        )
     rows, labels = read_data_rows(d.path)
     try:  # a missing model is one line naming model.path (this tool's key), before anything is built
         model_config = read_model_config("model.path", model_cfg.path, model_cfg.trust_remote_code)
@@ -278,13 +296,22 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
             close()
     _write([{**row, "responses": r} for row, r in zip(rows, responses, strict=True)], d.output_path)
     samples = len(rows) * d.n_samples
-    return {"rows": float(len(rows)), "samples": float(samples), "response_tokens": float(tokens),
-            "mean_response_length": tokens / samples, "clip_ratio": clipped / samples, "time_s": elapsed,
-            "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
-            "prompt_length": float(ro.prompt_length), "response_length": float(ro.response_length)}
+    return {
+        "rows": float(len(rows)),
+        "samples": float(samples),
+        "response_tokens": float(tokens),
+        "mean_response_length": tokens / samples,
+        "clip_ratio": clipped / samples,
+        "time_s": elapsed,
+        "tokens_per_s": tokens / elapsed if elapsed > 0 else 0.0,
+        "prompt_length": float(ro.prompt_length),
+        "response_length": float(ro.response_length),
+    }
 
 
-def _sample(cfg: Any, engine: Any, tokenizer: Any, ids: list[list[int]], log: Any) -> tuple[list[list[str]], int, int, float]:
+def _sample(
+    cfg: Any, engine: Any, tokenizer: Any, ids: list[list[int]], log: Any
+) -> tuple[list[list[str]], int, int, float]:
     """(responses per row, generated tokens, samples that hit ``response_length``, seconds)."""
     from verl.data.rl_dataset import left_pad, pad_token_id
     from verl.protocol import DataProto
@@ -301,15 +328,23 @@ def _sample(cfg: Any, engine: Any, tokenizer: Any, ids: list[list[int]], log: An
         index = list(range(first, min(first + d.batch_size, len(ids))))
         width = max(len(ids[i]) for i in index)
         padded = [left_pad(ids[i], width, pad) for i in index for _ in range(n)]
-        batch = DataProto.from_dict(tensors={
-            "input_ids": torch.stack([p[0] for p in padded]), "attention_mask": torch.stack([p[1] for p in padded]),
-            "position_ids": torch.stack([p[2] for p in padded]), "sample_seeds": sample_seeds(seed, index, n)},
-            meta_info={"pad_token_id": pad, "validate": False})
+        batch = DataProto.from_dict(
+            tensors={
+                "input_ids": torch.stack([p[0] for p in padded]),
+                "attention_mask": torch.stack([p[1] for p in padded]),
+                "position_ids": torch.stack([p[2] for p in padded]),
+                "sample_seeds": sample_seeds(seed, index, n),
+            },
+            meta_info={"pad_token_id": pad, "validate": False},
+        )
         out = engine.generate_sequences(batch)
         lengths = out.batch["response_mask"].sum(-1).tolist()
         resp = out.batch["responses"].tolist()
-        texts = [tokenizer.decode(r[:int(length)], skip_special_tokens=True) for r, length in zip(resp, lengths, strict=True)]
-        responses += [texts[j * n:(j + 1) * n] for j in range(len(index))]
+        texts = [
+            tokenizer.decode(r[: int(length)], skip_special_tokens=True)
+            for r, length in zip(resp, lengths, strict=True)
+        ]
+        responses += [texts[j * n : (j + 1) * n] for j in range(len(index))]
         tokens += int(sum(lengths))
         # a sample that used the whole budget stopped on length (an EOS in the last slot also counts)
         clipped += sum(int(length) >= ro.response_length for length in lengths)
@@ -326,11 +361,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     def body(config_path: str | None, overrides: list[str]) -> int:
         cfg = load_generation_config(config_path, overrides)
         figures = generate(cfg)
-        print(f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
-              f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
-              f"rollout.response_length={int(figures['response_length'])}; prompt_length={int(figures['prompt_length'])}), "
-              f"{figures['tokens_per_s']:.0f} tokens/s", flush=True)
+        print(
+            f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
+            f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
+            f"rollout.response_length={int(figures['response_length'])}; prompt_length={int(figures['prompt_length'])}), "
+            f"{figures['tokens_per_s']:.0f} tokens/s",
+            flush=True,
+        )
         return 0
+
     return config_command(argv, USAGE, "verl generate", body)
 
 

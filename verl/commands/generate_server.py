@@ -64,8 +64,10 @@ def start_servers(cfg: Any) -> list[Any]:
     ro = arr.rollout
     world, tp = t.n_gpus_per_node * t.nnodes, ro.tensor_model_parallel_size
     if world % tp:
-        raise ConfigError(f"trainer.n_gpus_per_node x nnodes = {world} is not divisible by "
-                          f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}")
+        raise ConfigError(
+            f"trainer.n_gpus_per_node x nnodes = {world} is not divisible by "
+            f"actor_rollout_ref.rollout.tensor_model_parallel_size={tp}"
+        )
     tokenizer = load_run_tokenizer(cfg)
     replicas = []
     for _ in range(world // tp):
@@ -74,8 +76,9 @@ def start_servers(cfg: Any) -> list[Any]:
         engine = build_rollout_engine(module, ro, tokenizer)
         if ro.name != "hf":
             engine.update_weights(module)
-        replica = ChatCompletionsReplica(engine, tokenizer, arr.model.path, ro.response_length,
-                                         dict(cfg.data.apply_chat_template_kwargs or {}))
+        replica = ChatCompletionsReplica(
+            engine, tokenizer, arr.model.path, ro.response_length, dict(cfg.data.apply_chat_template_kwargs or {})
+        )
         replica.start()
         replicas.append(replica)
     return replicas
@@ -83,8 +86,11 @@ def start_servers(cfg: Any) -> list[Any]:
 
 def submit_request(address: str, request: dict[str, Any], timeout_s: float = 3600.0) -> dict[str, Any]:
     """POST one chat-completion request to ``http://<address>/v1/chat/completions``; returns the answer."""
-    req = urllib.request.Request(f"http://{address}/v1/chat/completions", data=json.dumps(request).encode(),
-                                 headers={"Content-Type": "application/json", "Authorization": "Bearer token-abc123"})
+    req = urllib.request.Request(
+        f"http://{address}/v1/chat/completions",
+        data=json.dumps(request).encode(),
+        headers={"Content-Type": "application/json", "Authorization": "Bearer token-abc123"},
+    )
     with urllib.request.urlopen(req, timeout=timeout_s) as resp:
         return json.loads(resp.read())
 
@@ -103,9 +109,20 @@ def generate_with_servers(cfg: Any, addresses: list[str], chats: list[list[dict[
     for address, rows in zip(addresses, parts):
         for i in rows.tolist():
             seeds = [int(derive_seeds([seed, i, s], 1)[0]) for s in range(n)]
-            jobs.append((address, {"model": cfg.actor_rollout_ref.model.path, "messages": chats[i], "n": n,
-                                   "temperature": ro.temperature, "top_p": ro.top_p,
-                                   "max_tokens": ro.response_length, "sample_seeds": seeds}))
+            jobs.append(
+                (
+                    address,
+                    {
+                        "model": cfg.actor_rollout_ref.model.path,
+                        "messages": chats[i],
+                        "n": n,
+                        "temperature": ro.temperature,
+                        "top_p": ro.top_p,
+                        "max_tokens": ro.response_length,
+                        "sample_seeds": seeds,
+                    },
+                )
+            )
     with ThreadPoolExecutor(max_workers=max(1, len(jobs))) as pool:
         answers = list(pool.map(lambda job: submit_request(*job), jobs))
     return [[c["message"]["content"] for c in a["choices"]] for a in answers]

@@ -21,12 +21,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("out_dir", help="output Hugging Face directory")
     parser.add_argument("--adapter-only", action="store_true", help="LoRA: write the adapter, not merged weights")
     parser.add_argument("--no-verify", action="store_true", help="export a checkpoint that has no manifest.json")
-    parser.add_argument("--trust-remote-code", action="store_true",
-                        help="allow a model_type unknown to transformers: imports modelling code from the checkpoint")
+    parser.add_argument(
+        "--trust-remote-code",
+        action="store_true",
+        help="allow a model_type unknown to transformers: imports modelling code from the checkpoint",
+    )
     args = parser.parse_args(argv)
     try:
-        out = export_hf(args.ckpt_dir, args.out_dir, adapter_only=args.adapter_only, verify=not args.no_verify,
-                        trust_remote_code=args.trust_remote_code)
+        out = export_hf(
+            args.ckpt_dir,
+            args.out_dir,
+            adapter_only=args.adapter_only,
+            verify=not args.no_verify,
+            trust_remote_code=args.trust_remote_code,
+        )
     except (OSError, ValueError, CheckpointError, CheckpointLoadError) as e:
         print(f"verl merge: {e}", file=sys.stderr)
         return 2

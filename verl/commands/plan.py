@@ -113,8 +113,14 @@ class ModelShape:
         head_dim = int(getattr(c, "head_dim", None) or hidden // heads)
         inter = int(getattr(c, "intermediate_size", None) or getattr(c, "n_inner", None) or 4 * hidden)
         layers = int(getattr(c, "num_hidden_layers", getattr(c, "n_layer", 0)))
-        return cls(n_params=n, hidden=hidden, layers=layers, kv_dim=kv_heads * head_dim, intermediate=inter,
-                   vocab=int(c.vocab_size))
+        return cls(
+            n_params=n,
+            hidden=hidden,
+            layers=layers,
+            kv_dim=kv_heads * head_dim,
+            intermediate=inter,
+            vocab=int(c.vocab_size),
+        )
 
     def activation_bytes_per_token(self, dtype_bytes: int, tp: int = 1) -> float:
         """Values saved for backward per token over all layers (see the module docstring); under
@@ -176,8 +182,15 @@ def tp_sizes(cfg: Any) -> tuple[int, int, int]:
     return arr.actor.fsdp_config.tensor_parallel_size, cfg.critic.model.fsdp_config.tensor_parallel_size, rollout
 
 
-def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, gen_rows: int,
-                 train_tokens: float, train_scored: float) -> dict[str, float]:
+def _stage_bytes(
+    cfg: Any,
+    actor: ModelShape,
+    critic: ModelShape | None,
+    world: int,
+    gen_rows: int,
+    train_tokens: float,
+    train_scored: float,
+) -> dict[str, float]:
     """Transient bytes of each stage (rollout, log-prob forwards, actor and critic updates); the
     train tokens are one rank's (already divided by the actor's sp)."""
     arr = cfg.actor_rollout_ref
@@ -198,12 +211,17 @@ def _stage_bytes(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: 
     # fused: only the chunk's own logits (its statistics run 16 rows at a time)
     stages["log_prob"] = chunk / 2 if fused else lp_scored * actor.vocab * pb + chunk
     per_scored, chunk_bytes = _train_logit_bytes(cfg, actor, fused, train_scored)
-    stages["update_actor"] = (actor.params_per_rank(world, tp) * pb + train_tokens * actor.activation_bytes_per_token(pb, tp)
-                              + train_scored * per_scored + chunk_bytes)
+    stages["update_actor"] = (
+        actor.params_per_rank(world, tp) * pb
+        + train_tokens * actor.activation_bytes_per_token(pb, tp)
+        + train_scored * per_scored
+        + chunk_bytes
+    )
     if critic is not None:
         critic_tokens = _critic_tokens(cfg, world)
-        stages["update_critic"] = (critic.params_per_rank(world, critic_tp) * 4
-                                   + critic_tokens * critic.activation_bytes_per_token(4, critic_tp))
+        stages["update_critic"] = critic.params_per_rank(
+            world, critic_tp
+        ) * 4 + critic_tokens * critic.activation_bytes_per_token(4, critic_tp)
     return stages
 
 
@@ -241,8 +259,9 @@ def fused_head_applies(cfg: Any, world: int) -> bool:
     return world == 1 and cfg.actor_rollout_ref.model.lora_rank == 0
 
 
-def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: ModelShape,
-                critic: ModelShape | None = None) -> MemoryPlan:
+def plan_memory(
+    cfg: Any, device_bytes: float, runtime_bytes: float, actor: ModelShape, critic: ModelShape | None = None
+) -> MemoryPlan:
     """Estimate the per-device memory of ``cfg``'s RL step and recommend micro-batch sizes.
 
     Args:
@@ -285,16 +304,19 @@ def plan_memory(cfg: Any, device_bytes: float, runtime_bytes: float, actor: Mode
     if split:  # a rollout device holds the runtime, one whole copy of the weights and its stage only
         rollout_base = runtime_bytes + actor.n_params * pb
         totals["rollout"] = rollout_base + stages["rollout"]
-        recommend["rollout.max_num_seqs"] = _recommend(cfg, actor, critic, world, device_bytes * HEADROOM - rollout_base,
-                                                       rows, gen_per_worker)["rollout.max_num_seqs"]
+        recommend["rollout.max_num_seqs"] = _recommend(
+            cfg, actor, critic, world, device_bytes * HEADROOM - rollout_base, rows, gen_per_worker
+        )["rollout.max_num_seqs"]
     peak_stage = max(totals, key=totals.get)
     peak = totals[peak_stage]
-    return MemoryPlan(device_bytes, runtime_bytes, static, stages, peak, peak_stage, peak <= device_bytes * HEADROOM,
-                      recommend)
+    return MemoryPlan(
+        device_bytes, runtime_bytes, static, stages, peak, peak_stage, peak <= device_bytes * HEADROOM, recommend
+    )
 
 
-def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, free: float, rows: int,
-               gen_rows: int) -> dict[str, int]:
+def _recommend(
+    cfg: Any, actor: ModelShape, critic: ModelShape | None, world: int, free: float, rows: int, gen_rows: int
+) -> dict[str, int]:
     """Largest actor token budget and rollout batch whose stage fits in ``free`` bytes, capped at
     what one step can use: ``rows`` trajectories of full length per data-parallel rank (``1 / sp``
     of their tokens on each device under sequence parallelism), ``gen_rows`` sequences per rollout
@@ -308,8 +330,11 @@ def _recommend(cfg: Any, actor: ModelShape, critic: ModelShape | None, world: in
     sp = sp_sizes(cfg)[0]
     budget = min(max(int((free - actor.params_per_rank(world, tp) * pb - chunk) / per_token), 0), rows * seq // sp)
     per_seq_gen = 2 * actor.layers * actor.kv_dim * seq * pb + (SAMPLING_TEMPS + 1) * actor.vocab * 4
-    return {"ppo_max_token_len_per_gpu": budget, "ppo_micro_batch_size_per_gpu": min(budget * sp // seq, rows),
-            "rollout.max_num_seqs": min(max(int(free // per_seq_gen), 0), gen_rows)}
+    return {
+        "ppo_max_token_len_per_gpu": budget,
+        "ppo_micro_batch_size_per_gpu": min(budget * sp // seq, rows),
+        "rollout.max_num_seqs": min(max(int(free // per_seq_gen), 0), gen_rows),
+    }
 
 
 def measure_runtime(cfg: Any) -> float:
@@ -350,10 +375,14 @@ def format_plan(plan: MemoryPlan) -> str:
     lines = [f"device memory            {g(plan.device_bytes)}", f"runtime (measured/fixed) {g(plan.runtime)}"]
     lines += [f"static  {k:<17}{g(v)}" for k, v in plan.static.items()]
     lines += [f"stage   {k:<17}{g(v)}" for k, v in plan.stages.items()]
-    lines.append(f"predicted peak           {g(plan.peak)}  (during {plan.peak_stage}) -> "
-                 f"{'fits' if plan.fits else 'DOES NOT FIT'} in {HEADROOM:.0%} of the device")
-    lines += [f"recommend actor_rollout_ref.{'' if k.startswith('rollout.') else 'actor.'}{k} = {v}"
-              for k, v in plan.recommend.items()]
+    lines.append(
+        f"predicted peak           {g(plan.peak)}  (during {plan.peak_stage}) -> "
+        f"{'fits' if plan.fits else 'DOES NOT FIT'} in {HEADROOM:.0%} of the device"
+    )
+    lines += [
+        f"recommend actor_rollout_ref.{'' if k.startswith('rollout.') else 'actor.'}{k} = {v}"
+        for k, v in plan.recommend.items()
+    ]
     return "\n".join(lines)
 
 
@@ -373,7 +402,11 @@ def main(argv: list[str] | None = None) -> int:
     actor = ModelShape.from_path(cfg.actor_rollout_ref.model.path, "actor_rollout_ref.model.path")
     use_critic = cfg.critic.enable if cfg.critic.enable is not None else cfg.algorithm.adv_estimator == "gae"
     critic_key = "critic.model.path" if cfg.critic.model.path else "actor_rollout_ref.model.path"
-    critic = ModelShape.from_path(cfg.critic.model.path or cfg.actor_rollout_ref.model.path, critic_key) if use_critic else None
+    critic = (
+        ModelShape.from_path(cfg.critic.model.path or cfg.actor_rollout_ref.model.path, critic_key)
+        if use_critic
+        else None
+    )
     runtime = measure_runtime(cfg) if kind == "cpu" else 0.5 * GIB
     plan = plan_memory(cfg, device_bytes, runtime, actor, critic)
     print(json.dumps(asdict(plan), indent=1) if ns.json else format_plan(plan))

@@ -57,10 +57,20 @@ def replay_bundle(path: str | Path, overrides: list[str] | None = None) -> Repla
 
     info, steps = read_bundle(path)
     with tempfile.TemporaryDirectory(prefix="verl_replay_") as tmp:
-        cfg = load_config(str(Path(path) / "config.yaml"), [
-            f"trainer.output_dir={tmp}/out", f"trainer.default_local_dir={tmp}/ckpt", "trainer.logger=[]",
-            "trainer.resume_mode=disable", "trainer.val_before_train=false", "data.val_files=[]",
-            "trainer.progress_bar=false", "trainer.plot=false", *(overrides or [])])
+        cfg = load_config(
+            str(Path(path) / "config.yaml"),
+            [
+                f"trainer.output_dir={tmp}/out",
+                f"trainer.default_local_dir={tmp}/ckpt",
+                "trainer.logger=[]",
+                "trainer.resume_mode=disable",
+                "trainer.val_before_train=false",
+                "data.val_files=[]",
+                "trainer.progress_bar=false",
+                "trainer.plot=false",
+                *(overrides or []),
+            ],
+        )
         trainer = RLTrainer(config=cfg)
         report = ReplayReport(info)
         try:
@@ -71,8 +81,13 @@ def replay_bundle(path: str | Path, overrides: list[str] | None = None) -> Repla
                 restore_rng_state(s.rng)
                 out = wg.update_actor(s.batch)
                 got = reduce_worker_metrics(out.meta_info["metrics"])
-                report.rows.append({"step": s.step, "recorded": s.recorded,
-                                    "replayed": {k: float(got[k]) for k in REPLAY_KEYS if k in got}})
+                report.rows.append(
+                    {
+                        "step": s.step,
+                        "recorded": s.recorded,
+                        "replayed": {k: float(got[k]) for k in REPLAY_KEYS if k in got},
+                    }
+                )
         finally:
             trainer.close()
     return report
@@ -82,10 +97,12 @@ def format_report(report: ReplayReport) -> str:
     """The table `main` prints (full float precision)."""
     info = report.info
     start = info["checkpoint"] or "the initial weights (no checkpoint before the incident)"
-    lines = [f"incident at step {info['step']}: {'; '.join(info['reasons'])}",
-             f"replayed steps {info['replay_steps']} from {start} "
-             f"({'exact' if info['exact'] else 'approximate: the kept steps do not reach back to the checkpoint'})",
-             f"{'step':>5}  {'key':<16} {'recorded':>24} {'replayed':>24}  equal"]
+    lines = [
+        f"incident at step {info['step']}: {'; '.join(info['reasons'])}",
+        f"replayed steps {info['replay_steps']} from {start} "
+        f"({'exact' if info['exact'] else 'approximate: the kept steps do not reach back to the checkpoint'})",
+        f"{'step':>5}  {'key':<16} {'recorded':>24} {'replayed':>24}  equal",
+    ]
     for row in report.rows:
         for k in REPLAY_KEYS:
             a, b = row["recorded"].get(k), row["replayed"].get(k)

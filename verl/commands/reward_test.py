@@ -48,8 +48,13 @@ USAGE = __doc__.split("\n\n")[1]
 def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="verl reward test", description="Probe the configured reward scorer(s).")
     ap.add_argument("args", nargs="*", help="[CONFIG] [key=value ...] as for verl train")
-    ap.add_argument("--dump", action="append", default=[], metavar="PATH",
-                    help="a trainer.rollout_data_dir / validation_data_dir or a JSON fixture of verl view (repeatable)")
+    ap.add_argument(
+        "--dump",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="a trainer.rollout_data_dir / validation_data_dir or a JSON fixture of verl view (repeatable)",
+    )
     ap.add_argument("--rows", type=int, default=2, help="rows per data source that get the fixtures (default 2)")
     ap.add_argument("--json", action="store_true", help="print the report as one JSON object")
     return ap
@@ -76,8 +81,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if report["failed"] else 0
 
 
-def run_reward_test(config_path: str | None, overrides: Sequence[str], dumps: Sequence[str] = (),
-                    rows_per_source: int = 2) -> dict[str, Any]:
+def run_reward_test(
+    config_path: str | None, overrides: Sequence[str], dumps: Sequence[str] = (), rows_per_source: int = 2
+) -> dict[str, Any]:
     """Resolves the config, builds the probes, scores them twice and analyses them.
 
     Returns:
@@ -100,15 +106,23 @@ def run_reward_test(config_path: str | None, overrides: Sequence[str], dumps: Se
         _check_sources([(p.source, p.label) for p in rows] + [(p.source, p.label) for p in dump_probes])
     timeout_s = cfg.reward_model.timeout_s
     # the answer spellings first: the robustness fixtures wrap the spelling the scorer rewards most
-    answers = [Probe(r.source, f.kind, f.text, r.ground_truth, r.extra_info, r.label)
-               for r in rows for f in answer_fixtures(r.ground_truth)]
+    answers = [
+        Probe(r.source, f.kind, f.text, r.ground_truth, r.extra_info, r.label)
+        for r in rows
+        for f in answer_fixtures(r.ground_truth)
+    ]
     answer_passes = score_probes(fn, answers, timeout_s)
-    probes = [Probe(r.source, f.kind, f.text, r.ground_truth, r.extra_info, r.label)
-              for r in rows for f in trivial_fixtures(r.solution_str, r.ground_truth)]
+    probes = [
+        Probe(r.source, f.kind, f.text, r.ground_truth, r.extra_info, r.label)
+        for r in rows
+        for f in trivial_fixtures(r.solution_str, r.ground_truth)
+    ]
     for r in rows:
         best = _best_spelling(r, answers, answer_passes[0])
         if best is not None:
-            probes += [Probe(r.source, f.kind, f.text, r.ground_truth, r.extra_info, r.label) for f in dependent_fixtures(best)]
+            probes += [
+                Probe(r.source, f.kind, f.text, r.ground_truth, r.extra_info, r.label) for f in dependent_fixtures(best)
+            ]
     probes += dump_probes
     passes = score_probes(fn, probes, timeout_s)
     all_probes = answers + probes
@@ -116,7 +130,14 @@ def run_reward_test(config_path: str | None, overrides: Sequence[str], dumps: Se
     counts: dict[str, int] = {}
     for r in rows:
         counts[r.source] = counts.get(r.source, 0) + 1
-    return {"scorer": description, "timeout_s": timeout_s, "rows": counts, "dumps": list(dumps), "notes": notes, **report}
+    return {
+        "scorer": description,
+        "timeout_s": timeout_s,
+        "rows": counts,
+        "dumps": list(dumps),
+        "notes": notes,
+        **report,
+    }
 
 
 def _best_spelling(row: Probe, answers: list[Probe], scored: list[Any]) -> str | None:
@@ -136,8 +157,10 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
     from verl.trainer.ppo.reward import training_scorer
 
     if cfg.reward_model.enable:
-        raise ConfigError("reward_model.enable: scoring with a reward model is not supported yet by verl reward test "
-                          "(it probes rule / custom scorers)")
+        raise ConfigError(
+            "reward_model.enable: scoring with a reward model is not supported yet by verl reward test "
+            "(it probes rule / custom scorers)"
+        )
     if cfg.reward_manager.source == "importlib" and cfg.reward_manager.module.path:
         raise ConfigError("reward_manager.module.path: a reward-manager class is not supported yet by verl reward test")
     from verl.utils.registry import RegistryError
@@ -151,11 +174,15 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
     except RegistryError as e:
         raise ConfigError(f"reward_model.reward_manager / reward_manager.name: {e}") from None
     if verl_style:
-        raise ConfigError(f"reward manager {name!r} (verl-style class) is not supported yet by verl reward test; "
-                          f"use naive, dapo or batch")
+        raise ConfigError(
+            f"reward manager {name!r} (verl-style class) is not supported yet by verl reward test; "
+            f"use naive, dapo or batch"
+        )
     notes = []
     if cfg.reward_model.overlong_buffer.enable:
-        notes.append("reward_model.overlong_buffer: the DAPO overlong penalty depends on token counts and is not applied here")
+        notes.append(
+            "reward_model.overlong_buffer: the DAPO overlong penalty depends on token counts and is not applied here"
+        )
     f = cfg.custom_reward_function
     what = f"custom {f.name} in {f.path}" if f.path else "built-in (routed by data source)"
     if name == "batch":
@@ -164,15 +191,28 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
             return default_compute_score, what + ", reward manager 'batch'", notes
 
         def one(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
-            return list(batched(data_sources=[data_source], solution_strs=[solution_str], ground_truths=[ground_truth],
-                                extra_infos=[extra_info]))[0]
+            return list(
+                batched(
+                    data_sources=[data_source],
+                    solution_strs=[solution_str],
+                    ground_truths=[ground_truth],
+                    extra_infos=[extra_info],
+                )
+            )[0]
+
         notes.append("reward manager 'batch': the batched scorer is called with batches of one")
         return one, what + ", reward manager 'batch'", notes
     return fn or default_compute_score, f"{what}, reward manager {name!r}", notes
 
 
-def _row_probe(source: Any, truth: Any, extra: Any, prompt: Any, where: str,
-               fields: tuple[str, str] = ("'data_source' (data.reward_fn_key)", "'reward_model.ground_truth'")) -> Probe:
+def _row_probe(
+    source: Any,
+    truth: Any,
+    extra: Any,
+    prompt: Any,
+    where: str,
+    fields: tuple[str, str] = ("'data_source' (data.reward_fn_key)", "'reward_model.ground_truth'"),
+) -> Probe:
     """A row as a `Probe` whose ``solution_str`` holds the prompt text (for ``copy_prompt``).
 
     Args:
@@ -205,9 +245,14 @@ def _data_rows(cfg: Any, per_source: int) -> list[Probe]:
             if not isinstance(row, dict):
                 raise DataError(f"{where}: row is a {type(row).__name__}, expected an object")
             rm = row.get("reward_model")
-            probe = _row_probe(row.get(d.reward_fn_key), rm.get("ground_truth") if isinstance(rm, dict) else None,
-                               row.get("extra_info"), row.get(d.prompt_key), where,
-                               (f"'{d.reward_fn_key}' (data.reward_fn_key)", "'reward_model.ground_truth'"))
+            probe = _row_probe(
+                row.get(d.reward_fn_key),
+                rm.get("ground_truth") if isinstance(rm, dict) else None,
+                row.get("extra_info"),
+                row.get(d.prompt_key),
+                where,
+                (f"'{d.reward_fn_key}' (data.reward_fn_key)", "'reward_model.ground_truth'"),
+            )
             if taken.get(probe.source, 0) < per_source:
                 taken[probe.source] = taken.get(probe.source, 0) + 1
                 out.append(probe)
@@ -226,8 +271,14 @@ def _dump_probes(path: str) -> list[Probe]:
         for sd in load_dump(p):
             for i, row in enumerate(sd.rows):
                 where = f"{sd.source}: row {i}"
-                base = _row_probe(row.get("data_source"), row.get("gts"), row.get("extra_info"), row.get("input"), where,
-                                  ("'data_source'", "'gts'"))
+                base = _row_probe(
+                    row.get("data_source"),
+                    row.get("gts"),
+                    row.get("extra_info"),
+                    row.get("input"),
+                    where,
+                    ("'data_source'", "'gts'"),
+                )
                 out.append(_as_dump(base, row.get("output"), row.get("score"), where))
         return out
     if not p.is_file():
@@ -242,8 +293,14 @@ def _dump_probes(path: str) -> list[Probe]:
         where = f"{path}: fixture {i}"
         if not isinstance(item, dict):
             raise DataError(f"{where}: expected an object with data_source, solution_str, ground_truth")
-        base = _row_probe(item.get("data_source"), item.get("ground_truth"), item.get("extra_info"), item.get("prompt"), where,
-                          ("'data_source'", "'ground_truth'"))
+        base = _row_probe(
+            item.get("data_source"),
+            item.get("ground_truth"),
+            item.get("extra_info"),
+            item.get("prompt"),
+            where,
+            ("'data_source'", "'ground_truth'"),
+        )
         out.append(_as_dump(base, item.get("solution_str"), item.get("expected_score"), where))
     return out
 
@@ -282,26 +339,52 @@ def render(report: dict[str, Any]) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=120, record=True, file=io.StringIO(), color_system=None, highlight=False, markup=False,
-                      emoji=False, soft_wrap=True)
+    console = Console(
+        width=120,
+        record=True,
+        file=io.StringIO(),
+        color_system=None,
+        highlight=False,
+        markup=False,
+        emoji=False,
+        soft_wrap=True,
+    )
     console.print(f"scorer: {report['scorer']}; deadline {report['timeout_s']} s per call; every input scored twice")
     for note in report["notes"]:
         console.print(f"note: {note}")
     for source, s in report["sources"].items():
-        table = Table(title=f"data source {source!r}: {report['rows'].get(source, 0)} data rows, {s['calls']} calls",
-                      title_justify="left", box=None, pad_edge=False)
+        table = Table(
+            title=f"data source {source!r}: {report['rows'].get(source, 0)} data rows, {s['calls']} calls",
+            title_justify="left",
+            box=None,
+            pad_edge=False,
+        )
         for col in ("fixture", "group", "n", "mean", "min", "max", "errors", "timeouts", "differ", "p50 ms"):
             table.add_column(col, justify="left" if col in ("fixture", "group") else "right")
         for kind, k in s["kinds"].items():
-            table.add_row(kind, k["group"], str(k["n"]), _fmt(k["mean"]), _fmt(k["min"]), _fmt(k["max"]), str(k["errors"]),
-                          str(k["timeouts"]), str(k["nondeterministic"]), _fmt(k["p50_ms"], 3))
+            table.add_row(
+                kind,
+                k["group"],
+                str(k["n"]),
+                _fmt(k["mean"]),
+                _fmt(k["min"]),
+                _fmt(k["max"]),
+                str(k["errors"]),
+                str(k["timeouts"]),
+                str(k["nondeterministic"]),
+                _fmt(k["p50_ms"], 3),
+            )
         console.print(table)
         lat, rng = s["latency_ms"], s["range"]
-        console.print(f"latency p50 {_fmt(lat['p50'], 3)} ms, p99 {_fmt(lat['p99'], 3)} ms, max {_fmt(lat['max'], 3)} ms; "
-                      f"scores {'-' if rng is None else f'[{rng[0]:.4g}, {rng[1]:.4g}]'} ({s['sign']})")
+        console.print(
+            f"latency p50 {_fmt(lat['p50'], 3)} ms, p99 {_fmt(lat['p99'], 3)} ms, max {_fmt(lat['max'], 3)} ms; "
+            f"scores {'-' if rng is None else f'[{rng[0]:.4g}, {rng[1]:.4g}]'} ({s['sign']})"
+        )
     fails = [f for f in report["flags"] if f["severity"] == "fail"]
     for f in report["flags"]:
-        console.print(f"{'FAIL' if f['severity'] == 'fail' else 'info'} {f['check']:<16} [{f['source']}] {f['message']}")
+        console.print(
+            f"{'FAIL' if f['severity'] == 'fail' else 'info'} {f['check']:<16} [{f['source']}] {f['message']}"
+        )
     n_info = len(report["flags"]) - len(fails)
     console.print(f"result: {len(fails)} failure(s), {n_info} note(s) -> exit {1 if fails else 0}")
     return "\n".join(line.rstrip() for line in console.export_text().splitlines()).strip()

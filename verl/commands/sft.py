@@ -65,7 +65,9 @@ def init_distributed(device: str) -> None:
         dist.init_process_group(backend="nccl" if device == "cuda" else "gloo")
 
 
-def train_sft(overrides: Sequence[str], config_path: str | None = None) -> tuple[SupervisedTrainer, list[dict[str, float]]]:
+def train_sft(
+    overrides: Sequence[str], config_path: str | None = None
+) -> tuple[SupervisedTrainer, list[dict[str, float]]]:
     """Run an SFT job in this process (no CLI): load, build, fit.
 
     Args:
@@ -92,12 +94,19 @@ def run(config_path: str | None, overrides: Sequence[str], algorithm: str = "sft
     declared = cfg.trainer.nnodes * cfg.trainer.n_gpus_per_node
     if declared not in (1, dp_world_size()):
         # as in verl's SFT trainer the process group (torchrun) decides the world size
-        logger.warning("trainer.nnodes x n_gpus_per_node = %d but torchrun started %d ranks; using %d",
-                       declared, dp_world_size(), dp_world_size())
+        logger.warning(
+            "trainer.nnodes x n_gpus_per_node = %d but torchrun started %d ranks; using %d",
+            declared,
+            dp_world_size(),
+            dp_world_size(),
+        )
     trainer = build_supervised_trainer(cfg)
     history = trainer.fit()
     if dp_rank() == 0 and history:
-        print(f"final checkpoint: {Path(cfg.trainer.default_local_dir) / f'global_step_{trainer.global_step}'}", flush=True)
+        print(
+            f"final checkpoint: {Path(cfg.trainer.default_local_dir) / f'global_step_{trainer.global_step}'}",
+            flush=True,
+        )
     return history
 
 
@@ -121,8 +130,9 @@ def main(argv: Sequence[str] | None = None, algorithm: str = "sft") -> int:
         return 0
 
     prog = f"verl {algorithm}"
-    return run_reporting_user_errors(prog, lambda args: config_command(args, USAGE, prog, body),
-                                     sys.argv[1:] if argv is None else argv)
+    return run_reporting_user_errors(
+        prog, lambda args: config_command(args, USAGE, prog, body), sys.argv[1:] if argv is None else argv
+    )
 
 
 def dpo_main(argv: Sequence[str] | None = None) -> int:

@@ -72,8 +72,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"sft_trainer_ray: {e}", file=sys.stderr)
             return 1
         return 0
-    return run_reporting_user_errors("sft_trainer_ray", lambda args: config_command(args, USAGE, "sft_trainer_ray", body),
-                                     sys.argv[1:] if argv is None else argv)
+
+    return run_reporting_user_errors(
+        "sft_trainer_ray",
+        lambda args: config_command(args, USAGE, "sft_trainer_ray", body),
+        sys.argv[1:] if argv is None else argv,
+    )
 
 
 if __name__ == "__main__":

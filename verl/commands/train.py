@@ -126,6 +126,7 @@ def main(argv: Sequence[str] | None = None, default_config: str | None = None) -
     if argv and argv[0] in ("-h", "--help"):
         print(USAGE)
         return 0
+
     def body(args: list[str]) -> int:
         hydra_path, args = hydra_config_args(args)
         config_path, overrides = (hydra_path, args) if hydra_path else split_config_arg(args, default_config)

@@ -32,14 +32,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "weight_sync/", "sync/", "global_seqlen/", "trainer/",
-            "rollouter/", "training/off_policy/", "memory/")
+VOLATILE = (
+    "timing_s/",
+    "timing_per_token_ms/",
+    "perf/",
+    "weight_sync/",
+    "sync/",
+    "global_seqlen/",
+    "trainer/",
+    "rollouter/",
+    "training/off_policy/",
+    "memory/",
+)
 # wall-clock, placement-specific or mode-specific metrics: not expected to agree between paths
 DERIVED = ("alarm/", "sentinel/")  # functions of the compared metrics (and of the run's history)
 CHECKS = ("ray", "packed", "micro", "resume", "async")
 TOLERANCE = {"ray": 1e-5, "packed": 1e-4, "micro": 1e-5, "resume": 0.0, "async": 1e-6}
-LABEL = {"ray": "local vs 2 Ray workers", "packed": "packed vs padded", "micro": "micro-batched vs not",
-         "resume": "resumed vs uninterrupted", "async": "sync vs async (staleness 0)"}
+LABEL = {
+    "ray": "local vs 2 Ray workers",
+    "packed": "packed vs padded",
+    "micro": "micro-batched vs not",
+    "resume": "resumed vs uninterrupted",
+    "async": "sync vs async (staleness 0)",
+}
 
 
 @dataclass
@@ -72,18 +87,37 @@ def slice_overrides(cfg: Any, steps: int, prompts: int) -> list[str]:
     # with several mini-batches 1 and 2 workers would step on different trajectory sets (as in verl)
     mini = prompts
     whole = mini * n  # trajectories of one mini-batch on one process: no micro-batching
-    ov = [f"trainer.total_training_steps={steps}", f"data.train_batch_size={prompts}", "data.val_files=[]",
-          "trainer.val_before_train=false", "trainer.test_freq=-1", f"trainer.save_freq={steps}",
-          "trainer.logger=[]", "trainer.progress_bar=false", "trainer.plot=false", "trainer.resume_mode=auto",
-          "trainer.rollout_data_dir=null", "trainer.n_gpus_per_node=1", "trainer.nnodes=1",
-          f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}", f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={whole}",
-          "actor_rollout_ref.actor.use_dynamic_bsz=false", "actor_rollout_ref.actor.calculate_entropy=true",
-          f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={whole}", "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
-          f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={whole}", "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=false",
-          "actor_rollout_ref.model.use_remove_padding=false"]
+    ov = [
+        f"trainer.total_training_steps={steps}",
+        f"data.train_batch_size={prompts}",
+        "data.val_files=[]",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        f"trainer.save_freq={steps}",
+        "trainer.logger=[]",
+        "trainer.progress_bar=false",
+        "trainer.plot=false",
+        "trainer.resume_mode=auto",
+        "trainer.rollout_data_dir=null",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={mini}",
+        f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={whole}",
+        "actor_rollout_ref.actor.use_dynamic_bsz=false",
+        "actor_rollout_ref.actor.calculate_entropy=true",
+        f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={whole}",
+        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz=false",
+        f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={whole}",
+        "actor_rollout_ref.ref.log_prob_use_dynamic_bsz=false",
+        "actor_rollout_ref.model.use_remove_padding=false",
+    ]
     if cfg.critic.enable:
-        ov += [f"critic.ppo_mini_batch_size={mini}", f"critic.ppo_micro_batch_size_per_gpu={whole}", "critic.use_dynamic_bsz=false",
-               "critic.model.use_remove_padding=false"]
+        ov += [
+            f"critic.ppo_mini_batch_size={mini}",
+            f"critic.ppo_micro_batch_size_per_gpu={whole}",
+            "critic.use_dynamic_bsz=false",
+            "critic.model.use_remove_padding=false",
+        ]
     return ov
 
 
@@ -92,19 +126,31 @@ def variant_overrides(check: str, cfg: Any, prompts: int) -> list[str]:
     n = cfg.actor_rollout_ref.rollout.n
     half = max(1, prompts * n // 2)  # the step's one mini-batch split over 2 workers
     if check == "ray":
-        ov = ["trainer.n_gpus_per_node=2", f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={half}",
-              f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={half}",
-              f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={half}"]
+        ov = [
+            "trainer.n_gpus_per_node=2",
+            f"actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu={half}",
+            f"actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu={half}",
+            f"actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu={half}",
+        ]
         return ov + ([f"critic.ppo_micro_batch_size_per_gpu={half}"] if cfg.critic.enable else [])
     if check == "packed":
-        return ["actor_rollout_ref.model.use_remove_padding=true"] + (["critic.model.use_remove_padding=true"] if cfg.critic.enable else [])
+        return ["actor_rollout_ref.model.use_remove_padding=true"] + (
+            ["critic.model.use_remove_padding=true"] if cfg.critic.enable else []
+        )
     if check == "micro":
-        ov = ["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
-              "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1"]
+        ov = [
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+            "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=1",
+        ]
         return ov + (["critic.ppo_micro_batch_size_per_gpu=1"] if cfg.critic.enable else [])
     if check == "async":
-        return ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.parameter_sync_step=1",
-                "trainer.v1.separate_async.num_warmup_batches=0", "trainer.v1.sampler.max_off_policy_threshold=0"]
+        return [
+            "trainer.v1.trainer_mode=separate_async",
+            "trainer.v1.separate_async.parameter_sync_step=1",
+            "trainer.v1.separate_async.num_warmup_batches=0",
+            "trainer.v1.sampler.max_off_policy_threshold=0",
+        ]
     return []
 
 
@@ -117,7 +163,12 @@ def compare(name: str, base: Run, other: Run, tolerance: float) -> CheckResult:
             return CheckResult(name, math.inf, f"step {step} missing", tolerance, compared)
         for k, a in row.items():
             b = got.get(k)
-            if k.startswith(VOLATILE + DERIVED) or k == "step" or not isinstance(a, (int, float)) or not isinstance(b, (int, float)):
+            if (
+                k.startswith(VOLATILE + DERIVED)
+                or k == "step"
+                or not isinstance(a, (int, float))
+                or not isinstance(b, (int, float))
+            ):
                 continue
             d = 0.0 if (math.isnan(a) and math.isnan(b)) else abs(a - b) / max(1.0, abs(b))
             d = math.inf if math.isnan(d) else d
@@ -140,7 +191,9 @@ def _train(config: str | None, overrides: list[str], run_dir: Path, stop_after: 
     from verl.config import load_config
     from verl.trainer.ppo.trainer import RLTrainer
 
-    cfg = load_config(config, [*overrides, f"trainer.output_dir={run_dir / 'out'}", f"trainer.default_local_dir={run_dir / 'ckpt'}"])
+    cfg = load_config(
+        config, [*overrides, f"trainer.output_dir={run_dir / 'out'}", f"trainer.default_local_dir={run_dir / 'ckpt'}"]
+    )
     trainer = RLTrainer(config=cfg)
     if stop_after is not None:
         trainer._parts().total_training_steps = stop_after  # the schedule keeps the full run's length
@@ -150,8 +203,15 @@ def _train(config: str | None, overrides: list[str], run_dir: Path, stop_after: 
     return Run({int(r["step"]): r for r in history if "step" in r}, weights)
 
 
-def run_checks(config: str | None, overrides: list[str], checks: list[str], steps: int, prompts: int, work: Path,
-               echo: Callable[[str], None] = print) -> list[CheckResult]:
+def run_checks(
+    config: str | None,
+    overrides: list[str],
+    checks: list[str],
+    steps: int,
+    prompts: int,
+    work: Path,
+    echo: Callable[[str], None] = print,
+) -> list[CheckResult]:
     """Run the baseline and every check's variant; returns one `CheckResult` per check.
 
     Raises:
@@ -172,7 +232,9 @@ def run_checks(config: str | None, overrides: list[str], checks: list[str], step
     results, base = [], None
     for check in checks:
         if check != "async" and base is None:
-            echo(f"verl verify: baseline ({steps} steps of {prompts} prompts x n={cfg.actor_rollout_ref.rollout.n}) ...")
+            echo(
+                f"verl verify: baseline ({steps} steps of {prompts} prompts x n={cfg.actor_rollout_ref.rollout.n}) ..."
+            )
             base = _train(config, base_ov, work / "base")
         echo(f"verl verify: {LABEL[check]} ...")
         if check == "resume":
@@ -194,8 +256,10 @@ def format_table(results: list[CheckResult]) -> str:
     """The pass/fail table `main` prints."""
     lines = [f"{'check':<29} {'values':>6} {'max diff':>10} {'tolerance':>10}  {'result':<6} worst at", "-" * 96]
     for r in results:
-        lines.append(f"{LABEL[r.name]:<29} {r.compared:>6} {r.max_diff:>10.3g} {r.tolerance:>10.3g}  "
-                     f"{'pass' if r.passed else 'FAIL':<6} {r.where}")
+        lines.append(
+            f"{LABEL[r.name]:<29} {r.compared:>6} {r.max_diff:>10.3g} {r.tolerance:>10.3g}  "
+            f"{'pass' if r.passed else 'FAIL':<6} {r.where}"
+        )
     failed = [LABEL[r.name] for r in results if not r.passed]
     lines.append(f"FAILED: {', '.join(failed)}" if failed else f"all {len(results)} checks pass")
     return "\n".join(lines)
@@ -207,8 +271,11 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="verl verify", description=__doc__.split("\n\n")[0])
     ap.add_argument("args", nargs="*", help="[CONFIG] [key=value ...] (default: the built-in quick start)")
-    ap.add_argument("--checks", default=",".join(c for c in CHECKS if c != "async" or _async_available()),
-                    help=f"comma-separated subset of {', '.join(CHECKS)}")
+    ap.add_argument(
+        "--checks",
+        default=",".join(c for c in CHECKS if c != "async" or _async_available()),
+        help=f"comma-separated subset of {', '.join(CHECKS)}",
+    )
     ap.add_argument("--steps", type=int, default=2, help="RL steps per run (>= 2 for resume)")
     ap.add_argument("--prompts", type=int, default=4, help="prompts per step (even)")
     ap.add_argument("--workdir", default=None, help="keep the runs here (default: a temporary directory)")
@@ -217,8 +284,15 @@ def main(argv: list[str] | None = None) -> int:
     checks = [c.strip() for c in args.checks.split(",") if c.strip()]
     with tempfile.TemporaryDirectory(prefix="verl_verify_") as tmp:
         work = Path(args.workdir or tmp)
-        results = run_checks(config, overrides, checks, args.steps, args.prompts, work,
-                             echo=lambda line: print(line, file=sys.stderr, flush=True))
+        results = run_checks(
+            config,
+            overrides,
+            checks,
+            args.steps,
+            args.prompts,
+            work,
+            echo=lambda line: print(line, file=sys.stderr, flush=True),
+        )
     print(format_table(results))
     return 0 if all(r.passed for r in results) else 1
 

@@ -72,9 +72,13 @@ def one_of(name: str, allowed: frozenset[str]) -> Rule:
 
 def one_of_or_registered(name: str, allowed: frozenset[str], kind: str) -> Rule:
     """``value`` is a built-in name or one registered by user code (``C.EXTENSIONS[kind]``)."""
-    return Rule(name, lambda v: v in allowed or v in C.EXTENSIONS[kind],
-                "must be one of " + ", ".join(sorted(allowed)) + " or a name registered by "
-                "actor_rollout_ref.model.external_lib", allowed)
+    return Rule(
+        name,
+        lambda v: v in allowed or v in C.EXTENSIONS[kind],
+        "must be one of " + ", ".join(sorted(allowed)) + " or a name registered by "
+        "actor_rollout_ref.model.external_lib",
+        allowed,
+    )
 
 
 def each_of(name: str, allowed: frozenset[str]) -> Rule:
@@ -157,8 +161,12 @@ SECTION_RULES: dict[type, list[Rule]] = {
         gt("tau_neg", 0.0),
     ],
     S.RefConfig: [*(ge(name, 1) for name in _LOGPROB_MICRO), ge("log_prob_max_token_len_per_gpu", 1)],
-    S.SamplingConfig: [ge("temperature", 0.0), Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
-                       within("top_p", 0.0, 1.0, lo_open=True), ge("n", 1)],
+    S.SamplingConfig: [
+        ge("temperature", 0.0),
+        Rule("top_k", lambda v: v >= -1, "must be -1 (off) or >= 0"),
+        within("top_p", 0.0, 1.0, lo_open=True),
+        ge("n", 1),
+    ],
     S.MultiTurnConfig: [
         ge("max_assistant_turns", 1),
         ge("max_user_turns", 0),
@@ -170,7 +178,11 @@ SECTION_RULES: dict[type, list[Rule]] = {
         ge("token_drift_samples", 0),
     ],
     S.AgentLoopConfig: [one_of("default_agent_loop", C.AGENT_LOOPS)],
-    S.SyncCheckConfig: [ge("canary_every", 0), one_of("on_mismatch", SYNC_MISMATCH_ACTIONS), gt("canary_tolerance", 0.0)],
+    S.SyncCheckConfig: [
+        ge("canary_every", 0),
+        one_of("on_mismatch", SYNC_MISMATCH_ACTIONS),
+        gt("canary_tolerance", 0.0),
+    ],
     S.RolloutConfig: [
         one_of("name", C.ROLLOUT_NAMES),
         one_of("mode", C.ROLLOUT_MODES),
@@ -252,24 +264,32 @@ def _both_set(section: Any, prefix: str, pairs: tuple[tuple[str, str], ...]) -> 
 
 def _check_algorithm(a: S.AlgorithmConfig, prefix: str) -> None:
     if a.norm_adv_by_std_in_rloo and a.adv_estimator != "rloo":
-        raise ConfigError(f"{prefix}.norm_adv_by_std_in_rloo applies to adv_estimator=rloo only, got "
-                          f"{a.adv_estimator!r}; for GRPO use {prefix}.norm_adv_by_std_in_grpo")
+        raise ConfigError(
+            f"{prefix}.norm_adv_by_std_in_rloo applies to adv_estimator=rloo only, got "
+            f"{a.adv_estimator!r}; for GRPO use {prefix}.norm_adv_by_std_in_grpo"
+        )
     _check_gdpo(a, prefix)
 
 
 def _check_gdpo(a: S.AlgorithmConfig, prefix: str) -> None:
     if a.adv_estimator != "gdpo":
         if a.gdpo_reward_keys or a.gdpo_reward_weights:
-            raise ConfigError(f"{prefix}.gdpo_reward_keys / gdpo_reward_weights apply to adv_estimator=gdpo only, "
-                              f"got {a.adv_estimator!r}")
+            raise ConfigError(
+                f"{prefix}.gdpo_reward_keys / gdpo_reward_weights apply to adv_estimator=gdpo only, "
+                f"got {a.adv_estimator!r}"
+            )
         return
     if not a.gdpo_reward_keys:
-        raise ConfigError(f"{prefix}.gdpo_reward_keys: adv_estimator=gdpo needs the reward components, keys of the "
-                          "reward function's per-sample extra info (e.g. ['accuracy_reward', 'format_reward'])")
+        raise ConfigError(
+            f"{prefix}.gdpo_reward_keys: adv_estimator=gdpo needs the reward components, keys of the "
+            "reward function's per-sample extra info (e.g. ['accuracy_reward', 'format_reward'])"
+        )
     weights = a.gdpo_reward_weights
     if weights is not None and (len(weights) != len(a.gdpo_reward_keys) or not all(math.isfinite(w) for w in weights)):
-        raise ConfigError(f"{prefix}.gdpo_reward_weights: must be {len(a.gdpo_reward_keys)} finite numbers, one per "
-                          f"{prefix}.gdpo_reward_keys entry, got {list(weights)!r}")
+        raise ConfigError(
+            f"{prefix}.gdpo_reward_weights: must be {len(a.gdpo_reward_keys)} finite numbers, one per "
+            f"{prefix}.gdpo_reward_keys entry, got {list(weights)!r}"
+        )
 
 
 def _check_actor(a: S.ActorConfig, prefix: str) -> None:
@@ -304,11 +324,18 @@ def _check_rollout(r: S.RolloutConfig, prefix: str) -> None:
     if r.stop:
         if any(not isinstance(s, str) or not s for s in r.stop):
             raise ConfigError(f"{prefix}.stop: must be a list of non-empty strings, got {list(r.stop)!r}")
-        agent_loops = (r.multi_turn.enable or r.mode == "async" or float(r.over_sample_rate or 0) > 0
-                       or r.agent.default_agent_loop != "single_turn_agent")
+        agent_loops = (
+            r.multi_turn.enable
+            or r.mode == "async"
+            or float(r.over_sample_rate or 0) > 0
+            or r.agent.default_agent_loop != "single_turn_agent"
+        )
         if agent_loops:
-            raise not_supported(f"{prefix}.stop", "stop strings apply to single-turn batches; with agent loops "
-                                "(multi_turn, mode=async, over_sample_rate, agent.default_agent_loop) leave it []")
+            raise not_supported(
+                f"{prefix}.stop",
+                "stop strings apply to single-turn batches; with agent loops "
+                "(multi_turn, mode=async, over_sample_rate, agent.default_agent_loop) leave it []",
+            )
         if r.name not in ("hf", "vllm"):
             raise not_supported(f"{prefix}.stop", f"rollout.name={r.name} has no stop strings; use hf or vllm")
 
@@ -320,7 +347,9 @@ def _ratio_bounds_ok(spec: Any) -> bool:
     except ValueError:
         return False
     # a single bound is the high one, low = 1/high, so it must be >= 1
-    return all(p > 0 and math.isfinite(p) for p in parts) and (parts[0] <= parts[1] if len(parts) == 2 else parts[0] >= 1)
+    return all(p > 0 and math.isfinite(p) for p in parts) and (
+        parts[0] <= parts[1] if len(parts) == 2 else parts[0] >= 1
+    )
 
 
 def _check_rollout_correction(rc: S.RolloutCorrectionConfig, prefix: str) -> None:
@@ -329,27 +358,37 @@ def _check_rollout_correction(rc: S.RolloutCorrectionConfig, prefix: str) -> Non
     except (TypeError, ValueError):
         threshold = -1.0
     if rc.rollout_is is not None and not (threshold > 0 and math.isfinite(threshold)):
-        raise ConfigError(f"{prefix}.rollout_is_threshold: must be a number > 0 (the truncation bound C), got {rc.rollout_is_threshold!r}")
+        raise ConfigError(
+            f"{prefix}.rollout_is_threshold: must be a number > 0 (the truncation bound C), got {rc.rollout_is_threshold!r}"
+        )
     if rc.rollout_rs is not None and not _ratio_bounds_ok(rc.rollout_rs_threshold):
-        raise ConfigError(f"{prefix}.rollout_rs_threshold: must be 'low_high' (0 < low <= high, quoted) or one number >= 1 "
-                          f"when {prefix}.rollout_rs is set, got {rc.rollout_rs_threshold!r}")
+        raise ConfigError(
+            f"{prefix}.rollout_rs_threshold: must be 'low_high' (0 < low <= high, quoted) or one number >= 1 "
+            f"when {prefix}.rollout_rs is set, got {rc.rollout_rs_threshold!r}"
+        )
 
 
 def _check_multi_turn(m: S.MultiTurnConfig, prefix: str) -> None:
     if m.enable and not (m.tool_config_path or m.function_tool_path or m.interaction_config_path):
-        raise ConfigError(f"{prefix}.enable=true needs {prefix}.function_tool_path, {prefix}.tool_config_path or "
-                          f"{prefix}.interaction_config_path")
+        raise ConfigError(
+            f"{prefix}.enable=true needs {prefix}.function_tool_path, {prefix}.tool_config_path or "
+            f"{prefix}.interaction_config_path"
+        )
     if m.use_inference_chat_template:
-        raise ConfigError(f"`{prefix}.use_inference_chat_template` is not supported yet: leave it false "
-                          "(trajectories keep the sampled ids of every turn)")
+        raise ConfigError(
+            f"`{prefix}.use_inference_chat_template` is not supported yet: leave it false "
+            "(trajectories keep the sampled ids of every turn)"
+        )
     if m.num_repeat_rollouts is not None:
         raise ConfigError(f"`{prefix}.num_repeat_rollouts` is not supported yet: use actor_rollout_ref.rollout.n")
 
 
 def _check_agent(a: S.AgentLoopConfig, prefix: str) -> None:
     if any(v is not None for v in (a.custom_async_server or {}).values()):
-        raise ConfigError(f"`{prefix}.custom_async_server` is not supported yet: the rollout engine serves the "
-                          "token-level request API itself (rollout.name=hf | vllm)")
+        raise ConfigError(
+            f"`{prefix}.custom_async_server` is not supported yet: the rollout engine serves the "
+            "token-level request API itself (rollout.name=hf | vllm)"
+        )
 
 
 def _check_policy_loss(p: S.PolicyLossConfig, prefix: str) -> None:
@@ -378,7 +417,9 @@ def _check_lora(m: S.ModelConfig, prefix: str) -> None:
         try:
             re.compile(str(m.exclude_modules))
         except re.error as e:
-            raise ConfigError(f"{prefix}.exclude_modules: not a valid regular expression ({e}): {m.exclude_modules!r}") from None
+            raise ConfigError(
+                f"{prefix}.exclude_modules: not a valid regular expression ({e}): {m.exclude_modules!r}"
+            ) from None
 
 
 def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
@@ -391,12 +432,18 @@ def _check_trainer(t: S.TrainerConfig, prefix: str) -> None:
     if t.resume_mode == "resume_path" and not t.resume_from_path:
         raise ConfigError(f"{prefix}.resume_from_path: must be set when {prefix}.resume_mode=resume_path")
     if t.rollout_data_max_rows is not None and not t.rollout_data_dir:
-        raise ConfigError(f"{prefix}.rollout_data_max_rows: bounds the rollout dump, which is off; set {prefix}.rollout_data_dir too")
+        raise ConfigError(
+            f"{prefix}.rollout_data_max_rows: bounds the rollout dump, which is off; set {prefix}.rollout_data_dir too"
+        )
     if t.sentinel.enable and t.sentinel.action == "rollback" and t.save_freq <= 0:
-        raise ConfigError(f"{prefix}.sentinel.action: rollback restores the last good checkpoint; set {prefix}.save_freq > 0")
+        raise ConfigError(
+            f"{prefix}.sentinel.action: rollback restores the last good checkpoint; set {prefix}.save_freq > 0"
+        )
     if t.sentinel.enable and t.sentinel.action == "rollback" and t.v1.trainer_mode != "sync":
-        raise not_supported(f"{prefix}.sentinel.action=rollback", f"with {prefix}.v1.trainer_mode="
-                            f"{t.v1.trainer_mode} the sentinel can warn or stop (action=warn|stop)")
+        raise not_supported(
+            f"{prefix}.sentinel.action=rollback",
+            f"with {prefix}.v1.trainer_mode={t.v1.trainer_mode} the sentinel can warn or stop (action=warn|stop)",
+        )
     world = t.nnodes * t.n_gpus_per_node
     if t.backend == "local" and world > 1:
         raise ConfigError(
@@ -442,8 +489,12 @@ def _apply_rules(section: Any, prefix: str, rules: dict[type, list[Rule]]) -> No
         raise ConfigError(f"{key}: {rule.expect}, got {value!r}{hint}")
 
 
-def check_sections(cfg: Any, prefix: str = "", rules: dict[type, list[Rule]] | None = None,
-                   checks: dict[type, Callable[[Any, str], None]] | None = None) -> None:
+def check_sections(
+    cfg: Any,
+    prefix: str = "",
+    rules: dict[type, list[Rule]] | None = None,
+    checks: dict[type, Callable[[Any, str], None]] | None = None,
+) -> None:
     """Applies every section's rules and cross-field checks, depth first.
 
     Args:

@@ -54,8 +54,20 @@ LOSS_AGG_MODES: frozenset[str] = frozenset(
 """``*.loss_agg_mode`` values (see ``verl.algorithms`` ``agg_loss``)."""
 
 POLICY_LOSS_MODES: frozenset[str] = frozenset(
-    {"vanilla", "gspo", "gpg", "cispo", "clip_cov", "kl_cov", "sapo", "geo_mean", "dppo_tv", "dppo_kl", "dro",
-     "bypass_mode"}
+    {
+        "vanilla",
+        "gspo",
+        "gpg",
+        "cispo",
+        "clip_cov",
+        "kl_cov",
+        "sapo",
+        "geo_mean",
+        "dppo_tv",
+        "dppo_kl",
+        "dro",
+        "bypass_mode",
+    }
 )
 """``actor_rollout_ref.actor.policy_loss.loss_mode`` values."""
 

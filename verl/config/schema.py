@@ -334,7 +334,6 @@ class RefConfig:
     # 1: the reference forward sees whole sequences on each rank; the actor's value: split like the actor's.
 
 
-
 @dataclass
 class ActorRolloutRefConfig:
     hybrid_engine: bool = True

@@ -20,8 +20,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-__all__ = ["DistillationConfig", "DistillationLossConfig", "TeacherInferenceConfig", "TeacherModelConfig",
-           "resolve_teachers"]
+__all__ = [
+    "DistillationConfig",
+    "DistillationLossConfig",
+    "TeacherInferenceConfig",
+    "TeacherModelConfig",
+    "resolve_teachers",
+]
 
 
 @dataclass
@@ -107,9 +112,21 @@ class TeacherInferenceConfig:
     # value logs a warning.
 
 
-SERVER_KEYS = ("gpu_memory_utilization", "enforce_eager", "cudagraph_capture_sizes", "free_cache_engine",
-               "expert_parallel_size", "max_num_batched_tokens", "load_format", "engine_kwargs", "limit_images",
-               "enable_chunked_prefill", "enable_prefix_caching", "disable_log_stats", "skip_tokenizer_init")
+SERVER_KEYS = (
+    "gpu_memory_utilization",
+    "enforce_eager",
+    "cudagraph_capture_sizes",
+    "free_cache_engine",
+    "expert_parallel_size",
+    "max_num_batched_tokens",
+    "load_format",
+    "engine_kwargs",
+    "limit_images",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "disable_log_stats",
+    "skip_tokenizer_init",
+)
 """Inference keys of a serving engine, without effect on the teacher's forward pass."""
 
 
@@ -139,8 +156,14 @@ class TeacherModelConfig:
 
 
 def _default_teachers() -> Dict[str, Any]:
-    return {"teacher_model": {"key": None, "model_path": None, "num_replicas": 0,
-                              "inference": dataclasses.asdict(TeacherInferenceConfig())}}
+    return {
+        "teacher_model": {
+            "key": None,
+            "model_path": None,
+            "num_replicas": 0,
+            "inference": dataclasses.asdict(TeacherInferenceConfig()),
+        }
+    }
 
 
 @dataclass
@@ -166,8 +189,10 @@ class DistillationConfig:
         return self.n_gpus_per_node * self.nnodes
 
 
-_VERL_TARGETS = {TeacherModelConfig: "verl.workers.config.DistillationTeacherModelConfig",
-                 TeacherInferenceConfig: "verl.workers.config.RolloutConfig"}
+_VERL_TARGETS = {
+    TeacherModelConfig: "verl.workers.config.DistillationTeacherModelConfig",
+    TeacherInferenceConfig: "verl.workers.config.RolloutConfig",
+}
 
 
 def _typed(cls: type, values: Any, path: str) -> Any:
@@ -181,7 +206,9 @@ def _typed(cls: type, values: Any, path: str) -> Any:
     for k, v in values.items():
         if k == "_target_":  # verl's marker of the class the entry instantiates
             if v != _VERL_TARGETS[cls]:
-                raise ConfigError(f"{path}._target_: {v!r} does not match this entry (verl writes {_VERL_TARGETS[cls]!r})")
+                raise ConfigError(
+                    f"{path}._target_: {v!r} does not match this entry (verl writes {_VERL_TARGETS[cls]!r})"
+                )
             continue
         if k not in names:
             raise ConfigError(f"unknown key '{path}.{k}'{did_you_mean(str(k), names)}")
@@ -202,18 +229,22 @@ def resolve_teachers(cfg: DistillationConfig, prefix: str = "distillation") -> D
     """
     from verl.config.errors import ConfigError
 
-    entries = {name: _typed(TeacherModelConfig, v, f"{prefix}.teacher_models.{name}")
-               for name, v in (cfg.teacher_models or {}).items()}
+    entries = {
+        name: _typed(TeacherModelConfig, v, f"{prefix}.teacher_models.{name}")
+        for name, v in (cfg.teacher_models or {}).items()
+    }
     if len(entries) > 1:
         entries.pop("teacher_model", None)
     if not entries:
         raise ConfigError(f"{prefix}.teacher_models: distillation.enabled needs a teacher (teacher_model.model_path)")
     pool = cfg.pool_size
     if len(entries) == 1:
-        (name, only), = entries.items()
+        ((name, only),) = entries.items()
         if pool % only.per_replica_world_size:
-            raise ConfigError(f"{prefix}: the teacher's per_replica_world_size ({only.per_replica_world_size}) must "
-                              f"divide the teacher pool size (n_gpus_per_node * nnodes = {pool})")
+            raise ConfigError(
+                f"{prefix}: the teacher's per_replica_world_size ({only.per_replica_world_size}) must "
+                f"divide the teacher pool size (n_gpus_per_node * nnodes = {pool})"
+            )
         only.num_replicas, only.key = pool // only.per_replica_world_size, "default"
     out: Dict[str, TeacherModelConfig] = {}
     for name, t in entries.items():
@@ -226,6 +257,8 @@ def resolve_teachers(cfg: DistillationConfig, prefix: str = "distillation") -> D
         out[t.key] = t
     total = sum(t.world_size for t in out.values())
     if total != pool:
-        raise ConfigError(f"{prefix}: the teachers' num_replicas * per_replica_world_size sum to {total}, but the "
-                          f"teacher pool (n_gpus_per_node * nnodes) has {pool}")
+        raise ConfigError(
+            f"{prefix}: the teachers' num_replicas * per_replica_world_size sum to {total}, but the "
+            f"teacher pool (n_gpus_per_node * nnodes) has {pool}"
+        )
     return out

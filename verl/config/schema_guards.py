@@ -98,13 +98,17 @@ def check_alarms(a: AlarmsConfig, prefix: str) -> None:
     Raises:
         ConfigError: naming the first field out of range.
     """
-    rules = [("window", a.window >= 1, ">= 1"), ("length_growth", a.length_growth > 1, "> 1"),
-             ("min_length_increase", a.min_length_increase >= 0, ">= 0"),
-             ("zero_variance_share", 0 <= a.zero_variance_share <= 1, "in [0, 1]"),
-             ("format_only_share", 0 <= a.format_only_share <= 1, "in [0, 1]"),
-             ("divergence_reward_rise", a.divergence_reward_rise >= 0, ">= 0"),
-             ("divergence_val_drop", a.divergence_val_drop > 0, "> 0"),
-             ("clip_ratio", 0 < a.clip_ratio <= 1, "in (0, 1]"), ("patience", a.patience >= 1, ">= 1")]
+    rules = [
+        ("window", a.window >= 1, ">= 1"),
+        ("length_growth", a.length_growth > 1, "> 1"),
+        ("min_length_increase", a.min_length_increase >= 0, ">= 0"),
+        ("zero_variance_share", 0 <= a.zero_variance_share <= 1, "in [0, 1]"),
+        ("format_only_share", 0 <= a.format_only_share <= 1, "in [0, 1]"),
+        ("divergence_reward_rise", a.divergence_reward_rise >= 0, ">= 0"),
+        ("divergence_val_drop", a.divergence_val_drop > 0, "> 0"),
+        ("clip_ratio", 0 < a.clip_ratio <= 1, "in (0, 1]"),
+        ("patience", a.patience >= 1, ">= 1"),
+    ]
     _raise_first(a, prefix, rules)
 
 
@@ -116,10 +120,16 @@ def check_sentinel(s: SentinelConfig, prefix: str) -> None:
     """
     if s.action not in SENTINEL_ACTIONS:
         raise ConfigError(f"{prefix}.action: must be one of {', '.join(SENTINEL_ACTIONS)}, got {s.action!r}")
-    rules = [("warmup_steps", s.warmup_steps >= 1, ">= 1"), ("window", s.window >= 2, ">= 2"),
-             ("grad_norm_z", s.grad_norm_z > 0, "> 0"), ("entropy_jump", s.entropy_jump > 0, "> 0"),
-             ("reward_collapse_z", s.reward_collapse_z > 0, "> 0"), ("rollout_kl_max", s.rollout_kl_max > 0, "> 0"),
-             ("max_bundles", s.max_bundles >= 0, ">= 0"), ("replay_window", s.replay_window >= 1, ">= 1")]
+    rules = [
+        ("warmup_steps", s.warmup_steps >= 1, ">= 1"),
+        ("window", s.window >= 2, ">= 2"),
+        ("grad_norm_z", s.grad_norm_z > 0, "> 0"),
+        ("entropy_jump", s.entropy_jump > 0, "> 0"),
+        ("reward_collapse_z", s.reward_collapse_z > 0, "> 0"),
+        ("rollout_kl_max", s.rollout_kl_max > 0, "> 0"),
+        ("max_bundles", s.max_bundles >= 0, ">= 0"),
+        ("replay_window", s.replay_window >= 1, ">= 1"),
+    ]
     _raise_first(s, prefix, rules)
 
 

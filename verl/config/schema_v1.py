@@ -14,8 +14,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, Optional
 
-__all__ = ["TrainerV1Config", "SeparateAsyncConfig", "ColocateAsyncConfig", "V1SamplerConfig", "CustomSamplerConfig",
-           "HybridRolloutSwitchConfig", "TRAINER_MODES", "OFF_POLICY_STRATEGIES"]
+__all__ = [
+    "TrainerV1Config",
+    "SeparateAsyncConfig",
+    "ColocateAsyncConfig",
+    "V1SamplerConfig",
+    "CustomSamplerConfig",
+    "HybridRolloutSwitchConfig",
+    "TRAINER_MODES",
+    "OFF_POLICY_STRATEGIES",
+]
 
 TRAINER_MODES = frozenset({"sync", "colocate_async", "separate_async"})
 OFF_POLICY_STRATEGIES = frozenset({"drop", "wait"})

@@ -23,15 +23,28 @@ _DTYPES = frozenset({"fp32", "bf16", "float32", "bfloat16"})
 
 
 def _freq(name: str) -> Rule:
-    return Rule(name, lambda v: v == "after_each_epoch" or (isinstance(v, int) and not isinstance(v, bool)),
-                "must be an integer or after_each_epoch")
+    return Rule(
+        name,
+        lambda v: v == "after_each_epoch" or (isinstance(v, int) and not isinstance(v, bool)),
+        "must be an integer or after_each_epoch",
+    )
 
 
 def _contents(name: str) -> list[Rule]:
-    return [Rule(name, lambda v: all(x in CHECKPOINT_CONTENTS for x in v), f"entries must be in {', '.join(CHECKPOINT_CONTENTS)}",
-                 frozenset(CHECKPOINT_CONTENTS)),
-            unsupported(name, lambda v: "model" in v, "the weights are what a resume starts from; add model",
-                        what=f"`checkpoint.{name}` without model")]
+    return [
+        Rule(
+            name,
+            lambda v: all(x in CHECKPOINT_CONTENTS for x in v),
+            f"entries must be in {', '.join(CHECKPOINT_CONTENTS)}",
+            frozenset(CHECKPOINT_CONTENTS),
+        ),
+        unsupported(
+            name,
+            lambda v: "model" in v,
+            "the weights are what a resume starts from; add model",
+            what=f"`checkpoint.{name}` without model",
+        ),
+    ]
 
 
 SFT_SECTION_RULES: dict[type, list[Rule]] = {
@@ -41,11 +54,17 @@ SFT_SECTION_RULES: dict[type, list[Rule]] = {
         ge("micro_batch_size_per_gpu", 1),
         ge("max_length", 2),
         ge("max_token_len_per_gpu", 1),
-        unsupported("balance_dp_token", lambda v: not v, "the loss already divides by the global token count, leave it false"),
+        unsupported(
+            "balance_dp_token", lambda v: not v, "the loss already divides by the global token count, leave it false"
+        ),
     ],
     T.CustomClsConfig: [
-        unsupported("path", lambda v: v is None, "convert the data to parquet/jsonl with prompt/response columns",
-                    what="`data.custom_cls`"),
+        unsupported(
+            "path",
+            lambda v: v is None,
+            "convert the data to parquet/jsonl with prompt/response columns",
+            what="`data.custom_cls`",
+        ),
     ],
     T.SFTModelConfig: [
         one_of("strategy", frozenset({"fsdp", "fsdp2"})),
@@ -55,8 +74,12 @@ SFT_SECTION_RULES: dict[type, list[Rule]] = {
     T.SFTFSDPConfig: [
         one_of("model_dtype", _DTYPES),
         one_of("mixed_precision", _DTYPES),
-        unsupported("wrap_policy", lambda v: v.get("min_num_params", 0) == 0,
-                    "FSDP2 wraps every transformer block; use 0", what="`model.fsdp_config.wrap_policy.min_num_params`"),
+        unsupported(
+            "wrap_policy",
+            lambda v: v.get("min_num_params", 0) == 0,
+            "FSDP2 wraps every transformer block; use 0",
+            what="`model.fsdp_config.wrap_policy.min_num_params`",
+        ),
     ],
     T.SFTOptimConfig: [
         one_of("lr_scheduler", frozenset({"cosine", "constant"})),
@@ -96,11 +119,15 @@ SFT_SECTION_CHECKS: dict[type, Any] = {T.DPOConfig: _check_dpo}
 def _check_sequence_parallel(cfg: T.SFTRootConfig) -> None:
     sp = cfg.ulysses_sequence_parallel_size
     if sp > 1 and not cfg.use_remove_padding:
-        raise ConfigError(f"ulysses_sequence_parallel_size={sp} needs use_remove_padding=true: "
-                          "sequence parallelism splits packed (padding-free) sequences")
+        raise ConfigError(
+            f"ulysses_sequence_parallel_size={sp} needs use_remove_padding=true: "
+            "sequence parallelism splits packed (padding-free) sequences"
+        )
     if sp > 1 and cfg.trainer.algorithm != "sft":
-        raise ConfigError(f"ulysses_sequence_parallel_size with trainer.algorithm={cfg.trainer.algorithm} is not "
-                          "supported yet: use 1 (sft only)")
+        raise ConfigError(
+            f"ulysses_sequence_parallel_size with trainer.algorithm={cfg.trainer.algorithm} is not "
+            "supported yet: use 1 (sft only)"
+        )
 
 
 def _check_hybrid(cfg: T.SFTRootConfig) -> None:

@@ -63,8 +63,10 @@ def uses_engine_layout(tree: dict[str, Any], overrides: Sequence[str]) -> bool:
     new = next((p for p in paths if _is_new(p)), None)
     old = next((p for p in paths if _is_old(p)), None)
     if new and old:
-        raise ConfigError(f"'{new}' is a key of verl's sft_trainer_engine layout and '{old}' one of the older "
-                          "fsdp_sft_trainer layout; use one layout (e.g. model.path instead of model.partial_pretrain)")
+        raise ConfigError(
+            f"'{new}' is a key of verl's sft_trainer_engine layout and '{old}' one of the older "
+            "fsdp_sft_trainer layout; use one layout (e.g. model.path instead of model.partial_pretrain)"
+        )
     return new is not None
 
 
@@ -77,8 +79,11 @@ def _apply(tree: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:
     for o, (key, value) in zip(overrides, _override_keys(overrides)):
         if key in GROUPS and not isinstance(value, dict):
             if value not in GROUPS[key]:
-                raise not_supported(f"{key}={value}", f"the SFT trainer runs the {GROUPS[key][0]} option of the "
-                                    f"'{key}' group here; use {key}={GROUPS[key][0]}")
+                raise not_supported(
+                    f"{key}={value}",
+                    f"the SFT trainer runs the {GROUPS[key][0]} option of the "
+                    f"'{key}' group here; use {key}={GROUPS[key][0]}",
+                )
             continue
         rest.append(o)
     return apply_overrides(tree, rest, root=None)
@@ -91,7 +96,9 @@ def _resolve(tree: dict[str, Any]) -> dict[str, Any]:
     try:
         return OmegaConf.to_container(OmegaConf.create(tree), resolve=True)  # type: ignore[return-value]
     except OmegaConfBaseException as e:
-        raise ConfigError(f"{getattr(e, 'full_key', '') or 'config'}: {str(getattr(e, 'msg', e)).splitlines()[0]}") from None
+        raise ConfigError(
+            f"{getattr(e, 'full_key', '') or 'config'}: {str(getattr(e, 'msg', e)).splitlines()[0]}"
+        ) from None
 
 
 def _status(path: str) -> tuple[str, Any]:
@@ -118,8 +125,9 @@ def _unknown(path: str) -> ConfigError:
 
 def _check_target(section: str, value: Any) -> None:
     if value != TARGETS.get(section):
-        raise ConfigError(f"{section}._target_: {value!r} does not match the '{section}' section "
-                          f"(verl's is {TARGETS.get(section)!r})")
+        raise ConfigError(
+            f"{section}._target_: {value!r} does not match the '{section}' section (verl's is {TARGETS.get(section)!r})"
+        )
 
 
 def engine_layout_tree(tree: dict[str, Any], overrides: Sequence[str], device_default: str) -> dict[str, Any]:

@@ -27,7 +27,9 @@ SFT_LAYOUT = Layout(root=SFTRootConfig, name="verl sft", preset_dir=PRESET_DIR /
 """``verl sft`` / ``verl dpo`` in the shared pipeline; presets in ``verl/config/presets/sft``."""
 
 
-def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (), algorithm: str | None = None) -> SFTRootConfig:
+def load_sft_config(
+    path: str | Path | None = None, overrides: Sequence[str] = (), algorithm: str | None = None
+) -> SFTRootConfig:
     """Load, override, type-check and validate a supervised-trainer config.
 
     Args:
@@ -51,25 +53,33 @@ def load_sft_config(path: str | Path | None = None, overrides: Sequence[str] = (
     cfg = structured(SFTRootConfig, tree)
     assert isinstance(cfg, SFTRootConfig)
     if cfg.trainer.algorithm == "hybrid":
-        ignored = [f"data.{k}" for k in ("train_files", "val_files", "train_batch_size") if k in (tree.get("data") or {})]
+        ignored = [
+            f"data.{k}" for k in ("train_files", "val_files", "train_batch_size") if k in (tree.get("data") or {})
+        ]
         if ignored:
-            raise ConfigError(f"{ignored[0]} is not used with trainer.algorithm=hybrid: each hybrid.tasks entry has its own "
-                              "train_files and batch_size (validation is not supported yet in hybrid mode)")
+            raise ConfigError(
+                f"{ignored[0]} is not used with trainer.algorithm=hybrid: each hybrid.tasks entry has its own "
+                "train_files and batch_size (validation is not supported yet in hybrid mode)"
+            )
     if cfg.trainer.resume_path and cfg.trainer.resume_mode == "auto":
         cfg.trainer.resume_mode, cfg.trainer.resume_from_path = "resume_path", cfg.trainer.resume_path
     check_sft(cfg)
     return cfg
 
 
-def _from_engine_layout(tree: dict[str, Any], overrides: Sequence[str], algorithm: str | None) -> tuple[dict[str, Any], Sequence[str]]:
+def _from_engine_layout(
+    tree: dict[str, Any], overrides: Sequence[str], algorithm: str | None
+) -> tuple[dict[str, Any], Sequence[str]]:
     """A config in verl's ``sft_trainer_engine`` layout as this schema's tree (`verl.config.sft_engine_layout`)."""
     from verl.config.sft_engine_layout import engine_layout_tree, uses_engine_layout
 
     if not uses_engine_layout(tree, overrides):
         return tree, overrides
     if algorithm not in (None, "sft"):
-        raise ConfigError(f"verl's sft_trainer_engine layout (model.path, data.messages_key, engine.*) trains SFT only; "
-                          f"write the {algorithm} config with the fsdp_sft_trainer keys (model.partial_pretrain, ...)")
+        raise ConfigError(
+            f"verl's sft_trainer_engine layout (model.path, data.messages_key, engine.*) trains SFT only; "
+            f"write the {algorithm} config with the fsdp_sft_trainer keys (model.partial_pretrain, ...)"
+        )
     import torch
 
     device = "cuda" if torch.cuda.is_available() else "cpu"

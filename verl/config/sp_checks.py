@@ -41,7 +41,9 @@ def _check_role(key: str, sp: int, world: int, packed: bool, padding_key: str) -
     if world % sp:
         raise ConfigError(f"{key}={sp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
     if not packed:
-        raise ConfigError(f"{key}={sp} needs {padding_key}=true: sequence parallelism splits packed (padding-free) sequences")
+        raise ConfigError(
+            f"{key}={sp} needs {padding_key}=true: sequence parallelism splits packed (padding-free) sequences"
+        )
 
 
 def check_sequence_parallel(cfg: RootConfig) -> None:
@@ -52,14 +54,24 @@ def check_sequence_parallel(cfg: RootConfig) -> None:
     """
     world, arr = world_size(cfg), cfg.actor_rollout_ref
     actor_sp = arr.actor.ulysses_sequence_parallel_size
-    _check_role(_ACTOR, actor_sp, world, bool(arr.model.use_remove_padding), "actor_rollout_ref.model.use_remove_padding")
+    _check_role(
+        _ACTOR, actor_sp, world, bool(arr.model.use_remove_padding), "actor_rollout_ref.model.use_remove_padding"
+    )
     if cfg.critic.enable:
-        _check_role("critic.ulysses_sequence_parallel_size", cfg.critic.ulysses_sequence_parallel_size, world,
-                    bool(cfg.critic.model.use_remove_padding), "critic.model.use_remove_padding")
+        _check_role(
+            "critic.ulysses_sequence_parallel_size",
+            cfg.critic.ulysses_sequence_parallel_size,
+            world,
+            bool(cfg.critic.model.use_remove_padding),
+            "critic.model.use_remove_padding",
+        )
     ref_sp = arr.ref.ulysses_sequence_parallel_size
     if ref_sp not in (1, actor_sp):
-        raise ConfigError(f"actor_rollout_ref.ref.ulysses_sequence_parallel_size={ref_sp}: the reference policy runs "
-                          f"in the actor's workers; use the actor's {actor_sp} (split) or 1 (whole sequences)")
+        raise ConfigError(
+            f"actor_rollout_ref.ref.ulysses_sequence_parallel_size={ref_sp}: the reference policy runs "
+            f"in the actor's workers; use the actor's {actor_sp} (split) or 1 (whole sequences)"
+        )
     if actor_sp > 1 and arr.actor.calculate_sum_pi_squared:
-        raise not_supported("actor_rollout_ref.actor.calculate_sum_pi_squared",
-                            f"its forward is padded; use it with {_ACTOR}=1")
+        raise not_supported(
+            "actor_rollout_ref.actor.calculate_sum_pi_squared", f"its forward is padded; use it with {_ACTOR}=1"
+        )

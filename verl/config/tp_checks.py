@@ -38,8 +38,10 @@ def _check_role(key: str, tp: int, sp: int, world: int, lora: bool) -> None:
     if world % tp:
         raise ConfigError(f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
     if world % (tp * sp):
-        raise ConfigError(f"{key}={tp} x ulysses_sequence_parallel_size={sp} = {tp * sp} must divide the world size "
-                          f"{world} (trainer.nnodes x trainer.n_gpus_per_node)")
+        raise ConfigError(
+            f"{key}={tp} x ulysses_sequence_parallel_size={sp} = {tp * sp} must divide the world size "
+            f"{world} (trainer.nnodes x trainer.n_gpus_per_node)"
+        )
     if lora:
         raise not_supported(key, "with LoRA on the critic (critic.model.lora_rank > 0); use tensor_parallel_size=1")
 
@@ -52,16 +54,25 @@ def check_tensor_parallel(cfg: RootConfig) -> None:
     """
     world, arr = world_size(cfg), cfg.actor_rollout_ref
     # the actor's LoRA adapters follow the TP plan (verl.workers.sharding.tp_lora); the critic's are untested: refused
-    _check_role(_ACTOR, arr.actor.fsdp_config.tensor_parallel_size, arr.actor.ulysses_sequence_parallel_size, world, False)
+    _check_role(
+        _ACTOR, arr.actor.fsdp_config.tensor_parallel_size, arr.actor.ulysses_sequence_parallel_size, world, False
+    )
     if cfg.critic.enable:
-        _check_role(_CRITIC, cfg.critic.model.fsdp_config.tensor_parallel_size, cfg.critic.ulysses_sequence_parallel_size,
-                    world, getattr(cfg.critic.model, "lora_rank", 0) > 0)
+        _check_role(
+            _CRITIC,
+            cfg.critic.model.fsdp_config.tensor_parallel_size,
+            cfg.critic.ulysses_sequence_parallel_size,
+            world,
+            getattr(cfg.critic.model, "lora_rank", 0) > 0,
+        )
     _check_rollout(cfg, world)
     ref_tp, actor_tp = arr.ref.fsdp_config.tensor_parallel_size, arr.actor.fsdp_config.tensor_parallel_size
     if ref_tp not in (1, actor_tp):  # the reference is laid out like the actor or not split at all
-        raise not_supported("actor_rollout_ref.ref.fsdp_config.tensor_parallel_size",
-                            f"={ref_tp} with the actor's tensor_parallel_size={actor_tp}: the reference uses the actor's "
-                            f"layout; set it to 1 or {actor_tp}")
+        raise not_supported(
+            "actor_rollout_ref.ref.fsdp_config.tensor_parallel_size",
+            f"={ref_tp} with the actor's tensor_parallel_size={actor_tp}: the reference uses the actor's "
+            f"layout; set it to 1 or {actor_tp}",
+        )
 
 
 def _check_rollout(cfg: RootConfig, world: int) -> None:
@@ -73,11 +84,15 @@ def _check_rollout(cfg: RootConfig, world: int) -> None:
         return
     if arr.hybrid_engine:
         if world % tp:
-            raise ConfigError(f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)")
+            raise ConfigError(
+                f"{key}={tp} must divide the world size {world} (trainer.nnodes x trainer.n_gpus_per_node)"
+            )
         return
     # the rollout's own pool (Ray); in process (the local backend) it is one worker
     ray = cfg.trainer.backend == "ray" or (cfg.trainer.backend == "auto" and world > 1)
     pool = rollout_world_size(cfg) if ray else 1
     if pool % tp:
-        raise ConfigError(f"{key}={tp} must divide the rollout pool's world size {pool} (hybrid_engine=false: "
-                          "rollout.nnodes x rollout.n_gpus_per_node on Ray, 1 in process)")
+        raise ConfigError(
+            f"{key}={tp} must divide the rollout pool's world size {pool} (hybrid_engine=false: "
+            "rollout.nnodes x rollout.n_gpus_per_node on Ray, 1 in process)"
+        )

@@ -51,8 +51,14 @@ def preference_rows(split: str) -> list[dict[str, Any]]:
     rows = []
     for a, b in arithmetic_problems(split):
         wrong = sloppy_sum(a, b) if sloppy_sum(a, b) != a + b else a + b + 10
-        rows.append({"data_source": DATA_SOURCE, "prompt": [{"role": "user", "content": f"{a}+{b}"}],
-                     "chosen": str(a + b), "rejected": str(wrong)})
+        rows.append(
+            {
+                "data_source": DATA_SOURCE,
+                "prompt": [{"role": "user", "content": f"{a}+{b}"}],
+                "chosen": str(a + b),
+                "rejected": str(wrong),
+            }
+        )
     return rows
 
 
@@ -73,7 +79,7 @@ def teacher_sft_rows(teacher_forget_carry: float = 0.7, seed: int = 0) -> list[d
 
 def is_builtin_supervised(path: str) -> bool:
     """Whether ``path`` names one of this module's built-in sets."""
-    return path.startswith(_PREFIX) and path[len(_PREFIX):].partition("/")[0] in _SETS
+    return path.startswith(_PREFIX) and path[len(_PREFIX) :].partition("/")[0] in _SETS
 
 
 def load_builtin_supervised(path: str) -> list[dict[str, Any]]:
@@ -82,12 +88,14 @@ def load_builtin_supervised(path: str) -> list[dict[str, Any]]:
     Raises:
         ValueError: an unknown set or split.
     """
-    name, _, split = path[len(_PREFIX):].partition("/")
+    name, _, split = path[len(_PREFIX) :].partition("/")
     if name == "arithmetic_preference" and split in ("train", "test"):
         return preference_rows(split)
     if name == "arithmetic_sft" and split == "train":
         return teacher_sft_rows()
     if name == "arithmetic_answers" and split in ("train", "test"):
         return [{"prompt": r["prompt"][0]["content"], "response": r["chosen"]} for r in preference_rows(split)]
-    raise ValueError(f"unknown built-in supervised data {path!r}; valid: builtin://arithmetic_preference/train|test, "
-                     "builtin://arithmetic_sft/train, builtin://arithmetic_answers/train|test")
+    raise ValueError(
+        f"unknown built-in supervised data {path!r}; valid: builtin://arithmetic_preference/train|test, "
+        "builtin://arithmetic_sft/train, builtin://arithmetic_answers/train|test"
+    )

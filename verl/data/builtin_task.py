@@ -131,7 +131,10 @@ def _calculator_rows(split: str) -> list[dict[str, Any]]:
     return load_tool_task_rows(split)
 
 
-TASKS: dict[str, Callable[[str], list[dict[str, Any]]]] = {"arithmetic": _arithmetic_rows, "calculator": _calculator_rows}
+TASKS: dict[str, Callable[[str], list[dict[str, Any]]]] = {
+    "arithmetic": _arithmetic_rows,
+    "calculator": _calculator_rows,
+}
 # Built-in task name -> function of the split name returning the rows.
 
 

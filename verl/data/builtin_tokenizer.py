@@ -92,7 +92,10 @@ def build_tool_tokenizer() -> Any:
     return tok
 
 
-BUILTIN_TOKENIZERS: dict[str, Any] = {"tiny-arithmetic": build_tokenizer, "tiny-calculator": lambda: build_tool_tokenizer()}
+BUILTIN_TOKENIZERS: dict[str, Any] = {
+    "tiny-arithmetic": build_tokenizer,
+    "tiny-calculator": lambda: build_tool_tokenizer(),
+}
 # Built-in model name -> builder of its tokenizer.
 
 

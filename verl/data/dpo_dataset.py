@@ -65,8 +65,9 @@ def _split(ids: list[int], mask: list[int]) -> tuple[list[int], list[int], list[
     return ids[:start], ids[start:], mask[start:]
 
 
-def truncate_pair(prompt: list[int], responses: Sequence[list[int]], max_length: int, mode: str,
-                  where: str) -> tuple[list[int], list[list[int]]]:
+def truncate_pair(
+    prompt: list[int], responses: Sequence[list[int]], max_length: int, mode: str, where: str
+) -> tuple[list[int], list[list[int]]]:
     """Cut a shared prompt and its responses so that every ``prompt + response`` fits ``max_length``.
 
     Args:
@@ -90,18 +91,21 @@ def truncate_pair(prompt: list[int], responses: Sequence[list[int]], max_length:
     if longest <= max_length:
         return prompt, list(responses)
     if mode == "error":
-        raise DataError(f"{where}: {longest} tokens > data.max_length={max_length} "
-                        "(raise data.max_length or set data.truncation=left|right)")
+        raise DataError(
+            f"{where}: {longest} tokens > data.max_length={max_length} "
+            "(raise data.max_length or set data.truncation=left|right)"
+        )
     if mode == "left":
-        prompt = prompt[min(longest - max_length, len(prompt)):]
+        prompt = prompt[min(longest - max_length, len(prompt)) :]
     else:
         prompt = prompt[:max_length]
     room = max_length - len(prompt)
     return prompt, [r[:room] for r in responses]
 
 
-def tokenize_pair(tokenizer: Any, prompt: Any, chosen: Any, rejected: Any, max_length: int, truncation: str,
-                  where: str) -> dict[str, torch.Tensor]:
+def tokenize_pair(
+    tokenizer: Any, prompt: Any, chosen: Any, rejected: Any, max_length: int, truncation: str, where: str
+) -> dict[str, torch.Tensor]:
     """One preference pair as `sequence_item` tensors prefixed ``chosen_`` / ``rejected_``.
 
     Raises:
@@ -111,22 +115,28 @@ def tokenize_pair(tokenizer: Any, prompt: Any, chosen: Any, rejected: Any, max_l
     """
     sides = [_split(*tokenize_pair_side(tokenizer, prompt, answer, where)) for answer in (chosen, rejected)]
     if sides[0][0] != sides[1][0]:
-        raise DataError(f"{where}: chosen and rejected render different tokens before their final answer (give both "
-                        "answers as text, or both as messages ending in one assistant turn after the same prompt)")
+        raise DataError(
+            f"{where}: chosen and rejected render different tokens before their final answer (give both "
+            "answers as text, or both as messages ending in one assistant turn after the same prompt)"
+        )
     shared, responses = truncate_pair(sides[0][0], [s[1] for s in sides], max_length, truncation, where)
     out: dict[str, torch.Tensor] = {}
     for name, (_, _, r_mask), response in zip(("chosen", "rejected"), sides, responses):
         ids, mask = shared + response, [0] * len(shared) + r_mask[: len(response)]
         mask[0] = 0  # the first token has no predecessor, so it can never be a target
         if not any(mask):
-            raise DataError(f"{where}: the {name} answer has no token left to train on after truncation to "
-                            f"data.max_length={max_length} (prompt {len(sides[0][0])} tokens); raise data.max_length "
-                            "or shorten the prompt")
+            raise DataError(
+                f"{where}: the {name} answer has no token left to train on after truncation to "
+                f"data.max_length={max_length} (prompt {len(sides[0][0])} tokens); raise data.max_length "
+                "or shorten the prompt"
+            )
         out.update({f"{name}_{k}": v for k, v in sequence_item(ids, mask).items()})
     if responses[0] == responses[1]:
-        raise DataError(f"{where}: chosen and rejected are the same {len(responses[0])} response tokens after "
-                        f"tokenization and truncation (data.max_length={max_length}): the pair has no preference "
-                        "signal (its DPO loss is ln 2 whatever the policy); remove the row")
+        raise DataError(
+            f"{where}: chosen and rejected are the same {len(responses[0])} response tokens after "
+            f"tokenization and truncation (data.max_length={max_length}): the pair has no preference "
+            "signal (its DPO loss is ln 2 whatever the policy); remove the row"
+        )
     return out
 
 
@@ -151,8 +161,11 @@ class PreferenceDataset(Dataset):
         self.rows, self.labels = read_labelled_sft_rows(files)
         if not self.rows:
             raise DataError(f"no rows in {list(files)}")
-        keys = {"data.prompt_key": config.prompt_key, "data.chosen_key": config.chosen_key,
-                "data.rejected_key": config.rejected_key}
+        keys = {
+            "data.prompt_key": config.prompt_key,
+            "data.chosen_key": config.chosen_key,
+            "data.rejected_key": config.rejected_key,
+        }
         for row, label in zip(self.rows, self.labels):
             missing = [f"{v!r} ({k})" for k, v in keys.items() if v not in row]
             if missing:
@@ -164,8 +177,15 @@ class PreferenceDataset(Dataset):
 
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         cfg, row = self.config, self.rows[index]
-        return tokenize_pair(self.tokenizer, row[cfg.prompt_key], row[cfg.chosen_key], row[cfg.rejected_key],
-                             cfg.max_length, cfg.truncation, self.labels[index])
+        return tokenize_pair(
+            self.tokenizer,
+            row[cfg.prompt_key],
+            row[cfg.chosen_key],
+            row[cfg.rejected_key],
+            cfg.max_length,
+            cfg.truncation,
+            self.labels[index],
+        )
 
 
 def collate_pairs(items: Sequence[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:

@@ -55,7 +55,10 @@ def resolve_tokenizer_path(config: DataConfig, model_path: str | None = None) ->
 
 
 def create_rl_dataset(
-    data_files: str | Sequence[str], tokenizer: Any, config: DataConfig, processor: Any = None,
+    data_files: str | Sequence[str],
+    tokenizer: Any,
+    config: DataConfig,
+    processor: Any = None,
     tool_schemas: list[dict[str, Any]] | None = None,
 ) -> Any:
     """Build the RL prompt dataset for some files (see `RLHFDataset`).
@@ -79,9 +82,11 @@ def create_rl_dataset(
         cls = load_extern_type(custom.path, custom.name or "")
         return cls(data_files=data_files, tokenizer=tokenizer, processor=processor, config=config)
     if tool_schemas is None and config.tool_config_path and config.filter_overlong_prompts:
-        raise ValueError(f"data.tool_config_path={config.tool_config_path!r} with data.filter_overlong_prompts: pass "
-                         "tool_schemas=verl.tools.load_tool_schemas(data.tool_config_path) so prompts are measured with "
-                         "the tools rendered")
+        raise ValueError(
+            f"data.tool_config_path={config.tool_config_path!r} with data.filter_overlong_prompts: pass "
+            "tool_schemas=verl.tools.load_tool_schemas(data.tool_config_path) so prompts are measured with "
+            "the tools rendered"
+        )
     return RLHFDataset(data_files, tokenizer, config, processor=processor, tool_schemas=tool_schemas)
 
 
@@ -168,7 +173,9 @@ class RLDataLoader:
             raise ValueError(
                 f"data.train_batch_size {self.batch_size} > {len(dataset)} prompts with drop_last: no full batch"
             )
-        self.sampler = create_rl_sampler(config, dataset, shuffle=config.shuffle if is_train else config.validation_shuffle)
+        self.sampler = create_rl_sampler(
+            config, dataset, shuffle=config.shuffle if is_train else config.validation_shuffle
+        )
         with warnings.catch_warnings():  # torchdata 0.11 calls the deprecated torch.set_vital in __init__
             warnings.filterwarnings("ignore", message=".*set_vital.*")
             self._loader = StatefulDataLoader(

@@ -160,7 +160,9 @@ def convert_file(task: str, path: str | Path, split: str, multiturn: str | None 
         if task != "gsm8k":
             raise ValueError(f"--multiturn is not supported yet for {task}: only gsm8k has verl's multi-turn schema")
         if multiturn not in MULTITURN_SYSTEM_PROMPTS:
-            raise ValueError(f"unknown --multiturn style {multiturn!r}; expected one of {sorted(MULTITURN_SYSTEM_PROMPTS)}")
+            raise ValueError(
+                f"unknown --multiturn style {multiturn!r}; expected one of {sorted(MULTITURN_SYSTEM_PROMPTS)}"
+            )
         make_row = lambda raw, index, split: gsm8k_multiturn_row(raw, index, split, multiturn)  # noqa: E731
     rows: list[dict[str, Any]] = []
     with Path(path).open(encoding="utf-8") as f:
@@ -190,7 +192,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="output folder; writes <out>/<split>.parquet")
     p.add_argument("--split", choices=["train", "test"], default=None, help="default: the input file's stem")
     p.add_argument(
-        "--multiturn", nargs="?", const="tool", default=None, choices=sorted(MULTITURN_SYSTEM_PROMPTS),
+        "--multiturn",
+        nargs="?",
+        const="tool",
+        default=None,
+        choices=sorted(MULTITURN_SYSTEM_PROMPTS),
         help="verl's multi-turn GSM8K schema (agent_name, tools_kwargs, interaction_kwargs); default style: tool",
     )
     return p

@@ -53,8 +53,10 @@ def _read_jsonl(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise DataError(f"{path}: line {line_no}: not valid UTF-8 (byte {raw[e.start]:#04x} at column "
-                                f"{e.start + 1}); data files must be UTF-8 encoded") from None
+                raise DataError(
+                    f"{path}: line {line_no}: not valid UTF-8 (byte {raw[e.start]:#04x} at column "
+                    f"{e.start + 1}); data files must be UTF-8 encoded"
+                ) from None
             if not line.strip():
                 continue
             try:
@@ -107,8 +109,12 @@ def prompt_error(row: dict[str, Any], prompt_key: str = "prompt") -> str | None:
     return None
 
 
-def render_prompts(tokenizer: Any, conversations: list[list[dict[str, str]]], chat_template_kwargs: dict[str, Any],
-                   processor: Any = None) -> list[list[int]]:
+def render_prompts(
+    tokenizer: Any,
+    conversations: list[list[dict[str, str]]],
+    chat_template_kwargs: dict[str, Any],
+    processor: Any = None,
+) -> list[list[int]]:
     """Chat-template and tokenize prompts, exactly as the rollout engine will see them.
 
     The template is rendered to text (which already holds any BOS it needs) and encoded with
@@ -119,7 +125,9 @@ def render_prompts(tokenizer: Any, conversations: list[list[dict[str, str]]], ch
         One list of token ids per conversation (unpadded, untruncated).
     """
     templater = processor if processor is not None else tokenizer
-    texts = templater.apply_chat_template(conversations, add_generation_prompt=True, tokenize=False, **chat_template_kwargs)
+    texts = templater.apply_chat_template(
+        conversations, add_generation_prompt=True, tokenize=False, **chat_template_kwargs
+    )
     if isinstance(texts, str):
         texts = [texts]
     return [list(x) for x in tokenizer(list(texts), add_special_tokens=False)["input_ids"]]
@@ -287,8 +295,11 @@ class RLHFDataset(Dataset):
         max_len = self.config.max_prompt_length
         filtering = self.config.filter_overlong_prompts
         # verl's filter measures the prompt with the tool schemas rendered, as the tool agent loop renders it
-        lengths = ([len(x) for x in self._render_with_tools(conversations)] if filtering and self.tool_schemas and rows
-                   else [len(x) for x in all_ids])
+        lengths = (
+            [len(x) for x in self._render_with_tools(conversations)]
+            if filtering and self.tool_schemas and rows
+            else [len(x) for x in all_ids]
+        )
         filtered_before = self.num_filtered
         for pos, (row, label, ids, length) in enumerate(zip(rows, labels, all_ids, lengths)):
             if filtering and length > max_len:
@@ -307,9 +318,14 @@ class RLHFDataset(Dataset):
             self.rows.append({**row, "extra_info": extra})
             self.prompt_ids.append(ids)
         if self.num_filtered > filtered_before:
-            logger.warning("%s: filtered %d of %d prompts longer than data.max_prompt_length=%d%s",
-                           path, self.num_filtered - filtered_before, len(rows), max_len,
-                           " (tool schemas rendered)" if self.tool_schemas else "")
+            logger.warning(
+                "%s: filtered %d of %d prompts longer than data.max_prompt_length=%d%s",
+                path,
+                self.num_filtered - filtered_before,
+                len(rows),
+                max_len,
+                " (tool schemas rendered)" if self.tool_schemas else "",
+            )
 
     def __len__(self) -> int:
         return len(self.rows)

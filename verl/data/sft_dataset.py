@@ -100,7 +100,9 @@ def extract_field(row: dict[str, Any], key: str, dict_keys: Sequence[str], where
             raise ValueError(f"{where}: column {key!r} has no key {k!r} (keys: {sorted(value)})")
         value = value[k]
     if not isinstance(value, str):
-        raise ValueError(f"{where}: {key!r} must be a string (set data.*_dict_keys for dict columns), got {type(value).__name__}")
+        raise ValueError(
+            f"{where}: {key!r} must be a string (set data.*_dict_keys for dict columns), got {type(value).__name__}"
+        )
     return value
 
 
@@ -108,7 +110,9 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def tokenize_prompt_response(tokenizer: Any, prompt: str | list[dict[str, Any]], response: str) -> tuple[list[int], list[int]]:
+def tokenize_prompt_response(
+    tokenizer: Any, prompt: str | list[dict[str, Any]], response: str
+) -> tuple[list[int], list[int]]:
     """(ids, loss_mask) of one prompt + response; the mask is 1 exactly on the response + eos tokens.
 
     Args:
@@ -128,7 +132,10 @@ def tokenize_prompt_response(tokenizer: Any, prompt: str | list[dict[str, Any]],
 
 
 def tokenize_conversation(
-    tokenizer: Any, messages: list[dict[str, Any]], tools: Any = None, last_turn_only: bool = False,
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Any = None,
+    last_turn_only: bool = False,
     template_kwargs: dict[str, Any] | None = None,
 ) -> tuple[list[int], list[int]]:
     """(ids, loss_mask) of a chat; the mask is 1 exactly on the assistant turns' own tokens.
@@ -170,9 +177,11 @@ def tokenize_conversation(
         pieces.append((render(messages[: i + 1], False), 1 if i in trained else 0))
         for text, flag in pieces:
             if not text.startswith(done):
-                raise ValueError("the chat template renders earlier turns differently once later turns are added; "
-                                 "per-turn loss masks need a prefix-stable template")
-            seg = _encode(tokenizer, text[len(done):])
+                raise ValueError(
+                    "the chat template renders earlier turns differently once later turns are added; "
+                    "per-turn loss masks need a prefix-stable template"
+                )
+            seg = _encode(tokenizer, text[len(done) :])
             ids += seg
             mask += [flag] * len(seg)
             done = text
@@ -190,8 +199,10 @@ def truncate(ids: list[int], mask: list[int], max_length: int, mode: str, where:
     if len(ids) <= max_length:
         return ids, mask
     if mode == "error":
-        raise DataError(f"{where}: {len(ids)} tokens > data.max_length={max_length} "
-                         "(raise data.max_length or set data.truncation=left|right)")
+        raise DataError(
+            f"{where}: {len(ids)} tokens > data.max_length={max_length} "
+            "(raise data.max_length or set data.truncation=left|right)"
+        )
     if mode == "left":
         return ids[-max_length:], mask[-max_length:]
     return ids[:max_length], mask[:max_length]
@@ -230,11 +241,17 @@ class SFTDataset(Dataset):
         cfg, row, where = self.config, self.rows[index], self.labels[index]
         if cfg.multiturn.enable:
             if cfg.multiturn.messages_key not in row:
-                raise DataError(f"{where}: no column {cfg.multiturn.messages_key!r} (data.multiturn.messages_key; "
-                                f"columns: {sorted(row)})")
+                raise DataError(
+                    f"{where}: no column {cfg.multiturn.messages_key!r} (data.multiturn.messages_key; "
+                    f"columns: {sorted(row)})"
+                )
             tools = _tools_of(row.get(cfg.multiturn.tools_key) if cfg.multiturn.tools_key else None)
-            ids, mask = tokenize_conversation(self.tokenizer, list(row[cfg.multiturn.messages_key]), tools,
-                                              template_kwargs=_template_kwargs(cfg.multiturn, row))
+            ids, mask = tokenize_conversation(
+                self.tokenizer,
+                list(row[cfg.multiturn.messages_key]),
+                tools,
+                template_kwargs=_template_kwargs(cfg.multiturn, row),
+            )
         else:
             prompt = extract_field(row, cfg.prompt_key, cfg.prompt_dict_keys, where, "data.prompt_key")
             response = extract_field(row, cfg.response_key, cfg.response_dict_keys, where, "data.response_key")
@@ -255,6 +272,7 @@ def _tools_of(value: Any) -> Any:
         if isinstance(x, dict):
             return {k: clean(v) for k, v in x.items() if v is not None}
         return [clean(v) for v in x] if isinstance(x, list) else x
+
     return clean(value) if value else None
 
 
@@ -289,11 +307,17 @@ def check_rows(dataset: Any, n: int) -> None:
 def sequence_item(ids: list[int], mask: list[int]) -> dict[str, torch.Tensor]:
     """Unpadded `(T,)` tensors of one sequence: ids, attention and loss masks, positions."""
     n = len(ids)
-    return {"input_ids": torch.tensor(ids, dtype=torch.long), "attention_mask": torch.ones(n, dtype=torch.long),
-            "position_ids": torch.arange(n, dtype=torch.long), "loss_mask": torch.tensor(mask, dtype=torch.long)}
+    return {
+        "input_ids": torch.tensor(ids, dtype=torch.long),
+        "attention_mask": torch.ones(n, dtype=torch.long),
+        "position_ids": torch.arange(n, dtype=torch.long),
+        "loss_mask": torch.tensor(mask, dtype=torch.long),
+    }
 
 
-def collate_right_padded(items: Sequence[dict[str, torch.Tensor]], pad_id: int, prefix: str = "") -> dict[str, torch.Tensor]:
+def collate_right_padded(
+    items: Sequence[dict[str, torch.Tensor]], pad_id: int, prefix: str = ""
+) -> dict[str, torch.Tensor]:
     """Right-pad `(T_i,)` items into `(B, max T_i)` tensors (pad id for ids, 0 for masks / positions).
 
     Right padding keeps every real token at the same positions as unpadded, so with causal

@@ -38,7 +38,7 @@ def load_tokenizer(path: str | Path, trust_remote_code: bool = False) -> Any:
     if path.startswith(BUILTIN_SCHEME):
         from verl.data.builtin_tokenizer import load_builtin_tokenizer
 
-        tokenizer = load_builtin_tokenizer(path[len(BUILTIN_SCHEME):])
+        tokenizer = load_builtin_tokenizer(path[len(BUILTIN_SCHEME) :])
     else:
         from transformers import AutoTokenizer
 

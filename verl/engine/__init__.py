@@ -5,4 +5,13 @@ from __future__ import annotations
 from verl.engine.base import ForwardFn, GlobalCounts, LossFn, MicroBatchSpec, StepResult, TrainingEngine
 from verl.engine.fsdp_engine import FSDPTrainingEngine, build_engine
 
-__all__ = ["FSDPTrainingEngine", "ForwardFn", "GlobalCounts", "LossFn", "MicroBatchSpec", "StepResult", "TrainingEngine", "build_engine"]
+__all__ = [
+    "FSDPTrainingEngine",
+    "ForwardFn",
+    "GlobalCounts",
+    "LossFn",
+    "MicroBatchSpec",
+    "StepResult",
+    "TrainingEngine",
+    "build_engine",
+]

@@ -100,7 +100,9 @@ class TrainingEngine(Protocol):
         """Clip, step and zero the gradients; returns (grad_norm, stepped). A non-finite norm skips."""
         ...
 
-    def train_batch(self, mini_batch: DataProto, loss_fn: LossFn, micro: MicroBatchSpec, mask_key: str = "response_mask") -> StepResult:
+    def train_batch(
+        self, mini_batch: DataProto, loss_fn: LossFn, micro: MicroBatchSpec, mask_key: str = "response_mask"
+    ) -> StepResult:
         """One optimizer step: `global_counts`, `forward_backward` per micro-batch, metrics summed
         over micro-batches and ranks, then `optimizer_step`. What trainers normally call."""
         ...

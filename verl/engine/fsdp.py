@@ -41,7 +41,9 @@ def shard_module(module: torch.nn.Module, cfg: FSDPConfig, world_size: int, mesh
     if mesh is not None:
         kwargs["mesh"] = mesh
     if cfg.mixed_precision:
-        kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch_dtype(cfg.mixed_precision), reduce_dtype=torch.float32)
+        kwargs["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=torch_dtype(cfg.mixed_precision), reduce_dtype=torch.float32
+        )
     if cfg.param_offload or cfg.optimizer_offload:
         kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=torch.cuda.is_available())
     for block in _blocks(module):

@@ -39,6 +39,7 @@ from verl.utils.seqlen_balancing import restore_order
 if TYPE_CHECKING:
     from verl.config.schema import FSDPConfig, OptimConfig
 
+
 class FSDPTrainingEngine:
     """A (possibly FSDP2-sharded) model with its optimizer and LR schedule on one rank.
 
@@ -61,9 +62,17 @@ class FSDPTrainingEngine:
     """
 
     def __init__(
-        self, module: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None, scheduler: Any = None, *,
-        grad_clip: float = 1.0, world_size: int = 1, offload_params: bool = False, offload_optimizer: bool = False,
-        device: str = "cpu", autocast_dtype: torch.dtype | None = None,
+        self,
+        module: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: Any = None,
+        *,
+        grad_clip: float = 1.0,
+        world_size: int = 1,
+        offload_params: bool = False,
+        offload_optimizer: bool = False,
+        device: str = "cpu",
+        autocast_dtype: torch.dtype | None = None,
     ) -> None:
         self.module, self.optimizer, self.scheduler = module, optimizer, scheduler
         self.autocast_dtype = autocast_dtype
@@ -107,7 +116,9 @@ class FSDPTrainingEngine:
             raise RuntimeError("optimizer_step on an engine without an optimizer (a frozen model)")
         return clip_grad_and_step(self.module, self.optimizer, self.grad_clip)
 
-    def train_batch(self, mini_batch: DataProto, loss_fn: LossFn, micro: MicroBatchSpec, mask_key: str = "response_mask") -> StepResult:
+    def train_batch(
+        self, mini_batch: DataProto, loss_fn: LossFn, micro: MicroBatchSpec, mask_key: str = "response_mask"
+    ) -> StepResult:
         """One optimizer step over this rank's share of a mini-batch (see the module docstring).
 
         Args:
@@ -208,8 +219,15 @@ class FSDPTrainingEngine:
 
 
 def build_engine(
-    module: torch.nn.Module, fsdp: FSDPConfig, world_size: int, *, optim: OptimConfig | None = None,
-    total_steps: int = 0, grad_clip: float = 1.0, device: str = "cpu", mesh: Any = None,
+    module: torch.nn.Module,
+    fsdp: FSDPConfig,
+    world_size: int,
+    *,
+    optim: OptimConfig | None = None,
+    total_steps: int = 0,
+    grad_clip: float = 1.0,
+    device: str = "cpu",
+    mesh: Any = None,
 ) -> FSDPTrainingEngine:
     """Shard ``module`` (FSDP2 when ``world_size > 1``), build its AdamW and LR schedule, wrap them.
 
@@ -231,7 +249,13 @@ def build_engine(
         scheduler = build_lr_scheduler(optimizer, optim, total_steps)
     mixed = torch_dtype(fsdp.mixed_precision) if fsdp.mixed_precision else None
     return FSDPTrainingEngine(
-        module, optimizer, scheduler, grad_clip=grad_clip, world_size=world_size,
-        offload_params=fsdp.param_offload, offload_optimizer=fsdp.optimizer_offload, device=device,
+        module,
+        optimizer,
+        scheduler,
+        grad_clip=grad_clip,
+        world_size=world_size,
+        offload_params=fsdp.param_offload,
+        offload_optimizer=fsdp.optimizer_offload,
+        device=device,
         autocast_dtype=mixed if world_size == 1 and mixed in (torch.bfloat16, torch.float16) else None,
     )

@@ -11,7 +11,10 @@ from verl.protocol import DataProto
 
 
 def split_micro_batches(
-    data: DataProto, micro_batch_size: int | None, use_dynamic_bsz: bool, max_token_len: int,
+    data: DataProto,
+    micro_batch_size: int | None,
+    use_dynamic_bsz: bool,
+    max_token_len: int,
     min_num_micro_batch: int | None = None,
 ) -> tuple[list[DataProto], list[list[int]] | None]:
     """Split a per-rank batch into micro-batches.
@@ -39,4 +42,3 @@ def split_micro_batches(
     count = all_reduce_max(count)
     groups = rearrange_micro_batches(seq_lens, max_token_len, min_num_micro_batches=count)
     return [data[list(g)] for g in groups], [list(g) for g in groups]
-

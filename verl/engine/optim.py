@@ -26,8 +26,15 @@ def build_optimizer(module: torch.nn.Module, cfg: OptimConfig) -> torch.optim.Op
         type(p) is torch.nn.Parameter and p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params
     )
     foreach = None if fused else len(_by_mesh(params)) == 1
-    return torch.optim.AdamW(params, lr=cfg.lr, betas=tuple(cfg.betas), eps=cfg.eps, weight_decay=cfg.weight_decay,
-                             fused=True if fused else None, foreach=foreach)
+    return torch.optim.AdamW(
+        params,
+        lr=cfg.lr,
+        betas=tuple(cfg.betas),
+        eps=cfg.eps,
+        weight_decay=cfg.weight_decay,
+        fused=True if fused else None,
+        foreach=foreach,
+    )
 
 
 def _by_mesh(tensors: list[torch.Tensor]) -> dict[Any, list[torch.Tensor]]:
@@ -49,8 +56,9 @@ def _global_grad_norm(params: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(norms)) if norms else torch.tensor(0.0)
 
 
-def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float,
-                  num_cycles: float = 0.5) -> float:
+def lr_multiplier(
+    step: int, warmup_steps: int, total_steps: int, style: str, min_lr_ratio: float, num_cycles: float = 0.5
+) -> float:
     """LR multiplier of update number `step` (1-based): linear warm-up, then constant, linear or cosine.
 
     Update k of a warm-up of W updates uses lr * k / W (so the first update is not wasted at 0);
@@ -73,7 +81,9 @@ def lr_multiplier(step: int, warmup_steps: int, total_steps: int, style: str, mi
     return min_lr_ratio + (1.0 - min_lr_ratio) * 0.5 * (1.0 + math.cos(2.0 * math.pi * num_cycles * progress))
 
 
-def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int) -> torch.optim.lr_scheduler.LambdaLR:
+def build_lr_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: OptimConfig, total_steps: int
+) -> torch.optim.lr_scheduler.LambdaLR:
     """LambdaLR stepping once per RL step (one ``update_actor``/``update_critic`` call), as verl.
 
     Warm-up length: ``lr_warmup_steps`` if >= 0, else ``lr_warmup_steps_ratio * total_steps``.
@@ -90,7 +100,9 @@ def build_lr_scheduler(optimizer: torch.optim.Optimizer, cfg: OptimConfig, total
     )
 
 
-def clip_grad_and_step(module: torch.nn.Module, optimizer: torch.optim.Optimizer, max_norm: float) -> tuple[float, bool]:
+def clip_grad_and_step(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer, max_norm: float
+) -> tuple[float, bool]:
     """Clip the global gradient norm and step; a non-finite norm skips the step.
 
     Returns:

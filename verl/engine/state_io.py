@@ -20,13 +20,17 @@ from verl.engine.dist import barrier, dp_rank
 from verl.engine.fsdp import full_model_state, full_state_options
 
 
-def save_engine_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, scheduler: Any, out_dir: str | Path) -> None:
+def save_engine_state(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, scheduler: Any, out_dir: str | Path
+) -> None:
     """Write model / optimizer / scheduler state into `out_dir` (collective; rank 0 writes)."""
     from safetensors.torch import save_file
     from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
 
     model_sd = full_model_state(module, all_ranks=False)
-    optim_sd = get_optimizer_state_dict(module, optimizer, options=full_state_options()) if optimizer is not None else None
+    optim_sd = (
+        get_optimizer_state_dict(module, optimizer, options=full_state_options()) if optimizer is not None else None
+    )
     if dp_rank() == 0:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -42,7 +46,9 @@ def save_engine_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer 
     barrier()
 
 
-def load_engine_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, scheduler: Any, in_dir: str | Path) -> None:
+def load_engine_state(
+    module: torch.nn.Module, optimizer: torch.optim.Optimizer | None, scheduler: Any, in_dir: str | Path
+) -> None:
     """Restore what `save_engine_state` wrote, under any world size.
 
     Raises:
@@ -58,14 +64,17 @@ def load_engine_state(module: torch.nn.Module, optimizer: torch.optim.Optimizer 
     expected = set(module.state_dict().keys())
     if set(model_sd) != expected:
         missing, unexpected = sorted(expected - set(model_sd)), sorted(set(model_sd) - expected)
-        raise ValueError(f"checkpoint {src} does not match this model (was it written by another model or "
-                         f"LoRA setting?): missing {missing[:3]}, unexpected {unexpected[:3]}")
+        raise ValueError(
+            f"checkpoint {src} does not match this model (was it written by another model or "
+            f"LoRA setting?): missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     set_model_state_dict(module, model_sd, options=full_state_options(strict=True))
     if optimizer is not None and (src / "optim.pt").exists():
         from verl.utils.safe_load import safe_torch_load
 
-        optim_sd = safe_torch_load(src / "optim.pt", "trainer.resume_mode / trainer.resume_from_path",
-                                   "optimizer state", map_location="cpu")
+        optim_sd = safe_torch_load(
+            src / "optim.pt", "trainer.resume_mode / trainer.resume_from_path", "optimizer state", map_location="cpu"
+        )
         set_optimizer_state_dict(module, optimizer, optim_sd, options=full_state_options())
     if scheduler is not None and (src / "scheduler.json").exists():
         state = json.loads((src / "scheduler.json").read_text())

@@ -38,13 +38,17 @@ class Gsm8kInteraction(BaseInteraction):
         super().__init__(config)
         self._instances: dict[str, dict[str, Any]] = {}
 
-    async def start_interaction(self, instance_id: str | None = None, ground_truth: str | None = None, **kwargs: Any) -> str:
+    async def start_interaction(
+        self, instance_id: str | None = None, ground_truth: str | None = None, **kwargs: Any
+    ) -> str:
         """Starts a trajectory with the row's ``interaction_kwargs`` (``ground_truth`` is used)."""
         instance_id = instance_id or str(uuid.uuid4())
         self._instances[instance_id] = {"response": "", "ground_truth": ground_truth, "reward": 0.0}
         return instance_id
 
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[bool, str, float, dict]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict]:
         """Scores the last assistant message: ``(should_terminate, user text, turn score, {})``."""
         content = next((m.get("content") or "" for m in reversed(messages) if m.get("role") == "assistant"), "")
         self._instances[instance_id]["response"] = content if isinstance(content, str) else str(content)
@@ -59,7 +63,11 @@ class Gsm8kInteraction(BaseInteraction):
         state = self._instances[instance_id]
         if state["ground_truth"] is None:
             return 0.0
-        return float(gsm8k.compute_score(state["response"], str(state["ground_truth"]), method="flexible", format_score=0.0, score=1.0))
+        return float(
+            gsm8k.compute_score(
+                state["response"], str(state["ground_truth"]), method="flexible", format_score=0.0, score=1.0
+            )
+        )
 
     async def finalize_interaction(self, instance_id: str, **kwargs: Any) -> None:
         """Drops the trajectory's state."""

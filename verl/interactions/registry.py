@@ -73,7 +73,9 @@ def load_interactions(interaction_config_path: str | Path) -> dict[str, BaseInte
     return out
 
 
-def select_interaction(interactions: dict[str, BaseInteraction], interaction_kwargs: dict[str, Any] | None) -> BaseInteraction:
+def select_interaction(
+    interactions: dict[str, BaseInteraction], interaction_kwargs: dict[str, Any] | None
+) -> BaseInteraction:
     """The interaction a row asks for with ``interaction_kwargs["name"]``.
 
     A row without a name gets the only configured interaction.
@@ -82,12 +84,16 @@ def select_interaction(interactions: dict[str, BaseInteraction], interaction_kwa
         ValueError: no interactions configured, an unknown name, or no name with several configured.
     """
     if not interactions:
-        raise ValueError("the row has interaction_kwargs but no interaction is configured (multi_turn.interaction_config_path)")
+        raise ValueError(
+            "the row has interaction_kwargs but no interaction is configured (multi_turn.interaction_config_path)"
+        )
     name = (interaction_kwargs or {}).get("name")
     if name is None:
         if len(interactions) == 1:
             return next(iter(interactions.values()))
-        raise ValueError(f"interaction_kwargs has no 'name' and several interactions are configured: {sorted(interactions)}")
+        raise ValueError(
+            f"interaction_kwargs has no 'name' and several interactions are configured: {sorted(interactions)}"
+        )
     if name not in interactions:
         raise ValueError(f"interaction_kwargs.name={name!r} is not configured; configured: {sorted(interactions)}")
     return interactions[name]

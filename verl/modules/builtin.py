@@ -170,5 +170,7 @@ def get_builtin_model_dir(name: str = "tiny-arithmetic") -> Path:
     if is_complete(cached, spec):
         return cached
     state = "stale (made from another spec)" if (shipped / INFO_FILE).is_file() else "missing"
-    raise ModelError(f"built-in model {name!r}: the shipped {shipped} is {state} and {cached} is not built; "
-                     f"build it with `{BUILD_COMMAND} {name}`")
+    raise ModelError(
+        f"built-in model {name!r}: the shipped {shipped} is {state} and {cached} is not built; "
+        f"build it with `{BUILD_COMMAND} {name}`"
+    )

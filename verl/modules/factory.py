@@ -40,10 +40,17 @@ from verl.data.tokenizer import BUILTIN_SCHEME
 from verl.modules.value_model import ValueModel
 from verl.utils.dtypes import torch_dtype
 
-__all__ = ["ROLES", "BUILTIN_SCHEME", "create_model", "disable_dropout", "enable_activation_checkpointing", "ref_policy_context", "resolve_model_path"]
+__all__ = [
+    "ROLES",
+    "BUILTIN_SCHEME",
+    "create_model",
+    "disable_dropout",
+    "enable_activation_checkpointing",
+    "ref_policy_context",
+    "resolve_model_path",
+]
 
 ROLES: tuple[str, ...] = ("actor", "ref", "critic", "reward_model")
-
 
 
 def resolve_model_path(path: str | Path) -> str:
@@ -56,7 +63,7 @@ def resolve_model_path(path: str | Path) -> str:
     if path.startswith(BUILTIN_SCHEME):
         from verl.modules.builtin import get_builtin_model_dir
 
-        return str(get_builtin_model_dir(path[len(BUILTIN_SCHEME):]))
+        return str(get_builtin_model_dir(path[len(BUILTIN_SCHEME) :]))
     return path
 
 
@@ -71,8 +78,10 @@ def _apply_lora(model: nn.Module, cfg: Any, task_type: str) -> nn.Module:
     from peft import LoraConfig, get_peft_model
 
     lora = LoraConfig(
-        r=int(cfg.lora_rank), lora_alpha=int(cfg.lora_alpha),
-        target_modules=_target_modules(cfg.target_modules), task_type=task_type,
+        r=int(cfg.lora_rank),
+        lora_alpha=int(cfg.lora_alpha),
+        target_modules=_target_modules(cfg.target_modules),
+        task_type=task_type,
         exclude_modules=getattr(cfg, "exclude_modules", None),  # regex, full match on the module name
     )
     return get_peft_model(model, lora)
@@ -107,7 +116,11 @@ def disable_dropout(model: nn.Module) -> None:
 
 
 def create_model(
-    role: str, cfg: Any, *, dtype: str | torch.dtype | None = None, device: str | torch.device = "cpu",
+    role: str,
+    cfg: Any,
+    *,
+    dtype: str | torch.dtype | None = None,
+    device: str | torch.device = "cpu",
     path: str | None = None,
 ) -> nn.Module:
     """Build the network of one role from its config section.
@@ -191,8 +204,10 @@ def refused_weights_error(model_dir: str, exc: BaseException) -> Exception:
         except Exception as e:  # noqa: BLE001 - the first file that fails is the one to name
             culprit, reason = f, refusal_reason(e)
             break
-    return ModelError(f"{culprit}: not loaded as weights: {reason}; it was not run. Weights must be {SAFE_FORMATS}: "
-                      f"convert them from a trusted copy (e.g. save_pretrained writes model.safetensors)")
+    return ModelError(
+        f"{culprit}: not loaded as weights: {reason}; it was not run. Weights must be {SAFE_FORMATS}: "
+        f"convert them from a trusted copy (e.g. save_pretrained writes model.safetensors)"
+    )
 
 
 @contextlib.contextmanager

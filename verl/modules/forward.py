@@ -18,7 +18,13 @@ from torch import nn
 
 from verl.algorithms.logprob import logprobs_and_entropy_from_logits
 from verl.algorithms.logprob_head import logprobs_from_hidden
-from verl.modules.packing import PackedResponses, check_packing_separates, pack_responses, pack_targets, unpack_responses
+from verl.modules.packing import (
+    PackedResponses,
+    check_packing_separates,
+    pack_responses,
+    pack_targets,
+    unpack_responses,
+)
 from verl.modules.sp_packing import refuse_padded_under_sp, run_packed
 from verl.modules.ulysses import suspended
 from verl.utils.torch_functional import position_ids_from_attention_mask
@@ -58,8 +64,11 @@ def response_logits(
     """
     refuse_padded_under_sp("response_logits")
     out = module(
-        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-        use_cache=False, logits_to_keep=response_length + 1,
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        logits_to_keep=response_length + 1,
     )
     return out.logits[:, -response_length - 1 : -1]
 
@@ -104,15 +113,23 @@ def compute_log_probs_and_entropy(
     head = fused_lm_head(module)
     if remove_padding:
         packed = pack_responses(input_ids, attention_mask, position_ids, response_length)
-        logp, ent = _packed_logprobs(module, head, packed, input_ids.device, chunk_size, compute_entropy, temperature,
-                                     head_recompute)
+        logp, ent = _packed_logprobs(
+            module, head, packed, input_ids.device, chunk_size, compute_entropy, temperature, head_recompute
+        )
         return unpack_responses(logp, packed), (unpack_responses(ent, packed) if ent is not None else None)
     refuse_padded_under_sp("compute_log_probs_and_entropy")
     labels = input_ids[:, -response_length:]
     if head is not None:
         hidden = _last_hidden(module, input_ids, attention_mask, position_ids)[:, -response_length - 1 : -1]
-        logp, ent = _fused_logprobs(hidden.reshape(-1, hidden.shape[-1]), head.weight, labels.reshape(-1),
-                                    chunk_size, compute_entropy, temperature, head_recompute)
+        logp, ent = _fused_logprobs(
+            hidden.reshape(-1, hidden.shape[-1]),
+            head.weight,
+            labels.reshape(-1),
+            chunk_size,
+            compute_entropy,
+            temperature,
+            head_recompute,
+        )
         return logp.view_as(labels), (ent.view_as(labels) if ent is not None else None)
     logits = response_logits(module, input_ids, attention_mask, position_ids, response_length)
     return logprobs_and_entropy_from_logits(
@@ -120,39 +137,63 @@ def compute_log_probs_and_entropy(
     )
 
 
-def _packed_logprobs(module: nn.Module, head: nn.Linear | None, packed: PackedResponses, device: torch.device,
-                     chunk_size: int, compute_entropy: bool, temperature: float,
-                     head_recompute: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _packed_logprobs(
+    module: nn.Module,
+    head: nn.Linear | None,
+    packed: PackedResponses,
+    device: torch.device,
+    chunk_size: int,
+    compute_entropy: bool,
+    temperature: float,
+    head_recompute: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`(K,)` log-probs (and entropies) of ``packed.labels``: one forward of the packed rows, the LM
     head on the K scored positions only (fused with the log-prob where ``head`` is given)."""
     with suspended():  # the probe runs whole sequences, the same on every rank
         if head is not None:
             check_packing_separates(module, lambda i, m, p: _last_hidden(module, i, m, p), device)
         else:
-            check_packing_separates(module, lambda i, m, p: module(input_ids=i, attention_mask=m, position_ids=p,
-                                                                    use_cache=False).logits, device)
+            check_packing_separates(
+                module,
+                lambda i, m, p: module(input_ids=i, attention_mask=m, position_ids=p, use_cache=False).logits,
+                device,
+            )
 
-    def forward(ids: torch.Tensor, pos: torch.Tensor, keep: torch.Tensor,
-                labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        ids: torch.Tensor, pos: torch.Tensor, keep: torch.Tensor, labels: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         if head is not None:
             hidden = _last_hidden(module, ids, None, pos)[keep]  # row-major, the order of ``labels``
-            return _fused_logprobs(hidden, head.weight, labels, chunk_size, compute_entropy, temperature, head_recompute)
+            return _fused_logprobs(
+                hidden, head.weight, labels, chunk_size, compute_entropy, temperature, head_recompute
+            )
         logits = _kept_logits(module, ids, None, pos, keep)
-        return logprobs_and_entropy_from_logits(logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy,
-                                                temperature=temperature)
+        return logprobs_and_entropy_from_logits(
+            logits, labels, chunk_size=chunk_size, compute_entropy=compute_entropy, temperature=temperature
+        )
 
     logp, ent = run_packed(packed, device, forward)  # split over the Ulysses SP group when one is active
     return logp, ent
 
 
-def _kept_logits(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                 position_ids: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
+def _kept_logits(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor,
+    keep: torch.Tensor,
+) -> torch.Tensor:
     """`(K, V)` logits of the model's own forward at the K positions of the boolean `(rows, L)`
     ``keep``, in row-major order: through ``logits_to_keep`` where this transformers takes a mask,
     else from the full logits (`_logits_to_keep_takes_masks`)."""
     mask_keep = _logits_to_keep_takes_masks()
-    out = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False,
-                 logits_to_keep=keep if mask_keep else 0)
+    out = module(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids,
+        use_cache=False,
+        logits_to_keep=keep if mask_keep else 0,
+    )
     logits = out.logits if mask_keep else out.logits[keep]
     return logits.reshape(-1, logits.shape[-1])
 
@@ -238,30 +279,46 @@ def fused_lm_head(module: nn.Module) -> nn.Linear | None:
     base = getattr(module, module.base_model_prefix, None)
     cfg = module.config
     configs = [cfg, getattr(cfg, "text_config", None)]
-    transformed = any(getattr(c, k, None) not in (None, 1.0, 0.0)
-                      for c in configs if c is not None for k in LOGIT_TRANSFORMS)
-    if (type(head) is not nn.Linear or head.bias is not None or base is None or base is module
-            or isinstance(head.weight, DTensor) or transformed):
+    transformed = any(
+        getattr(c, k, None) not in (None, 1.0, 0.0) for c in configs if c is not None for k in LOGIT_TRANSFORMS
+    )
+    if (
+        type(head) is not nn.Linear
+        or head.bias is not None
+        or base is None
+        or base is module
+        or isinstance(head.weight, DTensor)
+        or transformed
+    ):
         return None
     return head
 
 
-def _fused_logprobs(hidden: torch.Tensor, weight: torch.Tensor, labels: torch.Tensor, chunk_size: int,
-                    compute_entropy: bool, temperature: float, recompute: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _fused_logprobs(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    labels: torch.Tensor,
+    chunk_size: int,
+    compute_entropy: bool,
+    temperature: float,
+    recompute: bool,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """`logprobs_from_hidden` in the dtype autocast would give the head's matmul (mixed precision:
     bf16 hidden and weight, a differentiable cast, so the float32 weight still gets its gradient)."""
     device = hidden.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
         with torch.autocast(device_type=device, enabled=False):
-            return logprobs_from_hidden(hidden.to(dtype), weight.to(dtype), labels, chunk_size, compute_entropy,
-                                        temperature, recompute)
+            return logprobs_from_hidden(
+                hidden.to(dtype), weight.to(dtype), labels, chunk_size, compute_entropy, temperature, recompute
+            )
     hidden = hidden.to(weight.dtype)  # a float32 final norm in a bf16 model: the head's own dtype
     return logprobs_from_hidden(hidden, weight, labels, chunk_size, compute_entropy, temperature, recompute)
 
 
-def _last_hidden(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                 position_ids: torch.Tensor) -> torch.Tensor:
+def _last_hidden(
+    module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor
+) -> torch.Tensor:
     """`(rows, L, H)` final hidden states (after the final norm) of ``module``'s decoder."""
     base = getattr(module, module.base_model_prefix)
     out = base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
@@ -294,15 +351,18 @@ def compute_log_probs(
     return logp
 
 
-def _critic_probe(critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                  position_ids: torch.Tensor) -> torch.Tensor:
+def _critic_probe(
+    critic: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, position_ids: torch.Tensor
+) -> torch.Tensor:
     """`(rows, L, H)` hidden states of the critic's backbone (a fresh value head is zero, so the values
     alone cannot show attention across sequences), captured by a hook while the whole critic runs
     (an FSDP2 root unshards its parameters only when it is called itself); `(rows, L, 1)` values
     when the critic has no ``backbone``."""
     backbone = getattr(critic, "backbone", None)
     captured: list[torch.Tensor] = []
-    handle = backbone.register_forward_hook(lambda _m, _i, out: captured.append(out.last_hidden_state)) if backbone else None
+    handle = (
+        backbone.register_forward_hook(lambda _m, _i, out: captured.append(out.last_hidden_state)) if backbone else None
+    )
     try:
         values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)
     finally:
@@ -336,8 +396,11 @@ def compute_values(
         device = input_ids.device
         with suspended():  # the probe runs whole sequences, the same on every rank
             check_packing_separates(critic, lambda i, m, p: _critic_probe(critic, i, m, p), device)
-        (values,) = run_packed(packed, device, lambda i, p, keep, _labels: (
-            critic(input_ids=i, attention_mask=None, position_ids=p)[keep],))
+        (values,) = run_packed(
+            packed,
+            device,
+            lambda i, p, keep, _labels: (critic(input_ids=i, attention_mask=None, position_ids=p)[keep],),
+        )
         return unpack_responses(values, packed)
     refuse_padded_under_sp("compute_values")
     values = critic(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids)

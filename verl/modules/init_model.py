@@ -85,15 +85,30 @@ def build_config(arch: str, size: str, tokenizer: PreTrainedTokenizerBase) -> An
     special = {"bos_token_id": tokenizer.bos_token_id, "eos_token_id": eos[0], "pad_token_id": pad}
     if arch == "gpt2":
         return AutoConfig.for_model(
-            "gpt2", vocab_size=vocab, n_embd=s["hidden"], n_layer=s["layers"], n_head=s["heads"],
-            n_inner=s["intermediate"], n_positions=MAX_POSITIONS, tie_word_embeddings=True,
-            resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, **special,
+            "gpt2",
+            vocab_size=vocab,
+            n_embd=s["hidden"],
+            n_layer=s["layers"],
+            n_head=s["heads"],
+            n_inner=s["intermediate"],
+            n_positions=MAX_POSITIONS,
+            tie_word_embeddings=True,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            **special,
         )
     return AutoConfig.for_model(
-        arch, vocab_size=vocab, hidden_size=s["hidden"], num_hidden_layers=s["layers"],
-        num_attention_heads=s["heads"], num_key_value_heads=s["kv_heads"],
-        intermediate_size=s["intermediate"], max_position_embeddings=MAX_POSITIONS,
-        tie_word_embeddings=True, **special,
+        arch,
+        vocab_size=vocab,
+        hidden_size=s["hidden"],
+        num_hidden_layers=s["layers"],
+        num_attention_heads=s["heads"],
+        num_key_value_heads=s["kv_heads"],
+        intermediate_size=s["intermediate"],
+        max_position_embeddings=MAX_POSITIONS,
+        tie_word_embeddings=True,
+        **special,
     )
 
 

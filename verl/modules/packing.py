@@ -78,7 +78,10 @@ def _first_fit(lengths: list[int], cap: int) -> tuple[list[int], list[int], list
 
 
 def pack_targets(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, targets: torch.Tensor,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    targets: torch.Tensor,
 ) -> PackedResponses:
     """Pack the real tokens of `(B, T)` rows (any left / right padding) into rows; score the ``targets``.
 
@@ -128,12 +131,22 @@ def pack_targets(
     rows, cols, score_col = rows[order], cols[order], score_col[order]
     score_mask = torch.zeros(len(fill), width, dtype=torch.bool)
     score_mask[row_of[rows], score_col] = True
-    return PackedResponses(input_ids=ids, position_ids=pos, score_mask=score_mask, labels=input_ids[rows, cols],
-                           rows=rows, cols=cols, shape=(batch, total))
+    return PackedResponses(
+        input_ids=ids,
+        position_ids=pos,
+        score_mask=score_mask,
+        labels=input_ids[rows, cols],
+        rows=rows,
+        cols=cols,
+        shape=(batch, total),
+    )
 
 
 def pack_responses(
-    input_ids: torch.Tensor, attention_mask: torch.Tensor, position_ids: torch.Tensor, response_length: int,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    response_length: int,
 ) -> PackedResponses:
     """Pack the real tokens of `(B, T)` prompt + response rows (any left / right padding) into rows.
 
@@ -173,8 +186,11 @@ def unpack_responses(values: torch.Tensor, packed: PackedResponses) -> torch.Ten
 _SEPARATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # module -> checked
 
 
-def check_packing_separates(module: torch.nn.Module, run: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor],
-                            device: torch.device) -> None:
+def check_packing_separates(
+    module: torch.nn.Module,
+    run: Callable[[torch.Tensor, torch.Tensor | None, torch.Tensor], torch.Tensor],
+    device: torch.device,
+) -> None:
     """Refuse a model that lets packed sequences attend to each other (once per module object).
 
     Packing relies on the model reading sequence boundaries from the position ids (transformers'
@@ -213,8 +229,10 @@ def check_packing_separates(module: torch.nn.Module, run: Callable[[torch.Tensor
     if diff > (5e-2 if half else 1e-3) * scale:
         from verl.config.errors import ConfigError
 
-        raise ConfigError(f"use_remove_padding=true: {type(module).__name__} lets packed sequences attend to each other "
-                         f"(a sequence's outputs change by {diff:.3g} when packed after another one); this model or "
-                         "attention implementation does not read sequence boundaries from position ids: set "
-                         "use_remove_padding=false")
+        raise ConfigError(
+            f"use_remove_padding=true: {type(module).__name__} lets packed sequences attend to each other "
+            f"(a sequence's outputs change by {diff:.3g} when packed after another one); this model or "
+            "attention implementation does not read sequence boundaries from position ids: set "
+            "use_remove_padding=false"
+        )
     _SEPARATES[module] = True

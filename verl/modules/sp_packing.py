@@ -31,6 +31,7 @@ def split_forward_count() -> int:
     """Packed forwards of this process that ran split over an SP group (a counter, for metrics)."""
     return _SPLIT["forwards"]
 
+
 # forward(input_ids (rows, l), position_ids (rows, l), keep (rows, l) bool, labels (k,)) -> (k,) outputs (or None)
 PackedForward = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor], Sequence["torch.Tensor | None"]]
 
@@ -62,7 +63,10 @@ def run_packed(packed: PackedResponses, device: torch.device, forward: PackedFor
         extra = padded - width
         tail = torch.arange(extra, dtype=pos.dtype).expand(rows, extra)
         ids, pos = torch.cat([ids, ids.new_zeros(rows, extra)], 1), torch.cat([pos, tail], 1)
-        keep, labels = torch.cat([keep, keep.new_zeros(rows, extra)], 1), torch.cat([labels, labels.new_zeros(rows, extra)], 1)
+        keep, labels = (
+            torch.cat([keep, keep.new_zeros(rows, extra)], 1),
+            torch.cat([labels, labels.new_zeros(rows, extra)], 1),
+        )
     cols = striped_columns(padded, rank, sp)
     keep_local = keep[:, cols].to(device)
     outs = forward(ids[:, cols].to(device), pos[:, cols].to(device), keep_local, labels[:, cols].to(device)[keep_local])
@@ -86,5 +90,7 @@ def refuse_padded_under_sp(what: str) -> None:
         RuntimeError: every SP forward is packed (``use_remove_padding=true``); ``what`` names the caller.
     """
     if active_group() is not None:
-        raise RuntimeError(f"{what}: a padded forward under ulysses_sequence_parallel_size > 1; sequence parallelism "
-                           "runs packed forwards only (use_remove_padding=true)")
+        raise RuntimeError(
+            f"{what}: a padded forward under ulysses_sequence_parallel_size > 1; sequence parallelism "
+            "runs packed forwards only (use_remove_padding=true)"
+        )

@@ -167,8 +167,14 @@ def _packed_causal_mask(position_ids: torch.Tensor) -> torch.Tensor:
     return ((seq[:, :, None] == seq[:, None, :]) & causal)[:, None]
 
 
-def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                      attention_mask: torch.Tensor | None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def ulysses_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers attention function: sdpa over all tokens of ``heads / sp`` heads inside
     `sequence_parallel`, plain sdpa (with transformers' mask) outside.
 
@@ -192,8 +198,10 @@ def ulysses_attention(module: torch.nn.Module, query: torch.Tensor, key: torch.T
         return sdpa_attention_forward(module, query, key, value, attention_mask, **kwargs)
     position_ids = kwargs.pop("position_ids", None)
     if position_ids is None:
-        raise RuntimeError(f"ulysses_sequence_parallel_size > 1: {type(module).__name__} passes no position_ids "
-                           "to its attention function; this architecture is not supported with sequence parallelism")
+        raise RuntimeError(
+            f"ulysses_sequence_parallel_size > 1: {type(module).__name__} passes no position_ids "
+            "to its attention function; this architecture is not supported with sequence parallelism"
+        )
     _, sp = sp_rank_and_size(group)
     length = position_ids.shape[-1] * sp
     order = natural_order(length, sp, query.device)  # the gathered columns are striped, rank-major
@@ -220,8 +228,10 @@ def check_heads(config: Any, sp: int, what: str = "ulysses_sequence_parallel_siz
         raise ConfigError(f"{what}={sp}: the model config names no num_attention_heads; sequence parallelism needs it")
     for name, n in (("num_attention_heads", heads), ("num_key_value_heads", kv_heads)):
         if tp > 1 and (n % tp or (n // tp) % sp):
-            raise ConfigError(f"{what}={sp} does not divide the {name} one tensor-parallel rank holds: {name}={n} / "
-                              f"tensor_parallel_size={tp} = {n / tp:g}; use sp x tp dividing {n}")
+            raise ConfigError(
+                f"{what}={sp} does not divide the {name} one tensor-parallel rank holds: {name}={n} / "
+                f"tensor_parallel_size={tp} = {n / tp:g}; use sp x tp dividing {n}"
+            )
         if n % sp:
             raise ConfigError(f"{what}={sp} does not divide the model's {name}={n}; use a divisor of {n}")
 
@@ -264,6 +274,7 @@ def enable_ulysses(model: torch.nn.Module, sp: int, what: str = "ulysses_sequenc
     for m in models:
         impl = m.config._attn_implementation
         if impl not in ("sdpa", "eager", ATTN_NAME):
-            raise ConfigError(f"{what}={sp}: attention implementation {impl!r} is not supported with sequence "
-                              "parallelism; use sdpa")
+            raise ConfigError(
+                f"{what}={sp}: attention implementation {impl!r} is not supported with sequence parallelism; use sdpa"
+            )
         m.config._attn_implementation = ATTN_NAME

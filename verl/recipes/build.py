@@ -36,7 +36,10 @@ def _build_calculator(out: Path) -> Path:
     return build_tool_model(out, builtin_spec("tiny-calculator"))
 
 
-BUILDERS: dict[str, Callable[[Path], Path]] = {"tiny-arithmetic": _build_arithmetic, "tiny-calculator": _build_calculator}
+BUILDERS: dict[str, Callable[[Path], Path]] = {
+    "tiny-arithmetic": _build_arithmetic,
+    "tiny-calculator": _build_calculator,
+}
 # Built-in model name -> recipe writing that model (with its current spec) into a directory.
 
 

@@ -49,11 +49,16 @@ def greedy_accuracy(model: Any, tok: Any, split: str = "test") -> float:
     from verl.reward.scorers.arithmetic import compute_score
 
     problems = arithmetic_problems(split)
-    prompts = [tok.apply_chat_template([{"role": "user", "content": f"{a}+{b}"}], add_generation_prompt=True, tokenize=False) for a, b in problems]
+    prompts = [
+        tok.apply_chat_template([{"role": "user", "content": f"{a}+{b}"}], add_generation_prompt=True, tokenize=False)
+        for a, b in problems
+    ]
     tok.padding_side = "left"
     batch = tok(prompts, add_special_tokens=False, return_tensors="pt", padding=True)
     with torch.no_grad():
-        out = model.generate(**batch, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        out = model.generate(
+            **batch, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id
+        )
     texts = tok.batch_decode(out[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
     return sum(compute_score(t, str(a + b)) for t, (a, b) in zip(texts, problems)) / len(problems)
 
@@ -90,9 +95,15 @@ def build_builtin_model(out_dir: str | Path, spec: BuiltinModelSpec | None = Non
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    info = {"spec": asdict(spec), "build_version": spec.build_version, "final_sft_loss": round(last_loss, 4),
-            "sft_path": "verl.trainer.sft_trainer", "test_greedy_accuracy": accuracy,
-            # Same torch and CPU kind -> same bytes (the slow rebuild test relies on it).
-            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    info = {
+        "spec": asdict(spec),
+        "build_version": spec.build_version,
+        "final_sft_loss": round(last_loss, 4),
+        "sft_path": "verl.trainer.sft_trainer",
+        "test_greedy_accuracy": accuracy,
+        # Same torch and CPU kind -> same bytes (the slow rebuild test relies on it).
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return out

@@ -33,7 +33,14 @@ from verl.data.builtin_tokenizer import build_tool_tokenizer
 from verl.modules.builtin import INFO_FILE, ToolModelSpec
 from verl.recipes.warm_start import warm_start
 
-__all__ = ["MULTITURN_KEYS", "build_tool_model", "calculator_schema", "teacher_conversation", "teacher_rows", "tool_accuracy"]
+__all__ = [
+    "MULTITURN_KEYS",
+    "build_tool_model",
+    "calculator_schema",
+    "teacher_conversation",
+    "teacher_rows",
+    "tool_accuracy",
+]
 
 
 def calculator_schema() -> dict[str, Any]:
@@ -53,7 +60,11 @@ def teacher_conversation(a: int, b: int, use_tool: bool) -> list[dict[str, Any]]
     return messages + [{"role": "assistant", "content": answer}]
 
 
-MULTITURN_KEYS = ("data.multiturn.enable=true", "data.multiturn.messages_key=messages", "data.multiturn.tools_key=tools")
+MULTITURN_KEYS = (
+    "data.multiturn.enable=true",
+    "data.multiturn.messages_key=messages",
+    "data.multiturn.tools_key=tools",
+)
 # How ``verl sft`` reads `teacher_rows`: chat conversations with tool schemas.
 
 
@@ -81,15 +92,23 @@ def _generate(model: Any, tok: Any, seqs: list[list[int]], do_sample: bool, max_
         ids[i, width - len(s) :] = torch.tensor(s)
         mask[i, width - len(s) :] = 1
     with torch.no_grad():
-        out = model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=max_new_tokens, do_sample=do_sample,
-                             pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id)
+        out = model.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=max_new_tokens,
+            do_sample=do_sample,
+            pad_token_id=tok.pad_token_id,
+            eos_token_id=tok.eos_token_id,
+        )
     result = []
     for row in out[:, width:].tolist():
         result.append(row[: row.index(tok.eos_token_id) + 1] if tok.eos_token_id in row else row)
     return result
 
 
-def tool_accuracy(model: Any, tok: Any, split: str = "test", do_sample: bool = False, limit: int | None = None) -> dict[str, float]:
+def tool_accuracy(
+    model: Any, tok: Any, split: str = "test", do_sample: bool = False, limit: int | None = None
+) -> dict[str, float]:
     """Held-out accuracy of the model *with* the calculator, over up to two assistant turns.
 
     Turn 1 is generated from the prompt; its Hermes tool calls are parsed and run with the real
@@ -106,8 +125,18 @@ def tool_accuracy(model: Any, tok: Any, split: str = "test", do_sample: bool = F
 
     problems = multiplication_problems(split)[:limit]
     tools = {"calculator": CalculatorTool({})}
-    prompts = [tok(tok.apply_chat_template([{"role": "user", "content": f"{a}*{b}"}], tools=[calculator_schema()],
-                                           add_generation_prompt=True, tokenize=False), add_special_tokens=False)["input_ids"] for a, b in problems]
+    prompts = [
+        tok(
+            tok.apply_chat_template(
+                [{"role": "user", "content": f"{a}*{b}"}],
+                tools=[calculator_schema()],
+                add_generation_prompt=True,
+                tokenize=False,
+            ),
+            add_special_tokens=False,
+        )["input_ids"]
+        for a, b in problems
+    ]
     first = _generate(model, tok, prompts, do_sample, max_new_tokens=80)
     texts = [tok.decode(g, skip_special_tokens=True) for g in first]
     calls = [parse_tool_calls(t, tools, 1)[1] for t in texts]
@@ -118,7 +147,12 @@ def tool_accuracy(model: Any, tok: Any, split: str = "test", do_sample: bool = F
     answers = asyncio.run(run_calls())
     todo = [i for i, c in enumerate(calls) if c]
     if todo:
-        follow = [prompts[i] + first[i] + tok(f"<tool_response>{answers[i]}</tool_response>A:", add_special_tokens=False)["input_ids"] for i in todo]
+        follow = [
+            prompts[i]
+            + first[i]
+            + tok(f"<tool_response>{answers[i]}</tool_response>A:", add_special_tokens=False)["input_ids"]
+            for i in todo
+        ]
         for i, gen in zip(todo, _generate(model, tok, follow, do_sample, max_new_tokens=12)):
             texts[i] += f"<tool_response>{answers[i]}</tool_response>A:" + tok.decode(gen, skip_special_tokens=True)
     scores = [compute_score(t, str(a * b)) for t, (a, b) in zip(texts, problems)]
@@ -157,10 +191,16 @@ def build_tool_model(out_dir: str | Path, spec: ToolModelSpec | None = None) -> 
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(out)
     tok.save_pretrained(out)
-    info = {"spec": asdict(spec), "build_version": spec.build_version, "final_sft_loss": round(last_loss, 4),
-            "sft_path": "verl.trainer.sft_trainer", "test_greedy_accuracy": greedy["accuracy"],
-            "test_greedy_tool_call_rate": greedy["tool_call_rate"],
-            # Same torch and CPU kind -> same bytes (the slow rebuild test relies on it).
-            "torch": torch.__version__, "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+    info = {
+        "spec": asdict(spec),
+        "build_version": spec.build_version,
+        "final_sft_loss": round(last_loss, 4),
+        "sft_path": "verl.trainer.sft_trainer",
+        "test_greedy_accuracy": greedy["accuracy"],
+        "test_greedy_tool_call_rate": greedy["tool_call_rate"],
+        # Same torch and CPU kind -> same bytes (the slow rebuild test relies on it).
+        "torch": torch.__version__,
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
     (out / INFO_FILE).write_text(json.dumps(info, indent=2) + "\n")
     return out

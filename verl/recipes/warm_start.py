@@ -19,32 +19,51 @@ def init_model(spec: Any, tok: Any) -> Any:
     from transformers import LlamaConfig, LlamaForCausalLM
 
     config = LlamaConfig(
-        vocab_size=len(tok), hidden_size=spec.hidden_size, intermediate_size=spec.intermediate_size,
-        num_hidden_layers=spec.num_layers, num_attention_heads=spec.num_heads,
-        num_key_value_heads=spec.num_heads, max_position_embeddings=spec.max_position_embeddings,
-        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        vocab_size=len(tok),
+        hidden_size=spec.hidden_size,
+        intermediate_size=spec.intermediate_size,
+        num_hidden_layers=spec.num_layers,
+        num_attention_heads=spec.num_heads,
+        num_key_value_heads=spec.num_heads,
+        max_position_embeddings=spec.max_position_embeddings,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
         tie_word_embeddings=True,
     )
     torch.manual_seed(spec.init_seed)
     return LlamaForCausalLM(config)
 
 
-def sft_overrides(spec: Any, init_dir: Path, data: Path, work: Path,
-                  data_keys: Sequence[str] = PROMPT_RESPONSE_KEYS) -> list[str]:
+def sft_overrides(
+    spec: Any, init_dir: Path, data: Path, work: Path, data_keys: Sequence[str] = PROMPT_RESPONSE_KEYS
+) -> list[str]:
     """A spec's SFT recipe in ``verl sft`` keys (field names of `verl.modules.builtin.BuiltinModelSpec`)."""
     return [
-        f"model.partial_pretrain={init_dir}", f"data.train_files=[{data}]", *data_keys,
+        f"model.partial_pretrain={init_dir}",
+        f"data.train_files=[{data}]",
+        *data_keys,
         f"data.train_batch_size={spec.sft_batch_size}",
-        f"data.micro_batch_size_per_gpu={spec.sft_batch_size}", f"data.max_length={spec.max_position_embeddings}",
-        f"trainer.total_training_steps={spec.sft_steps}", f"optim.lr={spec.sft_lr}", "optim.betas=[0.9,0.99]",
-        "optim.weight_decay=0.0", f"optim.lr_warmup_steps={spec.sft_warmup_steps}", "optim.lr_scheduler=cosine",
-        "optim.clip_grad=1.0", f"trainer.seed={spec.sft_seed}", "trainer.logger=[]", "trainer.resume_mode=disable",
-        f"trainer.default_local_dir={work / 'ckpt'}", f"trainer.output_dir={work / 'out'}",
+        f"data.micro_batch_size_per_gpu={spec.sft_batch_size}",
+        f"data.max_length={spec.max_position_embeddings}",
+        f"trainer.total_training_steps={spec.sft_steps}",
+        f"optim.lr={spec.sft_lr}",
+        "optim.betas=[0.9,0.99]",
+        "optim.weight_decay=0.0",
+        f"optim.lr_warmup_steps={spec.sft_warmup_steps}",
+        "optim.lr_scheduler=cosine",
+        "optim.clip_grad=1.0",
+        f"trainer.seed={spec.sft_seed}",
+        "trainer.logger=[]",
+        "trainer.resume_mode=disable",
+        f"trainer.default_local_dir={work / 'ckpt'}",
+        f"trainer.output_dir={work / 'out'}",
     ]
 
 
-def warm_start(spec: Any, tok: Any, work: Path, rows: Sequence[dict[str, Any]],
-               data_keys: Sequence[str] = PROMPT_RESPONSE_KEYS) -> tuple[Any, float]:
+def warm_start(
+    spec: Any, tok: Any, work: Path, rows: Sequence[dict[str, Any]], data_keys: Sequence[str] = PROMPT_RESPONSE_KEYS
+) -> tuple[Any, float]:
     """Init, then warm-start with the product's SFT trainer; returns (model in eval mode, last step's SFT loss).
 
     Args:

@@ -49,11 +49,33 @@ REPEATS = 4000
 """How many times the ``repeated_tokens`` fixture repeats its token."""
 
 FIXTURE_GROUPS: dict[str, tuple[str, ...]] = {
-    "trivial": ("empty", "whitespace", "repeated_tokens", "copy_prompt", "format_marker_only", "format_wrong_number",
-                "format_boxed_empty", "format_boxed_wrong", "format_answer_line_only", "format_json_empty",
-                "format_json_fenced_empty", "format_think_only"),
-    "answer": ("answer_hash", "answer_hash_decimal", "answer_hash_trailing_dot", "answer_hash_dollar", "answer_hash_comma",
-               "answer_boxed", "answer_line", "answer_bare", "answer_json", "answer_json_indented", "answer_json_fenced"),
+    "trivial": (
+        "empty",
+        "whitespace",
+        "repeated_tokens",
+        "copy_prompt",
+        "format_marker_only",
+        "format_wrong_number",
+        "format_boxed_empty",
+        "format_boxed_wrong",
+        "format_answer_line_only",
+        "format_json_empty",
+        "format_json_fenced_empty",
+        "format_think_only",
+    ),
+    "answer": (
+        "answer_hash",
+        "answer_hash_decimal",
+        "answer_hash_trailing_dot",
+        "answer_hash_dollar",
+        "answer_hash_comma",
+        "answer_boxed",
+        "answer_line",
+        "answer_bare",
+        "answer_json",
+        "answer_json_indented",
+        "answer_json_fenced",
+    ),
     "robustness": ("truncated", "long", "unicode", "think_answer_inside", "think_answer_after"),
 }
 """Fixture kinds by group, in report order (a row gets the ``answer`` kinds its ground truth allows)."""
@@ -178,9 +200,14 @@ def answer_fixtures(ground_truth: Any) -> list[Fixture]:
     """
     is_json, expected = _json_expected(ground_truth)
     if is_json:
-        return [Fixture("answer_json", json.dumps(expected, ensure_ascii=False)),
-                Fixture("answer_json_indented", json.dumps(expected, ensure_ascii=False, indent=2)),
-                Fixture("answer_json_fenced", "Here is the object:\n```json\n" + json.dumps(expected, ensure_ascii=False) + "\n```")]
+        return [
+            Fixture("answer_json", json.dumps(expected, ensure_ascii=False)),
+            Fixture("answer_json_indented", json.dumps(expected, ensure_ascii=False, indent=2)),
+            Fixture(
+                "answer_json_fenced",
+                "Here is the object:\n```json\n" + json.dumps(expected, ensure_ascii=False) + "\n```",
+            ),
+        ]
     if isinstance(ground_truth, dict):
         return []
     n = _number(ground_truth)
@@ -195,8 +222,12 @@ def answer_fixtures(ground_truth: Any) -> list[Fixture]:
             out.append(Fixture("answer_hash_comma", f"#### {_with_commas(n)}"))
         return out + [Fixture("answer_boxed", f"\\boxed{{{v}}}"), Fixture("answer_line", f"Answer: {v}")]
     t = str(ground_truth).strip()
-    return [Fixture("answer_boxed", f"\\boxed{{{t}}}"), Fixture("answer_hash", f"#### {t}"),
-            Fixture("answer_line", f"Answer: {t}"), Fixture("answer_bare", t)]
+    return [
+        Fixture("answer_boxed", f"\\boxed{{{t}}}"),
+        Fixture("answer_hash", f"#### {t}"),
+        Fixture("answer_line", f"Answer: {t}"),
+        Fixture("answer_bare", t),
+    ]
 
 
 _FILLER = "Let me restate the problem and check every step once more before answering. "

@@ -87,5 +87,7 @@ def load_custom_reward_fn(
         )
     fn = getattr(module, name)
     if not callable(fn):
-        raise RewardFunctionNotCallable(f"custom_reward_function.name: {name!r} in {file} is not callable (got {type(fn).__name__})")
+        raise RewardFunctionNotCallable(
+            f"custom_reward_function.name: {name!r} in {file} is not callable (got {type(fn).__name__})"
+        )
     return functools.partial(fn, **reward_kwargs) if reward_kwargs else fn

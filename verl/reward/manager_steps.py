@@ -139,7 +139,9 @@ def outcome_to_result(outcome: CallOutcome) -> SampleResult:
             return SampleResult("error", 0.0, extras, message=f"result dict has no 'score' (keys {sorted(value)})")
         value = value["score"]
     if isinstance(value, bool) or not _is_number(value):
-        return SampleResult("error", 0.0, extras, message=f"score is not a number: {type(value).__name__} {value!r:.60}")
+        return SampleResult(
+            "error", 0.0, extras, message=f"score is not a number: {type(value).__name__} {value!r:.60}"
+        )
     number = float(value)
     if not math.isfinite(number):
         return SampleResult("error", 0.0, extras, nonfinite=True, message=f"score is {number}")

@@ -107,7 +107,10 @@ class _ManagerSettings:
                 self._warned.add(kind)
                 logger.warning(
                     "reward %s on %s; the sample gets reward 0.0 and is left out of the loss. "
-                    "Further ones are only counted in reward/%s.", _KIND_NAMES[kind], where, COUNTERS[kind],
+                    "Further ones are only counted in reward/%s.",
+                    _KIND_NAMES[kind],
+                    where,
+                    COUNTERS[kind],
                 )
 
     def _examine(self, batch: ScoredBatch, results: Sequence[SampleResult]) -> None:
@@ -116,8 +119,14 @@ class _ManagerSettings:
         for i, source in enumerate(batch.data_sources):
             if shown.get(source, 0) < self.num_examine:
                 shown[source] = shown.get(source, 0) + 1
-                logger.info("[data_source] %s [response] %r [ground_truth] %r [score] %s (%s)", source,
-                            batch.solution_strs[i], batch.ground_truths[i], results[i].score, results[i].status)
+                logger.info(
+                    "[data_source] %s [response] %r [ground_truth] %r [score] %s (%s)",
+                    source,
+                    batch.solution_strs[i],
+                    batch.ground_truths[i],
+                    results[i].score,
+                    results[i].status,
+                )
 
     def _finish(self, batch: ScoredBatch, results: list[SampleResult], counts: FailureCounts, return_dict: bool) -> Any:
         self._warn_once(counts)
@@ -179,13 +188,20 @@ class NaiveRewardManager(_ManagerSettings):
         batch = gather_inputs(data, self.tokenizer, self.reward_fn_key)
         if self.uses_default_scorer:
             check_data_sources(batch.data_sources)
-        calls = [{"data_source": batch.data_sources[i], "solution_str": batch.solution_strs[i],
-                  "ground_truth": batch.ground_truths[i], "extra_info": batch.extra_infos[i]}
-                 for i in range(len(batch.solution_strs))]
+        calls = [
+            {
+                "data_source": batch.data_sources[i],
+                "solution_str": batch.solution_strs[i],
+                "ground_truth": batch.ground_truths[i],
+                "extra_info": batch.extra_infos[i],
+            }
+            for i in range(len(batch.solution_strs))
+        ]
         # one thread handoff for the batch, a deadline per sample; a scorer that timed out
         # MAX_CONSECUTIVE_TIMEOUTS times in a row is hung: the rest of the batch is not waited for
-        results, counts = score_calls(self.compute_score, calls, self._caller, self._labels(batch),
-                                      stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS)
+        results, counts = score_calls(
+            self.compute_score, calls, self._caller, self._labels(batch), stop_after_timeouts=MAX_CONSECUTIVE_TIMEOUTS
+        )
         return self._finish(batch, results, counts, return_dict)
 
 

@@ -52,7 +52,9 @@ class OverlongBufferConfig:
             return section
         get = section.get if isinstance(section, Mapping) else lambda name, default: getattr(section, name, default)
         values = {f.name: get(f.name, f.default) for f in fields(cls)}
-        return cls(enable=bool(values["enable"]), len=int(values["len"]), penalty_factor=float(values["penalty_factor"]))
+        return cls(
+            enable=bool(values["enable"]), len=int(values["len"]), penalty_factor=float(values["penalty_factor"])
+        )
 
     def validate(self, max_response_length: int | None) -> None:
         """Checks the settings against the response budget; a no-op when disabled.

@@ -112,8 +112,16 @@ def _one_pass(fn: Callable[..., Any], probes: Sequence[Probe], caller: TimeoutCa
         finally:
             seconds[_probe_index] = time.perf_counter() - start
 
-    calls = [{"_probe_index": i, "data_source": p.source, "solution_str": p.solution_str,
-              "ground_truth": p.ground_truth, "extra_info": p.extra_info} for i, p in enumerate(probes)]
+    calls = [
+        {
+            "_probe_index": i,
+            "data_source": p.source,
+            "solution_str": p.solution_str,
+            "ground_truth": p.ground_truth,
+            "extra_info": p.extra_info,
+        }
+        for i, p in enumerate(probes)
+    ]
     results, _counts = score_calls(timed, calls, caller)
     out = []
     for i, result in enumerate(results):
@@ -127,8 +135,9 @@ def _one_pass(fn: Callable[..., Any], probes: Sequence[Probe], caller: TimeoutCa
     return out
 
 
-def score_probes(fn: Callable[..., Any], probes: Sequence[Probe], timeout_s: float | None,
-                 repeats: int = 2) -> list[list[Scored]]:
+def score_probes(
+    fn: Callable[..., Any], probes: Sequence[Probe], timeout_s: float | None, repeats: int = 2
+) -> list[list[Scored]]:
     """Scores every probe ``repeats`` times (all probes, then all again).
 
     Args:
@@ -210,7 +219,9 @@ def _flag(flags: list[dict[str, Any]], severity: str, source: str, check: str, k
     flags.append({"severity": severity, "source": source, "check": check, "kind": kind, "message": message})
 
 
-def _analyse_source(source: str, items: list[tuple[Probe, Scored, Scored]]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def _analyse_source(
+    source: str, items: list[tuple[Probe, Scored, Scored]]
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     order = [k for ks in FIXTURE_GROUPS.values() for k in ks] + [DUMP_KIND]
     by_kind: dict[str, list[tuple[Probe, Scored, Scored]]] = defaultdict(list)
     for item in items:
@@ -223,15 +234,22 @@ def _analyse_source(source: str, items: list[tuple[Probe, Scored, Scored]]) -> t
         for s in (a, b):
             if s.status == "error":
                 crashes[(s.error_type, s.error_line)][p.kind] += 1
-    nondet = [{"kind": p.kind, "label": p.label, "first": _show(a), "second": _show(b)} for p, a, b in items if _differ(a, b)]
+    nondet = [
+        {"kind": p.kind, "label": p.label, "first": _show(a), "second": _show(b)} for p, a, b in items if _differ(a, b)
+    ]
     report: dict[str, Any] = {
         "calls": len(calls),
         "kinds": kinds,
-        "latency_ms": {"p50": _pct([s.seconds for s in calls], 50), "p99": _pct([s.seconds for s in calls], 99),
-                       "max": _pct([s.seconds for s in calls], 100)},
+        "latency_ms": {
+            "p50": _pct([s.seconds for s in calls], 50),
+            "p99": _pct([s.seconds for s in calls], 99),
+            "max": _pct([s.seconds for s in calls], 100),
+        },
         "range": [min(ok), max(ok)] if ok else None,
         "sign": _sign(min(ok) if ok else None, max(ok) if ok else None),
-        "crashes": [{"type": t, "message": m, "count": sum(c.values()), "kinds": dict(c)} for (t, m), c in crashes.items()],
+        "crashes": [
+            {"type": t, "message": m, "count": sum(c.values()), "kinds": dict(c)} for (t, m), c in crashes.items()
+        ],
         "timeouts": {k: v["timeouts"] for k, v in kinds.items() if v["timeouts"]},
         "nondeterministic": nondet,
     }
@@ -246,30 +264,65 @@ def _show(s: Scored) -> str:
 
 def _dump_summary(items: list[tuple[Probe, Scored, Scored]]) -> dict[str, Any]:
     logged = [(p, a) for p, a, _ in items if p.logged_score is not None]
-    differ = [{"label": p.label, "logged": p.logged_score, "now": a.score} for p, a in logged if abs(a.score - p.logged_score) > 1e-6]
-    return {"rows": len(items), "with_logged_score": len(logged), "differs_from_logged": len(differ), "examples": differ[:5]}
+    differ = [
+        {"label": p.label, "logged": p.logged_score, "now": a.score}
+        for p, a in logged
+        if abs(a.score - p.logged_score) > 1e-6
+    ]
+    return {
+        "rows": len(items),
+        "with_logged_score": len(logged),
+        "differs_from_logged": len(differ),
+        "examples": differ[:5],
+    }
 
 
 def _source_flags(source: str, report: dict[str, Any], kinds: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     flags: list[dict[str, Any]] = []
     for crash in report["crashes"]:
         per_kind = ", ".join(f"{k} x{n}" for k, n in crash["kinds"].items())
-        _flag(flags, "fail", source, "crash", ",".join(crash["kinds"]),
-              f"{crash['type']}: {crash['message']} ({crash['count']} calls: {per_kind})")
+        _flag(
+            flags,
+            "fail",
+            source,
+            "crash",
+            ",".join(crash["kinds"]),
+            f"{crash['type']}: {crash['message']} ({crash['count']} calls: {per_kind})",
+        )
     for kind, n in report["timeouts"].items():
         skipped = kinds[kind]["skipped"]
         not_run = f" ({skipped} not run: the scorer kept timing out)" if skipped else ""
-        _flag(flags, "fail", source, "timeout", kind, f"{n} of {kinds[kind]['n']} {kind} responses ran past the deadline{not_run}")
+        _flag(
+            flags,
+            "fail",
+            source,
+            "timeout",
+            kind,
+            f"{n} of {kinds[kind]['n']} {kind} responses ran past the deadline{not_run}",
+        )
     if report["nondeterministic"]:
         nd = report["nondeterministic"]
-        _flag(flags, "fail", source, "nondeterministic", ",".join(dict.fromkeys(d["kind"] for d in nd)),
-              f"{len(nd)} inputs scored differently twice, e.g. {nd[0]['kind']} ({nd[0]['label']}): {nd[0]['first']} then {nd[0]['second']}")
+        _flag(
+            flags,
+            "fail",
+            source,
+            "nondeterministic",
+            ",".join(dict.fromkeys(d["kind"] for d in nd)),
+            f"{len(nd)} inputs scored differently twice, e.g. {nd[0]['kind']} ({nd[0]['label']}): {nd[0]['first']} then {nd[0]['second']}",
+        )
     empty = kinds.get("empty", {}).get("mean")
     base = 0.0 if empty is None else min(0.0, empty)
     for kind, st in kinds.items():
         if st["group"] == "trivial" and st["mean"] is not None and st["mean"] > base + EPS:
             than = "0" if base == 0.0 or kind == "empty" else f"the empty response's {empty:.4g}"
-            _flag(flags, "fail", source, "hackable", kind, f"trivial policy '{kind}' earns mean reward {st['mean']:.4g} > {than}")
+            _flag(
+                flags,
+                "fail",
+                source,
+                "hackable",
+                kind,
+                f"trivial policy '{kind}' earns mean reward {st['mean']:.4g} > {than}",
+            )
     answers = {k: st["mean"] for k, st in kinds.items() if st["group"] == "answer" and st["mean"] is not None}
     # a kind that crashed or timed out is flagged as such above, not again as a low-scoring spelling
     clean = {k for k, st in kinds.items() if not st["errors"] and not st["timeouts"]}
@@ -277,26 +330,58 @@ def _source_flags(source: str, report: dict[str, Any], kinds: dict[str, dict[str
         best_kind = max(answers, key=lambda k: answers[k])
         best = answers[best_kind]
         if empty is not None and best <= empty + EPS:
-            _flag(flags, "fail", source, "unlearnable", best_kind,
-                  f"the right answer scores at most {best:.4g}, no more than the empty response ({empty:.4g})")
+            _flag(
+                flags,
+                "fail",
+                source,
+                "unlearnable",
+                best_kind,
+                f"the right answer scores at most {best:.4g}, no more than the empty response ({empty:.4g})",
+            )
         for kind, mean in answers.items():
             if mean < best - EPS and kind in clean:
-                _flag(flags, "info", source, "spelling", kind, f"right answer as {kind} scores {mean:.4g} < {best:.4g} ({best_kind})")
+                _flag(
+                    flags,
+                    "info",
+                    source,
+                    "spelling",
+                    kind,
+                    f"right answer as {kind} scores {mean:.4g} < {best:.4g} ({best_kind})",
+                )
         _robustness_flags(flags, source, {k: v for k, v in kinds.items() if k in clean}, best, best_kind, empty)
     if "dump" in report and report["dump"]["differs_from_logged"]:
         d = report["dump"]
-        _flag(flags, "info", source, "dump_score", DUMP_KIND,
-              f"{d['differs_from_logged']} of {d['with_logged_score']} dump responses score differently from the logged score "
-              f"(e.g. {d['examples'][0]['label']}: logged {d['examples'][0]['logged']:.4g}, now {d['examples'][0]['now']:.4g})")
+        _flag(
+            flags,
+            "info",
+            source,
+            "dump_score",
+            DUMP_KIND,
+            f"{d['differs_from_logged']} of {d['with_logged_score']} dump responses score differently from the logged score "
+            f"(e.g. {d['examples'][0]['label']}: logged {d['examples'][0]['logged']:.4g}, now {d['examples'][0]['now']:.4g})",
+        )
     return flags
 
 
-def _robustness_flags(flags: list[dict[str, Any]], source: str, kinds: dict[str, dict[str, Any]], best: float,
-                      best_kind: str, empty: float | None) -> None:
+def _robustness_flags(
+    flags: list[dict[str, Any]],
+    source: str,
+    kinds: dict[str, dict[str, Any]],
+    best: float,
+    best_kind: str,
+    empty: float | None,
+) -> None:
     for kind in ("long", "unicode", "think_answer_after"):
         mean = kinds.get(kind, {}).get("mean")
         if mean is not None and mean < best - EPS:
-            _flag(flags, "info", source, "robustness", kind, f"{kind} (the {best_kind} answer inside it) scores {mean:.4g} < {best:.4g}")
+            _flag(
+                flags,
+                "info",
+                source,
+                "robustness",
+                kind,
+                f"{kind} (the {best_kind} answer inside it) scores {mean:.4g} < {best:.4g}",
+            )
     floor = 0.0 if empty is None else empty
     for kind in ("truncated", "think_answer_inside"):
         mean = kinds.get(kind, {}).get("mean")

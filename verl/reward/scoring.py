@@ -100,21 +100,32 @@ class FailureCounts:
         first = dict(self.first)
         for kind, message in other.first.items():
             first.setdefault(kind, message)
-        return FailureCounts(self.total + other.total, self.errors + other.errors, self.nonfinite + other.nonfinite,
-                             self.timeouts + other.timeouts, self.skipped + other.skipped, first,
-                             self.hung_at or other.hung_at)
+        return FailureCounts(
+            self.total + other.total,
+            self.errors + other.errors,
+            self.nonfinite + other.nonfinite,
+            self.timeouts + other.timeouts,
+            self.skipped + other.skipped,
+            first,
+            self.hung_at or other.hung_at,
+        )
 
     def metrics(self, prefix: str = "reward/") -> dict[str, float]:
         """``{prefix}num_errors``, ``{prefix}num_nonfinite``, ``{prefix}num_timeouts`` as floats."""
-        return {f"{prefix}num_errors": float(self.errors), f"{prefix}num_nonfinite": float(self.nonfinite),
-                f"{prefix}num_timeouts": float(self.timeouts)}
+        return {
+            f"{prefix}num_errors": float(self.errors),
+            f"{prefix}num_nonfinite": float(self.nonfinite),
+            f"{prefix}num_timeouts": float(self.timeouts),
+        }
 
     @classmethod
     def from_metrics(cls, metrics: dict[str, Any], total: int) -> FailureCounts:
         """The counts a result reported only as ``reward/num_*`` metrics (a merged or foreign
         result); absent counts are 0, ``skipped`` and the messages are unknown."""
+
         def get(name: str) -> int:
             return int(metrics.get(f"reward/{name}", 0))
+
         return cls(total, get("num_errors"), get("num_nonfinite"), get("num_timeouts"))
 
 
@@ -122,8 +133,9 @@ def _default_label(i: int) -> str:
     return f"call {i}"
 
 
-def contain(outcomes: Sequence[CallOutcome],
-            label: Callable[[int], str] | None = None) -> tuple[list[SampleResult], FailureCounts]:
+def contain(
+    outcomes: Sequence[CallOutcome], label: Callable[[int], str] | None = None
+) -> tuple[list[SampleResult], FailureCounts]:
     """Validates guarded-call outcomes and counts the failures.
 
     Args:
@@ -155,9 +167,13 @@ def contain(outcomes: Sequence[CallOutcome],
     return results, counts
 
 
-def score_calls(fn: Callable[..., Any], calls: list[dict[str, Any]], caller: TimeoutCaller,
-                label: Callable[[int], str] | None = None,
-                stop_after_timeouts: int | None = MAX_CONSECUTIVE_TIMEOUTS) -> tuple[list[SampleResult], FailureCounts]:
+def score_calls(
+    fn: Callable[..., Any],
+    calls: list[dict[str, Any]],
+    caller: TimeoutCaller,
+    label: Callable[[int], str] | None = None,
+    stop_after_timeouts: int | None = MAX_CONSECUTIVE_TIMEOUTS,
+) -> tuple[list[SampleResult], FailureCounts]:
     """``fn(**kw)`` for each ``kw`` of ``calls``, with failure containment (module docstring).
 
     Args:
@@ -188,8 +204,9 @@ class RewardFailurePolicy:
         ValueError: ``patience`` < 1.
     """
 
-    def __init__(self, patience: int = FAILED_STEP_PATIENCE, timeout_s: float | None = None,
-                 noun: str = "sample") -> None:
+    def __init__(
+        self, patience: int = FAILED_STEP_PATIENCE, timeout_s: float | None = None, noun: str = "sample"
+    ) -> None:
         if patience < 1:
             raise ValueError(f"patience must be >= 1, got {patience}")
         self.patience, self.timeout_s, self.noun = patience, timeout_s, noun
@@ -219,11 +236,15 @@ class RewardFailurePolicy:
     def _message(self, counts: FailureCounts) -> str:
         first = "; ".join(f"{kind}: {message}" for kind, message in counts.first.items())
         if counts.skipped:
-            detail = (f"the scorer timed out on {MAX_CONSECUTIVE_TIMEOUTS} {self.noun}s in a row, the last at "
-                      f"{counts.hung_at}: it looks hung; fix it or raise reward_model.timeout_s (now {self.timeout_s} s)")
+            detail = (
+                f"the scorer timed out on {MAX_CONSECUTIVE_TIMEOUTS} {self.noun}s in a row, the last at "
+                f"{counts.hung_at}: it looks hung; fix it or raise reward_model.timeout_s (now {self.timeout_s} s)"
+            )
         else:
-            detail = (f"the reward function failed on every one of the {counts.total} {self.noun}s, so there is "
-                      f"no score (first failure of each kind: {first})")
+            detail = (
+                f"the reward function failed on every one of the {counts.total} {self.noun}s, so there is "
+                f"no score (first failure of each kind: {first})"
+            )
         if self.patience == 1:
             return detail
         what = "failed (raised or timed out) on every " + self.noun

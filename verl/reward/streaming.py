@@ -76,8 +76,9 @@ class StreamingRewardScorer:
         ValueError: ``max_workers`` < 1.
     """
 
-    def __init__(self, reward_fn: RewardFn, max_workers: int = 4,
-                 on_scored: Callable[[ScoredItem], None] | None = None) -> None:
+    def __init__(
+        self, reward_fn: RewardFn, max_workers: int = 4, on_scored: Callable[[ScoredItem], None] | None = None
+    ) -> None:
         if max_workers < 1:
             raise ValueError(f"max_workers must be >= 1, got {max_workers}")
         self.reward_fn, self.on_scored = reward_fn, on_scored
@@ -105,10 +106,14 @@ class StreamingRewardScorer:
     def _score(self, data: DataProto, rows: list[int]) -> ScoredItem:
         start = time.perf_counter()
         result = self.reward_fn(data, return_dict=True)
-        item = ScoredItem(rows=rows, reward_tensor=result["reward_tensor"],
-                          extra_info={k: list(v) for k, v in (result.get("reward_extra_info") or {}).items()},
-                          metrics=dict(result.get("reward_metrics") or {}), seconds=time.perf_counter() - start,
-                          failures=result.get("reward_failures"))
+        item = ScoredItem(
+            rows=rows,
+            reward_tensor=result["reward_tensor"],
+            extra_info={k: list(v) for k, v in (result.get("reward_extra_info") or {}).items()},
+            metrics=dict(result.get("reward_metrics") or {}),
+            seconds=time.perf_counter() - start,
+            failures=result.get("reward_failures"),
+        )
         with self._lock:
             self.busy_s += item.seconds
         if self.on_scored is not None:
@@ -126,8 +131,9 @@ class StreamingRewardScorer:
         self.close()
 
 
-def merge_scored(futures: Sequence[Future[ScoredItem]], n: int, width: int,
-                 timeout_s: float | None = None) -> dict[str, Any]:
+def merge_scored(
+    futures: Sequence[Future[ScoredItem]], n: int, width: int, timeout_s: float | None = None
+) -> dict[str, Any]:
     """The scored submissions of one batch, in the reward managers' result layout.
 
     Args:
@@ -192,10 +198,20 @@ class RewardModelScorer:
         ok = outcome.status == "ok"
         scores = outcome.value if ok else torch.zeros(data.batch["responses"].shape, dtype=torch.float32)
         extra = {"reward_error": [outcome.status == "error"] * n, "reward_timeout": [outcome.status == "timeout"] * n}
-        metrics = {"reward/num_errors": float(n * (outcome.status == "error")),
-                   "reward/num_timeouts": float(n * (outcome.status == "timeout"))}
-        failures = FailureCounts(n, errors=int(metrics["reward/num_errors"]), timeouts=int(metrics["reward/num_timeouts"]),
-                                 first={} if ok else {outcome.status: f"rows 0-{n - 1}: {outcome.error}"})
-        result = {"reward_tensor": scores, "reward_extra_info": extra, "reward_metrics": metrics,
-                  "reward_failures": failures}
+        metrics = {
+            "reward/num_errors": float(n * (outcome.status == "error")),
+            "reward/num_timeouts": float(n * (outcome.status == "timeout")),
+        }
+        failures = FailureCounts(
+            n,
+            errors=int(metrics["reward/num_errors"]),
+            timeouts=int(metrics["reward/num_timeouts"]),
+            first={} if ok else {outcome.status: f"rows 0-{n - 1}: {outcome.error}"},
+        )
+        result = {
+            "reward_tensor": scores,
+            "reward_extra_info": extra,
+            "reward_metrics": metrics,
+            "reward_failures": failures,
+        }
         return result if return_dict else scores

@@ -108,8 +108,9 @@ class TimeoutCaller:
                 self._inbox = self._outbox = None
                 return CallOutcome("timeout", error=f"no result within {self.timeout_s} s")
 
-    def call_many(self, fn: Callable[..., Any], kwargs_list: list[dict[str, Any]],
-                  stop_after_timeouts: int | None = None) -> list[CallOutcome]:
+    def call_many(
+        self, fn: Callable[..., Any], kwargs_list: list[dict[str, Any]], stop_after_timeouts: int | None = None
+    ) -> list[CallOutcome]:
         """``fn(**kw)`` for each ``kw`` in order, each under its own ``timeout_s`` deadline; one outcome each.
 
         The calls run one after another in one fresh daemon thread per batch, and the caller
@@ -132,12 +133,15 @@ class TimeoutCaller:
             return [self(fn, **kw) for kw in kwargs_list]
         outcomes: list[CallOutcome] = []
         while len(outcomes) < len(kwargs_list):
-            if stop_after_timeouts and len(outcomes) >= stop_after_timeouts and all(
-                    o.status == "timeout" for o in outcomes[-stop_after_timeouts:]):
+            if (
+                stop_after_timeouts
+                and len(outcomes) >= stop_after_timeouts
+                and all(o.status == "timeout" for o in outcomes[-stop_after_timeouts:])
+            ):
                 skipped = CallOutcome("timeout", error="skipped: the scorer kept timing out", skipped=True)
                 outcomes += [skipped] * (len(kwargs_list) - len(outcomes))
                 break
-            outcomes += self._run_until_timeout(fn, kwargs_list[len(outcomes):])
+            outcomes += self._run_until_timeout(fn, kwargs_list[len(outcomes) :])
         return outcomes
 
     def _run_until_timeout(self, fn: Callable[..., Any], kwargs_list: list[dict[str, Any]]) -> list[CallOutcome]:
@@ -179,4 +183,3 @@ class _Batch:
         self.results: list[CallOutcome] = []
         self.started = started
         self.cancelled = False
-

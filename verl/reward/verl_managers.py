@@ -33,15 +33,28 @@ class AbstractRewardManager(abc.ABC):
     """verl's reward-manager base class (subclassing it is optional)."""
 
     @abc.abstractmethod
-    def __init__(self, tokenizer: Any, num_examine: int, compute_score: Callable[..., Any] | None = None,
-                 reward_fn_key: str = "data_source", **kwargs: Any) -> None: ...
+    def __init__(
+        self,
+        tokenizer: Any,
+        num_examine: int,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
+        **kwargs: Any,
+    ) -> None: ...
 
     @abc.abstractmethod
     def __call__(self, data: Any, return_dict: bool = False) -> Any: ...
 
 
-def build_verl_manager(cls: type, tokenizer: Any, *, num_examine: int = 0, compute_score: Callable[..., Any] | None = None,
-                       reward_fn_key: str = "data_source", reward_kwargs: dict[str, Any] | None = None) -> Any:
+def build_verl_manager(
+    cls: type,
+    tokenizer: Any,
+    *,
+    num_examine: int = 0,
+    compute_score: Callable[..., Any] | None = None,
+    reward_fn_key: str = "data_source",
+    reward_kwargs: dict[str, Any] | None = None,
+) -> Any:
     """Builds a verl-style manager class with verl's constructor arguments.
 
     ``reward_kwargs`` are passed as keywords when the constructor declares them (or takes
@@ -51,8 +64,13 @@ def build_verl_manager(cls: type, tokenizer: Any, *, num_examine: int = 0, compu
     params = inspect.signature(cls).parameters
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         kwargs = {k: v for k, v in kwargs.items() if k in params}
-    return cls(tokenizer=tokenizer, num_examine=num_examine, compute_score=compute_score or default_compute_score,
-               reward_fn_key=reward_fn_key, **kwargs)
+    return cls(
+        tokenizer=tokenizer,
+        num_examine=num_examine,
+        compute_score=compute_score or default_compute_score,
+        reward_fn_key=reward_fn_key,
+        **kwargs,
+    )
 
 
 class VerlManagerAdapter:
@@ -66,10 +84,17 @@ class VerlManagerAdapter:
     def __init__(self, cls: type) -> None:
         self.cls = cls
 
-    def __call__(self, tokenizer: Any, compute_score: Callable[..., Any] | None = None, reward_fn_key: str = "data_source",
-                 timeout_s: float | None = None, overlong_buffer: OverlongBufferConfig | None = None,
-                 max_response_length: int | None = None, num_examine: int = 0,
-                 reward_kwargs: dict[str, Any] | None = None) -> Any:
+    def __call__(
+        self,
+        tokenizer: Any,
+        compute_score: Callable[..., Any] | None = None,
+        reward_fn_key: str = "data_source",
+        timeout_s: float | None = None,
+        overlong_buffer: OverlongBufferConfig | None = None,
+        max_response_length: int | None = None,
+        num_examine: int = 0,
+        reward_kwargs: dict[str, Any] | None = None,
+    ) -> Any:
         """``cls(tokenizer=, num_examine=, compute_score=, reward_fn_key=, **reward_kwargs)``.
 
         Raises:
@@ -79,8 +104,14 @@ class VerlManagerAdapter:
         if overlong_buffer is not None and overlong_buffer.enable:
             overlong_buffer.validate(max_response_length)
             kwargs.update(overlong_buffer_cfg=overlong_buffer, max_resp_len=max_response_length)
-        return build_verl_manager(self.cls, tokenizer, num_examine=num_examine, compute_score=compute_score,
-                                  reward_fn_key=reward_fn_key, reward_kwargs=kwargs)
+        return build_verl_manager(
+            self.cls,
+            tokenizer,
+            num_examine=num_examine,
+            compute_score=compute_score,
+            reward_fn_key=reward_fn_key,
+            reward_kwargs=kwargs,
+        )
 
     def __repr__(self) -> str:
         return f"VerlManagerAdapter({self.cls.__module__}.{self.cls.__qualname__})"

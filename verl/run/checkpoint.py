@@ -179,7 +179,8 @@ class CheckpointManager:
             raise
         files = {
             str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)}
-            for p in sorted(tmp.rglob("*")) if p.is_file()
+            for p in sorted(tmp.rglob("*"))
+            if p.is_file()
         }
         (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": files}, indent=1))
         _fsync_tree(tmp)

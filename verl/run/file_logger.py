@@ -35,8 +35,11 @@ class FileLogger:
 
     def log(self, data: dict[str, Any], step: int) -> None:
         """Append ``{"step": step, "data": data}`` (numbers only)."""
-        clean = {k: (float(v) if math.isfinite(float(v)) else str(float(v))) for k, v in data.items()
-                 if isinstance(v, (int, float))}
+        clean = {
+            k: (float(v) if math.isfinite(float(v)) else str(float(v)))
+            for k, v in data.items()
+            if isinstance(v, (int, float))
+        }
         self._fp.write(json.dumps({"step": step, "data": clean}) + "\n")
         self._fp.flush()
 

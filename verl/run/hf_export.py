@@ -31,6 +31,7 @@ from typing import Any
 from verl.run.checkpoint import HF_CONFIG, HF_SUBDIR, MANIFEST, TOKENIZER_DIR, CheckpointError, check_checkpoint
 from verl.utils.errors import CheckpointLoadError
 
+
 def resolve_checkpoint_dir(path: str | Path) -> Path:
     """The ``global_step_N`` directory of ``path``: itself, or the parent of its ``actor`` directory.
 
@@ -67,8 +68,10 @@ def _build_architecture(actor_dir: Path, trust_remote_code: bool) -> Any:
 
     path = actor_dir / HF_CONFIG
     if not path.is_file():
-        raise CheckpointLoadError(f"{path} not found: the checkpoint does not say its architecture (written by an "
-                                  f"older verl?); re-save it with this version")
+        raise CheckpointLoadError(
+            f"{path} not found: the checkpoint does not say its architecture (written by an "
+            f"older verl?); re-save it with this version"
+        )
     raw = json.loads(path.read_text())
     model_type = raw.get("model_type")
     if model_type in CONFIG_MAPPING and not trust_remote_code:
@@ -76,8 +79,10 @@ def _build_architecture(actor_dir: Path, trust_remote_code: bool) -> Any:
         config = CONFIG_MAPPING[model_type].from_dict(raw)
         return AutoModelForCausalLM.from_config(config, trust_remote_code=False)
     if not trust_remote_code:
-        raise CheckpointLoadError(f"{path}: model_type {model_type!r} is not a transformers architecture; loading "
-                                  f"it would run code from the checkpoint: pass --trust-remote-code if you trust it")
+        raise CheckpointLoadError(
+            f"{path}: model_type {model_type!r} is not a transformers architecture; loading "
+            f"it would run code from the checkpoint: pass --trust-remote-code if you trust it"
+        )
     config = AutoConfig.from_pretrained(str(actor_dir), trust_remote_code=True)
     return AutoModelForCausalLM.from_config(config, trust_remote_code=True)
 
@@ -103,14 +108,22 @@ def _load_actor(ckpt_dir: Path, trust_remote_code: bool = False, hf_dir: Path | 
     missing, unexpected = module.load_state_dict(state, strict=False)
     real_missing = [k for k in missing if not k.endswith("lm_head.weight")]  # tied to the embedding
     if real_missing or unexpected:
-        raise CheckpointLoadError(f"{ckpt_dir}: checkpoint does not match the model (missing {real_missing[:3]}, unexpected {unexpected[:3]})")
+        raise CheckpointLoadError(
+            f"{ckpt_dir}: checkpoint does not match the model (missing {real_missing[:3]}, unexpected {unexpected[:3]})"
+        )
     tok_dir = _tokenizer_dir(hf_dir, ckpt_dir / "actor")
     tokenizer = AutoTokenizer.from_pretrained(str(tok_dir), trust_remote_code=trust_remote_code)
     return module, tokenizer
 
 
-def export_hf(ckpt_dir: str | Path, out_dir: str | Path, adapter_only: bool = False, verify: bool = True,
-              trust_remote_code: bool = False, hf_dir: str | Path | None = None) -> Path:
+def export_hf(
+    ckpt_dir: str | Path,
+    out_dir: str | Path,
+    adapter_only: bool = False,
+    verify: bool = True,
+    trust_remote_code: bool = False,
+    hf_dir: str | Path | None = None,
+) -> Path:
     """Write the checkpoint's actor as a Hugging Face model + tokenizer directory.
 
     Args:
@@ -140,14 +153,18 @@ def export_hf(ckpt_dir: str | Path, out_dir: str | Path, adapter_only: bool = Fa
         if not need.is_file():
             raise FileNotFoundError(f"{need} not found: is {ckpt} a global_step_N checkpoint directory?")
     if verify and not (ckpt / MANIFEST).is_file():
-        raise CheckpointError(f"{ckpt} has no {MANIFEST} (an interrupted save, or not written by verl); "
-                              f"refusing to export it unverified: pass --no-verify to export it anyway")
+        raise CheckpointError(
+            f"{ckpt} has no {MANIFEST} (an interrupted save, or not written by verl); "
+            f"refusing to export it unverified: pass --no-verify to export it anyway"
+        )
     if (ckpt / MANIFEST).is_file() and (problem := check_checkpoint(ckpt)) is not None:
         raise CheckpointError(f"refusing to export a damaged checkpoint: {problem}")
     if out.exists() and any(out.iterdir()):
         raise FileExistsError(f"{out} is not empty; choose a new output directory")
     if hf_dir is not None and not (Path(hf_dir) / HF_CONFIG).is_file():
-        raise FileNotFoundError(f"{Path(hf_dir) / HF_CONFIG} not found: --hf_model_path must be a local HF model directory")
+        raise FileNotFoundError(
+            f"{Path(hf_dir) / HF_CONFIG} not found: --hf_model_path must be a local HF model directory"
+        )
     module, tokenizer = _load_actor(ckpt, trust_remote_code, Path(hf_dir) if hf_dir is not None else None)
     is_peft = hasattr(module, "merge_and_unload")
     if adapter_only and not is_peft:

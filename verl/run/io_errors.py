@@ -44,11 +44,15 @@ def disk_errors(path: str | Path, action: str = "saving a checkpoint") -> Iterat
     except Exception as e:
         for cause in _chain(e):
             if isinstance(cause, OSError) and cause.errno in DISK_ERRNOS:
-                raise DiskError(f"{action} under {path} failed: {cause.strerror or cause} "
-                                f"({errno.errorcode.get(cause.errno, cause.errno)}); the previous checkpoint is intact") from e
+                raise DiskError(
+                    f"{action} under {path} failed: {cause.strerror or cause} "
+                    f"({errno.errorcode.get(cause.errno, cause.errno)}); the previous checkpoint is intact"
+                ) from e
             if _is_safetensors_error(cause):
-                raise DiskError(f"{action} under {path} failed writing safetensors ({cause}); is the disk full? "
-                                f"the previous checkpoint is intact") from e
+                raise DiskError(
+                    f"{action} under {path} failed writing safetensors ({cause}); is the disk full? "
+                    f"the previous checkpoint is intact"
+                ) from e
         raise
 
 
@@ -65,9 +69,14 @@ def load_errors(path: str | Path) -> Iterator[None]:
         for cause in _chain(e):
             if isinstance(cause, UserError):  # already one line naming the file (e.g. from a worker)
                 raise cause from None
-            if (isinstance(cause, (pickle.UnpicklingError, EOFError, zipfile.BadZipFile)) or _is_safetensors_error(cause)
-                    or "PytorchStreamReader failed" in str(cause)):
+            if (
+                isinstance(cause, (pickle.UnpicklingError, EOFError, zipfile.BadZipFile))
+                or _is_safetensors_error(cause)
+                or "PytorchStreamReader failed" in str(cause)
+            ):
                 # refusal_reason never relays torch's advice to load with weights_only=False
-                raise CheckpointLoadError(f"cannot load checkpoint {path}: a file there is not a loadable weights/state "
-                                          f"file ({refusal_reason(cause)})") from e
+                raise CheckpointLoadError(
+                    f"cannot load checkpoint {path}: a file there is not a loadable weights/state "
+                    f"file ({refusal_reason(cause)})"
+                ) from e
         raise

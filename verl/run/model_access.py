@@ -48,12 +48,18 @@ def load_error(key: str, what: str, path: str, error: Exception, trust_key: str 
     ``trust_remote_code=True`` argument)."""
     first = str(error).splitlines()[0] if str(error) else ""
     if needs_remote_code(error):
-        return ModelError(f"{key}: cannot {what} at {path}: the model ships its own Python code (auto_map in its "
-                          f"config.json); set {trust_key}=true to run that code, only if you trust its source")
+        return ModelError(
+            f"{key}: cannot {what} at {path}: the model ships its own Python code (auto_map in its "
+            f"config.json); set {trust_key}=true to run that code, only if you trust its source"
+        )
     hint = ""
     if not (str(path).startswith("builtin://") or Path(path).exists()):
         offline = any(os.environ.get(v, "") not in ("", "0") for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-        hub = "the hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)" if offline else "a hub id needs the hub or its cache"
+        hub = (
+            "the hub is offline (HF_HUB_OFFLINE / TRANSFORMERS_OFFLINE)"
+            if offline
+            else "a hub id needs the hub or its cache"
+        )
         hint = f"; no local directory {path!r} exists and {hub}"
     return ModelError(f"{key}: cannot {what} at {path} ({type(error).__name__}: {first}){hint}")
 
@@ -89,4 +95,3 @@ def load_run_tokenizer(cfg: Any) -> Any:
         return load_tokenizer(path, trust_remote_code=cfg.actor_rollout_ref.model.trust_remote_code)
     except Exception as e:  # noqa: BLE001 - transformers raises many types for a missing tokenizer
         raise load_error(key, "load the tokenizer", path, e) from None
-

@@ -150,8 +150,10 @@ def check_paths(cfg: Any) -> str:
     also = f" (+ {_size(reclaim)} in {len(stale)} unfinished .tmp_* save(s), removed at start)" if stale else ""
     if free + reclaim < need:
         # sizes with their own unit: a small model's checkpoint is well under 0.01 GiB
-        raise DiskError(f"trainer.default_local_dir: {ckpt_base} has {_size(free)} free{also}, one checkpoint "
-                        f"needs about {_size(need)}")
+        raise DiskError(
+            f"trainer.default_local_dir: {ckpt_base} has {_size(free)} free{also}, one checkpoint "
+            f"needs about {_size(need)}"
+        )
     return f"writable; one checkpoint ≈ {_size(need)}, {_size(free)} free{also}"
 
 
@@ -190,7 +192,9 @@ def estimate_checkpoint_bytes(cfg: Any) -> int | None:
     total = actor * CKPT_BYTES_PER_PARAM + (actor * 4 if cfg.trainer.save_hf else 0)
     if cfg.critic.enable:
         cm = cfg.critic.model
-        critic = count_parameters(resolve_model_path(cm.path or mc.path), getattr(cm, "trust_remote_code", mc.trust_remote_code))
+        critic = count_parameters(
+            resolve_model_path(cm.path or mc.path), getattr(cm, "trust_remote_code", mc.trust_remote_code)
+        )
         total += (critic or actor) * CKPT_BYTES_PER_PARAM
     return total
 
@@ -366,27 +370,37 @@ def check_model(cfg: Any, tokenizer: Any = None) -> str:
     if sp > 1:  # before any worker starts: attention and KV heads (/ tp under TP) are split over the SP group
         from verl.modules.ulysses import check_heads
 
-        check_heads(config, sp, "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
-                    cfg.actor_rollout_ref.actor.fsdp_config.tensor_parallel_size)
+        check_heads(
+            config,
+            sp,
+            "actor_rollout_ref.actor.ulysses_sequence_parallel_size",
+            cfg.actor_rollout_ref.actor.fsdp_config.tensor_parallel_size,
+        )
     n_weights = check_weight_files(Path(path)) if Path(path).is_dir() else 0
     tokenizer = tokenizer or load_run_tokenizer(cfg)
     rows = getattr(config, "vocab_size", None)
     vocab = len(tokenizer)
     if isinstance(rows, int) and vocab > rows:
-        raise ModelError(f"tokenizer vocabulary ({vocab} tokens, {tokenizer_path(cfg)}) is larger than the model's "
-                         f"embedding ({rows} rows, vocab_size in {path}/config.json): token ids >= {rows} would "
-                         f"index past the embedding; use the model's own tokenizer")
+        raise ModelError(
+            f"tokenizer vocabulary ({vocab} tokens, {tokenizer_path(cfg)}) is larger than the model's "
+            f"embedding ({rows} rows, vocab_size in {path}/config.json): token ids >= {rows} would "
+            f"index past the embedding; use the model's own tokenizer"
+        )
     rollout = cfg.actor_rollout_ref.rollout
     prompt = rollout.prompt_length or cfg.data.max_prompt_length
     response = rollout.response_length or cfg.data.max_response_length
     need = rollout.max_model_len or prompt + response
     context = model_context(config)
     if context is not None and need > context:
-        raise ModelError(f"prompt + response = {prompt} + {response} = {need} tokens exceeds the model's context of "
-                         f"{context} (config.json of {mc.path}); lower data.max_prompt_length / "
-                         f"data.max_response_length")
-    return (f"{config.model_type}: {n_weights} weight file(s) ok, vocabulary {vocab} ≤ {rows} embedding rows, "
-            f"prompt + response {need} ≤ context {context}")
+        raise ModelError(
+            f"prompt + response = {prompt} + {response} = {need} tokens exceeds the model's context of "
+            f"{context} (config.json of {mc.path}); lower data.max_prompt_length / "
+            f"data.max_response_length"
+        )
+    return (
+        f"{config.model_type}: {n_weights} weight file(s) ok, vocabulary {vocab} ≤ {rows} embedding rows, "
+        f"prompt + response {need} ≤ context {context}"
+    )
 
 
 _PAD_LOGGED: set[str] = set()
@@ -398,8 +412,10 @@ def check_pad_token(cfg: Any, tokenizer: Any = None) -> str:
     tokenizer = tokenizer or load_run_tokenizer(cfg)
     pad, eos = tokenizer.pad_token, tokenizer.eos_token
     if pad is not None and pad == eos:
-        line = (f"tokenizer {tokenizer_path(cfg)} pads with its eos token {eos!r} (id {tokenizer.pad_token_id}); "
-                f"safe: masks come from positions, never from token values")
+        line = (
+            f"tokenizer {tokenizer_path(cfg)} pads with its eos token {eos!r} (id {tokenizer.pad_token_id}); "
+            f"safe: masks come from positions, never from token values"
+        )
     else:
         line = f"pad token {pad!r} (id {tokenizer.pad_token_id})"
     if tokenizer_path(cfg) not in _PAD_LOGGED:

@@ -120,8 +120,10 @@ def _check_rows(cfg: Any, names: list[str]) -> int:
                 name = kwargs.get("name") if isinstance(kwargs, dict) else None
                 where = f"data.{files_key}: {path}: {label}: extra_info.interaction_kwargs.name"
                 if name is None and len(names) > 1:
-                    raise DataError(f"{where} is not set and several interactions are configured ({names}, "
-                                    f"{_KEY}.interaction_config_path): name one")
+                    raise DataError(
+                        f"{where} is not set and several interactions are configured ({names}, "
+                        f"{_KEY}.interaction_config_path): name one"
+                    )
                 if name is not None and name not in names:
                     raise DataError(f"{where}={name!r} is not in {_KEY}.interaction_config_path ({names})")
     return n

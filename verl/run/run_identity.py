@@ -69,8 +69,11 @@ def check_owner(cfg: Any) -> str:
     mine = run_keys(cfg)
     if theirs.get("run_id") == fingerprint(mine):
         return f"{root}: this run's folder (run id {theirs['run_id']})"
-    diff = [f"{k}={theirs.get('keys', {}).get(k)!r} there vs {v!r} here" for k, v in mine.items()
-            if theirs.get("keys", {}).get(k) != v]
+    diff = [
+        f"{k}={theirs.get('keys', {}).get(k)!r} there vs {v!r} here"
+        for k, v in mine.items()
+        if theirs.get("keys", {}).get(k) != v
+    ]
     raise CheckpointLoadError(
         f"trainer.default_local_dir {root} holds checkpoints of another run (run id {theirs.get('run_id')}; "
         f"{'; '.join(diff) or 'different keys'}); refusing to resume from or overwrite them: use a new "

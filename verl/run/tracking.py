@@ -30,7 +30,14 @@ class Tracking:
         ValueError: an unknown logger name; ImportError: wandb / mlflow requested but missing.
     """
 
-    def __init__(self, loggers: list[str], output_dir: str | Path, project_name: str = "verl", experiment_name: str = "run", config: dict | None = None) -> None:
+    def __init__(
+        self,
+        loggers: list[str],
+        output_dir: str | Path,
+        project_name: str = "verl",
+        experiment_name: str = "run",
+        config: dict | None = None,
+    ) -> None:
         unknown = [x for x in loggers if x not in _KNOWN]
         if unknown:
             raise ValueError(f"unknown logger(s) {unknown}; valid: {list(_KNOWN)}")
@@ -74,7 +81,9 @@ class Tracking:
             return
         path = self.output_dir / "metrics.jsonl"
         self._jsonl.close()
-        kept = [line for line in path.read_text().splitlines() if _row_step(line) is not None and _row_step(line) <= step]
+        kept = [
+            line for line in path.read_text().splitlines() if _row_step(line) is not None and _row_step(line) <= step
+        ]
         tmp = path.with_name(f".{path.name}.tmp")
         with open(tmp, "w") as f:
             f.write("".join(f"{line}\n" for line in kept))
@@ -203,7 +212,12 @@ def update_bar(bar: Any, metrics: dict[str, float]) -> None:
     """Advance the bar by one step, showing the score, validation accuracy, loss, length and step time."""
     if bar is None:
         return
-    keys = {"score": "critic/score/mean", "acc": "val/accuracy", "pg": "actor/pg_loss", "len": "response_length/mean",
-            "s/step": "timing_s/step"}
+    keys = {
+        "score": "critic/score/mean",
+        "acc": "val/accuracy",
+        "pg": "actor/pg_loss",
+        "len": "response_length/mean",
+        "s/step": "timing_s/step",
+    }
     bar.set_postfix({k: f"{metrics[v]:.3g}" for k, v in keys.items() if v in metrics}, refresh=False)
     bar.update(1)

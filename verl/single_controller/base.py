@@ -195,7 +195,9 @@ class BaseWorkerGroup:
         """
         mode = self._methods[name]
         if mode is Dispatch.DP_COMPUTE_PROTO:
-            raise ValueError(f"call_by_reference({name!r}): a DP_COMPUTE_PROTO method's results are merged by the controller")
+            raise ValueError(
+                f"call_by_reference({name!r}): a DP_COMPUTE_PROTO method's results are merged by the controller"
+            )
         per_args, per_kwargs, _ = dispatch_args(mode, self.world_size, args, kwargs)
         ranks = [0] if mode is Dispatch.RANK_ZERO else list(range(self.world_size))
         start = time.monotonic()
@@ -203,7 +205,9 @@ class BaseWorkerGroup:
         self.deadlines.record(call_key(name, per_args), time.monotonic() - start)
         return handles
 
-    def _execute_by_reference(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
+    def _execute_by_reference(
+        self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]
+    ) -> list[Any]:
         """`_execute` returning handles (see `call_by_reference`); in process the values are their own handles."""
         return self._execute(name, per_args, per_kwargs, ranks)
 

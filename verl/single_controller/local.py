@@ -51,9 +51,17 @@ class LocalWorkerGroup(BaseWorkerGroup):
                 timer.cancel()
 
     def _on_hang(self, name: str, deadline: float, explain: str) -> None:
-        print(f"verl hang watchdog: {self.role}.{name}() did not return within {deadline:.1f} s ({explain}); "
-              f"stacks of every thread of the driver process:", file=sys.stderr, flush=True)
+        print(
+            f"verl hang watchdog: {self.role}.{name}() did not return within {deadline:.1f} s ({explain}); "
+            f"stacks of every thread of the driver process:",
+            file=sys.stderr,
+            flush=True,
+        )
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
-        print(f"verl train: hang: {self.role} rank 0 {name}() exceeded its {deadline:.1f} s deadline; stacks above; "
-              f"the last checkpoint is intact", file=sys.stderr, flush=True)
+        print(
+            f"verl train: hang: {self.role} rank 0 {name}() exceeded its {deadline:.1f} s deadline; stacks above; "
+            f"the last checkpoint is intact",
+            file=sys.stderr,
+            flush=True,
+        )
         os._exit(HANG_EXIT_STATUS)

@@ -60,8 +60,13 @@ def ensure_ray(num_cpus: int | None = None, **ray_init: Any) -> None:
     if ray.is_initialized():
         return
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    kwargs: dict[str, Any] = {"num_cpus": num_cpus, "include_dashboard": False, "log_to_driver": True,
-                              "ignore_reinit_error": True, **ray_init}
+    kwargs: dict[str, Any] = {
+        "num_cpus": num_cpus,
+        "include_dashboard": False,
+        "log_to_driver": True,
+        "ignore_reinit_error": True,
+        **ray_init,
+    }
     ray.init(**kwargs)
 
 
@@ -162,8 +167,17 @@ class RayWorkerGroup(BaseWorkerGroup):
         poll_s: seconds between liveness checks while waiting.
     """
 
-    def __init__(self, worker_cls: type, world_size: int, trainer_cfg: Any, *args: Any, role: str | None = None,
-                 poll_s: float = 1.0, resource_pool: RayResourcePool | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        worker_cls: type,
+        world_size: int,
+        trainer_cfg: Any,
+        *args: Any,
+        role: str | None = None,
+        poll_s: float = 1.0,
+        resource_pool: RayResourcePool | None = None,
+        **kwargs: Any,
+    ) -> None:
         import ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -181,13 +195,24 @@ class RayWorkerGroup(BaseWorkerGroup):
         self.actors = []
         for rank in range(world_size):
             group, index = self.pool.bundle(rank)
-            env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(index),
-                   "MASTER_ADDR": addr, "MASTER_PORT": str(port), "VERL_DEVICE": device,
-                   "OMP_NUM_THREADS": str(threads), "VERL_ROLE": self.role, STACK_DIR_ENV: str(self.stack_dir)}
+            env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_RANK": str(index),
+                "MASTER_ADDR": addr,
+                "MASTER_PORT": str(port),
+                "VERL_DEVICE": device,
+                "OMP_NUM_THREADS": str(threads),
+                "VERL_ROLE": self.role,
+                STACK_DIR_ENV: str(self.stack_dir),
+            }
             strategy = PlacementGroupSchedulingStrategy(group, placement_group_bundle_index=index)
             actor = host_cls.options(
-                scheduling_strategy=strategy, num_cpus=0.01, num_gpus=0 if device == "cpu" else 0.01,
-                max_concurrency=1, name=None,
+                scheduling_strategy=strategy,
+                num_cpus=0.01,
+                num_gpus=0 if device == "cpu" else 0.01,
+                max_concurrency=1,
+                name=None,
             ).remote(env, worker_cls, args, kwargs)
             self.actors.append(actor)
         self.watch = None
@@ -204,7 +229,9 @@ class RayWorkerGroup(BaseWorkerGroup):
         refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i]) for i, r in enumerate(ranks)]
         return self._wait(refs, ranks, name, call_key(name, per_args))
 
-    def _execute_by_reference(self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]) -> list[Any]:
+    def _execute_by_reference(
+        self, name: str, per_args: list[tuple], per_kwargs: list[dict], ranks: list[int]
+    ) -> list[Any]:
         refs = [self.actors[r].call.remote(name, per_args[i], per_kwargs[i], True) for i, r in enumerate(ranks)]
         return [boxed[0] for boxed in self._wait(refs, ranks, name, call_key(name, per_args))]
 
@@ -225,7 +252,9 @@ class RayWorkerGroup(BaseWorkerGroup):
                     # a dead actor, or a survivor's broken collective: a node loss is named as such
                     self._check_nodes(failed=True)
                     self.shutdown()
-                    raise WorkerError(f"{self.role} worker rank {rank} failed in {name}(): {type(e).__name__}: {e}") from e
+                    raise WorkerError(
+                        f"{self.role} worker rank {rank} failed in {name}(): {type(e).__name__}: {e}"
+                    ) from e
             if pending and deadline is not None and time.monotonic() - start > deadline:
                 self._on_hang(name, key, [ranks[refs.index(r)] for r in pending], time.monotonic() - start)
         return ray.get(refs)
@@ -254,8 +283,11 @@ class RayWorkerGroup(BaseWorkerGroup):
     def _on_hang(self, name: str, key: str, pending: list[int], elapsed: float) -> None:
         """Dump every worker's stacks, kill the actors, raise `HangError` (module docstring)."""
         pids = getattr(self, "pids", [])
-        workers = [(rank, pid, self.stack_dir / f"{self.role}_rank{rank}.txt") for rank, pid in enumerate(pids)
-                   if self._on_driver_node(rank)]  # a pid of another node means nothing here: never signal it
+        workers = [
+            (rank, pid, self.stack_dir / f"{self.role}_rank{rank}.txt")
+            for rank, pid in enumerate(pids)
+            if self._on_driver_node(rank)
+        ]  # a pid of another node means nothing here: never signal it
         states = {rank: process_state(pid) for rank, pid, _ in workers}
         stacks = dump_stacks(workers)
         text = format_report(self.role, name, elapsed, self.deadlines.explain(key), pending, workers, states, stacks)
@@ -272,7 +304,8 @@ class RayWorkerGroup(BaseWorkerGroup):
         stopped = [r for r, st in states.items() if st == "stopped"]
         raise HangError(
             f"{self.role}.{name}() did not return within {elapsed:.0f} s ({self.deadlines.explain(key)}); no answer from "
-            f"rank(s) {pending}" + (f"; rank(s) {stopped} were stopped (SIGSTOP)" if stopped else "")
+            f"rank(s) {pending}"
+            + (f"; rank(s) {stopped} were stopped (SIGSTOP)" if stopped else "")
             + f"; every worker's stack is in {where}; the last checkpoint is intact"
         )
 

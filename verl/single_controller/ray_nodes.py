@@ -62,18 +62,24 @@ def node_placement_groups(nnodes: int, per_node: int, device: str, timeout_s: fl
     res = "GPU" if device == "cuda" else "CPU"
     fits = [n for n in alive_nodes() if n.get("Resources", {}).get(res, 0) >= per_node]
     if len(fits) < nnodes:
-        raise ConfigError(f"trainer.nnodes={nnodes}: the Ray cluster has {len(fits)} alive node(s) with "
-                          f"{per_node} {res} (trainer.n_gpus_per_node); start more nodes with `ray start --address`")
+        raise ConfigError(
+            f"trainer.nnodes={nnodes}: the Ray cluster has {len(fits)} alive node(s) with "
+            f"{per_node} {res} (trainer.n_gpus_per_node); start more nodes with `ray start --address`"
+        )
     bundle = {"CPU": 1} if device == "cpu" else {"CPU": 1, "GPU": 1}
-    groups = [placement_group([bundle] * per_node, strategy="STRICT_PACK", _soft_target_node_id=n["NodeID"])
-              for n in fits[:nnodes]]
+    groups = [
+        placement_group([bundle] * per_node, strategy="STRICT_PACK", _soft_target_node_id=n["NodeID"])
+        for n in fits[:nnodes]
+    ]
     ray.get([g.ready() for g in groups], timeout=timeout_s)
     hosts = [placement_group_table(g)["bundles_to_node_id"][0] for g in groups]
     if len(set(hosts)) < nnodes:
         for g in groups:
             remove_placement_group(g)
-        raise ConfigError(f"trainer.nnodes={nnodes}: the placement groups landed on {len(set(hosts))} node(s); "
-                          f"each node needs {per_node} free {res} slots")
+        raise ConfigError(
+            f"trainer.nnodes={nnodes}: the placement groups landed on {len(set(hosts))} node(s); "
+            f"each node needs {per_node} free {res} slots"
+        )
     return groups
 
 
@@ -142,8 +148,10 @@ class NodeWatch:
 
     def _mark_lost(self, node_id: str, entry: dict[str, Any], reason: str) -> None:
         roles = ", ".join(f"{role} rank(s) {ranks}" for role, ranks in sorted(entry["roles"].items()))
-        line = (f"verl node watch: Ray node {node_id} ({entry['ip']}) is dead ({reason}); it hosted {roles}; "
-                "stopping the run, the last checkpoint is intact")
+        line = (
+            f"verl node watch: Ray node {node_id} ({entry['ip']}) is dead ({reason}); it hosted {roles}; "
+            "stopping the run, the last checkpoint is intact"
+        )
         self.lost, self.lost_at = NodeLostError(line), time.monotonic()
         print(line, file=sys.stderr, flush=True)
 

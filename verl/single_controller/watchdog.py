@@ -92,8 +92,10 @@ class CallDeadlines:
         if not past:
             return f"first call of {key}: {FIRST_CALL_FACTOR:g} x {self.floor_s:g} s (trainer.hang_timeout_s)"
         which = "the first call" if len(past) == 1 else f"{len(past) - 1} call(s) after the first"
-        return (f"max({self.history_floor_s:g} s, {HISTORY_FACTOR:g} x slowest {self._slowest(past):.3g} s of {which} "
-                f"of {key})")
+        return (
+            f"max({self.history_floor_s:g} s, {HISTORY_FACTOR:g} x slowest {self._slowest(past):.3g} s of {which} "
+            f"of {key})"
+        )
 
 
 _STACK_FILE: IO[str] | None = None
@@ -162,11 +164,21 @@ def _complete(path: Path) -> bool:
     return True
 
 
-def format_report(role: str, method: str, elapsed: float, explain: str, pending: list[int],
-                  workers: list[tuple[int, int, Path]], states: dict[int, str], stacks: dict[int, str]) -> str:
+def format_report(
+    role: str,
+    method: str,
+    elapsed: float,
+    explain: str,
+    pending: list[int],
+    workers: list[tuple[int, int, Path]],
+    states: dict[int, str],
+    stacks: dict[int, str],
+) -> str:
     """The multi-line report written to stderr and ``hang_stacks.txt``."""
-    lines = [f"verl hang watchdog: {role}.{method}() did not return within the deadline ({elapsed:.1f} s; {explain}); "
-             f"waiting on rank(s) {pending}"]
+    lines = [
+        f"verl hang watchdog: {role}.{method}() did not return within the deadline ({elapsed:.1f} s; {explain}); "
+        f"waiting on rank(s) {pending}"
+    ]
     for rank, pid, _ in workers:
         lines.append(f"--- {role} rank {rank} (pid {pid}, {states.get(rank, '?')}) ---")
         lines.append(stacks.get(rank, "(no stack)"))

@@ -64,15 +64,44 @@ def _set_limits(cfg):
 
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC
 _PATH_EVENTS = {
-    "os.remove": 1, "os.rmdir": 1, "os.mkdir": 1, "os.chmod": 1, "os.chown": 1, "os.truncate": 1,
-    "os.utime": 1, "os.rename": 2, "os.link": 2, "os.symlink": 2, "os.mkfifo": 1, "os.mknod": 1,
-    "shutil.rmtree": 1, "shutil.copyfile": 2, "shutil.copytree": 2, "shutil.move": 2, "sqlite3.connect": 1,
+    "os.remove": 1,
+    "os.rmdir": 1,
+    "os.mkdir": 1,
+    "os.chmod": 1,
+    "os.chown": 1,
+    "os.truncate": 1,
+    "os.utime": 1,
+    "os.rename": 2,
+    "os.link": 2,
+    "os.symlink": 2,
+    "os.mkfifo": 1,
+    "os.mknod": 1,
+    "shutil.rmtree": 1,
+    "shutil.copyfile": 2,
+    "shutil.copytree": 2,
+    "shutil.move": 2,
+    "sqlite3.connect": 1,
 }
-_FORBIDDEN = frozenset({
-    "os.system", "os.exec", "os.posix_spawn", "os.spawn", "os.fork", "os.forkpty", "subprocess.Popen",
-    "pty.spawn", "os.kill", "os.killpg", "signal.pthread_kill", "ctypes.dlopen", "ctypes.dlsym",
-    "ctypes.dlsym/handle", "ctypes.call_function", "sys.remote_exec",
-})
+_FORBIDDEN = frozenset(
+    {
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+        "subprocess.Popen",
+        "pty.spawn",
+        "os.kill",
+        "os.killpg",
+        "signal.pthread_kill",
+        "ctypes.dlopen",
+        "ctypes.dlsym",
+        "ctypes.dlsym/handle",
+        "ctypes.call_function",
+        "sys.remote_exec",
+    }
+)
 
 
 _PATH_EVENT_ITEMS = tuple(_PATH_EVENTS.items())

@@ -72,7 +72,9 @@ class BaseTool:
         """Create the per-trajectory instance; returns (instance_id, creation response)."""
         return instance_id or str(uuid.uuid4()), ToolResponse()
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         """Run one call; returns (response to the model, step reward, metrics)."""
         raise NotImplementedError
 
@@ -100,7 +102,9 @@ class BaseInteraction:
         """Create the per-trajectory state; returns its id."""
         return instance_id or str(uuid.uuid4())
 
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[bool, str, float, dict]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict]:
         """After an assistant turn: (should_terminate, user response text, turn score, metadata)."""
         raise NotImplementedError
 

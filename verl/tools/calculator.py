@@ -72,7 +72,12 @@ def _eval(node: ast.AST) -> int | float:
             raise ToolError("result too large") from None
     if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
         return _UNARY[type(node.op)](_eval(node.operand))
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS and not node.keywords:
+    if (
+        isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Name)
+        and node.func.id in _FUNCTIONS
+        and not node.keywords
+    ):
         args = [_eval(a) for a in node.args]
         try:
             return _check(_FUNCTIONS[node.func.id](*args))
@@ -135,7 +140,9 @@ class CalculatorTool(BaseTool):
         """No per-trajectory state; returns a fresh id."""
         return instance_id or str(uuid.uuid4()), ToolResponse()
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         """Evaluates ``parameters["expression"]``; the response is the formatted number."""
         expression = parameters.get("expression")
         if not isinstance(expression, str):

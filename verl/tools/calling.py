@@ -81,12 +81,16 @@ def truncate_tool_text(text: str, max_length: int | None, side: TruncateSide = "
 def _check_result(tool_name: str, result: Any) -> ToolCallResult:
     """Validates what ``execute`` returned; garbage becomes an ``error`` result."""
     if not (isinstance(result, tuple) and len(result) == 3):
-        return error_result(f"Error: tool '{tool_name}' returned {type(result).__name__}; expected (ToolResponse, reward, metrics)")
+        return error_result(
+            f"Error: tool '{tool_name}' returned {type(result).__name__}; expected (ToolResponse, reward, metrics)"
+        )
     response, reward, metrics = result
     if isinstance(response, str):
         response = ToolResponse(text=response)
     if not isinstance(response, ToolResponse) or not isinstance(response.text, (str, type(None))):
-        return error_result(f"Error: tool '{tool_name}' returned a {type(response).__name__} response; expected ToolResponse or str")
+        return error_result(
+            f"Error: tool '{tool_name}' returned a {type(response).__name__} response; expected ToolResponse or str"
+        )
     if reward is None:
         reward = 0.0
     if isinstance(reward, bool) or not isinstance(reward, (int, float)) or not math.isfinite(reward):
@@ -94,7 +98,9 @@ def _check_result(tool_name: str, result: Any) -> ToolCallResult:
     if metrics is None:
         metrics = {}
     if not isinstance(metrics, dict):
-        return error_result(f"Error: tool '{tool_name}' returned metrics of type {type(metrics).__name__}; expected dict")
+        return error_result(
+            f"Error: tool '{tool_name}' returned metrics of type {type(metrics).__name__}; expected dict"
+        )
     status = metrics.get("status", "ok")
     return ToolCallResult(response, float(reward), metrics, status if status in STATUSES else "ok")
 
@@ -199,7 +205,10 @@ class ToolSession:
                 result = error_result(f"Error: tool '{call.name}' failed to start: {type(e).__name__}: {e}")
             else:
                 result = await call_tool(
-                    tool, instance_id, call, self.timeout_s,
+                    tool,
+                    instance_id,
+                    call,
+                    self.timeout_s,
                     max_response_length=self.max_response_length,
                     truncate_side=self.truncate_side,
                     execute_kwargs=_lifecycle_kwargs(self.tools_kwargs, call.name, "execute_kwargs"),

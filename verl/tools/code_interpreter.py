@@ -42,8 +42,20 @@ DEFAULT_SCHEMA: dict[str, Any] = {
     },
 }
 
-_KEYS = {"timeout_s", "default_timeout", "cpu_time_s", "memory_limit_mb", "max_output_bytes", "max_concurrency", "num_workers",
-         "default_language", "warm_workers", "max_processes", "tmpfs_mb", "unsafe_no_isolation"}
+_KEYS = {
+    "timeout_s",
+    "default_timeout",
+    "cpu_time_s",
+    "memory_limit_mb",
+    "max_output_bytes",
+    "max_concurrency",
+    "num_workers",
+    "default_language",
+    "warm_workers",
+    "max_processes",
+    "tmpfs_mb",
+    "unsafe_no_isolation",
+}
 
 
 def format_result(result: SandboxResult) -> str:
@@ -97,8 +109,9 @@ class PythonCodeTool(BaseTool):
         unsafe = config.get("unsafe_no_isolation", False)
         if not isinstance(unsafe, bool):
             raise ValueError(f"unsafe_no_isolation must be true or false, got {unsafe!r}")
-        self.pool = SandboxPool(self.limits, warm=int(config.get("warm_workers", self.max_concurrency)),
-                                unsafe_no_isolation=unsafe)
+        self.pool = SandboxPool(
+            self.limits, warm=int(config.get("warm_workers", self.max_concurrency)), unsafe_no_isolation=unsafe
+        )
         self._semaphores: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # event loop -> Semaphore
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, ToolResponse]:
@@ -106,7 +119,9 @@ class PythonCodeTool(BaseTool):
         self.pool.start()
         return instance_id or str(uuid.uuid4()), ToolResponse()
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         """Runs ``parameters["code"]``; metrics carry ``status``, ``duration_s``, ``exit_code``."""
         code = parameters.get("code")
         if not isinstance(code, str):

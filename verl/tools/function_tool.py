@@ -38,8 +38,15 @@ from typing import Any, Callable, Optional, Union
 from verl.tools.base import BaseTool, ToolResponse
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
-__all__ = ["FUNCTION_TOOL_REGISTRY", "FunctionTool", "FunctionToolAdapter", "function_tool", "get_function_tool",
-           "load_function_tools_from_path", "normalize_function_tool_return"]
+__all__ = [
+    "FUNCTION_TOOL_REGISTRY",
+    "FunctionTool",
+    "FunctionToolAdapter",
+    "function_tool",
+    "get_function_tool",
+    "load_function_tools_from_path",
+    "normalize_function_tool_return",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -73,8 +80,10 @@ def _schema_of(fn: Callable[..., Any], name: str, schema: Any) -> OpenAIFunction
         return OpenAIFunctionToolSchema.model_validate(schema)
     for p in inspect.signature(fn).parameters.values():
         if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-            raise ValueError(f"function tool {name!r}: variadic parameter {p.name!r} cannot be a JSON property; "
-                             f"take a list instead (e.g. {p.name}: list[int])")
+            raise ValueError(
+                f"function tool {name!r}: variadic parameter {p.name!r} cannot be a JSON property; "
+                f"take a list instead (e.g. {p.name}: list[int])"
+            )
     from transformers.utils import get_json_schema
 
     inferred = get_json_schema(fn)
@@ -86,7 +95,9 @@ def _schema_of(fn: Callable[..., Any], name: str, schema: Any) -> OpenAIFunction
 def _register(fn: Callable[..., Any], name: str, schema: Any) -> Callable[..., Any]:
     existing = FUNCTION_TOOL_REGISTRY.get(name)
     if existing is not None and existing.fn is not fn:
-        raise ValueError(f"function tool {name!r} is already registered (by {existing.fn.__module__}.{existing.fn.__qualname__})")
+        raise ValueError(
+            f"function tool {name!r} is already registered (by {existing.fn.__module__}.{existing.fn.__qualname__})"
+        )
     FUNCTION_TOOL_REGISTRY[name] = FunctionTool(name, fn, _schema_of(fn, name, schema), inspect.iscoroutinefunction(fn))
     return fn
 
@@ -106,6 +117,7 @@ def function_tool(name: Union[str, Callable[..., Any], None] = None, *, schema: 
 
     def decorator(fn: Callable[..., Any]) -> Callable[..., Any]:
         return _register(fn, name or fn.__name__, schema)
+
     return decorator
 
 
@@ -165,11 +177,17 @@ def normalize_function_tool_return(ret: Any) -> tuple[ToolResponse, float, dict[
     """
     if isinstance(ret, tuple):
         if not 1 <= len(ret) <= 3:
-            raise TypeError(f"a function tool returning a tuple must return length 1, 2, or 3 "
-                            f"(response, reward, metrics); got length {len(ret)}")
+            raise TypeError(
+                f"a function tool returning a tuple must return length 1, 2, or 3 "
+                f"(response, reward, metrics); got length {len(ret)}"
+            )
         reward: Optional[Any] = ret[1] if len(ret) > 1 else None
         metrics: Optional[Any] = ret[2] if len(ret) > 2 else None
-        return _coerce_response(ret[0]), 0.0 if reward is None else float(reward), {} if metrics is None else dict(metrics)
+        return (
+            _coerce_response(ret[0]),
+            0.0 if reward is None else float(reward),
+            {} if metrics is None else dict(metrics),
+        )
     return _coerce_response(ret), 0.0, {}
 
 
@@ -180,6 +198,8 @@ class FunctionToolAdapter(BaseTool):
         self.function = tool
         super().__init__({}, tool.tool_schema.model_dump(exclude_unset=True, exclude_none=True))
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         """Call the function with the parsed arguments; its result normalised."""
         return normalize_function_tool_return(await self.function.call(dict(parameters)))

@@ -29,7 +29,12 @@ DEFAULT_SCHEMA: dict[str, Any] = {
         "description": "A tool for calculating the reward of gsm8k. (1.0 if your answer is correct, 0.0 if your answer is incorrect)",
         "parameters": {
             "type": "object",
-            "properties": {"answer": {"type": "string", "description": "The model's answer to the GSM8K math problem, must be a digits"}},
+            "properties": {
+                "answer": {
+                    "type": "string",
+                    "description": "The model's answer to the GSM8K math problem, must be a digits",
+                }
+            },
             "required": ["answer"],
         },
     },
@@ -62,7 +67,9 @@ class Gsm8kTool(BaseTool):
         self._instances[instance_id] = {"response": "", "ground_truth": ground_truth, "reward": 0.0}
         return instance_id, ToolResponse()
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         """Stores ``parameters["answer"]``, scores it; returns feedback, step reward, metrics."""
         state = self._instances[instance_id]
         answer = parameters.get("answer", "")
@@ -78,7 +85,11 @@ class Gsm8kTool(BaseTool):
         state = self._instances[instance_id]
         if state["ground_truth"] is None:
             return 0.0
-        return float(gsm8k.compute_score(state["response"], str(state["ground_truth"]), method="flexible", format_score=0.0, score=1.0))
+        return float(
+            gsm8k.compute_score(
+                state["response"], str(state["ground_truth"]), method="flexible", format_score=0.0, score=1.0
+            )
+        )
 
     async def release(self, instance_id: str, **kwargs: Any) -> None:
         """Drops the trajectory's state."""

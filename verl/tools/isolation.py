@@ -41,11 +41,21 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["INSTALL_HINT", "IsolationError", "IsolationInfo", "PidsCgroup", "check_isolation", "python_roots",
-           "sandbox_command", "sandbox_env"]
+__all__ = [
+    "INSTALL_HINT",
+    "IsolationError",
+    "IsolationInfo",
+    "PidsCgroup",
+    "check_isolation",
+    "python_roots",
+    "sandbox_command",
+    "sandbox_env",
+]
 
-INSTALL_HINT = ("install the `bubblewrap` package (`apt-get install -y bubblewrap`) or set "
-                "unsafe_no_isolation: true in the tool config to run model code without OS isolation")
+INSTALL_HINT = (
+    "install the `bubblewrap` package (`apt-get install -y bubblewrap`) or set "
+    "unsafe_no_isolation: true in the tool config to run model code without OS isolation"
+)
 SANDBOX_UID = 65534  # "nobody": not root inside, so exec drops every capability
 _HOST_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _DEVICES = ("/dev/null", "/dev/urandom")
@@ -87,16 +97,24 @@ class IsolationInfo:
             pids = "RLIMIT_NPROC (no writable pids cgroup)"
         else:
             pids = "NOT capped (root without a writable pids cgroup: only the wall timeout stops a fork bomb)"
-        return (f"{self.version}: user/mount/pid/ipc/uts/net namespaces, read-only interpreter, private /tmp; "
-                f"process count: {pids}")
+        return (
+            f"{self.version}: user/mount/pid/ipc/uts/net namespaces, read-only interpreter, private /tmp; "
+            f"process count: {pids}"
+        )
 
 
 def python_roots() -> list[str]:
     """Directories the sandbox needs read-only to run this interpreter: its prefixes, the venv,
     the directory of the real executable and ``site-packages``; those under ``/usr`` are dropped
     (``/usr`` is bound whole), nested ones are dropped in favour of their parent."""
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             os.path.dirname(os.path.realpath(sys.executable)), *site.getsitepackages()}
+    paths = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        os.path.dirname(os.path.realpath(sys.executable)),
+        *site.getsitepackages(),
+    }
     real = sorted({os.path.realpath(p) for p in paths if p and os.path.isdir(p)})
     out: list[str] = []
     for p in real:
@@ -110,18 +128,36 @@ def sandbox_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     """The allow-listed environment of a sandboxed process (nothing of the caller's)."""
     # one BLAS thread: each extra thread reserves address space that RLIMIT_AS counts
     threads = {k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}
-    return {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "TMPDIR": "/tmp", "LANG": "C.UTF-8",
-            **threads, **(extra or {})}
+    return {
+        "PATH": "/usr/local/bin:/usr/bin:/bin",
+        "HOME": "/tmp",
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        **threads,
+        **(extra or {}),
+    }
 
 
 def _rlimit_args(prlimit: str, limits: dict[str, int]) -> list[str]:
     cpu = int(limits["cpu_time_s"])
-    return [prlimit, f"--as={int(limits['memory_bytes'])}", f"--cpu={cpu}:{cpu + 1}",
-            f"--fsize={int(limits['max_file_bytes'])}", f"--nofile={int(limits['max_open_files'])}", "--core=0", "--"]
+    return [
+        prlimit,
+        f"--as={int(limits['memory_bytes'])}",
+        f"--cpu={cpu}:{cpu + 1}",
+        f"--fsize={int(limits['max_file_bytes'])}",
+        f"--nofile={int(limits['max_open_files'])}",
+        "--core=0",
+        "--",
+    ]
 
 
-def sandbox_command(info: IsolationInfo, python_argv: list[str], limits: dict[str, int], tmpfs_bytes: int,
-                    cgroup: PidsCgroup | None = None) -> list[str]:
+def sandbox_command(
+    info: IsolationInfo,
+    python_argv: list[str],
+    limits: dict[str, int],
+    tmpfs_bytes: int,
+    cgroup: PidsCgroup | None = None,
+) -> list[str]:
     """The argv that runs ``python_argv`` (its first item an absolute interpreter path) isolated.
 
     Args:
@@ -138,8 +174,21 @@ def sandbox_command(info: IsolationInfo, python_argv: list[str], limits: dict[st
     """
     argv = _rlimit_args(info.prlimit, limits) + [info.bwrap, "--unshare-all", "--unshare-user"]
     argv += ["--disable-userns"] if info.disable_userns else []
-    argv += ["--die-with-parent", "--new-session", "--uid", str(SANDBOX_UID), "--gid", str(SANDBOX_UID),
-             "--cap-drop", "ALL", "--hostname", "sandbox", "--ro-bind", "/usr", "/usr"]
+    argv += [
+        "--die-with-parent",
+        "--new-session",
+        "--uid",
+        str(SANDBOX_UID),
+        "--gid",
+        str(SANDBOX_UID),
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for link in _HOST_LINKS:
         if os.path.islink(link):
             argv += ["--symlink", os.readlink(link), link]
@@ -269,13 +318,20 @@ def check_isolation() -> IsolationInfo:
     if prlimit is None:
         raise IsolationError("`prlimit` (package util-linux) is not installed: it sets the sandbox's limits")
     version = subprocess.run([bwrap, "--version"], capture_output=True, text=True, timeout=10).stdout.strip()
-    info = IsolationInfo(bwrap=bwrap, version=version or "bubblewrap", prlimit=prlimit, pids_cgroup=_find_pids_cgroup(),
-                         disable_userns=_version_tuple(version) >= (0, 8, 0))
+    info = IsolationInfo(
+        bwrap=bwrap,
+        version=version or "bubblewrap",
+        prlimit=prlimit,
+        pids_cgroup=_find_pids_cgroup(),
+        disable_userns=_version_tuple(version) >= (0, 8, 0),
+    )
     limits = {"memory_bytes": 1 << 30, "cpu_time_s": 5, "max_file_bytes": 1 << 20, "max_open_files": 64}
     argv = sandbox_command(info, [os.path.realpath(sys.executable), "-I", "-S", "-c", "pass"], limits, 1 << 20)
     probe = subprocess.run(argv, capture_output=True, text=True, timeout=30, env={})
     if probe.returncode != 0:
         why = (probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"])[-1]
-        raise IsolationError(f"bubblewrap cannot create a sandbox here ({why}; user namespaces may be disabled, "
-                             f"see /proc/sys/kernel/unprivileged_userns_clone): {INSTALL_HINT}")
+        raise IsolationError(
+            f"bubblewrap cannot create a sandbox here ({why}; user namespaces may be disabled, "
+            f"see /proc/sys/kernel/unprivileged_userns_clone): {INSTALL_HINT}"
+        )
     return info

@@ -45,7 +45,6 @@ __all__ = [
 ]
 
 
-
 @dataclass
 class ParsedToolCall:
     """One ``<tool_call>`` block in text order: exactly one of ``call`` / ``error`` is set."""
@@ -99,7 +98,9 @@ def _check_call(obj: Any, tools: dict[str, BaseTool]) -> ParsedToolCall:
 def _scan(text: str, tools: dict[str, BaseTool], in_reasoning: bool) -> tuple[str, list[ParsedToolCall]]:
     """`scan_tool_blocks`, each decoded block checked as a call to one of ``tools``."""
     content, blocks = scan_tool_blocks(text, in_reasoning=in_reasoning)
-    return content, [ParsedToolCall(error=b.error) if b.error is not None else _check_call(b.value, tools) for b in blocks]
+    return content, [
+        ParsedToolCall(error=b.error) if b.error is not None else _check_call(b.value, tools) for b in blocks
+    ]
 
 
 def parse_tool_calls_ordered(

@@ -29,8 +29,15 @@ from omegaconf import OmegaConf
 from verl.tools.base import BaseTool
 from verl.utils.errors import UserError
 
-__all__ = ["BUILTIN_CONFIG_DIR", "CLASS_ALIASES", "ToolConfigError", "import_class", "load_tool_schemas", "load_tools",
-           "tool_schemas"]
+__all__ = [
+    "BUILTIN_CONFIG_DIR",
+    "CLASS_ALIASES",
+    "ToolConfigError",
+    "import_class",
+    "load_tool_schemas",
+    "load_tools",
+    "tool_schemas",
+]
 
 CLASS_ALIASES: dict[str, str] = {
     # verl <= 0.4 kept its tools under workers/tool
@@ -94,7 +101,9 @@ def _load_yaml(path: str | Path, top_key: str) -> list[Any]:
 def _check_schema(schema: Any, where: str) -> None:
     """Checks an OpenAI function schema; its ``parameters`` must be a valid JSON Schema."""
     if not isinstance(schema, dict) or schema.get("type") != "function" or not isinstance(schema.get("function"), dict):
-        raise ToolConfigError(f"{where}: tool_schema must be {{type: function, function: {{name, description, parameters}}}}")
+        raise ToolConfigError(
+            f"{where}: tool_schema must be {{type: function, function: {{name, description, parameters}}}}"
+        )
     name = schema["function"].get("name")
     if not isinstance(name, str) or not name:
         raise ToolConfigError(f"{where}: tool_schema.function.name must be a non-empty string")
@@ -103,7 +112,9 @@ def _check_schema(schema: Any, where: str) -> None:
         try:
             jsonschema.validators.validator_for(params).check_schema(params)
         except jsonschema.SchemaError as e:
-            raise ToolConfigError(f"{where}: tool_schema.function.parameters is not a valid JSON Schema: {e.message}") from e
+            raise ToolConfigError(
+                f"{where}: tool_schema.function.parameters is not a valid JSON Schema: {e.message}"
+            ) from e
 
 
 def _build_tool(entry: Any, where: str) -> BaseTool:
@@ -118,7 +129,9 @@ def _build_tool(entry: Any, where: str) -> BaseTool:
         raise ToolConfigError(f"{where}: config must be a mapping")
     tool_type = config.get("type", "native")
     if tool_type != "native":
-        raise ToolConfigError(f"{where}: config.type={tool_type!r} is not supported yet: only 'native' tools (no MCP servers)")
+        raise ToolConfigError(
+            f"{where}: config.type={tool_type!r} is not supported yet: only 'native' tools (no MCP servers)"
+        )
     cls = import_class(entry["class_name"], BaseTool, where)
     schema = entry.get("tool_schema")
     if schema is not None:

@@ -53,7 +53,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from verl.tools.isolation import IsolationError, IsolationInfo, PidsCgroup, check_isolation, sandbox_command, sandbox_env
+from verl.tools.isolation import (
+    IsolationError,
+    IsolationInfo,
+    PidsCgroup,
+    check_isolation,
+    sandbox_command,
+    sandbox_env,
+)
 
 __all__ = ["IsolationError", "SandboxLimits", "SandboxPool", "SandboxResult", "run_python"]
 
@@ -91,15 +98,28 @@ class SandboxLimits:
     audit_hook: bool = True
 
     def __post_init__(self) -> None:
-        if (self.timeout_s <= 0 or self.cpu_time_s < 1 or self.memory_mb < 64 or self.max_output_bytes < 2
-                or self.tmpfs_mb < 1 or self.max_processes < 4 or self.max_open_files < 16):
-            raise ValueError(f"invalid sandbox limits: {self} (need timeout_s > 0, cpu_time_s >= 1, memory_mb >= 64, "
-                             "tmpfs_mb >= 1, max_processes >= 4, max_open_files >= 16)")
+        if (
+            self.timeout_s <= 0
+            or self.cpu_time_s < 1
+            or self.memory_mb < 64
+            or self.max_output_bytes < 2
+            or self.tmpfs_mb < 1
+            or self.max_processes < 4
+            or self.max_open_files < 16
+        ):
+            raise ValueError(
+                f"invalid sandbox limits: {self} (need timeout_s > 0, cpu_time_s >= 1, memory_mb >= 64, "
+                "tmpfs_mb >= 1, max_processes >= 4, max_open_files >= 16)"
+            )
 
     def rlimits(self) -> dict[str, int]:
         """The rlimit values `verl.tools.isolation.sandbox_command` and the bootstrap take."""
-        return {"memory_bytes": self.memory_mb * 1024 * 1024, "cpu_time_s": self.cpu_time_s,
-                "max_file_bytes": self.max_file_bytes, "max_open_files": self.max_open_files}
+        return {
+            "memory_bytes": self.memory_mb * 1024 * 1024,
+            "cpu_time_s": self.cpu_time_s,
+            "max_file_bytes": self.max_file_bytes,
+            "max_open_files": self.max_open_files,
+        }
 
 
 @dataclass
@@ -242,8 +262,10 @@ def _warn_unsafe_once() -> None:
     global _UNSAFE_LOGGED
     if not _UNSAFE_LOGGED:
         _UNSAFE_LOGGED = True
-        logger.warning("UNSAFE: unsafe_no_isolation=true: model code runs WITHOUT OS isolation (no bubblewrap): "
-                       "it can read this machine's files and other processes' environment")
+        logger.warning(
+            "UNSAFE: unsafe_no_isolation=true: model code runs WITHOUT OS isolation (no bubblewrap): "
+            "it can read this machine's files and other processes' environment"
+        )
 
 
 class SandboxPool:
@@ -304,8 +326,16 @@ class SandboxPool:
             argv = sandbox_command(self.info, python, limits.rlimits(), limits.tmpfs_mb * 1024 * 1024, cgroup)
             env = {"PATH": "/usr/bin:/bin"}  # for prlimit / bwrap themselves; the sandbox's is set by --setenv
         try:
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    cwd=workdir or "/", env=env, start_new_session=True, close_fds=True)
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                cwd=workdir or "/",
+                env=env,
+                start_new_session=True,
+                close_fds=True,
+            )
         except BaseException:
             if cgroup is not None:
                 cgroup.remove()
@@ -409,7 +439,9 @@ def _close_pools() -> None:
         pool.close(wait=True)
 
 
-async def run_python(code: str, limits: SandboxLimits | None = None, unsafe_no_isolation: bool = False) -> SandboxResult:
+async def run_python(
+    code: str, limits: SandboxLimits | None = None, unsafe_no_isolation: bool = False
+) -> SandboxResult:
     """Runs ``code`` in one cold isolated worker (`SandboxPool` with ``warm=0``).
 
     Args:
@@ -458,7 +490,7 @@ async def _write_all(loop: asyncio.AbstractEventLoop, fd: int, data: bytes) -> N
     view = memoryview(data)
     while view:
         try:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         except BlockingIOError:
             ready = loop.create_future()
             loop.add_writer(fd, lambda fut=ready: fut.done() or fut.set_result(None))
@@ -492,7 +524,9 @@ async def _supervise(worker: _Worker, code: str, limits: SandboxLimits, start: f
             pass  # the child died before reading all of it: its stderr says why
         proc.stdin.close()
         try:
-            await asyncio.wait_for(asyncio.shield(exited), timeout=max(0.0, limits.timeout_s - (time.monotonic() - handed_over)))
+            await asyncio.wait_for(
+                asyncio.shield(exited), timeout=max(0.0, limits.timeout_s - (time.monotonic() - handed_over))
+            )
         except asyncio.TimeoutError:
             timed_out = True
         worker.kill()  # the timeout; else leftovers of the PID namespace / cgroup holding the pipes open
@@ -516,6 +550,11 @@ async def _supervise(worker: _Worker, code: str, limits: SandboxLimits, start: f
     elif cpu_killed:  # the hard CPU limit one second later, or a kill the code sent itself
         stderr += f"\n[killed by SIGKILL: CPU time limit of {limits.cpu_time_s} s, or the code's own kill]"
     return SandboxResult(
-        stdout=out.text(), stderr=stderr, exit_code=code_, status=status,
-        output_truncated=out.truncated or err.truncated, duration_s=time.monotonic() - start, isolation=isolation,
+        stdout=out.text(),
+        stderr=stderr,
+        exit_code=code_,
+        status=status,
+        output_truncated=out.truncated or err.truncated,
+        duration_s=time.monotonic() - start,
+        isolation=isolation,
     )

@@ -15,8 +15,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from verl.tools.base import FunctionCall, ToolResponse
 
-__all__ = ["FunctionCall", "OpenAIFunctionParametersSchema", "OpenAIFunctionPropertySchema", "OpenAIFunctionSchema",
-           "OpenAIFunctionToolSchema", "ToolResponse"]
+__all__ = [
+    "FunctionCall",
+    "OpenAIFunctionParametersSchema",
+    "OpenAIFunctionPropertySchema",
+    "OpenAIFunctionSchema",
+    "OpenAIFunctionToolSchema",
+    "ToolResponse",
+]
 
 
 class OpenAIFunctionPropertySchema(BaseModel):

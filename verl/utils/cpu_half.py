@@ -83,12 +83,15 @@ def half_settings(cfg: Any) -> list[tuple[str, torch.dtype]]:
     if arr.actor.use_kl_loss or cfg.algorithm.use_kl_in_reward:
         candidates.append(("actor_rollout_ref.ref.fsdp_config.mixed_precision", arr.ref.fsdp_config.mixed_precision))
     if cfg.critic.enable:
-        candidates += [("critic.model.dtype", cfg.critic.model.dtype),
-                       ("critic.model.fsdp_config.mixed_precision", cfg.critic.model.fsdp_config.mixed_precision)]
+        candidates += [
+            ("critic.model.dtype", cfg.critic.model.dtype),
+            ("critic.model.fsdp_config.mixed_precision", cfg.critic.model.fsdp_config.mixed_precision),
+        ]
     if cfg.reward_model.enable:
-        candidates += [("reward_model.model.dtype", cfg.reward_model.model.dtype),
-                       ("reward_model.model.fsdp_config.mixed_precision",
-                        cfg.reward_model.model.fsdp_config.mixed_precision)]
+        candidates += [
+            ("reward_model.model.dtype", cfg.reward_model.model.dtype),
+            ("reward_model.model.fsdp_config.mixed_precision", cfg.reward_model.model.fsdp_config.mixed_precision),
+        ]
     return [(key, dtype) for key, value in candidates if (dtype := _half(value)) is not None]
 
 

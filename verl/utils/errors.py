@@ -144,8 +144,11 @@ def run_reporting_user_errors(prog: str, entry: Callable[[list[str]], int | None
     except INPUT_ERRORS as e:
         if debug_enabled():
             raise
-        print(f"{prog}: error: {type(e).__name__}: {one_line(e)} (run with --debug for the traceback)",
-              file=sys.stderr, flush=True)
+        print(
+            f"{prog}: error: {type(e).__name__}: {one_line(e)} (run with --debug for the traceback)",
+            file=sys.stderr,
+            flush=True,
+        )
         return 1
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr, flush=True)

@@ -118,8 +118,11 @@ def _scan_block(text: str, start: int) -> tuple[int, HermesBlock]:
         if _unclosed(text, body, end):
             return end, unclosed
         # json's own message for a control character already ends on "at"
-        why = (f"{e.msg.removesuffix(' at')} at char {e.pos - body}" if isinstance(e, json.JSONDecodeError)
-               else "nested too deeply")
+        why = (
+            f"{e.msg.removesuffix(' at')} at char {e.pos - body}"
+            if isinstance(e, json.JSONDecodeError)
+            else "nested too deeply"
+        )
         return end, HermesBlock(error=f"malformed tool call: not valid JSON ({why})")
     after = _skip_space(text, json_end)
     if text.startswith(TOOL_CALL_END, after):

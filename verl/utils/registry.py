@@ -70,8 +70,7 @@ class Registry(Generic[T]):
             raise RegistryError(f"{self.kind} name must be a non-empty string, got {name!r}")
         if name in self._entries:
             raise RegistryError(
-                f"{self.kind} {name!r} is already registered (by {self._entries[name]!r}); "
-                "pick another name"
+                f"{self.kind} {name!r} is already registered (by {self._entries[name]!r}); pick another name"
             )
         self._entries[name] = obj
 

@@ -23,8 +23,18 @@ __all__ = ["SAFE_FORMATS", "is_refused_pickle", "refusal_reason", "safe_torch_lo
 SAFE_FORMATS = "safetensors (model.safetensors), or a torch zip archive of plain tensors"
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 # what marks a sentence of torch's message that tells the user how to load the file anyway
-_ADVICE = ("weights_only", "safe_globals", "trusted source", "trust the source", "allowlist", "check the documentation",
-           "in pytorch 2.6", "this file can still be loaded", "the recommended steps", "please file an issue")
+_ADVICE = (
+    "weights_only",
+    "safe_globals",
+    "trusted source",
+    "trust the source",
+    "allowlist",
+    "check the documentation",
+    "in pytorch 2.6",
+    "this file can still be loaded",
+    "the recommended steps",
+    "please file an issue",
+)
 _FILLER = ("Weights only load failed.", "WeightsUnpickler error:")
 
 
@@ -76,5 +86,7 @@ def safe_torch_load(path: str | Path, key: str, what: str = "state", **kwargs: A
             raise
         refused = _GLOBAL.search(str(e)) is not None
         tail = "it was not run: only plain tensors are loaded" if refused else "the file is damaged or not a torch file"
-        raise CheckpointLoadError(f"cannot load the {what} {path} (reached through {key}): {refusal_reason(e)}; "
-                                  f"{tail}; resume from another checkpoint") from None
+        raise CheckpointLoadError(
+            f"cannot load the {what} {path} (reached through {key}): {refusal_reason(e)}; "
+            f"{tail}; resume from another checkpoint"
+        ) from None

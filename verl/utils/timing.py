@@ -13,8 +13,9 @@ from typing import Any
 __all__ = ["best_seconds"]
 
 
-def best_seconds(fn: Callable[[], Any], repeats: int = 3, budget_s: float = float("inf"),
-                 warmup: Callable[[], Any] | None = None) -> float:
+def best_seconds(
+    fn: Callable[[], Any], repeats: int = 3, budget_s: float = float("inf"), warmup: Callable[[], Any] | None = None
+) -> float:
     """Seconds of the fastest of up to ``repeats`` calls of ``fn`` (> 0).
 
     Args:

@@ -15,15 +15,36 @@ from typing import Any
 
 import torch
 
-__all__ = ["LORA_PREFIX", "SAMPLES", "Fingerprint", "adapter_fingerprints", "fingerprint", "fingerprint_named",
-           "fingerprint_samples", "gather_samples", "sample_positions"]
+__all__ = [
+    "LORA_PREFIX",
+    "SAMPLES",
+    "Fingerprint",
+    "adapter_fingerprints",
+    "fingerprint",
+    "fingerprint_named",
+    "fingerprint_samples",
+    "gather_samples",
+    "sample_positions",
+]
 
 LORA_PREFIX = "lora:"
 """Name prefix of a LoRA adapter's tensors as a vLLM engine loads them (peft save naming after it)."""
 SAMPLES = 64
 """Elements sampled per tensor (at a fixed stride; every element of smaller tensors)."""
-_DTYPES = {str(d): d for d in (torch.float32, torch.float64, torch.bfloat16, torch.float16, torch.int64, torch.int32,
-                                torch.bool, torch.uint8, torch.int8)}
+_DTYPES = {
+    str(d): d
+    for d in (
+        torch.float32,
+        torch.float64,
+        torch.bfloat16,
+        torch.float16,
+        torch.int64,
+        torch.int32,
+        torch.bool,
+        torch.uint8,
+        torch.int8,
+    )
+}
 
 
 @dataclass(frozen=True)
@@ -64,15 +85,18 @@ def sample_positions(numel: int, samples: int = SAMPLES) -> torch.Tensor:
     return pos
 
 
-def fingerprint(tensor: torch.Tensor, digest_dtype: torch.dtype | str | None = None, samples: int = SAMPLES) -> Fingerprint:
+def fingerprint(
+    tensor: torch.Tensor, digest_dtype: torch.dtype | str | None = None, samples: int = SAMPLES
+) -> Fingerprint:
     """`Fingerprint` of a full (unsharded) tensor; its samples are cast to ``digest_dtype`` (None = its own)."""
     flat = tensor.detach().reshape(-1)
     picked = flat[sample_positions(flat.numel(), samples).to(flat.device)]
     return fingerprint_samples(picked, tensor.dtype, tuple(tensor.shape), digest_dtype)
 
 
-def fingerprint_samples(picked: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...],
-                        digest_dtype: torch.dtype | str | None = None) -> Fingerprint:
+def fingerprint_samples(
+    picked: torch.Tensor, dtype: torch.dtype, shape: tuple[int, ...], digest_dtype: torch.dtype | str | None = None
+) -> Fingerprint:
     """`Fingerprint` from a tensor's `sample_positions` values `(S,)` (gathered elsewhere, e.g. from shards).
 
     Args:
@@ -102,8 +126,13 @@ def _row_sharded(tensor: Any) -> bool:
     from torch.distributed.tensor import Shard
 
     placements = tuple(tensor.placements)
-    return tensor.device_mesh.ndim == 1 and len(placements) == 1 and isinstance(placements[0], Shard) \
-        and placements[0].dim == 0 and tensor.ndim > 0
+    return (
+        tensor.device_mesh.ndim == 1
+        and len(placements) == 1
+        and isinstance(placements[0], Shard)
+        and placements[0].dim == 0
+        and tensor.ndim > 0
+    )
 
 
 def _local_samples(tensor: Any, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -115,11 +144,15 @@ def _local_samples(tensor: Any, pos: torch.Tensor) -> tuple[torch.Tensor, torch.
     row = max(1, tensor.numel() // max(1, tensor.shape[0]))
     rows = pos // row - int(offset[0])
     mine = ((rows >= 0) & (rows < local.shape[0])).nonzero().reshape(-1)
-    values = local.detach().reshape(local.shape[0], row)[rows[mine].to(local.device), (pos[mine] % row).to(local.device)]
+    values = local.detach().reshape(local.shape[0], row)[
+        rows[mine].to(local.device), (pos[mine] % row).to(local.device)
+    ]
     return mine, values.cpu()
 
 
-def gather_samples(items: Iterable[tuple[str, torch.Tensor]], samples: int = SAMPLES) -> list[tuple[str, torch.Tensor, torch.dtype, tuple[int, ...]]]:
+def gather_samples(
+    items: Iterable[tuple[str, torch.Tensor]], samples: int = SAMPLES
+) -> list[tuple[str, torch.Tensor, torch.dtype, tuple[int, ...]]]:
     """``(name, sampled values (S,), dtype, shape)`` of every tensor, FSDP2 shards included.
 
     A row-sharded ``DTensor`` is sampled on its local shard and the pieces of every such tensor
@@ -132,7 +165,11 @@ def gather_samples(items: Iterable[tuple[str, torch.Tensor]], samples: int = SAM
     group = None
     for name, tensor in items:
         pos = sample_positions(tensor.numel(), samples)
-        if hasattr(tensor, "to_local") and _row_sharded(tensor) and (group is None or tensor.device_mesh.get_group() is group):
+        if (
+            hasattr(tensor, "to_local")
+            and _row_sharded(tensor)
+            and (group is None or tensor.device_mesh.get_group() is group)
+        ):
             group = tensor.device_mesh.get_group()
             pieces[len(out)] = _local_samples(tensor, pos)
             out.append([name, torch.empty(len(pos), dtype=tensor.dtype), tensor.dtype, tuple(tensor.shape)])

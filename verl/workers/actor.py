@@ -33,8 +33,13 @@ if TYPE_CHECKING:
 
 
 def forward_response_logprobs(
-    module: torch.nn.Module, micro: DataProto, temperature: float, calculate_entropy: bool, chunk_size: int = 1024,
-    remove_padding: bool = False, head_recompute: bool = False,
+    module: torch.nn.Module,
+    micro: DataProto,
+    temperature: float,
+    calculate_entropy: bool,
+    chunk_size: int = 1024,
+    remove_padding: bool = False,
+    head_recompute: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log π(response token | prefix) under ``logits / temperature`` `(B, R)`, and entropy `(B, R)`.
 
@@ -48,20 +53,33 @@ def forward_response_logprobs(
     device = next(module.parameters()).device
     ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
     return compute_log_probs_and_entropy(
-        module, ids, mask, pos, b["responses"].shape[-1],
-        temperature=temperature, chunk_size=chunk_size, compute_entropy=calculate_entropy, remove_padding=remove_padding,
+        module,
+        ids,
+        mask,
+        pos,
+        b["responses"].shape[-1],
+        temperature=temperature,
+        chunk_size=chunk_size,
+        compute_entropy=calculate_entropy,
+        remove_padding=remove_padding,
         head_recompute=head_recompute,
     )
 
 
 def compute_log_prob(
-    engine: TrainingEngine, data: DataProto, temperature: float, micro: MicroBatchSpec,
-    calculate_entropy: bool = False, chunk_size: int = 1024, remove_padding: bool = False,
+    engine: TrainingEngine,
+    data: DataProto,
+    temperature: float,
+    micro: MicroBatchSpec,
+    calculate_entropy: bool = False,
+    chunk_size: int = 1024,
+    remove_padding: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs `(B, R)` (and entropy `(B, R)`) of ``data``'s responses under ``engine``'s model.
 
     Serves the actor (``old_log_probs``) and the frozen reference policy (``ref_log_prob``) alike.
     """
+
     def forward(module: torch.nn.Module, m: DataProto) -> dict[str, torch.Tensor]:
         lp, ent = forward_response_logprobs(module, m, temperature, calculate_entropy, chunk_size, remove_padding)
         return {"log_probs": lp} if ent is None else {"log_probs": lp, "entropys": ent}
@@ -71,13 +89,18 @@ def compute_log_prob(
 
 
 def compute_sum_pi_squared(
-    engine: TrainingEngine, data: DataProto, temperature: float, micro: MicroBatchSpec, chunk_size: int = 1024,
+    engine: TrainingEngine,
+    data: DataProto,
+    temperature: float,
+    micro: MicroBatchSpec,
+    chunk_size: int = 1024,
 ) -> torch.Tensor:
     """``sum_pi_squared`` `(B, R)`: Σ_v π(v)² of each response position (``actor.calculate_sum_pi_squared``).
 
     One extra no-grad forward of ``data`` (padded, the LM head on the response positions only);
     the optimal token baseline estimators read it with ``old_log_probs``.
     """
+
     def forward(module: torch.nn.Module, m: DataProto) -> dict[str, torch.Tensor]:
         b = m.batch
         device = next(module.parameters()).device
@@ -106,8 +129,12 @@ def reuses_old_log_probs(actor: ActorConfig, train_batch_size: int, use_kl_in_re
         train_batch_size: ``data.train_batch_size`` (prompts per step).
         use_kl_in_reward: ``algorithm.use_kl_in_reward``.
     """
-    return (actor.reuse_old_log_probs and actor.ppo_epochs == 1 and actor.ppo_mini_batch_size == train_batch_size
-            and not use_kl_in_reward)
+    return (
+        actor.reuse_old_log_probs
+        and actor.ppo_epochs == 1
+        and actor.ppo_mini_batch_size == train_batch_size
+        and not use_kl_in_reward
+    )
 
 
 def _loss_params(cfg: ActorConfig) -> dict[str, Any]:
@@ -143,8 +170,12 @@ class MismatchAccumulator:
 
 
 def policy_loss_fn(
-    cfg: ActorConfig, temperature: float, remove_padding: bool = False, mismatch: MismatchAccumulator | None = None,
-    bypass: dict[str, Any] | None = None, distill: Any = None,
+    cfg: ActorConfig,
+    temperature: float,
+    remove_padding: bool = False,
+    mismatch: MismatchAccumulator | None = None,
+    bypass: dict[str, Any] | None = None,
+    distill: Any = None,
 ) -> LossFn:
     """The PPO-family loss of one micro-batch: ``pg_loss − entropy_coeff·entropy (+ kl_loss_coef·kl)``.
 
@@ -182,22 +213,42 @@ def policy_loss_fn(
         b = micro.batch
         device = next(module.parameters()).device
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
-        agg = dict(loss_agg_mode=cfg.loss_agg_mode, global_token_count=counts.tokens, global_seq_count=counts.sequences,
-                   loss_scale_factor=cfg.loss_scale_factor)
+        agg = dict(
+            loss_agg_mode=cfg.loss_agg_mode,
+            global_token_count=counts.tokens,
+            global_seq_count=counts.sequences,
+            loss_scale_factor=cfg.loss_scale_factor,
+        )
         student_logits = None
         if distill is not None and distill.uses_topk:  # on-policy distillation's top-k loss reads the logits
-            log_prob, entropy, student_logits = student_forward(module, micro, temperature, with_entropy, cfg.logprob_chunk_size)
+            log_prob, entropy, student_logits = student_forward(
+                module, micro, temperature, with_entropy, cfg.logprob_chunk_size
+            )
         else:
-            log_prob, entropy = forward_response_logprobs(module, micro, temperature, with_entropy, cfg.logprob_chunk_size,
-                                                          remove_padding, cfg.logprob_head_recompute)
+            log_prob, entropy = forward_response_logprobs(
+                module,
+                micro,
+                temperature,
+                with_entropy,
+                cfg.logprob_chunk_size,
+                remove_padding,
+                cfg.logprob_head_recompute,
+            )
         # on-policy reuse (reuses_old_log_probs): the behaviour policy is this very forward
         old = b["old_log_probs"].to(device) if "old_log_probs" in b.keys() else log_prob.detach()
         if mismatch is not None and "old_log_probs" not in b.keys() and "rollout_log_probs" in b.keys():
             mismatch.add(log_prob, b["rollout_log_probs"].to(device), mask)
         pg_losses, pg_metrics = policy_loss(
-            old, log_prob, b["advantages"].to(device), mask,
-            clip_ratio_low=low, clip_ratio_high=high, clip_ratio_c=cfg.clip_ratio_c, **loss_params,
-            loss_agg_mode=cfg.loss_agg_mode, config=cfg,  # for losses written to verl's signature
+            old,
+            log_prob,
+            b["advantages"].to(device),
+            mask,
+            clip_ratio_low=low,
+            clip_ratio_high=high,
+            clip_ratio_c=cfg.clip_ratio_c,
+            **loss_params,
+            loss_agg_mode=cfg.loss_agg_mode,
+            config=cfg,  # for losses written to verl's signature
         )
         if "rollout_is_weights" in b.keys():  # algorithm.rollout_correction: truncated IS weights
             pg_losses = pg_losses * b["rollout_is_weights"].to(device)
@@ -258,12 +309,20 @@ class PPOActor:
         """
         cfg = self.config
         if "old_log_probs" not in data.batch.keys() and (cfg.ppo_epochs != 1 or len(data) > mini_batch_size):
-            raise ValueError("update without old_log_probs needs one on-policy pass (ppo_epochs 1, one mini-batch); "
-                             f"got ppo_epochs {cfg.ppo_epochs}, {len(data)} rows for mini-batches of {mini_batch_size}")
+            raise ValueError(
+                "update without old_log_probs needs one on-policy pass (ppo_epochs 1, one mini-batch); "
+                f"got ppo_epochs {cfg.ppo_epochs}, {len(data)} rows for mini-batches of {mini_batch_size}"
+            )
         micro = MicroBatchSpec(cfg.ppo_micro_batch_size_per_gpu, cfg.use_dynamic_bsz, cfg.ppo_max_token_len_per_gpu)
         mismatch = MismatchAccumulator()
-        loss_fn = policy_loss_fn(cfg, temperature, self.remove_padding, mismatch,
-                                 bypass=data.meta_info.get("rollout_correction_bypass"), distill=data.meta_info.get("distillation"))
+        loss_fn = policy_loss_fn(
+            cfg,
+            temperature,
+            self.remove_padding,
+            mismatch,
+            bypass=data.meta_info.get("rollout_correction_bypass"),
+            distill=data.meta_info.get("distillation"),
+        )
         metrics: dict[str, list[float]] = defaultdict(list)
         generator = torch.Generator().manual_seed(cfg.data_loader_seed or 0)
         for _ in range(cfg.ppo_epochs):
@@ -280,7 +339,9 @@ class PPOActor:
                 if cfg.use_kl_loss:
                     metrics["actor/kl_coef"].append(cfg.kl_loss_coef)
         metrics["actor/lr"].append(self.engine.lr_scheduler_step())
-        out = {k: float(sum(v) / len(v)) if k != "actor/grad_norm_nonfinite" else float(sum(v)) for k, v in metrics.items()}
+        out = {
+            k: float(sum(v) / len(v)) if k != "actor/grad_norm_nonfinite" else float(sum(v)) for k, v in metrics.items()
+        }
         if "old_log_probs" not in data.batch.keys() and "rollout_log_probs" in data.batch.keys():
             out.update(mismatch.metrics())
         return out
@@ -295,8 +356,15 @@ class PPOActor:
         I[H_t >= τ_ρ] over the batch's tokens.
         """
         cfg = self.config
-        _, entropy = compute_log_prob(self.engine, mini, temperature, micro, calculate_entropy=True,
-                                      chunk_size=cfg.logprob_chunk_size, remove_padding=self.remove_padding)
+        _, entropy = compute_log_prob(
+            self.engine,
+            mini,
+            temperature,
+            micro,
+            calculate_entropy=True,
+            chunk_size=cfg.logprob_chunk_size,
+            remove_padding=self.remove_padding,
+        )
         assert entropy is not None
         mask = mini.batch["response_mask"]
         tokens = all_gather_cat(entropy[mask != 0])

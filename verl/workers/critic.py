@@ -40,13 +40,20 @@ def value_loss_fn(cfg: CriticConfig) -> LossFn:
         mask = b["response_mask"].to(device=device, dtype=torch.float32)
         vpreds = forward_values(module, micro, cfg.model.use_remove_padding)
         vf_loss, vf_metrics = compute_value_loss(
-            vpreds, b["returns"].to(device), b["values"].to(device), mask,
-            cliprange_value=cfg.cliprange_value, loss_agg_mode=cfg.loss_agg_mode,
-            global_token_count=counts.tokens, global_seq_count=counts.sequences,
+            vpreds,
+            b["returns"].to(device),
+            b["values"].to(device),
+            mask,
+            cliprange_value=cfg.cliprange_value,
+            loss_agg_mode=cfg.loss_agg_mode,
+            global_token_count=counts.tokens,
+            global_seq_count=counts.sequences,
         )
-        metrics: dict[str, Any] = {"critic/vf_loss": vf_loss.detach(),
-                                   # summed over micro-batches: the masked mean over the mini-batch (verl's)
-                                   "critic/vpred_mean": float(masked_sum(vpreds.detach(), mask)) / counts.tokens}
+        metrics: dict[str, Any] = {
+            "critic/vf_loss": vf_loss.detach(),
+            # summed over micro-batches: the masked mean over the mini-batch (verl's)
+            "critic/vpred_mean": float(masked_sum(vpreds.detach(), mask)) / counts.tokens,
+        }
         if "vf_clipfrac" in vf_metrics:
             metrics["critic/vf_clipfrac"] = float(vf_metrics["vf_clipfrac"]) * float(mask.sum()) / counts.tokens
         return vf_loss, metrics
@@ -68,9 +75,14 @@ class PPOCritic:
     def compute_values(self, data: DataProto) -> torch.Tensor:
         """Values `(B, R)`, zero outside ``response_mask``, in input order."""
         cfg = self.config
-        micro = MicroBatchSpec(cfg.forward_micro_batch_size_per_gpu or cfg.ppo_micro_batch_size_per_gpu,
-                               cfg.use_dynamic_bsz, cfg.forward_max_token_len_per_gpu)
-        values = self.engine.infer_batch(data, lambda module, m: {"values": forward_values(module, m, cfg.model.use_remove_padding)}, micro)["values"]
+        micro = MicroBatchSpec(
+            cfg.forward_micro_batch_size_per_gpu or cfg.ppo_micro_batch_size_per_gpu,
+            cfg.use_dynamic_bsz,
+            cfg.forward_max_token_len_per_gpu,
+        )
+        values = self.engine.infer_batch(
+            data, lambda module, m: {"values": forward_values(module, m, cfg.model.use_remove_padding)}, micro
+        )["values"]
         return zero_masked(values, data.batch["response_mask"])
 
     def update_critic(self, data: DataProto, mini_batch_size: int) -> dict[str, float]:

@@ -69,13 +69,25 @@ class DistillationLossParams:
         """From a ``distillation.distillation_loss`` section."""
         low = loss.clip_ratio_low if loss.clip_ratio_low is not None else loss.clip_ratio
         high = loss.clip_ratio_high if loss.clip_ratio_high is not None else loss.clip_ratio
-        return cls(loss.loss_mode, loss.use_task_rewards, loss.distillation_loss_coef, loss.loss_max_clamp,
-                   loss.log_prob_min_clamp, loss.use_policy_gradient,
-                   loss.chunked_topk_chunk_size if loss.use_chunked_topk else None, low, high)
+        return cls(
+            loss.loss_mode,
+            loss.use_task_rewards,
+            loss.distillation_loss_coef,
+            loss.loss_max_clamp,
+            loss.log_prob_min_clamp,
+            loss.use_policy_gradient,
+            loss.chunked_topk_chunk_size if loss.use_chunked_topk else None,
+            low,
+            high,
+        )
 
 
 def student_forward(
-    module: torch.nn.Module, micro: DataProto, temperature: float, calculate_entropy: bool, chunk_size: int = 1024,
+    module: torch.nn.Module,
+    micro: DataProto,
+    temperature: float,
+    calculate_entropy: bool,
+    chunk_size: int = 1024,
 ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
     """One forward of the student giving log-probs `(B, R)`, entropy `(B, R)` and logits / τ `(B, R, V)`.
 
@@ -86,14 +98,25 @@ def student_forward(
     device = next(module.parameters()).device
     ids, mask, pos = (b[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
     logits = response_logits(module, ids, mask, pos, b["responses"].shape[-1])
-    log_prob, entropy = logprobs_and_entropy_from_logits(logits, b["responses"].to(device), chunk_size=chunk_size,
-                                                         compute_entropy=calculate_entropy, temperature=temperature)
+    log_prob, entropy = logprobs_and_entropy_from_logits(
+        logits,
+        b["responses"].to(device),
+        chunk_size=chunk_size,
+        compute_entropy=calculate_entropy,
+        temperature=temperature,
+    )
     return log_prob, entropy, logits.float() / temperature
 
 
 def distillation_term(
-    params: DistillationLossParams, log_prob: torch.Tensor, old_log_prob: torch.Tensor, student_logits: torch.Tensor | None,
-    batch: Any, mask: torch.Tensor, agg: dict[str, Any], share: float,
+    params: DistillationLossParams,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    student_logits: torch.Tensor | None,
+    batch: Any,
+    mask: torch.Tensor,
+    agg: dict[str, Any],
+    share: float,
 ) -> tuple[torch.Tensor, dict[str, Any]]:
     """The distillation loss of one micro-batch (already weighted: coef with task rewards) and its metrics.
 
@@ -115,18 +138,28 @@ def distillation_term(
     """
     device = log_prob.device
     teacher = batch["teacher_logprobs"].to(device)
-    inputs = (DistillationInputs(student_logits=student_logits, teacher_topk_log_probs=teacher,
-                                 teacher_topk_ids=batch["teacher_ids"]) if params.uses_topk
-              else DistillationInputs(student_log_probs=log_prob, teacher_log_probs=teacher))
-    per_token, extra = DISTILLATION_LOSSES[params.loss_mode](inputs, loss_mode=params.loss_mode,
-                                                            log_prob_min_clamp=params.log_prob_min_clamp,
-                                                            chunk_size=params.chunk_size)
+    inputs = (
+        DistillationInputs(
+            student_logits=student_logits, teacher_topk_log_probs=teacher, teacher_topk_ids=batch["teacher_ids"]
+        )
+        if params.uses_topk
+        else DistillationInputs(student_log_probs=log_prob, teacher_log_probs=teacher)
+    )
+    per_token, extra = DISTILLATION_LOSSES[params.loss_mode](
+        inputs, loss_mode=params.loss_mode, log_prob_min_clamp=params.log_prob_min_clamp, chunk_size=params.chunk_size
+    )
     per_token = clamp_distillation_losses(per_token, params.loss_max_clamp)
     metrics: dict[str, Any] = {"distillation/abs_loss": float(masked_mean(per_token.detach().abs(), mask)) * share}
     metrics.update({f"distillation/{k}": float(masked_mean(v, mask)) * share for k, v in extra.items()})
     if params.use_policy_gradient:
-        pg, pg_metrics = POLICY_LOSSES["vanilla"](old_log_prob, log_prob, distillation_advantages(per_token, mask), mask,
-                                                  clip_ratio_low=params.clip_ratio_low, clip_ratio_high=params.clip_ratio_high)
+        pg, pg_metrics = POLICY_LOSSES["vanilla"](
+            old_log_prob,
+            log_prob,
+            distillation_advantages(per_token, mask),
+            mask,
+            clip_ratio_low=params.clip_ratio_low,
+            clip_ratio_high=params.clip_ratio_high,
+        )
         if "rollout_is_weights" in batch.keys():
             pg = pg * batch["rollout_is_weights"].to(device)
         loss = agg_loss(pg, mask, **agg)

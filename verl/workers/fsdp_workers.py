@@ -27,8 +27,9 @@ if TYPE_CHECKING:
     from verl.config.schema import ActorRolloutRefConfig, CriticConfig
 
 
-def build_reference_engine(ref: torch.nn.Module, fsdp: Any, layout: Any, ref_sp: bool, ref_tp: bool, world_size: int,
-                           device: str = "cpu") -> FSDPTrainingEngine:
+def build_reference_engine(
+    ref: torch.nn.Module, fsdp: Any, layout: Any, ref_sp: bool, ref_tp: bool, world_size: int, device: str = "cpu"
+) -> FSDPTrainingEngine:
     """The frozen reference policy's engine.
 
     Args:
@@ -73,7 +74,9 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         device: ``cpu`` or ``cuda`` (``trainer.device``).
     """
 
-    def __init__(self, config: ActorRolloutRefConfig, use_reference: bool = False, seed: int = 1, device: str = "cpu") -> None:
+    def __init__(
+        self, config: ActorRolloutRefConfig, use_reference: bool = False, seed: int = 1, device: str = "cpu"
+    ) -> None:
         super().__init__(device)
         self.config, self.use_reference, self.seed = config, use_reference, seed
         self.actor: PPOActor | None = None
@@ -101,27 +104,49 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         shared = self.world_size == 1 or not in_place or not cfg.hybrid_engine
         rollout_module = module if shared else copy.deepcopy(module).requires_grad_(False)
         # data parallel x Ulysses SP and / or x TP (verl.workers.sharding); the rollout copy keeps whole sequences
-        self.sp = build_layout(cfg.actor.ulysses_sequence_parallel_size, cfg.actor.fsdp_config.tensor_parallel_size,
-                               self.world_size, self.device)
+        self.sp = build_layout(
+            cfg.actor.ulysses_sequence_parallel_size,
+            cfg.actor.fsdp_config.tensor_parallel_size,
+            self.world_size,
+            self.device,
+        )
         self.ref_sp = cfg.ref.ulysses_sequence_parallel_size == self.sp.sp > 1
         self.ref_tp = cfg.ref.fsdp_config.tensor_parallel_size > 1  # the actor's TP degree (tp_checks)
         self.sp.prepare(module)
-        self.actor_engine = build_engine(module, cfg.actor.fsdp_config, **shard_kwargs(self.sp, self.world_size), optim=cfg.actor.optim,
-                                         total_steps=total_training_steps, grad_clip=cfg.actor.grad_clip, device=self.device)
+        self.actor_engine = build_engine(
+            module,
+            cfg.actor.fsdp_config,
+            **shard_kwargs(self.sp, self.world_size),
+            optim=cfg.actor.optim,
+            total_steps=total_training_steps,
+            grad_clip=cfg.actor.grad_clip,
+            device=self.device,
+        )
         self.actor = PPOActor(self.actor_engine, cfg.actor, remove_padding=cfg.model.use_remove_padding)
         if self.use_reference and cfg.model.lora_rank == 0:
             ref = create_model("ref", cfg.model, device=self.device).requires_grad_(False)
-            self.ref_engine = build_reference_engine(ref, cfg.ref.fsdp_config, self.sp, self.ref_sp, self.ref_tp,
-                                                     self.world_size, self.device)
-        self.mini_batch_size = _per_rank(cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.sp.dp, "ppo_mini_batch_size * rollout.n")
-        if not cfg.hybrid_engine:  # the rollout lives in its own worker group (RolloutWorker), fed by next_weight_bucket
+            self.ref_engine = build_reference_engine(
+                ref, cfg.ref.fsdp_config, self.sp, self.ref_sp, self.ref_tp, self.world_size, self.device
+            )
+        self.mini_batch_size = _per_rank(
+            cfg.actor.ppo_mini_batch_size * cfg.rollout.n, self.sp.dp, "ppo_mini_batch_size * rollout.n"
+        )
+        if (
+            not cfg.hybrid_engine
+        ):  # the rollout lives in its own worker group (RolloutWorker), fed by next_weight_bucket
             return
-        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+        tokenizer = load_tokenizer(
+            cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code
+        )
         self.rollout_tp = build_rollout_layout(cfg.rollout, self.world_size, self.device)  # hf TP decode, or None
         if self.rollout_tp is not None:
             self.rollout_tp.prepare(rollout_module)
-        engine = wrap_rollout_engine(build_rollout_engine(rollout_module, cfg.rollout, tokenizer), cfg.rollout, tokenizer)
-        self.rollout = SyncedRollout(engine, shared=self.world_size == 1 and in_place, sync_check=cfg.rollout.sync_check)
+        engine = wrap_rollout_engine(
+            build_rollout_engine(rollout_module, cfg.rollout, tokenizer), cfg.rollout, tokenizer
+        )
+        self.rollout = SyncedRollout(
+            engine, shared=self.world_size == 1 and in_place, sync_check=cfg.rollout.sync_check
+        )
         if not in_place:  # the engine starts from the actor's config only: give it the weights
             self.rollout.sync_weights(self.actor_engine, force=True)
 
@@ -133,12 +158,18 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
             RuntimeError: ``hybrid_engine=false`` (the rollout is another worker group).
         """
         if self.rollout is None:
-            raise RuntimeError("hybrid_engine=false: this actor has no rollout engine; generate on the RolloutWorker group")
+            raise RuntimeError(
+                "hybrid_engine=false: this actor has no rollout engine; generate on the RolloutWorker group"
+            )
         start = time.perf_counter()
         self.rollout.sync_weights(self.actor_engine)
         with self.actor_engine.on_device():  # world size 1 generates with the actor's own weights
             tp = getattr(self, "rollout_tp", None)  # hf TP: the group decodes its ranks' prompts together
-            out = tp.run(prompts, self.rollout.generate_sequences) if tp is not None else self.rollout.generate_sequences(prompts)
+            out = (
+                tp.run(prompts, self.rollout.generate_sequences)
+                if tp is not None
+                else self.rollout.generate_sequences(prompts)
+            )
         metrics = out.meta_info.setdefault("metrics", {})
         metrics["timing_s/generate_sequences"] = time.perf_counter() - start
         return out
@@ -150,14 +181,23 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
 
     def _compute_log_prob(self, data: DataProto) -> DataProto:
         r = self.config.rollout
-        micro = MicroBatchSpec(r.log_prob_micro_batch_size_per_gpu, r.log_prob_use_dynamic_bsz, r.log_prob_max_token_len_per_gpu)
-        log_probs, entropy = compute_log_prob(self.actor_engine, data, r.temperature, micro, calculate_entropy=True,
-                                              chunk_size=self.config.actor.logprob_chunk_size,
-                                              remove_padding=self.config.model.use_remove_padding)
+        micro = MicroBatchSpec(
+            r.log_prob_micro_batch_size_per_gpu, r.log_prob_use_dynamic_bsz, r.log_prob_max_token_len_per_gpu
+        )
+        log_probs, entropy = compute_log_prob(
+            self.actor_engine,
+            data,
+            r.temperature,
+            micro,
+            calculate_entropy=True,
+            chunk_size=self.config.actor.logprob_chunk_size,
+            remove_padding=self.config.model.use_remove_padding,
+        )
         out = {"old_log_probs": log_probs, "entropys": entropy}
         if self.config.actor.calculate_sum_pi_squared:  # the optimal token baselines read it
-            out["sum_pi_squared"] = compute_sum_pi_squared(self.actor_engine, data, r.temperature, micro,
-                                                           self.config.actor.logprob_chunk_size)
+            out["sum_pi_squared"] = compute_sum_pi_squared(
+                self.actor_engine, data, r.temperature, micro, self.config.actor.logprob_chunk_size
+            )
         return DataProto.from_dict(tensors=out)
 
     @register(Dispatch.DP_COMPUTE_PROTO)
@@ -176,9 +216,15 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         from verl.modules import ref_policy_context
 
         r, ref_cfg = self.config.rollout, self.config.ref
-        micro = MicroBatchSpec(ref_cfg.log_prob_micro_batch_size_per_gpu, ref_cfg.log_prob_use_dynamic_bsz,
-                               ref_cfg.log_prob_max_token_len_per_gpu)
-        kw = {"chunk_size": self.config.actor.logprob_chunk_size, "remove_padding": self.config.model.use_remove_padding}
+        micro = MicroBatchSpec(
+            ref_cfg.log_prob_micro_batch_size_per_gpu,
+            ref_cfg.log_prob_use_dynamic_bsz,
+            ref_cfg.log_prob_max_token_len_per_gpu,
+        )
+        kw = {
+            "chunk_size": self.config.actor.logprob_chunk_size,
+            "remove_padding": self.config.model.use_remove_padding,
+        }
         if self.ref_engine is not None:
             log_probs, _ = compute_log_prob(self.ref_engine, data, r.temperature, micro, **kw)
         else:
@@ -191,7 +237,9 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         """One RL step of PPO updates; metrics in ``meta_info["metrics"]``."""
         start = time.perf_counter()
         with self.sp.scope():  # SP: the group's rows on each of its ranks, sequences split
-            metrics = self.actor.update_policy(self.sp.gather(data), self.config.rollout.temperature, self.mini_batch_size)
+            metrics = self.actor.update_policy(
+                self.sp.gather(data), self.config.rollout.temperature, self.mini_batch_size
+            )
         metrics["timing_s/update_actor_worker"] = time.perf_counter() - start
         if self.rollout is not None:
             # the syncs of the weights this step generated with (see SyncedRollout.take_unreported_sync_s)
@@ -215,7 +263,9 @@ class ActorRolloutRefWorker(ActorAttestMixin, Worker):
         """
         from verl.workers.rollout.weight_sync import bucket_bytes_of
 
-        self._stream = WeightStream.start(self.actor_engine.module, trainable_only, bucket_bytes_of(self.config.rollout))
+        self._stream = WeightStream.start(
+            self.actor_engine.module, trainable_only, bucket_bytes_of(self.config.rollout)
+        )
         return self._stream.tensors, self._stream.buckets
 
     @register(Dispatch.ONE_TO_ALL)
@@ -268,14 +318,24 @@ class CriticWorker(Worker):
 
         cfg = self.config
         torch.manual_seed(self.seed)
-        self.sp = build_layout(cfg.ulysses_sequence_parallel_size, cfg.model.fsdp_config.tensor_parallel_size,
-                               self.world_size, self.device)
+        self.sp = build_layout(
+            cfg.ulysses_sequence_parallel_size, cfg.model.fsdp_config.tensor_parallel_size, self.world_size, self.device
+        )
         module = create_model("critic", cfg.model, device=self.device)
         self.sp.prepare(module)
-        self.engine = build_engine(module, cfg.model.fsdp_config, **shard_kwargs(self.sp, self.world_size),
-                                   optim=cfg.optim, total_steps=total_training_steps, grad_clip=cfg.grad_clip, device=self.device)
+        self.engine = build_engine(
+            module,
+            cfg.model.fsdp_config,
+            **shard_kwargs(self.sp, self.world_size),
+            optim=cfg.optim,
+            total_steps=total_training_steps,
+            grad_clip=cfg.grad_clip,
+            device=self.device,
+        )
         self.critic = PPOCritic(self.engine, cfg)
-        self.mini_batch_size = _per_rank(cfg.ppo_mini_batch_size * self.rollout_n, self.sp.dp, "critic.ppo_mini_batch_size * rollout.n")
+        self.mini_batch_size = _per_rank(
+            cfg.ppo_mini_batch_size * self.rollout_n, self.sp.dp, "critic.ppo_mini_batch_size * rollout.n"
+        )
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_values(self, data: DataProto) -> DataProto:
@@ -315,15 +375,21 @@ class RewardModelWorker(Worker):
         super().__init__(device)
         self.config = config
         if config.model.input_tokenizer:
-            raise ValueError("reward_model.model.input_tokenizer (a reward model with another tokenizer) is not supported")
+            raise ValueError(
+                "reward_model.model.input_tokenizer (a reward model with another tokenizer) is not supported"
+            )
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> None:
         """Load the frozen reward model."""
         from verl.modules import create_model
 
-        self.engine = build_engine(create_model("reward_model", self.config.model, device=self.device),
-                                   self.config.model.fsdp_config, self.world_size, device=self.device)
+        self.engine = build_engine(
+            create_model("reward_model", self.config.model, device=self.device),
+            self.config.model.fsdp_config,
+            self.world_size,
+            device=self.device,
+        )
 
     @register(Dispatch.DP_COMPUTE_PROTO)
     def compute_rm_score(self, data: DataProto) -> DataProto:
@@ -332,7 +398,11 @@ class RewardModelWorker(Worker):
 
         def forward(module: torch.nn.Module, m: DataProto) -> dict[str, torch.Tensor]:
             device = next(module.parameters()).device
-            return {"scores": compute_rm_scores(module, *(m.batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids")))}
+            return {
+                "scores": compute_rm_scores(
+                    module, *(m.batch[k].to(device) for k in ("input_ids", "attention_mask", "position_ids"))
+                )
+            }
 
         c = self.config  # use_dynamic_bsz: micro-batches packed by forward_max_token_len_per_gpu tokens, as the actor's
         micro = MicroBatchSpec(c.micro_batch_size_per_gpu, c.use_dynamic_bsz, c.forward_max_token_len_per_gpu)

@@ -39,8 +39,12 @@ from verl.workers.rollout.weight_sync import full_tensor, load_bucket_in_place
 
 
 @torch.no_grad()
-def sync_in_place(source: torch.nn.Module, target: torch.nn.Module, trainable_only: bool = False,
-                  stats: dict[str, float] | None = None) -> int:
+def sync_in_place(
+    source: torch.nn.Module,
+    target: torch.nn.Module,
+    trainable_only: bool = False,
+    stats: dict[str, float] | None = None,
+) -> int:
     """Copy ``source``'s (possibly FSDP2-sharded) parameters and buffers into ``target``'s tensors.
 
     A collective when ``source`` is sharded: every rank must call it with the same modules.

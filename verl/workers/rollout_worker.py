@@ -82,7 +82,9 @@ class RolloutWorker(RolloutAttestMixin, Worker):
 
         cfg = self.config
         self.rollout_tp = build_rollout_layout(cfg.rollout, self.world_size, self.device)
-        tokenizer = load_tokenizer(cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code)
+        tokenizer = load_tokenizer(
+            cfg.model.tokenizer_path or cfg.model.path, trust_remote_code=cfg.model.trust_remote_code
+        )
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(self.seed)
             module = create_model("actor", cfg.model, device=self.device).requires_grad_(False)
@@ -110,7 +112,13 @@ class RolloutWorker(RolloutAttestMixin, Worker):
         An engine with partial rollouts (``hf``) is paused first: a generation in flight (another
         thread) parks at a decode-step boundary until `finish_weight_update` sets the engine's
         ``policy_version`` and resumes it (each trajectory then continues from its prefix)."""
-        self._update = {"start": time.perf_counter(), "tensors": 0.0, "bytes": 0.0, "buckets": 0.0, "peak_extra_bytes": 0.0}
+        self._update = {
+            "start": time.perf_counter(),
+            "tensors": 0.0,
+            "bytes": 0.0,
+            "buckets": 0.0,
+            "peak_extra_bytes": 0.0,
+        }
         self._pending_version = int(policy_version)
         if callable(getattr(self.engine, "pause", None)):  # partial rollouts: generation in flight parks
             self.engine.pause()
@@ -165,10 +173,16 @@ class RolloutWorker(RolloutAttestMixin, Worker):
             RuntimeError: before the first weight sync (the weights would be random).
         """
         if not self.synced_once:
-            raise RuntimeError("RolloutWorker.generate_sequences before the first weight sync: the rollout has no actor weights yet")
+            raise RuntimeError(
+                "RolloutWorker.generate_sequences before the first weight sync: the rollout has no actor weights yet"
+            )
         start = time.perf_counter()
         tp = self.rollout_tp  # hf TP: the group decodes its ranks' prompts together
-        out = tp.run(prompts, self.rollout.generate_sequences) if tp is not None else self.rollout.generate_sequences(prompts)
+        out = (
+            tp.run(prompts, self.rollout.generate_sequences)
+            if tp is not None
+            else self.rollout.generate_sequences(prompts)
+        )
         out.meta_info.setdefault("metrics", {})["timing_s/generate_sequences"] = time.perf_counter() - start
         return out
 

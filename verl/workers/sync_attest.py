@@ -52,9 +52,21 @@ from verl.utils.weight_fingerprint import (
     sample_positions,
 )
 
-__all__ = ["CANARY_LENGTH", "SAMPLES", "Fingerprint", "SyncAttestationError", "SyncAttestor", "canary_ids",
-           "compare_fingerprints", "expected_fingerprints", "fingerprint", "fingerprint_named", "module_canary",
-           "module_tensors", "sample_positions"]
+__all__ = [
+    "CANARY_LENGTH",
+    "SAMPLES",
+    "Fingerprint",
+    "SyncAttestationError",
+    "SyncAttestor",
+    "canary_ids",
+    "compare_fingerprints",
+    "expected_fingerprints",
+    "fingerprint",
+    "fingerprint_named",
+    "module_canary",
+    "module_tensors",
+    "sample_positions",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -72,8 +84,9 @@ def module_tensors(module: nn.Module) -> Iterator[tuple[str, torch.Tensor]]:
     yield from module.state_dict(keep_vars=True).items()
 
 
-def expected_fingerprints(items: Iterable[tuple[str, torch.Tensor]], actual: Mapping[str, Fingerprint],
-                          samples: int = SAMPLES) -> dict[str, Fingerprint]:
+def expected_fingerprints(
+    items: Iterable[tuple[str, torch.Tensor]], actual: Mapping[str, Fingerprint], samples: int = SAMPLES
+) -> dict[str, Fingerprint]:
     """The actor's fingerprints, each hashed in the dtype the rollout hashed its own in.
 
     A collective when ``items`` holds FSDP2 shards (`gather_samples`: one object all-gather per
@@ -83,8 +96,10 @@ def expected_fingerprints(items: Iterable[tuple[str, torch.Tensor]], actual: Map
         items: the actor's ``(name, tensor)`` pairs (full or ``DTensor``), under the rollout's names.
         actual: the rollout's fingerprints (a name it lacks is hashed in the actor's dtype).
     """
-    return {name: fingerprint_samples(picked, dtype, shape, actual[name].digest_dtype if name in actual else None)
-            for name, picked, dtype, shape in gather_samples(items, samples)}
+    return {
+        name: fingerprint_samples(picked, dtype, shape, actual[name].digest_dtype if name in actual else None)
+        for name, picked, dtype, shape in gather_samples(items, samples)
+    }
 
 
 def compare_fingerprints(expected: Mapping[str, Fingerprint], actual: Mapping[str, Fingerprint]) -> list[str]:
@@ -155,10 +170,14 @@ class SyncAttestor:
         every = int(self.config.canary_every)
         return every > 0 and self.checks % every == 0
 
-    def check(self, actual: Mapping[str, Fingerprint] | Sequence[Mapping[str, Fingerprint]],
-              expected_fn: Callable[[Mapping[str, Fingerprint]], Mapping[str, Fingerprint]],
-              actor_version: int, rollout_version: int,
-              canary_fn: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None) -> dict[str, float]:
+    def check(
+        self,
+        actual: Mapping[str, Fingerprint] | Sequence[Mapping[str, Fingerprint]],
+        expected_fn: Callable[[Mapping[str, Fingerprint]], Mapping[str, Fingerprint]],
+        actor_version: int,
+        rollout_version: int,
+        canary_fn: Callable[[], tuple[torch.Tensor, torch.Tensor]] | None = None,
+    ) -> dict[str, float]:
         """Compare one sync's two sides; returns its metrics.
 
         Args:
@@ -181,8 +200,11 @@ class SyncAttestor:
             problems += [tag + p for p in compare_fingerprints(expected, theirs)]
         if rollout_version != actor_version:
             problems.insert(0, f"policy version {rollout_version} on the rollout, actor {actor_version}")
-        metrics = {"sync/fingerprint_match": float(not problems), "sync/mismatched_tensors": float(len(problems)),
-                   "sync/policy_version": float(rollout_version)}
+        metrics = {
+            "sync/fingerprint_match": float(not problems),
+            "sync/mismatched_tensors": float(len(problems)),
+            "sync/policy_version": float(rollout_version),
+        }
         if due:
             mine, theirs = canary_fn()
             diff = float((mine.float() - theirs.float()).abs().max()) if mine.numel() else 0.0
@@ -205,8 +227,10 @@ class SyncAttestor:
 
     def _report(self, problems: list[str], version: int) -> None:
         shown = "; ".join(problems[:8]) + (f"; ... {len(problems) - 8} more" if len(problems) > 8 else "")
-        line = (f"weight sync attestation failed after sync {self.checks} (policy version {version}): "
-                f"the rollout does not hold the actor's weights: {shown}")
+        line = (
+            f"weight sync attestation failed after sync {self.checks} (policy version {version}): "
+            f"the rollout does not hold the actor's weights: {shown}"
+        )
         if self.config.on_mismatch == "warn":
             logger.warning(line)
             return
@@ -219,4 +243,3 @@ class SyncAttestor:
             out["timing_s/sync_check"] = self._seconds
         self._metrics, self._seconds = {}, 0.0
         return out
-

@@ -35,9 +35,17 @@ from verl.workers.sync_attest import (
     module_tensors,
 )
 
-__all__ = ["actor_expected", "adapter_fingerprints", "attest_engine", "default_canary_tolerance", "engine_canary",
-           "engine_fingerprints",
-           "module_fingerprints", "vllm_items"]
+__all__ = [
+    "actor_expected",
+    "adapter_fingerprints",
+    "attest_engine",
+    "default_canary_tolerance",
+    "engine_canary",
+    "engine_fingerprints",
+    "module_fingerprints",
+    "vllm_items",
+]
+
 
 def module_fingerprints(module: nn.Module) -> dict[str, Fingerprint]:
     """Fingerprints of every parameter and buffer of an unsharded module, under every name it has.
@@ -93,8 +101,10 @@ def engine_fingerprints(engine: Any) -> dict[str, Fingerprint]:
         return engine.weights.fingerprint()
     module = getattr(engine, "module", None)
     if not isinstance(module, nn.Module):
-        raise TypeError(f"sync_check: cannot read the weights of a {type(engine).__name__} rollout engine; "
-                         "set actor_rollout_ref.rollout.sync_check.enable=false")
+        raise TypeError(
+            f"sync_check: cannot read the weights of a {type(engine).__name__} rollout engine; "
+            "set actor_rollout_ref.rollout.sync_check.enable=false"
+        )
     return module_fingerprints(module)
 
 
@@ -118,8 +128,9 @@ def vocab_size(module: nn.Module) -> int:
     return int(head.weight.shape[0]) if head is not None else int(module.config.vocab_size)
 
 
-def attest_engine(attestor: SyncAttestor, actor_module: nn.Module, engine: Any, actor_version: int,
-                  rollout_version: int) -> dict[str, float]:
+def attest_engine(
+    attestor: SyncAttestor, actor_module: nn.Module, engine: Any, actor_version: int, rollout_version: int
+) -> dict[str, float]:
     """One colocated check: ``engine`` (hf or vLLM, in this process) against ``actor_module``.
 
     A collective when the actor is sharded: every rank calls it after the same sync.
@@ -133,6 +144,7 @@ def attest_engine(attestor: SyncAttestor, actor_module: nn.Module, engine: Any, 
         return attestor.check(
             engine_fingerprints(engine),
             lambda actual: actor_expected(actor_module, actual, vllm),
-            actor_version, rollout_version,
+            actor_version,
+            rollout_version,
             lambda: (module_canary(actor_module, ids), engine_canary(engine, ids)),
         )

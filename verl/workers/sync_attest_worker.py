@@ -71,8 +71,11 @@ class RolloutAttestMixin:
     def sync_fingerprints(self) -> dict[str, Any]:
         """This rank's side: ``{"version", "vllm", "fingerprints"}`` (fingerprints in wire form)."""
         fps = engine_fingerprints(self._attest_target())
-        return {"version": int(self.policy_version), "vllm": self.module is None and streams_weights(self.engine),
-                "fingerprints": {name: fp.to_wire() for name, fp in fps.items()}}
+        return {
+            "version": int(self.policy_version),
+            "vllm": self.module is None and streams_weights(self.engine),
+            "fingerprints": {name: fp.to_wire() for name, fp in fps.items()},
+        }
 
     @register(Dispatch.RANK_ZERO)
     def sync_canary_tolerance(self) -> float:

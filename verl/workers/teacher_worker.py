@@ -31,7 +31,9 @@ def teacher_micro_batches(ref: Any, max_num_seqs: int | None) -> MicroBatchSpec:
     ``log_prob_micro_batch_size_per_gpu``, ``log_prob_use_dynamic_bsz``, ``log_prob_max_token_len_per_gpu``),
     with at most ``max_num_seqs`` rows (the teacher's ``inference.max_num_seqs``) per forward."""
     sizes = [s for s in (ref.log_prob_micro_batch_size_per_gpu, max_num_seqs) if s]
-    return MicroBatchSpec(min(sizes) if sizes else None, ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu)
+    return MicroBatchSpec(
+        min(sizes) if sizes else None, ref.log_prob_use_dynamic_bsz, ref.log_prob_max_token_len_per_gpu
+    )
 
 
 def teacher_topk(module: torch.nn.Module, micro: DataProto, k: int) -> dict[str, torch.Tensor]:
@@ -70,8 +72,15 @@ class TeacherWorker(Worker):
         device: ``cpu`` or ``cuda``.
     """
 
-    def __init__(self, model: ModelConfig, teacher: TeacherModelConfig, fsdp_config: FSDPConfig, topk: int | None = None,
-                 micro: MicroBatchSpec | None = None, device: str = "cpu") -> None:
+    def __init__(
+        self,
+        model: ModelConfig,
+        teacher: TeacherModelConfig,
+        fsdp_config: FSDPConfig,
+        topk: int | None = None,
+        micro: MicroBatchSpec | None = None,
+        device: str = "cpu",
+    ) -> None:
         super().__init__(device)
         self.model_cfg, self.teacher, self.fsdp_config, self.topk = model, teacher, fsdp_config, topk
         self.micro = micro or MicroBatchSpec(teacher.inference.max_num_seqs)
@@ -83,8 +92,13 @@ class TeacherWorker(Worker):
         from verl.modules import create_model
 
         dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(self.teacher.inference.dtype, self.teacher.inference.dtype)
-        cfg = dataclasses.replace(self.model_cfg, path=self.teacher.model_path, lora_rank=0, override_config={},
-                                  enable_gradient_checkpointing=False)
+        cfg = dataclasses.replace(
+            self.model_cfg,
+            path=self.teacher.model_path,
+            lora_rank=0,
+            override_config={},
+            enable_gradient_checkpointing=False,
+        )
         module = create_model("ref", cfg, dtype=dtype, device=self.device).requires_grad_(False)
         vocab = int(module.get_output_embeddings().weight.shape[0])
         self.engine = build_engine(module, self.fsdp_config, self.world_size, device=self.device)

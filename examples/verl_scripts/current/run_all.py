@@ -40,17 +40,39 @@ SHARED = Path(os.environ.get("VERL_SHARED_DIR", ROOT.parent / "shared"))
 ROWS = 8
 
 SIZES = {
-    "TRAIN_BATCH_SIZE": "2", "PPO_MINI_BATCH_SIZE": "2", "MAX_PROMPT_LENGTH": "1024", "MAX_RESPONSE_LENGTH": "8",
-    "MAX_PROMPT_LEN": "1024", "MAX_RESPONSE_LEN": "8", "PPO_MAX_TOKEN_LEN_PER_GPU": "4096", "ROLLOUT_N": "2",
-    "ROLLOUT_TP": "1", "NGPUS_PER_NODE": "1", "NUM_GPUS": "1", "NNODES": "1", "INFER_BACKEND": "hf", "ENGINE": "hf",
-    "VERL_USE_UV": "0", "GEN_TP": "1", "SP_SIZE": "1", "TOTAL_TRAIN_STEPS": "1", "TOTAL_EPOCHS": "1",
+    "TRAIN_BATCH_SIZE": "2",
+    "PPO_MINI_BATCH_SIZE": "2",
+    "MAX_PROMPT_LENGTH": "1024",
+    "MAX_RESPONSE_LENGTH": "8",
+    "MAX_PROMPT_LEN": "1024",
+    "MAX_RESPONSE_LEN": "8",
+    "PPO_MAX_TOKEN_LEN_PER_GPU": "4096",
+    "ROLLOUT_N": "2",
+    "ROLLOUT_TP": "1",
+    "NGPUS_PER_NODE": "1",
+    "NUM_GPUS": "1",
+    "NNODES": "1",
+    "INFER_BACKEND": "hf",
+    "ENGINE": "hf",
+    "VERL_USE_UV": "0",
+    "GEN_TP": "1",
+    "SP_SIZE": "1",
+    "TOTAL_TRAIN_STEPS": "1",
+    "TOTAL_EPOCHS": "1",
 }
 OVERRIDES = [
-    "trainer.device=cpu", "trainer.total_training_steps=1", "actor_rollout_ref.rollout.name=hf",
-    "trainer.n_gpus_per_node=1", "trainer.nnodes=1", "data.train_batch_size=2",
-    "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_response_length=8",
-    "actor_rollout_ref.rollout.tensor_model_parallel_size=1", "trainer.save_freq=-1",
-    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
+    "trainer.device=cpu",
+    "trainer.total_training_steps=1",
+    "actor_rollout_ref.rollout.name=hf",
+    "trainer.n_gpus_per_node=1",
+    "trainer.nnodes=1",
+    "data.train_batch_size=2",
+    "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+    "data.max_response_length=8",
+    "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+    "trainer.save_freq=-1",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=2",
+    "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=2",
     "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=2",
 ]
 # verl's experimental async scripts split the GPUs themselves (``NGPUS_PER_NODE - n_gpus_rollout``) and
@@ -58,12 +80,20 @@ OVERRIDES = [
 # parallel 1 and FSDP size -1, i.e. all, on one worker; fully async: one mini-batch per weight sync, a rollout budget of one batch).
 EXTRA_OVERRIDES = {
     "experimental_one_step_off_policy": [
-        "rollout.nnodes=1", "rollout.n_gpus_per_node=1", "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
-        "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1", "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1"],
+        "rollout.nnodes=1",
+        "rollout.n_gpus_per_node=1",
+        "actor_rollout_ref.actor.ulysses_sequence_parallel_size=1",
+        "actor_rollout_ref.ref.ulysses_sequence_parallel_size=1",
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1",
+    ],
     "experimental_fully_async_policy": [
-        "rollout.nnodes=1", "rollout.n_gpus_per_node=1", "rollout.total_rollout_steps=2",
-        "async_training.trigger_parameter_sync_step=1", "async_training.require_batches=1",
-        "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1"],
+        "rollout.nnodes=1",
+        "rollout.n_gpus_per_node=1",
+        "rollout.total_rollout_steps=2",
+        "async_training.trigger_parameter_sync_step=1",
+        "async_training.require_batches=1",
+        "actor_rollout_ref.actor.fsdp_config.fsdp_size=-1",
+    ],
 }
 
 
@@ -97,7 +127,7 @@ def make_home(root: Path) -> Path:
         source = SHARED / "data" / task / "test.jsonl"
         for split in ("train", "test"):
             rows = convert_file(task, source, split)
-            rows = rows[:ROWS] if split == "train" else rows[ROWS: 2 * ROWS]
+            rows = rows[:ROWS] if split == "train" else rows[ROWS : 2 * ROWS]
             write_parquet(rows, home / "data" / name / f"{split}.parquet")
     return home
 
@@ -113,16 +143,28 @@ def make_model(root: Path) -> Path:
 def run_one(script: Path, env: dict[str, str], cwd: Path, timeout: int) -> dict[str, object]:
     start = time.perf_counter()
     try:
-        proc = subprocess.run(["bash", str(script), *overrides_for(script)], env=python_shim(script, env, cwd), cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            ["bash", str(script), *overrides_for(script)],
+            env=python_shim(script, env, cwd),
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         out, rc = proc.stdout + proc.stderr, proc.returncode
     except subprocess.TimeoutExpired as e:
         out, rc = f"{e.stdout or ''}{e.stderr or ''}\ntimeout after {timeout} s", 124
     lines = [ln for ln in out.splitlines() if ln.strip() and not ln.startswith("+")]
-    error = next((ln for ln in reversed(lines) if "error" in ln.lower() or "not supported" in ln), lines[-1] if lines else "")
+    error = next(
+        (ln for ln in reversed(lines) if "error" in ln.lower() or "not supported" in ln), lines[-1] if lines else ""
+    )
     stepped = any(s in out for s in ("step:1 ", "training/global_step:1", "step 1"))
-    return {"result": "pass" if rc == 0 and stepped else "fail", "rc": rc, "seconds": round(time.perf_counter() - start, 1),
-            "last_error": "" if rc == 0 else error[-400:]}
+    return {
+        "result": "pass" if rc == 0 and stepped else "fail",
+        "rc": rc,
+        "seconds": round(time.perf_counter() - start, 1),
+        "last_error": "" if rc == 0 else error[-400:],
+    }
 
 
 def write_table(results: dict[str, dict[str, object]], path: Path) -> None:
@@ -151,19 +193,32 @@ def main() -> int:
     home, model = make_home(work), make_model(work)
     env = dict(os.environ)
     env.update(SIZES)
-    env.update({"HOME": str(home), "MODEL_PATH": str(model), "REWARD_MODEL_PATH": str(model),
-                "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"), "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
-                "VAL_FILE": str(home / "data" / "math" / "test.parquet"),
-                "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
-                "PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}", "HF_HUB_OFFLINE": "1",
-                "TRANSFORMERS_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "RAY_AUTH_MODE": "disabled"})
+    env.update(
+        {
+            "HOME": str(home),
+            "MODEL_PATH": str(model),
+            "REWARD_MODEL_PATH": str(model),
+            "TRAIN_FILE": str(home / "data" / "gsm8k" / "train.parquet"),
+            "TEST_FILE": str(home / "data" / "gsm8k" / "test.parquet"),
+            "VAL_FILE": str(home / "data" / "math" / "test.parquet"),
+            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}",
+            "PYTHONPATH": f"{ROOT}{os.pathsep}{env.get('PYTHONPATH', '')}",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "RAY_AUTH_MODE": "disabled",
+        }
+    )
     results = json.loads(Path(args.out).read_text()) if Path(args.out).is_file() else {}
     for script in scripts:
         cwd = work / script.stem
         cwd.mkdir()
         results[script.name] = run_one(script, env, cwd, args.timeout)
-        print(f"{script.name}: {results[script.name]['result']} ({results[script.name]['seconds']} s) "
-              f"{results[script.name]['last_error']}", flush=True)
+        print(
+            f"{script.name}: {results[script.name]['result']} ({results[script.name]['seconds']} s) "
+            f"{results[script.name]['last_error']}",
+            flush=True,
+        )
         Path(args.out).write_text(json.dumps(results, indent=1, sort_keys=True) + "\n")
     write_table(results, Path(args.out).with_suffix(".md"))
     passed = sum(r["result"] == "pass" for r in results.values())

@@ -11,8 +11,23 @@ from verl.commands.bench.bench import main as bench_main
 
 def test_bench_runs_separate_async_steps(tmp_path):
     out = tmp_path / "bench.json"
-    assert bench_main(["--mode", "separate_async", "--steps", "2", "--threads", "1", "--work-dir", str(tmp_path),
-                       "--out", str(out)]) == 0
+    assert (
+        bench_main(
+            [
+                "--mode",
+                "separate_async",
+                "--steps",
+                "2",
+                "--threads",
+                "1",
+                "--work-dir",
+                str(tmp_path),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     record = json.loads(out.read_text())
     assert "trainer.v1.trainer_mode=separate_async" in record["overrides"]
     assert len(record["metrics"]) == 2 and record["summary"]["throughput"] > 0

@@ -41,7 +41,11 @@ def _overrides(run_dir: Path, **extra: object) -> list[str]:
 @pytest.mark.e2e
 def test_no_warmup_at_threshold_zero_equals_the_synchronous_colocated_run(tmp_path):
     RLTrainer(config=load_config(None, _overrides(tmp_path / "sync"))).fit()
-    on_policy = {**_COLO, "trainer.v1.colocate_async.num_warmup_batches": 0, "trainer.v1.sampler.max_off_policy_threshold": 0}
+    on_policy = {
+        **_COLO,
+        "trainer.v1.colocate_async.num_warmup_batches": 0,
+        "trainer.v1.sampler.max_off_policy_threshold": 0,
+    }
     RLTrainer(config=load_config(None, _overrides(tmp_path / "colo", **on_policy))).fit()
     sync, colo = read_metrics(tmp_path / "sync"), read_metrics(tmp_path / "colo")
     assert assert_same_metrics(sync, colo, tol=1e-6, b_may_add=True) > 50
@@ -62,8 +66,14 @@ def _recording_trainer(overrides: list[str]) -> tuple[RLTrainer, ColocateAsyncLo
 
     def record(batch, metrics, timing):
         b = batch.batch
-        batches.append((list(batch.non_tensor_batch["uid"]), b["rollout_policy_versions"].clone(),
-                        b["response_mask"].clone(), list(batch.non_tensor_batch["index"])))
+        batches.append(
+            (
+                list(batch.non_tensor_batch["uid"]),
+                b["rollout_policy_versions"].clone(),
+                b["response_mask"].clone(),
+                list(batch.non_tensor_batch["index"]),
+            )
+        )
         return update(batch, metrics, timing)
 
     trainer._update_stages = record
@@ -86,8 +96,12 @@ def test_the_long_tail_is_cut_and_finishes_under_the_next_weights(tmp_path):
     carried = [i for i, s in enumerate(sampled) if s == {0, 1}]
     assert carried, sampled  # begun by version 0, finished by version 1: span 2
     # generation of batch 1 started before the carried trajectory finished: batch 1 tokens of version 0
-    batch1_v0 = [uid for uids, v, mask, _ in batches for i, uid in enumerate(uids) if uid.startswith("1-")
-                 and 0 in v[i][mask[i].bool()].tolist()]
+    batch1_v0 = [
+        uid
+        for uids, v, mask, _ in batches
+        for i, uid in enumerate(uids)
+        if uid.startswith("1-") and 0 in v[i][mask[i].bool()].tolist()
+    ]
     assert batch1_v0
     long_len = max(int(mask2[i].sum()) for i in carried)
     assert long_len > int(batches[0][2].sum(dim=1).max())  # longer than anything trained at step 1
@@ -97,7 +111,8 @@ def test_the_long_tail_is_cut_and_finishes_under_the_next_weights(tmp_path):
     assert m[2]["training/off_policy/trajectory_spans/mean"] == pytest.approx(sum(spans) / len(spans), abs=1e-12)
     assert m[2]["training/off_policy/trajectory_staleness_worst/max"] == 1.0
     assert m[2]["training/off_policy/trajectory_staleness/mean"] == pytest.approx(
-        sum(1 - max(s) for s in sampled) / len(sampled), abs=1e-12)
+        sum(1 - max(s) for s in sampled) / len(sampled), abs=1e-12
+    )
     expected = off_policy_metrics(versions2, mask2, trained_version=1)
     assert all(m[2][k] == pytest.approx(v, abs=1e-12) for k, v in expected.items())
     assert torch.equal(versions2 >= 0, mask2.bool())  # a tag on every sampled token, none elsewhere
@@ -124,8 +139,13 @@ def test_drop_at_threshold_zero_evicts_the_warm_up_lead_and_stays_on_policy(tmp_
 
 @pytest.mark.e2e
 def test_wait_lets_the_groups_at_the_threshold_finish_and_drops_nothing(tmp_path):
-    wait = {**_COLO, **_LONG_TAIL, "trainer.v1.sampler.max_off_policy_threshold": 2,
-            "trainer.v1.sampler.max_off_policy_strategy": "wait", "trainer.total_training_steps": 3}
+    wait = {
+        **_COLO,
+        **_LONG_TAIL,
+        "trainer.v1.sampler.max_off_policy_threshold": 2,
+        "trainer.v1.sampler.max_off_policy_strategy": "wait",
+        "trainer.total_training_steps": 3,
+    }
     trainer, loop, batches = _recording_trainer(_overrides(tmp_path, **wait))
     try:
         loop.run()
@@ -170,22 +190,40 @@ def test_a_resumed_run_loses_and_repeats_no_prompt(tmp_path):
 
 def test_bench_runs_colocate_async_steps(tmp_path):
     out = tmp_path / "bench.json"
-    assert bench_main(["--mode", "colocate_async", "--steps", "2", "--threads", "1", "--work-dir", str(tmp_path),
-                       "--out", str(out)]) == 0
+    assert (
+        bench_main(
+            [
+                "--mode",
+                "colocate_async",
+                "--steps",
+                "2",
+                "--threads",
+                "1",
+                "--work-dir",
+                str(tmp_path),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     record = json.loads(out.read_text())
     assert "trainer.v1.trainer_mode=colocate_async" in record["overrides"]
     assert len(record["metrics"]) == 2 and record["summary"]["throughput"] > 0
     assert all("colocate_async/long_tail_cut" in m for m in record["metrics"])
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"actor_rollout_ref.hybrid_engine": False}, "generates in the actor's workers"),
-    ({"trainer.v1.colocate_async.num_warmup_batches": -1}, "must be >= 0"),
-    ({"trainer.backend": "ray", "actor_rollout_ref.rollout.mode": "async"}, "agent loops with .* on Ray"),
-    ({"actor_rollout_ref.rollout.over_sample_rate": 0.5}, "is not supported yet"),
-    ({"algorithm.filter_groups.enable": True}, "is not supported yet"),
-    ({"data.gen_batch_size": 4}, "is not supported yet"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"actor_rollout_ref.hybrid_engine": False}, "generates in the actor's workers"),
+        ({"trainer.v1.colocate_async.num_warmup_batches": -1}, "must be >= 0"),
+        ({"trainer.backend": "ray", "actor_rollout_ref.rollout.mode": "async"}, "agent loops with .* on Ray"),
+        ({"actor_rollout_ref.rollout.over_sample_rate": 0.5}, "is not supported yet"),
+        ({"algorithm.filter_groups.enable": True}, "is not supported yet"),
+        ({"data.gen_batch_size": 4}, "is not supported yet"),
+    ],
+)
 def test_settings_that_cannot_run_are_one_line_errors(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=message) as err:
         load_config(None, _overrides(tmp_path, **{**_COLO, **extra}))
@@ -193,8 +231,10 @@ def test_settings_that_cannot_run_are_one_line_errors(tmp_path, extra, message):
 
 
 def test_colocate_async_loads_with_verl_keys(tmp_path):
-    cfg = load_config(None, _overrides(tmp_path, **{**_COLO, "trainer.use_v1": True,
-                                                    "trainer.v1.colocate_async.num_warmup_batches": 2}))
+    cfg = load_config(
+        None,
+        _overrides(tmp_path, **{**_COLO, "trainer.use_v1": True, "trainer.v1.colocate_async.num_warmup_batches": 2}),
+    )
     assert cfg.trainer.v1.trainer_mode == "colocate_async" and cfg.trainer.v1.colocate_async.num_warmup_batches == 2
     assert cfg.actor_rollout_ref.hybrid_engine is True
 
@@ -210,8 +250,9 @@ def _scored_run(run_dir: Path, monkeypatch, streaming: bool) -> tuple[list, int,
         return original(self, stream, flights, rows, data)
 
     monkeypatch.setattr(ColocateAsyncLoop, "_stream_rows", counting)
-    trainer = RLTrainer(config=load_config(None, _overrides(run_dir, **_COLO, **_LONG_TAIL, **{
-        "reward_model.streaming": streaming})))
+    trainer = RLTrainer(
+        config=load_config(None, _overrides(run_dir, **_COLO, **_LONG_TAIL, **{"reward_model.streaming": streaming}))
+    )
     loop = build_async_loop(trainer)
     scored: list = []
     update = trainer._update_stages

@@ -55,19 +55,38 @@ def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
 
 
 def _calculator(run_dir: Path, *extra: str) -> list[str]:
-    return ["data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=2",
-            "trainer.total_training_steps=2", "trainer.val_before_train=false", "data.val_files=[]", "trainer.test_freq=-1",
-            "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.plot=false",
-            f"trainer.output_dir={run_dir / 'out'}", f"trainer.default_local_dir={run_dir / 'ckpt'}", *extra]
+    return [
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "actor_rollout_ref.rollout.n=2",
+        "trainer.total_training_steps=2",
+        "trainer.val_before_train=false",
+        "data.val_files=[]",
+        "trainer.test_freq=-1",
+        "trainer.logger=[jsonl]",
+        "trainer.progress_bar=false",
+        "trainer.plot=false",
+        f"trainer.output_dir={run_dir / 'out'}",
+        f"trainer.default_local_dir={run_dir / 'ckpt'}",
+        *extra,
+    ]
 
 
 @pytest.mark.e2e
 def test_agent_loops_without_warm_up_equal_the_synchronous_run(tmp_path):
     # the threaded call with streamed scores vs sync scoring after generation: same tokens, scores, updates
     RLTrainer(config=load_config("calculator", _calculator(tmp_path / "sync", "reward_model.streaming=false"))).fit()
-    RLTrainer(config=load_config("calculator", _calculator(tmp_path / "colo", "trainer.v1.trainer_mode=colocate_async",
-                                                           "trainer.v1.colocate_async.num_warmup_batches=0",
-                                                           "trainer.v1.sampler.max_off_policy_threshold=0"))).fit()
+    RLTrainer(
+        config=load_config(
+            "calculator",
+            _calculator(
+                tmp_path / "colo",
+                "trainer.v1.trainer_mode=colocate_async",
+                "trainer.v1.colocate_async.num_warmup_batches=0",
+                "trainer.v1.sampler.max_off_policy_threshold=0",
+            ),
+        )
+    ).fit()
     sync, colo = read_metrics(tmp_path / "sync"), read_metrics(tmp_path / "colo")
     assert assert_same_metrics(sync, colo, tol=1e-6, b_may_add=True) > 50
     assert max(sync[s]["tool_call_counts/max"] for s in sync) >= 1.0  # trajectories called the tool
@@ -77,14 +96,24 @@ def test_agent_loops_without_warm_up_equal_the_synchronous_run(tmp_path):
 @pytest.mark.e2e
 def test_a_tool_call_spanning_the_cut_continues_under_the_next_weights_with_its_masks(tmp_path):
     # validation after each step (8 held-out prompts): the paused call first finishes under the new weights
-    cfg = load_config("calculator", _calculator(tmp_path, "trainer.v1.trainer_mode=colocate_async",
-                                                "trainer.v1.colocate_async.num_warmup_batches=1", "trainer.test_freq=1",
-                                                "data.val_files=[builtin://calculator/test]", "data.val_max_samples=8"))
+    cfg = load_config(
+        "calculator",
+        _calculator(
+            tmp_path,
+            "trainer.v1.trainer_mode=colocate_async",
+            "trainer.v1.colocate_async.num_warmup_batches=1",
+            "trainer.test_freq=1",
+            "data.val_files=[builtin://calculator/test]",
+            "data.val_max_samples=8",
+        ),
+    )
     trainer = RLTrainer(config=cfg)
     loop = build_async_loop(trainer)
     assert isinstance(loop, ColocateAsyncLoop) and loop.agent
     agent_rollout = loop.engine
-    tool = CutSpanningCalculator(dict(agent_rollout.tools["calculator"].config), agent_rollout.tools["calculator"].tool_schema)
+    tool = CutSpanningCalculator(
+        dict(agent_rollout.tools["calculator"].config), agent_rollout.tools["calculator"].tool_schema
+    )
     tool.engine, tool.expressions = agent_rollout.engine, []
     agent_rollout.tools["calculator"] = tool
     batches: list = []
@@ -92,8 +121,15 @@ def test_a_tool_call_spanning_the_cut_continues_under_the_next_weights_with_its_
 
     def record(batch, metrics, timing):
         b = batch.batch
-        batches.append((list(batch.non_tensor_batch["uid"]), b["rollout_policy_versions"].clone(), b["response_mask"].clone(),
-                        b["responses"].clone(), list(batch.non_tensor_batch["tool_calls"])))
+        batches.append(
+            (
+                list(batch.non_tensor_batch["uid"]),
+                b["rollout_policy_versions"].clone(),
+                b["response_mask"].clone(),
+                b["responses"].clone(),
+                list(batch.non_tensor_batch["tool_calls"]),
+            )
+        )
         return update(batch, metrics, timing)
 
     trainer._update_stages = record

@@ -12,15 +12,22 @@ from verl.trainer import RLTrainer
 from verl.trainer.async_rl import build_async_loop
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.ray]  # 139 s on the shared 2-core machine
-ON_POLICY = {"trainer.v1.trainer_mode": "colocate_async", "trainer.v1.colocate_async.num_warmup_batches": 0,
-             "trainer.v1.sampler.max_off_policy_threshold": 0, "trainer.total_training_steps": 2,
-             "trainer.test_freq": -1, "data.val_files": "[]", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4}
+ON_POLICY = {
+    "trainer.v1.trainer_mode": "colocate_async",
+    "trainer.v1.colocate_async.num_warmup_batches": 0,
+    "trainer.v1.sampler.max_off_policy_threshold": 0,
+    "trainer.total_training_steps": 2,
+    "trainer.test_freq": -1,
+    "data.val_files": "[]",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+}
 
 
 def test_warmup_zero_on_two_ray_workers_equals_the_local_colocate_async_run(tmp_path):
     RLTrainer(config=load_config(None, builtin_overrides(tmp_path / "local", **ON_POLICY))).fit()
-    trainer = RLTrainer(config=load_config(None, builtin_overrides(tmp_path / "ray", **{**ON_POLICY,
-                                                                                        "trainer.n_gpus_per_node": 2})))
+    trainer = RLTrainer(
+        config=load_config(None, builtin_overrides(tmp_path / "ray", **{**ON_POLICY, "trainer.n_gpus_per_node": 2}))
+    )
     try:
         assert trainer._parts().actor_rollout_wg.world_size == 2
         loop = build_async_loop(trainer)

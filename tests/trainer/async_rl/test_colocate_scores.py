@@ -9,8 +9,11 @@ from verl.trainer.async_rl.colocate import _concat_scored
 
 
 def _part(value: float, failures: FailureCounts | None) -> dict:
-    part = {"reward_tensor": torch.full((2, 3), value), "reward_extra_info": {"acc": [value, value]},
-            "reward_metrics": {"reward/num_errors": float(failures.errors if failures else 0)}}
+    part = {
+        "reward_tensor": torch.full((2, 3), value),
+        "reward_extra_info": {"acc": [value, value]},
+        "reward_metrics": {"reward/num_errors": float(failures.errors if failures else 0)},
+    }
     if failures is not None:
         part["reward_failures"] = failures
     return part

@@ -18,7 +18,10 @@ def test_spans_and_staleness_are_counted_as_by_hand():
     assert m["training/off_policy/trajectory_spans/mean"] == pytest.approx(5 / 3)
     assert (m["training/off_policy/trajectory_spans/max"], m["training/off_policy/trajectory_spans/min"]) == (3.0, 1.0)
     assert m["training/off_policy/trajectory_staleness/mean"] == pytest.approx(4 / 3)
-    assert (m["training/off_policy/trajectory_staleness/max"], m["training/off_policy/trajectory_staleness/min"]) == (2.0, 1.0)
+    assert (m["training/off_policy/trajectory_staleness/max"], m["training/off_policy/trajectory_staleness/min"]) == (
+        2.0,
+        1.0,
+    )
     assert m["training/off_policy/trajectory_staleness_worst/mean"] == pytest.approx(2.0)
     assert m["training/off_policy/trajectory_staleness_worst/max"] == 3.0
     assert m["training/off_policy/trajectory_staleness_worst/min"] == 1.0

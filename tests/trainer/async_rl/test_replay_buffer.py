@@ -114,9 +114,14 @@ def test_a_custom_sampler_is_built_with_the_buffer_arguments_and_its_kwargs(tmp_
         "        order = sorted(self._finished.values(), key=lambda g: -g.seq)[:batch_size]\n"
         "        for g in order:\n"
         "            del self._finished[g.uid]\n"
-        "        return order\n")
-    cfg = SimpleNamespace(max_off_policy_threshold=4, max_off_policy_strategy="wait", sampler_kwargs={"tag": "x"},
-                          custom_sampler=SimpleNamespace(path=str(path), name="NewestFirst"))
+        "        return order\n"
+    )
+    cfg = SimpleNamespace(
+        max_off_policy_threshold=4,
+        max_off_policy_strategy="wait",
+        sampler_kwargs={"tag": "x"},
+        custom_sampler=SimpleNamespace(path=str(path), name="NewestFirst"),
+    )
     buffer = build_replay_buffer(cfg, refill=None)
     assert type(buffer).__name__ == "NewestFirst" and buffer.tag == "x" and buffer.threshold == 4
     prod = _Producer(buffer)

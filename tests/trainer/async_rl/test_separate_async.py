@@ -34,7 +34,11 @@ def _overrides(run_dir: Path, **extra: object) -> list[str]:
 
 def test_staleness_zero_equals_the_synchronous_split_pool_run(tmp_path):
     RLTrainer(config=load_config(None, _overrides(tmp_path / "sync"))).fit()
-    on_policy = {**_ASYNC, "trainer.v1.separate_async.num_warmup_batches": 0, "trainer.v1.sampler.max_off_policy_threshold": 0}
+    on_policy = {
+        **_ASYNC,
+        "trainer.v1.separate_async.num_warmup_batches": 0,
+        "trainer.v1.sampler.max_off_policy_threshold": 0,
+    }
     RLTrainer(config=load_config(None, _overrides(tmp_path / "async", **on_policy))).fit()
     sync, async_ = read_metrics(tmp_path / "sync"), read_metrics(tmp_path / "async")
     assert assert_same_metrics(sync, async_, tol=1e-6, b_may_add=True) > 50
@@ -68,12 +72,18 @@ class _Clock:
         setattr(obj, method, timed)
 
     def overlap_s(self) -> float:
-        return sum(max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in self.spans["gen"] for s2, e2 in self.spans["train"])
+        return sum(
+            max(0.0, min(e1, e2) - max(s1, s2)) for s1, e1 in self.spans["gen"] for s2, e2 in self.spans["train"]
+        )
 
 
 def test_one_batch_ahead_is_one_version_stale_and_generation_overlaps_training(tmp_path):
-    cfg = load_config(None, _overrides(tmp_path, **_ASYNC, **{"trainer.total_training_steps": 3,
-                                                              "trainer.v1.separate_async.num_warmup_batches": 1}))
+    cfg = load_config(
+        None,
+        _overrides(
+            tmp_path, **_ASYNC, **{"trainer.total_training_steps": 3, "trainer.v1.separate_async.num_warmup_batches": 1}
+        ),
+    )
     trainer = RLTrainer(config=cfg)
     parts = trainer._parts()
     clock = _Clock()
@@ -114,8 +124,13 @@ def _trained_prompts(cfg_overrides: list[str]) -> tuple[list, SeparateAsyncLoop]
 def test_a_resumed_run_trains_every_prompt_of_the_epoch_exactly_once(tmp_path):
     # 32 prompts, 8 per step: one epoch = 4 steps; stopped after the checkpoint of step 2 with
     # one batch (the warm-up batch's lead) submitted but not trained
-    base = {**_ASYNC, "data.train_max_samples": 32, "trainer.save_freq": 2, "trainer.v1.separate_async.num_warmup_batches": 1,
-            "trainer.v1.sampler.max_off_policy_strategy": "wait"}
+    base = {
+        **_ASYNC,
+        "data.train_max_samples": 32,
+        "trainer.save_freq": 2,
+        "trainer.v1.separate_async.num_warmup_batches": 1,
+        "trainer.v1.sampler.max_off_policy_strategy": "wait",
+    }
     first, loop1 = _trained_prompts(_overrides(tmp_path, **base, **{"trainer.total_training_steps": 2}))
     assert len(loop1.untrained) == 8  # in flight when the run stopped, saved in the checkpoint
     second, _ = _trained_prompts(_overrides(tmp_path, **base, **{"trainer.total_training_steps": 4}))
@@ -124,16 +139,19 @@ def test_a_resumed_run_trains_every_prompt_of_the_epoch_exactly_once(tmp_path):
     assert sorted(counts) == list(range(32)) and set(counts.values()) == {1}
 
 
-@pytest.mark.parametrize("extra, message", [
-    ({"data.gen_batch_size": 3}, "must divide data.train_batch_size"),
-    ({"trainer.v1.separate_async.parameter_sync_step": 4}, "must equal parameter_sync_step"),
-    ({"trainer.v1.trainer_mode": "separate"}, "did you mean 'separate_async'"),
-    ({"trainer.v1.sampler.max_off_policy_strategy": "keep"}, "must be drop or wait"),
-    ({"trainer.v1.sampler.sync_refill_failed_groups": True}, "is not supported yet"),
-    ({"trainer.v1.separate_async.hybrid_rollout.enable_switch": True}, "is not supported yet"),
-    ({"trainer.v1.sampler.sampler_kwargs": "{a: 1}"}, "only a custom sampler"),
-    ({"algorithm.filter_groups.enable": True}, "is not supported yet"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        ({"data.gen_batch_size": 3}, "must divide data.train_batch_size"),
+        ({"trainer.v1.separate_async.parameter_sync_step": 4}, "must equal parameter_sync_step"),
+        ({"trainer.v1.trainer_mode": "separate"}, "did you mean 'separate_async'"),
+        ({"trainer.v1.sampler.max_off_policy_strategy": "keep"}, "must be drop or wait"),
+        ({"trainer.v1.sampler.sync_refill_failed_groups": True}, "is not supported yet"),
+        ({"trainer.v1.separate_async.hybrid_rollout.enable_switch": True}, "is not supported yet"),
+        ({"trainer.v1.sampler.sampler_kwargs": "{a: 1}"}, "only a custom sampler"),
+        ({"algorithm.filter_groups.enable": True}, "is not supported yet"),
+    ],
+)
 def test_settings_that_cannot_run_are_one_line_errors(tmp_path, extra, message):
     with pytest.raises(ConfigError, match=message) as err:
         load_config(None, _overrides(tmp_path, **{**_ASYNC, **extra}))
@@ -142,15 +160,20 @@ def test_settings_that_cannot_run_are_one_line_errors(tmp_path, extra, message):
 
 def test_separate_async_puts_the_rollout_on_its_own_pool_as_verl(tmp_path):
     # verl's V1 script leaves hybrid_engine at its default (true) and fetches one prompt at a time
-    cfg = load_config(None, _overrides(tmp_path, **{**_ASYNC, "actor_rollout_ref.hybrid_engine": True,
-                                                     "data.gen_batch_size": 1}))
+    cfg = load_config(
+        None, _overrides(tmp_path, **{**_ASYNC, "actor_rollout_ref.hybrid_engine": True, "data.gen_batch_size": 1})
+    )
     assert cfg.actor_rollout_ref.hybrid_engine is False
 
 
 def test_verl_defaults_and_use_v1_are_accepted(tmp_path):
     cfg = load_config(None, _overrides(tmp_path, **{"trainer.use_v1": True}))
     v1 = cfg.trainer.v1
-    assert (v1.trainer_mode, v1.separate_async.parameter_sync_step, v1.separate_async.num_warmup_batches) == ("sync", 4, 1)
+    assert (v1.trainer_mode, v1.separate_async.parameter_sync_step, v1.separate_async.num_warmup_batches) == (
+        "sync",
+        4,
+        1,
+    )
     assert (v1.sampler.max_off_policy_threshold, v1.sampler.max_off_policy_strategy) == (8, "drop")
     assert v1.colocate_async.num_warmup_batches == 1 and v1.sampler.sync_refill_failed_groups is False
 
@@ -160,8 +183,18 @@ def test_a_sync_during_a_long_generation_gives_partial_rollouts(tmp_path):
     # 96-token responses take longer to generate than a step takes to train, so each sync lands
     # while the next batch is being generated: the engine pauses, loads the new weights and every
     # trajectory finishes under them (span 2, staleness 0, worst staleness 1)
-    cfg = load_config(None, _overrides(tmp_path, **_ASYNC, **{"trainer.total_training_steps": 3, "data.max_response_length": 96,
-                                                              "actor_rollout_ref.rollout.ignore_eos": True}))
+    cfg = load_config(
+        None,
+        _overrides(
+            tmp_path,
+            **_ASYNC,
+            **{
+                "trainer.total_training_steps": 3,
+                "data.max_response_length": 96,
+                "actor_rollout_ref.rollout.ignore_eos": True,
+            },
+        ),
+    )
     RLTrainer(config=cfg).fit()
     m = read_metrics(tmp_path)
     assert any(m[s]["training/off_policy/trajectory_spans/max"] == 2.0 for s in (2, 3)), m

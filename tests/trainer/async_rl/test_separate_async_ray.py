@@ -11,10 +11,19 @@ from verl.config import load_config
 from verl.trainer import RLTrainer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
-BASE = {"actor_rollout_ref.hybrid_engine": False, "trainer.total_training_steps": 2, "trainer.test_freq": -1,
-        "data.val_files": "[]", "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4}
-ON_POLICY = {"trainer.v1.trainer_mode": "separate_async", "trainer.v1.separate_async.parameter_sync_step": 1,
-             "trainer.v1.separate_async.num_warmup_batches": 0, "trainer.v1.sampler.max_off_policy_threshold": 0}
+BASE = {
+    "actor_rollout_ref.hybrid_engine": False,
+    "trainer.total_training_steps": 2,
+    "trainer.test_freq": -1,
+    "data.val_files": "[]",
+    "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 4,
+}
+ON_POLICY = {
+    "trainer.v1.trainer_mode": "separate_async",
+    "trainer.v1.separate_async.parameter_sync_step": 1,
+    "trainer.v1.separate_async.num_warmup_batches": 0,
+    "trainer.v1.sampler.max_off_policy_threshold": 0,
+}
 
 
 def test_staleness_zero_on_ray_equals_the_local_synchronous_split_pool_run(tmp_path):

@@ -9,8 +9,9 @@ import pytest
 
 from verl.trainer.async_rl.thread_clock import ThreadClock, thread_times
 
-pytestmark = pytest.mark.skipif(thread_times(threading.get_native_id()) is None,
-                                reason="the kernel reports no per-thread schedstat here")
+pytestmark = pytest.mark.skipif(
+    thread_times(threading.get_native_id()) is None, reason="the kernel reports no per-thread schedstat here"
+)
 
 
 def _spin(cpu_s: float) -> None:

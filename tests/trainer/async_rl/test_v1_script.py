@@ -15,10 +15,22 @@ ROOT = Path(__file__).resolve().parents[3]
 
 @pytest.mark.e2e
 def test_verl_v1_separate_async_script_trains_two_steps(tmp_path):
-    env = dict(os.environ, PYTHON=sys.executable, PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-               HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", OUT_DIR=str(tmp_path / "out"))
-    proc = subprocess.run(["bash", str(ROOT / "examples" / "v1" / "run_v1_separate_async.sh")], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ,
+        PYTHON=sys.executable,
+        PYTHONPATH=f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        OUT_DIR=str(tmp_path / "out"),
+    )
+    proc = subprocess.run(
+        ["bash", str(ROOT / "examples" / "v1" / "run_v1_separate_async.sh")],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     steps = {int(r["step"]): r for r in rows if "training/global_step" in r}

@@ -28,9 +28,16 @@ def scripted_batch(lengths: list[int], scores: list[float], acc: list[bool] | No
     for i, n in enumerate(lengths):
         mask[i, :n] = 1
         scores_t[i, max(n - 1, 0)] = scores[i]
-    tensors = {"prompts": torch.ones(b, P, dtype=torch.long), "responses": torch.ones(b, R, dtype=torch.long),
-               "attention_mask": torch.cat([torch.ones(b, P), mask], -1), "response_mask": mask,
-               "token_level_scores": scores_t, "token_level_rewards": scores_t, "advantages": scores_t, "returns": scores_t}
+    tensors = {
+        "prompts": torch.ones(b, P, dtype=torch.long),
+        "responses": torch.ones(b, R, dtype=torch.long),
+        "attention_mask": torch.cat([torch.ones(b, P), mask], -1),
+        "response_mask": mask,
+        "token_level_scores": scores_t,
+        "token_level_rewards": scores_t,
+        "advantages": scores_t,
+        "returns": scores_t,
+    }
     non = {"uid": np.array([f"p{i // N}" for i in range(b)], dtype=object)}
     if acc is not None:
         non["acc"] = np.array(acc, dtype=object)
@@ -56,7 +63,9 @@ def test_shares_by_hand():
     assert format_only_share(torch.tensor([1.0, 0.5, 0.5, -1.0]), np.array([True, False, False, False])) == 0.5
     assert format_only_share(torch.zeros(3), np.array([0, 0, 0])) == 0.0
     assert validation_accuracy({"val/accuracy": 0.25}) == 0.25
-    assert validation_accuracy({"val-core/gsm8k/acc/mean@1": 0.5, "val-core/math/acc/mean@1": 0.7}) == pytest.approx(0.6)
+    assert validation_accuracy({"val-core/gsm8k/acc/mean@1": 0.5, "val-core/math/acc/mean@1": 0.7}) == pytest.approx(
+        0.6
+    )
     assert validation_accuracy({"val-aux/x/score/mean@1": 1.0}) is None
 
 
@@ -66,8 +75,9 @@ def test_length_reward_run_fires_the_length_alarm_once():
     rows = run_scripted(alarms, 14, lambda step: 20 + 7 * step)  # the policy learns that longer pays
     fired = [i + 1 for i, r in enumerate(rows) if r["alarm/length_explosion"] == 1.0]
     assert fired and fired[0] == 10  # the first step with two full 5-step windows
-    assert rows[9]["alarm/length_explosion_value"] == pytest.approx(np.mean([20 + 7 * s for s in range(6, 11)]) /
-                                                                     np.mean([20 + 7 * s for s in range(1, 6)]), rel=0.05)
+    assert rows[9]["alarm/length_explosion_value"] == pytest.approx(
+        np.mean([20 + 7 * s for s in range(6, 11)]) / np.mean([20 + 7 * s for s in range(1, 6)]), rel=0.05
+    )
     length_lines = [line for line in lines if "length_explosion" in line]
     assert len(length_lines) == 1 and length_lines[0].startswith("ALARM step 10: length_explosion: response length")
 
@@ -77,7 +87,9 @@ def test_clean_scripted_run_fires_nothing():
     alarms = RewardAlarms(AlarmsConfig(), echo=lines.append)
     rewards = iter(np.random.default_rng(1).random(1000))
     rows = run_scripted(alarms, 20, lambda step: 40, reward=lambda *a: float(next(rewards)))
-    assert lines == [] and all(v == 0.0 for r in rows for k, v in r.items() if k.count("/") == 1 and not k.endswith("_value"))
+    assert lines == [] and all(
+        v == 0.0 for r in rows for k, v in r.items() if k.count("/") == 1 and not k.endswith("_value")
+    )
 
 
 def test_length_growth_without_reward_rise_is_not_hacking():
@@ -104,13 +116,17 @@ def test_share_alarms_need_patience_steps_in_a_row():
 def test_training_reward_up_while_validation_falls_fires_divergence():
     alarms = RewardAlarms(AlarmsConfig(), echo=lambda line: None)
     outs = {}
-    for step, (score, val) in enumerate([(0.2, 0.5), (0.3, None), (0.5, 0.52), (0.7, None), (0.8, 0.40), (0.9, None)], start=1):
+    for step, (score, val) in enumerate(
+        [(0.2, 0.5), (0.3, None), (0.5, 0.52), (0.7, None), (0.8, 0.40), (0.9, None)], start=1
+    ):
         batch = scripted_batch([10] * 8, [score] * 8)
         outs[step] = alarms.update(step, batch, {"critic/score/mean": score})
         if val is not None:  # validation after the step, as in the loop
             alarms.note_validation(step, {"val/accuracy": val})
     assert outs[4]["alarm/train_val_divergence"] == 0.0  # validation improved at step 3
-    assert outs[6]["alarm/train_val_divergence"] == 1.0  # step 5: 0.40 < best 0.52 - 0.05 while the score rose 0.5 -> 0.85
+    assert (
+        outs[6]["alarm/train_val_divergence"] == 1.0
+    )  # step 5: 0.40 < best 0.52 - 0.05 while the score rose 0.5 -> 0.85
     assert outs[6]["alarm/train_val_divergence_value"] == pytest.approx(0.12)
 
 
@@ -119,9 +135,19 @@ def test_training_reward_up_while_validation_falls_fires_divergence():
 def test_clean_quickstart_fires_no_alarm_and_no_trip(tmp_path, capsys):
     from verl.commands.train import run
 
-    history = run("quickstart", ["trainer.total_training_steps=6", "trainer.test_freq=3", "data.val_max_samples=64",
-                                 "trainer.progress_bar=false", "trainer.plot=false", "trainer.logger=[jsonl]",
-                                 f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}"])
+    history = run(
+        "quickstart",
+        [
+            "trainer.total_training_steps=6",
+            "trainer.test_freq=3",
+            "data.val_max_samples=64",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            "trainer.logger=[jsonl]",
+            f"trainer.output_dir={tmp_path / 'out'}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ],
+    )
     steps = [r for r in history if r["step"] > 0]
     assert len(steps) == 6
     flags = {k for r in steps for k in r if k.startswith("alarm/") and not k.endswith("_value")}
@@ -165,9 +191,19 @@ def test_training_run_paid_for_length_fires_the_length_alarm(tiny_model_dir, tmp
     reward = tmp_path / "length_reward.py"
     tmp_path.mkdir(exist_ok=True)
     reward.write_text(LENGTH_REWARD)
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "trainer.total_training_steps": 11, "data.max_response_length": 64, "custom_reward_function.path": str(reward),
-        "actor_rollout_ref.rollout.ignore_eos": True}))  # every row runs to the cap; the script sets its length
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            tmp_path,
+            **{
+                "trainer.total_training_steps": 11,
+                "data.max_response_length": 64,
+                "custom_reward_function.path": str(reward),
+                "actor_rollout_ref.rollout.ignore_eos": True,
+            },
+        ),
+    )  # every row runs to the cap; the script sets its length
     trainer = RLTrainer(config=cfg)
     parts = trainer._parts()
     generate = parts.actor_rollout_wg.generate_sequences
@@ -193,6 +229,7 @@ def test_training_run_paid_for_length_fires_the_length_alarm(tiny_model_dir, tmp
 
 def test_state_round_trip_continues_like_an_uninterrupted_run():
     """The alarm state saved with a checkpoint: a resumed run reports what the uninterrupted one does."""
+
     def steps(alarms, lo, hi):
         out = []
         for step in range(lo, hi + 1):

@@ -37,9 +37,13 @@ def _spiking(monkeypatch, at_step: int, once: bool = True) -> list[int]:
 
 
 def _config(model_dir, run_dir, **extra):
-    base = {"trainer.total_training_steps": 6, "trainer.save_freq": 2, "trainer.sentinel.warmup_steps": 2,
-            "actor_rollout_ref.actor.optim.lr": 1e-4,
-            "actor_rollout_ref.actor.ppo_mini_batch_size": 2}  # 2 optimizer steps: the second's ratio != 1, pg_loss != 0
+    base = {
+        "trainer.total_training_steps": 6,
+        "trainer.save_freq": 2,
+        "trainer.sentinel.warmup_steps": 2,
+        "actor_rollout_ref.actor.optim.lr": 1e-4,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+    }  # 2 optimizer steps: the second's ratio != 1, pg_loss != 0
     base.update(extra)
     return load_config(None, tiny_run_overrides(model_dir, run_dir, **base))
 
@@ -67,11 +71,18 @@ def test_advantage_spike_trips_and_replay_is_bit_exact(tiny_model_dir, tmp_path,
 @pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_replay_detects_a_bundle_that_does_not_reproduce(tiny_model_dir, tmp_path, monkeypatch, capsys):
     _spiking(monkeypatch, at_step=3)
-    RLTrainer(config=_config(tiny_model_dir, tmp_path, **{"trainer.total_training_steps": 3, "trainer.save_freq": -1,
-                                                          "trainer.sentinel.warmup_steps": 1})).fit()
+    RLTrainer(
+        config=_config(
+            tiny_model_dir,
+            tmp_path,
+            **{"trainer.total_training_steps": 3, "trainer.save_freq": -1, "trainer.sentinel.warmup_steps": 1},
+        )
+    ).fit()
     bundle = tmp_path / "out" / "incidents" / "incident_step_3"
     info = json.loads((bundle / "incident.json").read_text())
-    assert info["checkpoint"] is None and info["replay_steps"] == [1, 2, 3] and info["exact"]  # from the initial weights
+    assert (
+        info["checkpoint"] is None and info["replay_steps"] == [1, 2, 3] and info["exact"]
+    )  # from the initial weights
     # a different learning rate changes steps 2 and 3: the replay must say so and exit 1
     assert replay_main([str(bundle), "actor_rollout_ref.actor.optim.lr=1e-2"]) == 1
     assert "bit-exact: no" in capsys.readouterr().out

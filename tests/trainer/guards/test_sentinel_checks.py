@@ -15,8 +15,13 @@ from verl.trainer.guards.sentinel import DivergenceSentinel
 def steady(step: int) -> dict[str, float]:
     """A healthy step: grad norm, entropy and score wobble a little."""
     wobble = 1.0 + 0.05 * math.sin(step)
-    return {"actor/grad_norm": 2.0 * wobble, "actor/entropy": 1.5 * wobble, "critic/score/mean": 0.5 + 0.02 * math.cos(step),
-            "training/rollout_k3_kl": 1e-4, "actor/pg_loss": 0.1}
+    return {
+        "actor/grad_norm": 2.0 * wobble,
+        "actor/entropy": 1.5 * wobble,
+        "critic/score/mean": 0.5 + 0.02 * math.cos(step),
+        "training/rollout_k3_kl": 1e-4,
+        "actor/pg_loss": 0.1,
+    }
 
 
 def run(sentinel: DivergenceSentinel, steps: int, fault_at: int | None = None, fault: dict | None = None, adv=None):
@@ -35,14 +40,17 @@ def test_steady_run_never_trips():
     assert run(DivergenceSentinel(SentinelConfig()), 300) == {}
 
 
-@pytest.mark.parametrize(("fault", "reason"), [
-    ({"actor/grad_norm": 2.0 * 20}, "grad_norm:"),
-    ({"actor/entropy": 1.5 * 2.5}, "entropy:"),
-    ({"actor/entropy": 1.5 / 2.5}, "entropy:"),
-    ({"critic/score/mean": 0.05}, "reward_collapse:"),
-    ({"training/rollout_k3_kl": 0.5}, "rollout_kl:"),
-    ({"actor/pg_loss": float("nan")}, "non_finite: actor/pg_loss"),
-])
+@pytest.mark.parametrize(
+    ("fault", "reason"),
+    [
+        ({"actor/grad_norm": 2.0 * 20}, "grad_norm:"),
+        ({"actor/entropy": 1.5 * 2.5}, "entropy:"),
+        ({"actor/entropy": 1.5 / 2.5}, "entropy:"),
+        ({"critic/score/mean": 0.05}, "reward_collapse:"),
+        ({"training/rollout_k3_kl": 0.5}, "rollout_kl:"),
+        ({"actor/pg_loss": float("nan")}, "non_finite: actor/pg_loss"),
+    ],
+)
 def test_each_fault_trips_with_its_reason(fault, reason):
     trips = run(DivergenceSentinel(SentinelConfig()), 12, fault_at=10, fault=fault)
     assert list(trips) == [10] and any(r.startswith(reason) for r in trips[10]), trips
@@ -79,5 +87,12 @@ def test_config_ranges_and_rollback_needs_checkpoints():
 
 def test_rollback_in_an_async_mode_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"`trainer.sentinel.action=rollback` is not supported yet: .*separate_async"):
-        load_config(None, ["trainer.sentinel.action=rollback", "trainer.save_freq=5", "trainer.v1.trainer_mode=separate_async",
-                           "actor_rollout_ref.hybrid_engine=false"])
+        load_config(
+            None,
+            [
+                "trainer.sentinel.action=rollback",
+                "trainer.save_freq=5",
+                "trainer.v1.trainer_mode=separate_async",
+                "actor_rollout_ref.hybrid_engine=false",
+            ],
+        )

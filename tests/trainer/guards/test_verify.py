@@ -8,14 +8,26 @@ import pytest
 import torch
 
 from verl.config import load_config
-from verl.commands.verify import CHECKS, CheckResult, Run, compare, format_table, main, slice_overrides, variant_overrides
+from verl.commands.verify import (
+    CHECKS,
+    CheckResult,
+    Run,
+    compare,
+    format_table,
+    main,
+    slice_overrides,
+    variant_overrides,
+)
 
 
 def test_compare_takes_the_largest_normalised_difference_by_hand():
-    base = Run({1: {"actor/pg_loss": 0.5, "actor/grad_norm": 200.0, "timing_s/step": 1.0, "step": 1}},
-               {"w": torch.zeros(3)})
-    other = Run({1: {"actor/pg_loss": 0.5 + 2e-6, "actor/grad_norm": 200.0 + 1e-3, "timing_s/step": 9.0, "step": 1}},
-                {"w": torch.tensor([0.0, 3e-6, 0.0])})
+    base = Run(
+        {1: {"actor/pg_loss": 0.5, "actor/grad_norm": 200.0, "timing_s/step": 1.0, "step": 1}}, {"w": torch.zeros(3)}
+    )
+    other = Run(
+        {1: {"actor/pg_loss": 0.5 + 2e-6, "actor/grad_norm": 200.0 + 1e-3, "timing_s/step": 9.0, "step": 1}},
+        {"w": torch.tensor([0.0, 3e-6, 0.0])},
+    )
     r = compare("micro", base, other, 1e-5)
     # |d| / max(1, |b|): pg_loss 2e-6, grad_norm 1e-3 / 200.001 = 5e-6, weight 3e-6; timing is not compared
     assert r.max_diff == pytest.approx(1e-3 / 200.001) and r.where == "actor/grad_norm (step 1)"
@@ -26,8 +38,9 @@ def test_compare_takes_the_largest_normalised_difference_by_hand():
 
 
 def test_table_names_the_failing_check():
-    table = format_table([CheckResult("packed", 0.03, "actor/entropy (step 1)", 1e-4, 120),
-                          CheckResult("micro", 0.0, "-", 1e-5, 120)])
+    table = format_table(
+        [CheckResult("packed", 0.03, "actor/entropy (step 1)", 1e-4, 120), CheckResult("micro", 0.0, "-", 1e-5, 120)]
+    )
     assert "packed vs padded" in table and "FAIL" in table and table.endswith("FAILED: packed vs padded")
 
 
@@ -49,8 +62,13 @@ def test_slice_and_every_variant_are_valid_configs(preset):
 def test_verify_quickstart_passes(capsys):
     assert main(["quickstart"]) == 0
     out = capsys.readouterr().out
-    for label in ("local vs 2 Ray workers", "packed vs padded", "micro-batched vs not", "resumed vs uninterrupted",
-                  "sync vs async (staleness 0)"):
+    for label in (
+        "local vs 2 Ray workers",
+        "packed vs padded",
+        "micro-batched vs not",
+        "resumed vs uninterrupted",
+        "sync vs async (staleness 0)",
+    ):
         assert label in out
     assert "checks pass" in out and "FAIL" not in out
 

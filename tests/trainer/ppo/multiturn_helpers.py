@@ -21,8 +21,22 @@ def boosted_random_qwen(shared_dir: Path, out: Path, logit: float = 9.0) -> Path
 
     from verl.modules.init_model import main as init_model_main
 
-    assert init_model_main(["--arch", "qwen2", "--size", "tiny", "--tokenizer", str(shared_dir / "tokenizers" / "qwen2.5"),
-                            "--out", str(out), "--force"]) == 0
+    assert (
+        init_model_main(
+            [
+                "--arch",
+                "qwen2",
+                "--size",
+                "tiny",
+                "--tokenizer",
+                str(shared_dir / "tokenizers" / "qwen2.5"),
+                "--out",
+                str(out),
+                "--force",
+            ]
+        )
+        == 0
+    )
     model = AutoModelForCausalLM.from_pretrained(out)
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():

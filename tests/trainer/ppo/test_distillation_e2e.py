@@ -36,18 +36,34 @@ def far_student(tmp_path_factory) -> str:
 
 
 def _distill(student, teacher, run_dir, steps: int = 2, **extra) -> dict[int, dict]:
-    overrides = tiny_run_overrides(student, run_dir, **{
-        f"{D}.enabled": True, f"{D}.teacher_models.teacher_model.model_path": teacher,
-        "trainer.total_training_steps": steps, **extra})
+    overrides = tiny_run_overrides(
+        student,
+        run_dir,
+        **{
+            f"{D}.enabled": True,
+            f"{D}.teacher_models.teacher_model.model_path": teacher,
+            "trainer.total_training_steps": steps,
+            **extra,
+        },
+    )
     assert main(overrides) == 0
     return read_metrics(run_dir)
 
 
 def test_student_moves_toward_the_teacher(far_student, tmp_path) -> None:
     # a scrambled student, the built-in model as teacher, the distillation loss alone (top-16 forward KL)
-    m = _distill(far_student, BUILTIN, tmp_path / "a", steps=4, **{
-        f"{L}.use_task_rewards": False, f"{L}.loss_mode": "forward_kl_topk", f"{L}.topk": 16,
-        "actor_rollout_ref.actor.optim.lr": 1e-3})
+    m = _distill(
+        far_student,
+        BUILTIN,
+        tmp_path / "a",
+        steps=4,
+        **{
+            f"{L}.use_task_rewards": False,
+            f"{L}.loss_mode": "forward_kl_topk",
+            f"{L}.topk": 16,
+            "actor_rollout_ref.actor.optim.lr": 1e-3,
+        },
+    )
     losses = [m[s]["distillation/loss"] for s in sorted(m)]
     assert all(math.isfinite(x) for x in losses) and min(losses[2:]) < 0.7 * losses[0], losses  # measured 4.43 -> 2.13
     assert all(0.0 < step["distillation/teacher_mass"] <= 1.0 and "timing_s/teacher" in step for step in m.values())
@@ -58,10 +74,20 @@ def test_student_moves_toward_the_teacher(far_student, tmp_path) -> None:
 
 
 def test_policy_gradient_and_direct_forms_run_with_the_task_loss(far_student, tmp_path) -> None:
-    k3 = _distill(far_student, BUILTIN, tmp_path / "k3", steps=1, **{f"{L}.distillation_loss_coef": 0.5,
-                                                            f"{L}.loss_max_clamp": 5.0})
-    k1 = _distill(far_student, BUILTIN, tmp_path / "k1", steps=1, **{f"{L}.loss_mode": "k1", f"{L}.use_policy_gradient": True,
-                                                            f"{L}.loss_max_clamp": 10.0})
+    k3 = _distill(
+        far_student,
+        BUILTIN,
+        tmp_path / "k3",
+        steps=1,
+        **{f"{L}.distillation_loss_coef": 0.5, f"{L}.loss_max_clamp": 5.0},
+    )
+    k1 = _distill(
+        far_student,
+        BUILTIN,
+        tmp_path / "k1",
+        steps=1,
+        **{f"{L}.loss_mode": "k1", f"{L}.use_policy_gradient": True, f"{L}.loss_max_clamp": 10.0},
+    )
     for m in (k3, k1):
         assert sorted(m) == [1]
         for step in m.values():
@@ -79,18 +105,36 @@ def test_distilled_student_gains_15_points_toward_the_teacher(tmp_path) -> None:
     same run with the untrained model as its own teacher moves 28.1% -> 27.3%.
     """
     common = ["trainer.total_training_steps=15", "trainer.test_freq=5", "trainer.progress_bar=false"]
-    teacher_run = run("quickstart", [*common, "trainer.save_freq=15", "trainer.save_hf=true",
-                                     f"trainer.output_dir={tmp_path / 'teacher'}", f"trainer.default_local_dir={tmp_path / 'tckpt'}"])
+    teacher_run = run(
+        "quickstart",
+        [
+            *common,
+            "trainer.save_freq=15",
+            "trainer.save_hf=true",
+            f"trainer.output_dir={tmp_path / 'teacher'}",
+            f"trainer.default_local_dir={tmp_path / 'tckpt'}",
+        ],
+    )
     teacher_acc = teacher_run[-1]["val/accuracy"]
     teacher_dir = tmp_path / "tckpt" / "global_step_15" / "huggingface"
     assert teacher_acc >= 0.6 and (teacher_dir / "model.safetensors").is_file()
 
     def distill(teacher: str, name: str) -> list[float]:
-        history = run("quickstart", [*common, "trainer.save_freq=-1", f"trainer.output_dir={tmp_path / name}",
-                                     f"trainer.default_local_dir={tmp_path / (name + '_ckpt')}",
-                                     "actor_rollout_ref.actor.use_kl_loss=false", f"{D}.enabled=true",
-                                     f"{D}.teacher_models.teacher_model.model_path={teacher}", f"{L}.loss_mode=k1",
-                                     f"{L}.use_policy_gradient=true", f"{L}.use_task_rewards=false"])
+        history = run(
+            "quickstart",
+            [
+                *common,
+                "trainer.save_freq=-1",
+                f"trainer.output_dir={tmp_path / name}",
+                f"trainer.default_local_dir={tmp_path / (name + '_ckpt')}",
+                "actor_rollout_ref.actor.use_kl_loss=false",
+                f"{D}.enabled=true",
+                f"{D}.teacher_models.teacher_model.model_path={teacher}",
+                f"{L}.loss_mode=k1",
+                f"{L}.use_policy_gradient=true",
+                f"{L}.use_task_rewards=false",
+            ],
+        )
         return [h["val/accuracy"] for h in history if "val/accuracy" in h]
 
     student = distill(str(teacher_dir), "student")
@@ -104,14 +148,26 @@ def test_distilled_student_gains_15_points_toward_the_teacher(tmp_path) -> None:
 @pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_teacher_on_its_own_ray_pool_scores_as_the_local_run(far_student, tmp_path) -> None:
     """2 FSDP2 actor ranks on Ray, the teacher on a pool of its own (1 device): the same scores as in one process."""
-    own_pool = {f"{D}.n_gpus_per_node": 1, f"{D}.nnodes": 1, f"{D}.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1}
+    own_pool = {
+        f"{D}.n_gpus_per_node": 1,
+        f"{D}.nnodes": 1,
+        f"{D}.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
+    }
     local = _distill(far_student, BUILTIN, tmp_path / "local", steps=1)
     from verl.config import load_config
     from verl.trainer import RLTrainer
 
-    overrides = tiny_run_overrides(far_student, tmp_path / "ray", **{
-        f"{D}.enabled": True, f"{D}.teacher_models.teacher_model.model_path": BUILTIN, "trainer.total_training_steps": 1,
-        "trainer.n_gpus_per_node": 2, **own_pool})
+    overrides = tiny_run_overrides(
+        far_student,
+        tmp_path / "ray",
+        **{
+            f"{D}.enabled": True,
+            f"{D}.teacher_models.teacher_model.model_path": BUILTIN,
+            "trainer.total_training_steps": 1,
+            "trainer.n_gpus_per_node": 2,
+            **own_pool,
+        },
+    )
     trainer = RLTrainer(config=load_config(None, overrides))
     parts = trainer._parts()
     teacher = parts.teacher.groups["default"]
@@ -127,14 +183,21 @@ def test_verl_opd_example_overrides_train_one_step(far_student, tmp_path) -> Non
     (teacher world size and TP 1, the teacher's vLLM settings, max_model_len = prompt + response + 1)."""
     prompt, response = 24, 6
     verl_extra = {
-        f"{D}.n_gpus_per_node": 1, f"{D}.nnodes": 1,
+        f"{D}.n_gpus_per_node": 1,
+        f"{D}.nnodes": 1,
         f"{D}.teacher_models.teacher_model.inference.tensor_model_parallel_size": 1,
         f"{D}.teacher_models.teacher_model.inference.name": "vllm",
         f"{D}.teacher_models.teacher_model.inference.gpu_memory_utilization": 0.4,
         f"{D}.teacher_models.teacher_model.inference.max_model_len": prompt + response + 1,
-        f"{L}.loss_mode": "k1", f"{L}.topk": 64, f"{L}.use_task_rewards": False, f"{L}.use_policy_gradient": True,
-        f"{L}.loss_max_clamp": 10.0, f"{L}.log_prob_min_clamp": -10.0,
-        "algorithm.use_kl_in_reward": False, "actor_rollout_ref.rollout.n": 1, "trainer.n_gpus_per_node": 1,
+        f"{L}.loss_mode": "k1",
+        f"{L}.topk": 64,
+        f"{L}.use_task_rewards": False,
+        f"{L}.use_policy_gradient": True,
+        f"{L}.loss_max_clamp": 10.0,
+        f"{L}.log_prob_min_clamp": -10.0,
+        "algorithm.use_kl_in_reward": False,
+        "actor_rollout_ref.rollout.n": 1,
+        "trainer.n_gpus_per_node": 1,
     }
     m = _distill(far_student, BUILTIN, tmp_path, steps=1, **verl_extra)
     assert math.isfinite(m[1]["distillation/loss"]) and abs(m[1]["distillation/rollout_k1_mean"]) > 0.5
@@ -153,12 +216,26 @@ def test_two_teachers_score_the_rows_of_their_data_source(far_student, tmp_path)
     t = f"+{D}.teacher_models"
 
     def two(plain: str, carry: str, name: str) -> dict[int, dict]:
-        return _distill(far_student, BUILTIN, tmp_path / name, steps=1, **{
-            "data.train_files": f"[{tmp_path / 'train.parquet'}]", "data.shuffle": False,
-            f"{t}.plain.key": "plain", f"{t}.plain.model_path": plain, f"{t}.carry.key": "carry",
-            f"{t}.carry.model_path": carry})[1]
+        return _distill(
+            far_student,
+            BUILTIN,
+            tmp_path / name,
+            steps=1,
+            **{
+                "data.train_files": f"[{tmp_path / 'train.parquet'}]",
+                "data.shuffle": False,
+                f"{t}.plain.key": "plain",
+                f"{t}.plain.model_path": plain,
+                f"{t}.carry.key": "carry",
+                f"{t}.carry.model_path": carry,
+            },
+        )[1]
 
-    both_builtin, mixed, both_far = two(BUILTIN, BUILTIN, "bb"), two(BUILTIN, far_student, "bf"), two(far_student, far_student, "ff")
+    both_builtin, mixed, both_far = (
+        two(BUILTIN, BUILTIN, "bb"),
+        two(BUILTIN, far_student, "bf"),
+        two(far_student, far_student, "ff"),
+    )
     assert abs(both_far["distillation/rollout_k1_mean"]) < 1e-4  # the student scores its own rows exactly
     # half the rows (those of 'carry') go to the student's own weights: the k1 mean lies between the two
     k1 = [r["distillation/rollout_k1_mean"] for r in (both_builtin, mixed, both_far)]

@@ -11,10 +11,19 @@ from verl.trainer.ppo.dynamic_sampling import kept_group_mask
 
 def test_round_off_groups_are_dropped_and_varying_groups_kept():
     uids = np.array(["a"] * 3 + ["b"] * 3 + ["c"] * 2 + ["d"], dtype=object)
-    values = np.array([0.1, 0.1, 0.1,                        # np.std 1.4e-17
-                       0.1 + 0.2, 0.3, 0.30000000000000004,  # np.std 3.2e-17
-                       0.3, 0.3000001,                       # a real (1e-7) difference
-                       0.5])                                 # singleton: kept
+    values = np.array(
+        [
+            0.1,
+            0.1,
+            0.1,  # np.std 1.4e-17
+            0.1 + 0.2,
+            0.3,
+            0.30000000000000004,  # np.std 3.2e-17
+            0.3,
+            0.3000001,  # a real (1e-7) difference
+            0.5,
+        ]
+    )  # singleton: kept
     assert np.std(values[:3]) > 0 and np.std(values[3:6]) > 0
     mask, kept, n = kept_group_mask(uids, values)
     assert kept == ["c", "d"] and n == 4

@@ -29,28 +29,38 @@ def _generated(tok) -> DataProto:
     attn = torch.zeros(2, P + R, dtype=torch.long)
     rmask = torch.zeros(2, R, dtype=torch.long)
     for i, (p, r) in enumerate(zip(prompts, responses)):
-        prompt_t[i, P - len(p):] = torch.tensor(p)
-        attn[i, P - len(p):P] = 1
-        resp_t[i, :len(r)] = torch.tensor(r)
-        attn[i, P:P + len(r)] = 1
-        rmask[i, :len(r)] = 1
-    rmask[0, len(model_a):len(model_a) + len(tool)] = 0
+        prompt_t[i, P - len(p) :] = torch.tensor(p)
+        attn[i, P - len(p) : P] = 1
+        resp_t[i, : len(r)] = torch.tensor(r)
+        attn[i, P : P + len(r)] = 1
+        rmask[i, : len(r)] = 1
+    rmask[0, len(model_a) : len(model_a) + len(tool)] = 0
     calls = np.empty(2, dtype=object)
     calls[0], calls[1] = [{"name": "calc", "arguments": {"expr": "3+4"}, "status": "ok"}], []
     messages = np.empty(2, dtype=object)
-    messages[0] = [{"role": "user", "content": "Q:"}, {"role": "assistant", "content": "ab"},
-                   {"role": "tool", "content": "=7"}, {"role": "assistant", "content": "c"}]
+    messages[0] = [
+        {"role": "user", "content": "Q:"},
+        {"role": "assistant", "content": "ab"},
+        {"role": "tool", "content": "=7"},
+        {"role": "assistant", "content": "c"},
+    ]
     messages[1] = [{"role": "user", "content": "Q:1"}, {"role": "assistant", "content": "xy"}]
     return DataProto.from_dict(
         tensors={"prompts": prompt_t, "responses": resp_t, "attention_mask": attn, "response_mask": rmask},
-        non_tensors={"num_turns": np.array([4, 2]), "tool_calls": calls, "messages": messages,
-                     "turn_scores": np.array([[0.5], []], dtype=object)},
+        non_tensors={
+            "num_turns": np.array([4, 2]),
+            "tool_calls": calls,
+            "messages": messages,
+            "turn_scores": np.array([[0.5], []], dtype=object),
+        },
     )
 
 
 def _dataset_rows() -> dict[str, object]:
-    return {"data_source": np.array(["calc", "calc"], dtype=object),
-            "reward_model": np.array([{"ground_truth": "7"}, {"ground_truth": np.int64(1)}], dtype=object)}
+    return {
+        "data_source": np.array(["calc", "calc"], dtype=object),
+        "reward_model": np.array([{"ground_truth": "7"}, {"ground_truth": np.int64(1)}], dtype=object),
+    }
 
 
 def _scores() -> torch.Tensor:
@@ -60,8 +70,13 @@ def _scores() -> torch.Tensor:
 
 
 def _training_batch(tok) -> DataProto:
-    batch = DataProto.from_dict(non_tensors={**_dataset_rows(), "uid": np.array(["val-0-0", "val-0-1"], dtype=object),
-                                             "acc": np.array([True, False], dtype=object)})
+    batch = DataProto.from_dict(
+        non_tensors={
+            **_dataset_rows(),
+            "uid": np.array(["val-0-0", "val-0-1"], dtype=object),
+            "acc": np.array([True, False], dtype=object),
+        }
+    )
     batch.union(_generated(tok))
     batch.batch["token_level_scores"] = _scores()
     return batch
@@ -74,16 +89,20 @@ def _validation_dump(tok, tmp_path, global_step: int) -> list[dict]:
         tokenizer=tok,
         val_dataloader=[{**_dataset_rows(), "dummy": torch.zeros(2)}],
         actor_rollout_wg=SimpleNamespace(generate_sequences=lambda seeded: gen),
-        val_reward_fn=lambda batch, return_dict: {"reward_tensor": _scores(),
-                                                  "reward_extra_info": {"acc": [True, False]}},
+        val_reward_fn=lambda batch, return_dict: {
+            "reward_tensor": _scores(),
+            "reward_extra_info": {"acc": [True, False]},
+        },
     )
     cfg = SimpleNamespace(
         actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(val_kwargs=SimpleNamespace(n=1))),
-        trainer=SimpleNamespace(log_val_generations=1, validation_data_dir=str(tmp_path / "val"),
-                                output_dir=str(tmp_path)),
+        trainer=SimpleNamespace(
+            log_val_generations=1, validation_data_dir=str(tmp_path / "val"), output_dir=str(tmp_path)
+        ),
     )
-    metrics = run_validation(parts, cfg, global_step, lambda batch, validate: batch.select(batch_keys=["dummy"]),
-                             lambda g, purpose: g)
+    metrics = run_validation(
+        parts, cfg, global_step, lambda batch, validate: batch.select(batch_keys=["dummy"]), lambda g, purpose: g
+    )
     assert metrics["val-aux/calc/reward/mean@1"] == 0.625 and metrics["val-core/calc/acc/mean@1"] == 0.5
     rows = [json.loads(x) for x in (tmp_path / "val" / f"{global_step}.jsonl").read_text().splitlines()]
     (sample,) = [json.loads(x) for x in (tmp_path / "val_generations.jsonl").read_text().splitlines()]
@@ -106,10 +125,23 @@ def test_training_and_validation_dumps_of_a_multi_turn_batch_are_the_same_rows(t
     for t, v in zip(train, val):
         assert {k: x for k, x in t.items() if k != "step"} == {k: x for k, x in v.items() if k != "step"}
     assert train[0] == {
-        "input": "Q:", "output": "ab=7c", "gts": "7", "score": 1.0, "step": 3, "uid": "val-0-0", "data_source": "calc",
-        "num_turns": 4, "tool_calls": [{"name": "calc", "arguments": {"expr": "3+4"}, "status": "ok"}],
-        "messages": gen.non_tensor_batch["messages"][0], "turn_scores": [0.5], "prompt_length": 2,
-        "response_length": 5, "truncated": False, "policy_version": 2, "acc": True}
+        "input": "Q:",
+        "output": "ab=7c",
+        "gts": "7",
+        "score": 1.0,
+        "step": 3,
+        "uid": "val-0-0",
+        "data_source": "calc",
+        "num_turns": 4,
+        "tool_calls": [{"name": "calc", "arguments": {"expr": "3+4"}, "status": "ok"}],
+        "messages": gen.non_tensor_batch["messages"][0],
+        "turn_scores": [0.5],
+        "prompt_length": 2,
+        "response_length": 5,
+        "truncated": False,
+        "policy_version": 2,
+        "acc": True,
+    }
     assert train[1]["gts"] == 1 and train[1]["score"] == 0.25 and train[1]["input"] == "Q:1"
 
 
@@ -126,7 +158,9 @@ def test_the_viewer_and_reward_test_read_both_kinds(tmp_path):
         assert len(chunks) == 2 and meta["hasTokens"] == has_tokens
         probes = _dump_probes(str(tmp_path / kind))
         assert [(p.source, p.solution_str, p.ground_truth, p.logged_score) for p in probes] == [
-            ("calc", "ab=7c", "7", 1.0), ("calc", "xy", 1, 0.25)]
+            ("calc", "ab=7c", "7", 1.0),
+            ("calc", "xy", 1, 0.25),
+        ]
 
 
 def test_jsonable_gives_json_types():

@@ -20,10 +20,14 @@ def _batch() -> DataProto:
     responses = torch.tensor([[5, EOS, PAD], [5, 6, EOS], [5, 6, 7], [5, PAD, PAD]])
     resp_attn = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 1, 1], [1, 0, 0]])
     prompt = torch.ones(4, 2, dtype=torch.long)
-    return DataProto.from_dict(tensors={
-        "responses": responses, "attention_mask": torch.cat([prompt, resp_attn], 1), "response_mask": resp_attn.clone(),
-        "advantages": torch.ones(4, 3),
-    })
+    return DataProto.from_dict(
+        tensors={
+            "responses": responses,
+            "attention_mask": torch.cat([prompt, resp_attn], 1),
+            "response_mask": resp_attn.clone(),
+            "advantages": torch.ones(4, 3),
+        }
+    )
 
 
 def test_truncated_rows_by_hand():
@@ -57,11 +61,20 @@ def test_run_leaves_truncated_responses_out_of_the_actor_loss(tmp_path, monkeypa
     # the quick start's warm-started model answers "a+b=" with 2 or 3 digits then EOS: with a
     # 3-token budget the 3-digit answers are cut
     overrides = [
-        "trainer.total_training_steps=1", "trainer.val_before_train=false", "trainer.test_freq=-1",
-        "trainer.logger=[jsonl]", "trainer.plot=false", "trainer.progress_bar=false", "trainer.save_freq=-1",
-        f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-        "data.train_batch_size=16", "actor_rollout_ref.actor.ppo_mini_batch_size=16", "actor_rollout_ref.rollout.n=4",
-        "data.max_response_length=3", "actor_rollout_ref.actor.mask_truncated_completions=true",
+        "trainer.total_training_steps=1",
+        "trainer.val_before_train=false",
+        "trainer.test_freq=-1",
+        "trainer.logger=[jsonl]",
+        "trainer.plot=false",
+        "trainer.progress_bar=false",
+        "trainer.save_freq=-1",
+        f"trainer.output_dir={tmp_path / 'out'}",
+        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        "data.train_batch_size=16",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=16",
+        "actor_rollout_ref.rollout.n=4",
+        "data.max_response_length=3",
+        "actor_rollout_ref.actor.mask_truncated_completions=true",
     ]
     trainer = RLTrainer(config=load_config("quickstart", overrides))
     history = trainer.fit()

@@ -15,7 +15,9 @@ def test_preset_and_builtin_names_resolve():
     cfg = load_config("calculator")
     mt = cfg.actor_rollout_ref.rollout.multi_turn
     assert mt.enable and mt.tool_config_path == "builtin://calculator"
-    assert builtin_config_file("builtin://calculator", "tool").endswith("verl/tools/configs/calculator_tool_config.yaml")
+    assert builtin_config_file("builtin://calculator", "tool").endswith(
+        "verl/tools/configs/calculator_tool_config.yaml"
+    )
     assert builtin_config_file("builtin://gsm8k", "interaction").endswith("gsm8k_interaction_config.yaml")
     assert builtin_config_file("/x/y.yaml", "tool") == "/x/y.yaml"
     with pytest.raises(ValueError, match="built-in: calculator"):
@@ -26,12 +28,22 @@ def test_preset_and_builtin_names_resolve():
 def test_calculator_preset_one_step(tmp_path):
     from verl.trainer import RLTrainer
 
-    cfg = load_config("calculator", [
-        "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4", "actor_rollout_ref.rollout.n=4",
-        "trainer.total_training_steps=1", "trainer.val_before_train=false", "data.val_files=[]",
-        "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.plot=false",
-        f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-    ])
+    cfg = load_config(
+        "calculator",
+        [
+            "data.train_batch_size=4",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+            "actor_rollout_ref.rollout.n=4",
+            "trainer.total_training_steps=1",
+            "trainer.val_before_train=false",
+            "data.val_files=[]",
+            "trainer.logger=[jsonl]",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            f"trainer.output_dir={tmp_path / 'out'}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ],
+    )
     history = RLTrainer(config=cfg).fit()
     finite_metrics(history)
     (h,) = history
@@ -49,8 +61,17 @@ def test_verl_train_calculator_learns_to_call_the_tool(tmp_path, capsys):
 
     from verl.commands.train import train_cli
 
-    assert train_cli(["calculator", f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                      "trainer.progress_bar=false"]) == 0
+    assert (
+        train_cli(
+            [
+                "calculator",
+                f"trainer.output_dir={tmp_path / 'out'}",
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+                "trainer.progress_bar=false",
+            ]
+        )
+        == 0
+    )
     rows = [json.loads(line) for line in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     accs = [r["val/accuracy"] for r in rows if "val/accuracy" in r]
     assert accs[0] == pytest.approx(147 / 256) and accs[-1] - accs[0] >= 0.15

@@ -33,10 +33,14 @@ def test_hydra_arguments():
 
 @pytest.mark.parametrize("name", ["gsm8k_multiturn_grpo", "gsm8k_multiturn_grpo_w_interaction"])
 def test_recipe_yamls_load_with_verl_defaults(name):
-    cfg = load_config(str(CONFIG_DIR / f"{name}.yaml"), [
-        "actor_rollout_ref.rollout.name=hf", "actor_rollout_ref.actor.ppo_mini_batch_size=256",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIG_DIR / 'tool_config' / 'gsm8k_tool_config.yaml'}",
-    ])
+    cfg = load_config(
+        str(CONFIG_DIR / f"{name}.yaml"),
+        [
+            "actor_rollout_ref.rollout.name=hf",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=256",
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIG_DIR / 'tool_config' / 'gsm8k_tool_config.yaml'}",
+        ],
+    )
     mt = cfg.actor_rollout_ref.rollout.multi_turn
     assert mt.enable and cfg.data.return_raw_chat and cfg.data.max_response_length == 1024
     assert (mt.max_assistant_turns, mt.max_user_turns) == ((5, None) if name == "gsm8k_multiturn_grpo" else (None, 5))
@@ -65,21 +69,52 @@ def test_other_hydra_settings_are_refused(tmp_path):
 @pytest.mark.e2e
 def test_verl_recipe_one_step(shared_dir, tmp_path):
     model = boosted_random_qwen(shared_dir, tmp_path / "model")
-    assert prepare_main(["gsm8k", "--input", str(shared_dir / "data" / "gsm8k" / "test.jsonl"),
-                         "--out", str(tmp_path / "data"), "--multiturn"]) == 0
+    assert (
+        prepare_main(
+            [
+                "gsm8k",
+                "--input",
+                str(shared_dir / "data" / "gsm8k" / "test.jsonl"),
+                "--out",
+                str(tmp_path / "data"),
+                "--multiturn",
+            ]
+        )
+        == 0
+    )
     rows = pq.read_table(tmp_path / "data" / "test.parquet").to_pylist()
     pq.write_table(pq.read_table(tmp_path / "data" / "test.parquet").slice(0, 2), tmp_path / "val.parquet")
     assert rows[0]["agent_name"] == "tool_agent"
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}", "PYTHONPATH": str(REPO),
-           "MODEL_PATH": str(model), "TRAIN_FILE": str(tmp_path / "data" / "test.parquet"),
-           "VAL_FILE": str(tmp_path / "val.parquet"), "TRAIN_BATCH_SIZE": "2", "MAX_RESPONSE_LENGTH": "32",
-           "MICRO_BATCH_SIZE": "2", "ROLLOUT_N": "2", "N_GPUS": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+        "MODEL_PATH": str(model),
+        "TRAIN_FILE": str(tmp_path / "data" / "test.parquet"),
+        "VAL_FILE": str(tmp_path / "val.parquet"),
+        "TRAIN_BATCH_SIZE": "2",
+        "MAX_RESPONSE_LENGTH": "32",
+        "MICRO_BATCH_SIZE": "2",
+        "ROLLOUT_N": "2",
+        "N_GPUS": "1",
+    }
     out = tmp_path / "out"
     proc = subprocess.run(
-        ["bash", "examples/multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh", "trainer.total_training_steps=1",
-         f"trainer.output_dir={out}", f"trainer.default_local_dir={tmp_path / 'ckpt'}", "trainer.logger=[console,jsonl]",
-         "trainer.progress_bar=false", "trainer.plot=false"],
-        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+        [
+            "bash",
+            "examples/multiturn/run_qwen2.5-3b_gsm8k_multiturn.sh",
+            "trainer.total_training_steps=1",
+            f"trainer.output_dir={out}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            "trainer.logger=[console,jsonl]",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

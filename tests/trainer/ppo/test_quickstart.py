@@ -18,8 +18,14 @@ def test_verl_train_defaults_to_the_quickstart_preset():
 
 @pytest.mark.e2e
 def test_quickstart_greedy_accuracy_rises_by_20_points(tmp_path, capsys):
-    history = run("quickstart", [f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-                                 "trainer.progress_bar=false"])
+    history = run(
+        "quickstart",
+        [
+            f"trainer.output_dir={tmp_path / 'out'}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            "trainer.progress_bar=false",
+        ],
+    )
     accs = [h["val/accuracy"] for h in history if "val/accuracy" in h]
     # the shipped warm start: exactly 144 of the 512 held-out problems (a template/padding/position bug moves it)
     assert accs[0] == pytest.approx(144 / 512)

@@ -39,8 +39,9 @@ def test_fixture_matches_the_readme_and_the_preset_schedule() -> None:
     assert ref["steps"] == list(range(0, cfg.trainer.total_training_steps + 1, cfg.trainer.test_freq))
     assert len(ref["accuracy"]) == len(ref["steps"]) and all(0.0 <= a <= 1.0 for a in ref["accuracy"])
     readme = (ROOT / "README.md").read_text()
-    m = re.search(r"held-out greedy accuracy goes from ([\d.]+)% to ([\d.]+)% by step (\d+) and ([\d.]+)% at\s+step (\d+)",
-                  readme)
+    m = re.search(
+        r"held-out greedy accuracy goes from ([\d.]+)% to ([\d.]+)% by step (\d+) and ([\d.]+)% at\s+step (\d+)", readme
+    )
     assert m, "the README's quick-start sentence moved: update this test with it"
     start, mid, mid_step, end, end_step = float(m[1]), float(m[2]), int(m[3]), float(m[4]), int(m[5])
     at = dict(zip(ref["steps"], ref["accuracy"]))

@@ -20,10 +20,15 @@ KEYS = ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "critic/advanta
 
 
 def _run(model_dir, run_dir, **extra):
-    base = {"trainer.total_training_steps": 3, "trainer.save_freq": 3, "data.train_batch_size": 4,
-            "actor_rollout_ref.rollout.n": 2, "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
-            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
-            "actor_rollout_ref.actor.calculate_entropy": True}  # actor/entropy is compared too
+    base = {
+        "trainer.total_training_steps": 3,
+        "trainer.save_freq": 3,
+        "data.train_batch_size": 4,
+        "actor_rollout_ref.rollout.n": 2,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.actor.calculate_entropy": True,
+    }  # actor/entropy is compared too
     base.update(extra)
     cfg = load_config(None, tiny_run_overrides(model_dir, run_dir, **base))
     RLTrainer(config=cfg).fit()
@@ -56,19 +61,28 @@ def test_two_ray_workers_equal_one_local_process(local_run, tiny_model_dir, tmp_
 
 def test_dynamic_bsz_equals_fixed_micro_batches(local_run, tiny_model_dir, tmp_path):
     _, local = local_run
-    dyn = _run(tiny_model_dir, tmp_path, **{
-        "trainer.n_gpus_per_node": 2, "actor_rollout_ref.actor.use_dynamic_bsz": True,
-        "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 64,
-        "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": True,
-        "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 64,
-    })
+    dyn = _run(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "trainer.n_gpus_per_node": 2,
+            "actor_rollout_ref.actor.use_dynamic_bsz": True,
+            "actor_rollout_ref.actor.ppo_max_token_len_per_gpu": 64,
+            "actor_rollout_ref.rollout.log_prob_use_dynamic_bsz": True,
+            "actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu": 64,
+        },
+    )
     _assert_close(local, dyn)
 
 
 def test_two_worker_checkpoint_resumes_locally_and_back(local_run, tiny_model_dir, tmp_path):
     _, local = local_run
     # 2 Ray workers write global_step_2; the local backend resumes it for step 3
-    _run(tiny_model_dir, tmp_path, **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2, "trainer.save_freq": 2})
+    _run(
+        tiny_model_dir,
+        tmp_path,
+        **{"trainer.n_gpus_per_node": 2, "trainer.total_training_steps": 2, "trainer.save_freq": 2},
+    )
     resumed = _run(tiny_model_dir, tmp_path)
     _assert_close(local, resumed, steps=(3,))
     # and back: a local checkpoint resumed by 2 Ray workers
@@ -90,9 +104,18 @@ def test_killed_worker_stops_driver_with_role_rank_and_error(tiny_model_dir, tmp
         "        os.kill(int(pid), signal.SIGKILL)\n"
         "    return 0.0\n"
     )
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "trainer.n_gpus_per_node": 2, "custom_reward_function.path": str(killer),
-        "actor_rollout_ref.actor.reuse_old_log_probs": False}))  # the first call after the reward is compute_log_prob
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            tmp_path,
+            **{
+                "trainer.n_gpus_per_node": 2,
+                "custom_reward_function.path": str(killer),
+                "actor_rollout_ref.actor.reuse_old_log_probs": False,
+            },
+        ),
+    )  # the first call after the reward is compute_log_prob
     trainer = RLTrainer(config=cfg)
     pids = trainer._parts().actor_rollout_wg.worker_pids()
     os.environ["VERL_TEST_KILL_PID"] = str(pids[1])
@@ -121,10 +144,21 @@ def _alive(pid: int) -> bool:
 def _quickstart(run_dir, *overrides):
     from verl.commands.train import run
 
-    run("quickstart", ["trainer.total_training_steps=3", "trainer.val_before_train=false", "data.val_files=[]",
-                       "trainer.save_freq=3", "trainer.progress_bar=false", "trainer.plot=false",
-                       "actor_rollout_ref.actor.calculate_entropy=true",  # actor/entropy is compared too
-                       f"trainer.output_dir={run_dir / 'out'}", f"trainer.default_local_dir={run_dir / 'ckpt'}", *overrides])
+    run(
+        "quickstart",
+        [
+            "trainer.total_training_steps=3",
+            "trainer.val_before_train=false",
+            "data.val_files=[]",
+            "trainer.save_freq=3",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            "actor_rollout_ref.actor.calculate_entropy=true",  # actor/entropy is compared too
+            f"trainer.output_dir={run_dir / 'out'}",
+            f"trainer.default_local_dir={run_dir / 'ckpt'}",
+            *overrides,
+        ],
+    )
     return read_metrics(run_dir)
 
 
@@ -136,15 +170,27 @@ def test_builtin_grpo_config_two_workers_equal_local(tmp_path):
     wa, wb = _weights(tmp_path / "local"), _weights(tmp_path / "ray")
     assert max(float((wa[k] - wb[k]).abs().max()) for k in wa) <= 1e-5
     # FSDP2 CPU offload of parameters and optimizer state changes where tensors live, not the numbers
-    off = _quickstart(tmp_path / "offload", "trainer.n_gpus_per_node=2",
-                      "actor_rollout_ref.actor.fsdp_config.param_offload=true",
-                      "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true")
+    off = _quickstart(
+        tmp_path / "offload",
+        "trainer.n_gpus_per_node=2",
+        "actor_rollout_ref.actor.fsdp_config.param_offload=true",
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload=true",
+    )
     _assert_close(local, off)
 
 
 def test_critic_in_its_own_resource_pool(local_run, tiny_model_dir, tmp_path):
-    metrics = _run(tiny_model_dir, tmp_path, **{
-        "trainer.n_gpus_per_node": 2, "algorithm.adv_estimator": "gae", "actor_rollout_ref.rollout.n": 1,
-        "critic.placement": "separate", "critic.ppo_micro_batch_size_per_gpu": 1,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1, "trainer.save_freq": -1})
+    metrics = _run(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "trainer.n_gpus_per_node": 2,
+            "algorithm.adv_estimator": "gae",
+            "actor_rollout_ref.rollout.n": 1,
+            "critic.placement": "separate",
+            "critic.ppo_micro_batch_size_per_gpu": 1,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 1,
+            "trainer.save_freq": -1,
+        },
+    )
     assert metrics[3]["critic/grad_norm"] > 0

@@ -22,17 +22,31 @@ from verl.config import load_config
 from verl.trainer import RLTrainer
 
 pytestmark = [pytest.mark.e2e, pytest.mark.ray]
-KEYS = ("critic/vf_loss", "critic/grad_norm", "critic/values/mean", "critic/values/max", "critic/vpred_mean",
-        "critic/advantages/max", "actor/pg_loss", "actor/grad_norm")
+KEYS = (
+    "critic/vf_loss",
+    "critic/grad_norm",
+    "critic/values/mean",
+    "critic/values/max",
+    "critic/vpred_mean",
+    "critic/advantages/max",
+    "actor/pg_loss",
+    "actor/grad_norm",
+)
 VIEW_WARNING = "returned a view tensor"
 
 
 def _run(model_dir: Path, run_dir: Path, **extra: object) -> dict[int, dict]:
-    base = {"algorithm.adv_estimator": "gae", "trainer.total_training_steps": 3, "trainer.save_freq": 3,
-            "data.train_batch_size": 4, "actor_rollout_ref.rollout.n": 1,
-            "actor_rollout_ref.actor.ppo_mini_batch_size": 4, "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
-            "critic.ppo_micro_batch_size_per_gpu": 2,
-            "critic.optim.lr": 1e-3}  # the default 1e-5 barely moves the critic: the weight check would be weak
+    base = {
+        "algorithm.adv_estimator": "gae",
+        "trainer.total_training_steps": 3,
+        "trainer.save_freq": 3,
+        "data.train_batch_size": 4,
+        "actor_rollout_ref.rollout.n": 1,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 4,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        "critic.ppo_micro_batch_size_per_gpu": 2,
+        "critic.optim.lr": 1e-3,
+    }  # the default 1e-5 barely moves the critic: the weight check would be weak
     base.update(extra)
     RLTrainer(config=load_config(None, tiny_run_overrides(model_dir, run_dir, **base))).fit()
     return read_metrics(run_dir)

@@ -18,8 +18,21 @@ pytestmark = pytest.mark.e2e  # whole training loops (and subprocesses)
 @pytest.fixture(scope="module")
 def qwen_tiny(shared_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("qwen_tiny")
-    assert init_model_main(["--arch", "qwen2", "--size", "tiny", "--tokenizer", str(shared_dir / "tokenizers" / "qwen2.5"),
-                            "--out", str(out)]) == 0
+    assert (
+        init_model_main(
+            [
+                "--arch",
+                "qwen2",
+                "--size",
+                "tiny",
+                "--tokenizer",
+                str(shared_dir / "tokenizers" / "qwen2.5"),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -28,14 +41,29 @@ def test_three_grpo_steps_on_real_data(shared_dir, qwen_tiny, tmp_path, task, ra
     data_dir = tmp_path / task
     assert prepare_main([task, "--input", str(shared_dir / "data" / raw), "--out", str(data_dir)]) == 0
     parquet = data_dir / "test.parquet"
-    cfg = load_config(None, [
-        f"actor_rollout_ref.model.path={qwen_tiny}", "algorithm.adv_estimator=grpo", "actor_rollout_ref.rollout.n=2",
-        f"data.train_files=[{parquet}]", "data.val_files=[]", "data.train_batch_size=2",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_prompt_length=1024", "data.filter_overlong_prompts=true",
-        "data.max_response_length=4", "trainer.total_training_steps=3", "trainer.val_before_train=false",
-        "actor_rollout_ref.actor.use_kl_loss=true", "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.plot=false",
-        f"trainer.output_dir={tmp_path / 'out'}", f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-    ])
+    cfg = load_config(
+        None,
+        [
+            f"actor_rollout_ref.model.path={qwen_tiny}",
+            "algorithm.adv_estimator=grpo",
+            "actor_rollout_ref.rollout.n=2",
+            f"data.train_files=[{parquet}]",
+            "data.val_files=[]",
+            "data.train_batch_size=2",
+            "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+            "data.max_prompt_length=1024",
+            "data.filter_overlong_prompts=true",
+            "data.max_response_length=4",
+            "trainer.total_training_steps=3",
+            "trainer.val_before_train=false",
+            "actor_rollout_ref.actor.use_kl_loss=true",
+            "trainer.logger=[jsonl]",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            f"trainer.output_dir={tmp_path / 'out'}",
+            f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+        ],
+    )
     history = RLTrainer(config=cfg).fit()
     assert [h["step"] for h in history] == [1, 2, 3]
     for h in history:

@@ -47,9 +47,16 @@ def rows_file(tmp_path_factory) -> Path:
 
 
 def _run(model_dir: Path, rows: Path, run_dir: Path, **extra: object) -> RecordingTrainer:
-    overrides = tiny_run_overrides(model_dir, run_dir, **{
-        "data.train_files": f"[{rows}]", "data.shuffle": True, "trainer.total_training_steps": "null", **extra,
-    })
+    overrides = tiny_run_overrides(
+        model_dir,
+        run_dir,
+        **{
+            "data.train_files": f"[{rows}]",
+            "data.shuffle": True,
+            "trainer.total_training_steps": "null",
+            **extra,
+        },
+    )
     trainer = RecordingTrainer(config=load_config(None, overrides))
     trainer.fit()
     return trainer
@@ -114,7 +121,13 @@ def test_truncated_checkpoint_explicit_path_fails_auto_falls_back(tiny_model_dir
     target.write_bytes(target.read_bytes()[:1000])
     longer = {"trainer.total_epochs": 2, "trainer.save_freq": 1}
     with pytest.raises(CheckpointError, match="truncated"):
-        _run(tiny_model_dir, rows_file, tmp_path, **longer, **{"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(lost)})
+        _run(
+            tiny_model_dir,
+            rows_file,
+            tmp_path,
+            **longer,
+            **{"trainer.resume_mode": "resume_path", "trainer.resume_from_path": str(lost)},
+        )
     with caplog.at_level(logging.WARNING, logger="verl.run.checkpoint"):
         resumed = _run(tiny_model_dir, rows_file, tmp_path, **longer)
     assert any("global_step_2" in r.getMessage() and "truncated" in r.getMessage() for r in caplog.records)

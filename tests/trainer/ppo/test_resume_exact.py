@@ -51,7 +51,9 @@ VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/")
 
 def _launch(script: str, overrides: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONHASHSEED": "0"}
-    return subprocess.run([sys.executable, "-c", script, *overrides], capture_output=True, text=True, env=env, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-c", script, *overrides], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def _stable(row: dict) -> dict:
@@ -69,10 +71,16 @@ def reference(tiny_model_dir, tmp_path_factory):
 
 def _extra() -> dict:
     return {
-        "trainer.total_training_steps": 4, "trainer.save_freq": 1,
-        "actor_rollout_ref.actor.optim.lr_warmup_steps": 4, "data.shuffle": True, "data.seed": 7,
-        "algorithm.adv_estimator": "gae", "actor_rollout_ref.rollout.n": 1, "critic.optim.lr": 1e-3,
-        "algorithm.use_kl_in_reward": True, "algorithm.kl_ctrl.type": "adaptive",
+        "trainer.total_training_steps": 4,
+        "trainer.save_freq": 1,
+        "actor_rollout_ref.actor.optim.lr_warmup_steps": 4,
+        "data.shuffle": True,
+        "data.seed": 7,
+        "algorithm.adv_estimator": "gae",
+        "actor_rollout_ref.rollout.n": 1,
+        "critic.optim.lr": 1e-3,
+        "algorithm.use_kl_in_reward": True,
+        "algorithm.kl_ctrl.type": "adaptive",
     }
 
 

@@ -33,19 +33,29 @@ def _batch(tok) -> DataProto:
     attn = torch.zeros(4, P + R, dtype=torch.long)
     rmask = torch.zeros(4, R, dtype=torch.long)
     for i, (p, r) in enumerate(zip(prompts, responses)):
-        prompt_t[i, P - len(p):] = torch.tensor(p)
-        attn[i, P - len(p):P] = 1
-        resp_t[i, :len(r)] = torch.tensor(r)
-        attn[i, P:P + len(r)] = 1
-        rmask[i, :len(r)] = 1
+        prompt_t[i, P - len(p) :] = torch.tensor(p)
+        attn[i, P - len(p) : P] = 1
+        resp_t[i, : len(r)] = torch.tensor(r)
+        attn[i, P : P + len(r)] = 1
+        rmask[i, : len(r)] = 1
     rmask[0, 2] = 0  # "7" came from the tool: not trained
     lp = -torch.arange(16, dtype=torch.float32).reshape(4, R) / 10
     batch = DataProto.from_dict(
-        tensors={"prompts": prompt_t, "responses": resp_t, "attention_mask": attn, "response_mask": rmask,
-                 "old_log_probs": lp, "rollout_log_probs": lp + 0.001, "advantages": torch.tensor([[1.0] * R, [-1.0] * R, [0.5] * R, [-0.5] * R]),
-                 "token_level_scores": torch.tensor([[0, 0, 0, 1.0], [0] * R, [0, 1.0, 0, 0], [0] * R])},
-        non_tensors={"uid": np.array(["g0", "g0", "g1", "g1"], dtype=object), "data_source": np.array(["calc"] * 4, dtype=object),
-                     "acc": np.array([True, False, True, False], dtype=object)},
+        tensors={
+            "prompts": prompt_t,
+            "responses": resp_t,
+            "attention_mask": attn,
+            "response_mask": rmask,
+            "old_log_probs": lp,
+            "rollout_log_probs": lp + 0.001,
+            "advantages": torch.tensor([[1.0] * R, [-1.0] * R, [0.5] * R, [-0.5] * R]),
+            "token_level_scores": torch.tensor([[0, 0, 0, 1.0], [0] * R, [0, 1.0, 0, 0], [0] * R]),
+        },
+        non_tensors={
+            "uid": np.array(["g0", "g0", "g1", "g1"], dtype=object),
+            "data_source": np.array(["calc"] * 4, dtype=object),
+            "acc": np.array([True, False, True, False], dtype=object),
+        },
     )
     return batch
 
@@ -54,12 +64,24 @@ def test_dump_rollout_data_writes_tokens_and_fields(tmp_path):
     tok = load_builtin_tokenizer()
     batch = _batch(tok)
     ent = torch.arange(16, dtype=torch.float32).reshape(4, 4) / 100
-    jsonl, npz = dump_rollout_data(batch, tok, tmp_path, 3, entropys=ent, score_keys=["acc", "missing"], policy_version=2)
+    jsonl, npz = dump_rollout_data(
+        batch, tok, tmp_path, 3, entropys=ent, score_keys=["acc", "missing"], policy_version=2
+    )
     assert (jsonl.name, npz.name) == ("3.jsonl", "3.tokens.npz")
     rows = [json.loads(line) for line in jsonl.read_text().splitlines()]
-    assert [r["response_length"] for r in rows] == [4, 1, 2, 4] and [r["truncated"] for r in rows] == [True, False, False, True]
+    assert [r["response_length"] for r in rows] == [4, 1, 2, 4] and [r["truncated"] for r in rows] == [
+        True,
+        False,
+        False,
+        True,
+    ]
     assert [r["prompt_length"] for r in rows] == [2, 3, 2, 3] and [r["acc"] for r in rows] == [True, False, True, False]
-    assert rows[0]["output"] == "ab7c" and rows[0]["score"] == 1.0 and rows[0]["policy_version"] == 2 and "missing" not in rows[0]
+    assert (
+        rows[0]["output"] == "ab7c"
+        and rows[0]["score"] == 1.0
+        and rows[0]["policy_version"] == 2
+        and "missing" not in rows[0]
+    )
     z = np.load(npz)
     assert z["response_offsets"].tolist() == [0, 4, 5, 7, 11] and z["prompt_offsets"].tolist() == [0, 2, 5, 7, 10]
     assert z["response_ids"].tolist() == tok.encode("ab7c") + tok.encode("x") + tok.encode("yz") + tok.encode("1234")
@@ -72,7 +94,7 @@ def test_dump_rollout_data_writes_tokens_and_fields(tmp_path):
     assert z["advantages"][:5].tolist() == [1.0, 1.0, 1.0, 1.0, -1.0]
     pieces = bytes(z["vocab_bytes"]).decode()
     off = z["vocab_offsets"]
-    table = {int(t): pieces[off[j]:off[j + 1]] for j, t in enumerate(z["vocab_ids"])}
+    table = {int(t): pieces[off[j] : off[j + 1]] for j, t in enumerate(z["vocab_ids"])}
     assert "".join(table[t] for t in z["response_ids"][:4]) == "ab7c" and table[tok.encode("Q")[-1]] == "Q"
 
 

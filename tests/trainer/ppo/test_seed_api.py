@@ -52,7 +52,9 @@ def test_minimal_training_script_runs_as_written(tiny_model_dir, tmp_path):
     (tmp_path / "configs").mkdir()
     (tmp_path / "configs" / "llama3_8b_ppo.yaml").write_text(SEED_YAML.format(model=tiny_model_dir))
     (tmp_path / "train_verl_minimal.py").write_text(SEED_SCRIPT)
-    proc = subprocess.run([sys.executable, "train_verl_minimal.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "train_verl_minimal.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     run_dir = tmp_path / "outputs" / "verl" / "llama3_8b_ppo"  # experiment named after the config file
     assert (run_dir / "metrics.jsonl").is_file() and (run_dir / "config.yaml").is_file()
@@ -63,8 +65,11 @@ def test_create_trainer_from_seed_dict(tiny_model_dir, tmp_path):
     from verl.trainer import create_trainer
 
     trainer = create_trainer(
-        {"rollout": {"name": "hf", "multi_turn": False, "max_tokens": 6, "temperature": 0.7},
-         "algorithm": "grpo", "model": {"path": str(tiny_model_dir)}},
+        {
+            "rollout": {"name": "hf", "multi_turn": False, "max_tokens": 6, "temperature": 0.7},
+            "algorithm": "grpo",
+            "model": {"path": str(tiny_model_dir)},
+        },
         overrides=tuple(o for o in tiny_run_overrides(tiny_model_dir, tmp_path) if not o.startswith("algorithm.")),
     )
     cfg = trainer.config
@@ -75,9 +80,15 @@ def test_create_trainer_from_seed_dict(tiny_model_dir, tmp_path):
 
 def test_main_ppo_module_and_verl_train_take_the_same_config(tiny_model_dir, tmp_path):
     ov = tiny_run_overrides(tiny_model_dir, tmp_path, **{"trainer.total_training_steps": 1})
-    proc = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", *ov], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", *ov], capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    bad = subprocess.run([sys.executable, "-m", "verl.trainer.main_ppo", "actor_rollout_ref.actor.ppo_mini_batchsize=2"],
-                         capture_output=True, text=True, timeout=120)
+    bad = subprocess.run(
+        [sys.executable, "-m", "verl.trainer.main_ppo", "actor_rollout_ref.actor.ppo_mini_batchsize=2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bad.returncode == 2
     assert "ppo_mini_batch_size" in bad.stderr and "Traceback" not in bad.stderr

@@ -24,12 +24,23 @@ _VOLATILE = ("timing_s/", "timing_per_token_ms/", "perf/", "weight_sync/", "sync
 def builtin_overrides(run_dir: Path, **extra: object) -> list[str]:
     """3 GRPO steps of the built-in task and model (the schema defaults), small enough for a test."""
     base = {
-        "data.train_batch_size": 8, "actor_rollout_ref.rollout.n": 4, "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
-        "data.max_prompt_length": 16, "data.max_response_length": 8, "actor_rollout_ref.actor.optim.lr": 5e-5,
-        "algorithm.adv_estimator": "grpo", "data.val_max_samples": 16, "trainer.test_freq": 3,
-        "trainer.total_training_steps": 3, "trainer.val_before_train": False, "trainer.logger": "[jsonl]",
-        "trainer.progress_bar": False, "trainer.plot": False, "trainer.output_dir": str(run_dir / "out"),
-        "trainer.default_local_dir": str(run_dir / "ckpt"), "trainer.save_freq": -1,
+        "data.train_batch_size": 8,
+        "actor_rollout_ref.rollout.n": 4,
+        "actor_rollout_ref.actor.ppo_mini_batch_size": 8,
+        "data.max_prompt_length": 16,
+        "data.max_response_length": 8,
+        "actor_rollout_ref.actor.optim.lr": 5e-5,
+        "algorithm.adv_estimator": "grpo",
+        "data.val_max_samples": 16,
+        "trainer.test_freq": 3,
+        "trainer.total_training_steps": 3,
+        "trainer.val_before_train": False,
+        "trainer.logger": "[jsonl]",
+        "trainer.progress_bar": False,
+        "trainer.plot": False,
+        "trainer.output_dir": str(run_dir / "out"),
+        "trainer.default_local_dir": str(run_dir / "ckpt"),
+        "trainer.save_freq": -1,
     }
     base.update(extra)
     return [f"{k}={v}" for k, v in base.items()]
@@ -67,7 +78,9 @@ def test_separate_rollout_gives_the_colocated_metrics_on_the_builtin_task(tmp_pa
     split = _run(tmp_path / "b", builtin_overrides(tmp_path / "b", **{"actor_rollout_ref.hybrid_engine": False}))
     assert assert_same_metrics(colocated, split) > 50
     assert any(abs(colocated[s]["actor/pg_loss"]) > 1e-4 for s in colocated)  # the policy really moved
-    assert "val/accuracy" in split[3] or any(k.startswith("val-core/") for k in split[3])  # validation on the rollout group
+    assert "val/accuracy" in split[3] or any(
+        k.startswith("val-core/") for k in split[3]
+    )  # validation on the rollout group
     for step in (1, 2, 3):
         assert split[step]["timing_s/update_weights"] > 0 and colocated[step]["timing_s/update_weights"] == 0
         assert split[step]["weight_sync/buckets"] == 1
@@ -76,22 +89,56 @@ def test_separate_rollout_gives_the_colocated_metrics_on_the_builtin_task(tmp_pa
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("extra", [
-    {"actor_rollout_ref.rollout.mode": "async"},  # every row through its agent loop on the token server
-    {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8, "actor_rollout_ref.actor.optim.lr": 1e-2},
-    {"algorithm.adv_estimator": "remax", "actor_rollout_ref.actor.use_kl_loss": True},  # two generations per step, reference
-], ids=["agent_loop", "lora", "remax_kl"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"actor_rollout_ref.rollout.mode": "async"},  # every row through its agent loop on the token server
+        {
+            "actor_rollout_ref.model.lora_rank": 4,
+            "actor_rollout_ref.model.lora_alpha": 8,
+            "actor_rollout_ref.actor.optim.lr": 1e-2,
+        },
+        {
+            "algorithm.adv_estimator": "remax",
+            "actor_rollout_ref.actor.use_kl_loss": True,
+        },  # two generations per step, reference
+    ],
+    ids=["agent_loop", "lora", "remax_kl"],
+)
 def test_separate_rollout_equals_colocated_in_other_modes(tmp_path, extra):
-    runs = [_run(tmp_path / str(he), builtin_overrides(tmp_path / str(he), **{
-        "actor_rollout_ref.hybrid_engine": he, "trainer.total_training_steps": 2, "trainer.test_freq": 2, **extra}))
-        for he in (True, False)]
+    runs = [
+        _run(
+            tmp_path / str(he),
+            builtin_overrides(
+                tmp_path / str(he),
+                **{
+                    "actor_rollout_ref.hybrid_engine": he,
+                    "trainer.total_training_steps": 2,
+                    "trainer.test_freq": 2,
+                    **extra,
+                },
+            ),
+        )
+        for he in (True, False)
+    ]
     assert assert_same_metrics(*runs) > 50
 
 
 def _parts_after_one_step(tmp_path: Path, **extra: object):
-    trainer = RLTrainer(config=load_config(None, builtin_overrides(tmp_path, **{
-        "actor_rollout_ref.hybrid_engine": False, "trainer.total_training_steps": 1,
-        "data.val_files": "[]", **extra})))
+    trainer = RLTrainer(
+        config=load_config(
+            None,
+            builtin_overrides(
+                tmp_path,
+                **{
+                    "actor_rollout_ref.hybrid_engine": False,
+                    "trainer.total_training_steps": 1,
+                    "data.val_files": "[]",
+                    **extra,
+                },
+            ),
+        )
+    )
     trainer.fit()
     group = trainer.parts.actor_rollout_wg
     return group, group.actor_wg.workers[0].actor_engine.module, group.rollout_wg.workers[0]
@@ -116,9 +163,14 @@ def test_after_an_update_the_rollout_weights_equal_the_actor_bit_for_bit(tmp_pat
 
 
 def test_lora_syncs_only_the_adapter_after_the_first_sync(tmp_path):
-    group, actor, rollout = _parts_after_one_step(tmp_path, **{"actor_rollout_ref.model.lora_rank": 4,
-                                                                "actor_rollout_ref.model.lora_alpha": 8,
-                                                                "actor_rollout_ref.actor.optim.lr": 1e-2})
+    group, actor, rollout = _parts_after_one_step(
+        tmp_path,
+        **{
+            "actor_rollout_ref.model.lora_rank": 4,
+            "actor_rollout_ref.model.lora_alpha": 8,
+            "actor_rollout_ref.actor.optim.lr": 1e-2,
+        },
+    )
     group.sync_weights()
     adapter = [n for n, p in actor.named_parameters() if p.requires_grad]
     assert adapter and all("lora_" in n for n in adapter)
@@ -143,7 +195,10 @@ def test_a_checkpoint_load_forces_a_full_resync(tmp_path):
 def test_resume_with_a_separate_rollout_equals_the_uninterrupted_run(tmp_path):
     split = {"actor_rollout_ref.hybrid_engine": False, "data.val_files": "[]", "trainer.test_freq": -1}
     full = _run(tmp_path / "a", builtin_overrides(tmp_path / "a", **split))
-    _run(tmp_path / "b", builtin_overrides(tmp_path / "b", **split, **{"trainer.total_training_steps": 2, "trainer.save_freq": 2}))
+    _run(
+        tmp_path / "b",
+        builtin_overrides(tmp_path / "b", **split, **{"trainer.total_training_steps": 2, "trainer.save_freq": 2}),
+    )
     resumed = _run(tmp_path / "b", builtin_overrides(tmp_path / "b", **split, **{"trainer.save_freq": 2}))
     assert_same_metrics({3: full[3]}, {3: resumed[3]})
 
@@ -154,29 +209,60 @@ def test_tiny_buckets_give_the_same_run(tmp_path, tiny_model_dir):
 
     # one wide layer (~3.3 MB in fp32: its MLP matrices are 0.75 MB each), so 1 MB buckets split it
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(init_model.SIZES, "wide1", {"hidden": 256, "layers": 1, "heads": 8, "kv_heads": 4, "intermediate": 768})
-        model = init_model.init_random_model("llama", "wide1", Path(tiny_model_dir).parent / "tokenizer", tmp_path / "wide1", seed=0)
+        mp.setitem(
+            init_model.SIZES, "wide1", {"hidden": 256, "layers": 1, "heads": 8, "kv_heads": 4, "intermediate": 768}
+        )
+        model = init_model.init_random_model(
+            "llama", "wide1", Path(tiny_model_dir).parent / "tokenizer", tmp_path / "wide1", seed=0
+        )
     runs = {}
     for mb in (2048, 1):
         d = tmp_path / f"mb{mb}"
-        runs[mb] = _run(d, tiny_run_overrides(model, d, **{
-            "actor_rollout_ref.hybrid_engine": False, "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": mb}))
+        runs[mb] = _run(
+            d,
+            tiny_run_overrides(
+                model,
+                d,
+                **{
+                    "actor_rollout_ref.hybrid_engine": False,
+                    "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": mb,
+                },
+            ),
+        )
     assert runs[2048][1]["weight_sync/buckets"] == 1
     assert runs[1][1]["weight_sync/buckets"] >= runs[1][1]["weight_sync/megabytes"] > 3
     assert runs[1][2]["weight_sync/buckets"] > 1
     assert assert_same_metrics(runs[2048], runs[1], tol=0.0) > 20
 
 
-@pytest.mark.parametrize("overrides, message", [
-    (["actor_rollout_ref.rollout.nnodes=2"], r"^`actor_rollout_ref.rollout.nnodes` is not supported yet: it sizes the rollout's own"),
-    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.n_gpus_per_node=2"],
-     r"^actor_rollout_ref.hybrid_engine=false: a rollout pool of 2 workers needs the Ray backend"),
-    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"],
-     r"^`actor_rollout_ref.rollout.checkpoint_engine.backend` is not supported yet: 'nccl'"),
-    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0"],
-     r"update_weights_bucket_megabytes: must be > 0"),
-    (["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=-1"], r"rollout.nnodes: must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            ["actor_rollout_ref.rollout.nnodes=2"],
+            r"^`actor_rollout_ref.rollout.nnodes` is not supported yet: it sizes the rollout's own",
+        ),
+        (
+            ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.n_gpus_per_node=2"],
+            r"^actor_rollout_ref.hybrid_engine=false: a rollout pool of 2 workers needs the Ray backend",
+        ),
+        (
+            ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.checkpoint_engine.backend=nccl"],
+            r"^`actor_rollout_ref.rollout.checkpoint_engine.backend` is not supported yet: 'nccl'",
+        ),
+        (
+            [
+                "actor_rollout_ref.hybrid_engine=false",
+                "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes=0",
+            ],
+            r"update_weights_bucket_megabytes: must be > 0",
+        ),
+        (
+            ["actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.nnodes=-1"],
+            r"rollout.nnodes: must be >= 0",
+        ),
+    ],
+)
 def test_settings_that_cannot_work_with_a_separate_rollout_are_one_line_errors(overrides, message):
     from verl.config import ConfigError
 
@@ -190,8 +276,15 @@ def test_rollout_pool_size_defaults_to_the_actor_world_size():
 
     cfg = load_config(None, ["actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=4"])
     assert rollout_world_size(cfg) == 4
-    cfg = load_config(None, ["actor_rollout_ref.hybrid_engine=false", "trainer.n_gpus_per_node=4",
-                             "actor_rollout_ref.rollout.n_gpus_per_node=2", "actor_rollout_ref.rollout.nnodes=3"])
+    cfg = load_config(
+        None,
+        [
+            "actor_rollout_ref.hybrid_engine=false",
+            "trainer.n_gpus_per_node=4",
+            "actor_rollout_ref.rollout.n_gpus_per_node=2",
+            "actor_rollout_ref.rollout.nnodes=3",
+        ],
+    )
     assert rollout_world_size(cfg) == 6
 
 
@@ -199,13 +292,26 @@ def test_plan_puts_the_separate_rollout_on_its_own_device():
     from verl.commands.plan import GIB, ModelShape, plan_memory
 
     shape = ModelShape(n_params=1_000_000, hidden=64, layers=2, kv_dim=32, intermediate=128, vocab=1000)
-    common = ["data.train_batch_size=64", "actor_rollout_ref.rollout.n=32", "data.max_prompt_length=6",
-              "data.max_response_length=4", "actor_rollout_ref.actor.ppo_mini_batch_size=64",
-              "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1", "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
-              "trainer.n_gpus_per_node=2", "trainer.backend=ray"]
+    common = [
+        "data.train_batch_size=64",
+        "actor_rollout_ref.rollout.n=32",
+        "data.max_prompt_length=6",
+        "data.max_response_length=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=64",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=1",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=1",
+        "trainer.n_gpus_per_node=2",
+        "trainer.backend=ray",
+    ]
     colocated = plan_memory(load_config(None, common), 8 * GIB, 100.0, shape)
-    split = plan_memory(load_config(None, [*common, "actor_rollout_ref.hybrid_engine=false",
-                                           "actor_rollout_ref.rollout.n_gpus_per_node=4"]), 8 * GIB, 100.0, shape)
+    split = plan_memory(
+        load_config(
+            None, [*common, "actor_rollout_ref.hybrid_engine=false", "actor_rollout_ref.rollout.n_gpus_per_node=4"]
+        ),
+        8 * GIB,
+        100.0,
+        shape,
+    )
     assert "rollout_copy" in colocated.static and "rollout_copy" not in split.static
     # 2048 sequences over 4 rollout workers = 512 each: KV 2*2*32*10*4 B + 7 sampling rows of 1000 float32
     stage = 512 * (2 * 2 * 32 * 10 * 4 + 7 * 1000 * 4)
@@ -224,13 +330,23 @@ def test_a_rollout_pool_without_free_gpus_is_a_one_line_error():
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("extra", [
-    {"algorithm.filter_groups.enable": True},  # several generation batches per step, only the last one's metrics kept
-    {"trainer.test_freq": 1},  # validation after every update syncs the rollout before the next step's generation
-], ids=["dynamic_sampling", "validate_every_step"])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {
+            "algorithm.filter_groups.enable": True
+        },  # several generation batches per step, only the last one's metrics kept
+        {"trainer.test_freq": 1},  # validation after every update syncs the rollout before the next step's generation
+    ],
+    ids=["dynamic_sampling", "validate_every_step"],
+)
 def test_every_step_reports_the_sync_of_the_weights_it_generated_with(tmp_path, extra):
-    rows = _run(tmp_path, builtin_overrides(tmp_path, **{"actor_rollout_ref.hybrid_engine": False,
-                                                         "trainer.total_training_steps": 2, **extra}))
+    rows = _run(
+        tmp_path,
+        builtin_overrides(
+            tmp_path, **{"actor_rollout_ref.hybrid_engine": False, "trainer.total_training_steps": 2, **extra}
+        ),
+    )
     for step in (1, 2):  # was 0.0 at step 2: the sync ran in an earlier generation call whose metrics were dropped
         assert rows[step]["timing_s/update_weights"] > 0, (step, rows[step]["timing_s/update_weights"])
     assert rows[1]["weight_sync/tensors"] > rows[2]["weight_sync/tensors"]  # full first sync, then trainable only

@@ -35,14 +35,19 @@ def _prompts() -> DataProto:
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_attention_mask(mask)},
         non_tensors={"uid": np.array([f"u{i}" for i in range(len(PROMPTS))], dtype=object)},
-        meta_info={"do_sample": False})
+        meta_info={"do_sample": False},
+    )
 
 
 def _wide_model(tmp_path: Path, tiny_model_dir: Path) -> Path:
     """~3.3 MB in fp32 (MLP matrices of 0.75 MB), so 1 MiB buckets cut it into several."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(init_model.SIZES, "wide1", {"hidden": 256, "layers": 1, "heads": 8, "kv_heads": 4, "intermediate": 768})
-        return init_model.init_random_model("llama", "wide1", Path(tiny_model_dir).parent / "tokenizer", tmp_path / "wide1", seed=0)
+        mp.setitem(
+            init_model.SIZES, "wide1", {"hidden": 256, "layers": 1, "heads": 8, "kv_heads": 4, "intermediate": 768}
+        )
+        return init_model.init_random_model(
+            "llama", "wide1", Path(tiny_model_dir).parent / "tokenizer", tmp_path / "wide1", seed=0
+        )
 
 
 def _tp1_greedy(cfg, prompts: DataProto) -> DataProto:
@@ -63,10 +68,18 @@ def _tp1_greedy(cfg, prompts: DataProto) -> DataProto:
 def test_tp2_rollout_pool_decodes_like_tp1_and_matches_the_actor_after_each_sync(tmp_path, tiny_model_dir):
     model = _wide_model(tmp_path, tiny_model_dir)
     run = tmp_path / "run"
-    overrides = tiny_run_overrides(model, run, **{
-        "actor_rollout_ref.hybrid_engine": False, "trainer.backend": "ray", "trainer.n_gpus_per_node": 1,
-        "actor_rollout_ref.rollout.n_gpus_per_node": 2, "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
-        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1})
+    overrides = tiny_run_overrides(
+        model,
+        run,
+        **{
+            "actor_rollout_ref.hybrid_engine": False,
+            "trainer.backend": "ray",
+            "trainer.n_gpus_per_node": 1,
+            "actor_rollout_ref.rollout.n_gpus_per_node": 2,
+            "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+            "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1,
+        },
+    )
     trainer = RLTrainer(config=load_config(None, overrides))
     group = trainer._parts().actor_rollout_wg
     assert group.rollout_wg.world_size == 2 and group.actor_wg.world_size == 1
@@ -85,8 +98,17 @@ def test_tp2_rollout_pool_decodes_like_tp1_and_matches_the_actor_after_each_sync
     trainer.fit()  # step 2 generates after a sync of the updated (trainable) weights
     metrics = read_metrics(run)
     for step in (1, 2):
-        print(step, {k: metrics[step][k] for k in ("training/rollout_probs_diff_max", "timing_s/update_weights",
-                                                   "perf/update_weights_peak_extra_mb")})
+        print(
+            step,
+            {
+                k: metrics[step][k]
+                for k in (
+                    "training/rollout_probs_diff_max",
+                    "timing_s/update_weights",
+                    "perf/update_weights_peak_extra_mb",
+                )
+            },
+        )
         assert metrics[step]["training/rollout_probs_diff_max"] <= TOL
         assert metrics[step]["timing_s/update_weights"] > 0
         assert 0 < metrics[step]["perf/update_weights_peak_extra_mb"] <= 1.0

@@ -28,7 +28,7 @@ from tests.trainer.ppo.test_split_rollout import builtin_overrides, comparable
 # step 1 of these runs trains prompts 428 511 179 3454 2053 3477 2621 1754, step 2 3331 1207 3867
 # 3735 3669 3150 4000 1273 (rollout.n=2): one prompt raises and one hangs in each step; with n=2 a
 # hung prompt is 2 timeouts in a row, below the batch manager's "hung scorer" cut-off of 3
-FLAKY_REWARD = '''
+FLAKY_REWARD = """
 import time
 from verl.reward import default_compute_score
 
@@ -38,16 +38,26 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None):
     if extra_info["index"] in (2053, 3867):
         time.sleep(3.0)  # past reward_model.timeout_s
     return default_compute_score(data_source, solution_str, ground_truth, extra_info)
-'''
+"""
 
 
 def _overrides(run_dir: Path, streaming: bool, **extra: object) -> list[str]:
     run_dir.mkdir(parents=True, exist_ok=True)
     reward = run_dir / "flaky_reward.py"
     reward.write_text(FLAKY_REWARD)
-    return builtin_overrides(run_dir, **{"trainer.total_training_steps": 2, "data.val_files": "[]", "trainer.test_freq": -1,
-                                         "actor_rollout_ref.rollout.n": 2, "custom_reward_function.path": str(reward),
-                                         "reward_model.timeout_s": 0.5, "reward_model.streaming": streaming, **extra})
+    return builtin_overrides(
+        run_dir,
+        **{
+            "trainer.total_training_steps": 2,
+            "data.val_files": "[]",
+            "trainer.test_freq": -1,
+            "actor_rollout_ref.rollout.n": 2,
+            "custom_reward_function.path": str(reward),
+            "reward_model.timeout_s": 0.5,
+            "reward_model.streaming": streaming,
+            **extra,
+        },
+    )
 
 
 def assert_same_metrics(a: dict[int, dict], b: dict[int, dict]) -> int:
@@ -60,7 +70,12 @@ def assert_same_metrics(a: dict[int, dict], b: dict[int, dict]) -> int:
         for k, v in ra.items():
             if k.startswith(("trainer/", "rollouter/")) or k.endswith("_s"):  # the loops' own time / load readings
                 continue
-            assert (rb[k] == pytest.approx(v, abs=1e-6, rel=0, nan_ok=True)) if isinstance(v, float) else rb[k] == v, (step, k, v, rb[k])
+            assert (rb[k] == pytest.approx(v, abs=1e-6, rel=0, nan_ok=True)) if isinstance(v, float) else rb[k] == v, (
+                step,
+                k,
+                v,
+                rb[k],
+            )
             n += 1
     return n
 
@@ -120,9 +135,13 @@ def test_sync_step_streaming_equals_scoring_after_generation(tmp_path):
 
 @pytest.mark.e2e
 def test_separate_async_streaming_equals_scoring_after_generation(tmp_path):
-    on_policy = {"actor_rollout_ref.hybrid_engine": False, "trainer.v1.trainer_mode": "separate_async",
-                 "trainer.v1.separate_async.parameter_sync_step": 1, "trainer.v1.separate_async.num_warmup_batches": 0,
-                 "trainer.v1.sampler.max_off_policy_threshold": 0}
+    on_policy = {
+        "actor_rollout_ref.hybrid_engine": False,
+        "trainer.v1.trainer_mode": "separate_async",
+        "trainer.v1.separate_async.parameter_sync_step": 1,
+        "trainer.v1.separate_async.num_warmup_batches": 0,
+        "trainer.v1.sampler.max_off_policy_threshold": 0,
+    }
     _assert_same(tmp_path, **on_policy)
 
 
@@ -147,8 +166,16 @@ class _DigitRewardModel:
 def test_a_reward_model_on_its_own_pool_streams_in_micro_batches(tmp_path):
     runs = {}
     for streaming in (False, True):
-        trainer = RLTrainer(config=load_config(None, _overrides(tmp_path / str(streaming), streaming, **{
-            "reward_model.placement": "separate", "trainer.total_training_steps": 1})))
+        trainer = RLTrainer(
+            config=load_config(
+                None,
+                _overrides(
+                    tmp_path / str(streaming),
+                    streaming,
+                    **{"reward_model.placement": "separate", "trainer.total_training_steps": 1},
+                ),
+            )
+        )
         rm = _DigitRewardModel()
         trainer._parts().rm_wg = rm
         rec = _Recorder(trainer)
@@ -164,12 +191,18 @@ def test_what_streams_and_what_is_scored_after_generation(tmp_path):
     cfg = load_config(None, _overrides(tmp_path, True))
     naive = create_reward_manager("naive", None)
     assert isinstance(build_streaming_rewards(cfg, naive, None), StreamingRewards)
-    assert build_streaming_rewards(cfg, create_reward_manager("batch", None), None) is None  # may score the batch as a whole
-    assert build_streaming_rewards(cfg, naive, _DigitRewardModel()) is None  # a colocated reward model: after generation
+    assert (
+        build_streaming_rewards(cfg, create_reward_manager("batch", None), None) is None
+    )  # may score the batch as a whole
+    assert (
+        build_streaming_rewards(cfg, naive, _DigitRewardModel()) is None
+    )  # a colocated reward model: after generation
     cfg.reward_model.placement = "separate"
     assert isinstance(build_streaming_rewards(cfg, naive, _DigitRewardModel()), StreamingRewards)
     cfg.reward_model.num_workers = 0
-    with pytest.raises(ConfigError, match="reward_model.num_workers: scoring threads of streaming rewards must be >= 1"):
+    with pytest.raises(
+        ConfigError, match="reward_model.num_workers: scoring threads of streaming rewards must be >= 1"
+    ):
         build_streaming_rewards(cfg, naive, None)
     off = load_config(None, _overrides(tmp_path, False))
     assert build_streaming_rewards(off, naive, None) is None
@@ -184,8 +217,10 @@ class _ChunkedEngine:
     def generate_sequences(self, prompts: DataProto) -> DataProto:
         b = len(prompts)
         responses = torch.arange(b * 3).reshape(b, 3) + prompts.batch["input_ids"][:, :1]
-        out = DataProto.from_dict(tensors={"responses": responses, "response_mask": torch.ones(b, 3, dtype=torch.long)},
-                                  non_tensors={"uid": prompts.non_tensor_batch["uid"]})
+        out = DataProto.from_dict(
+            tensors={"responses": responses, "response_mask": torch.ones(b, 3, dtype=torch.long)},
+            non_tensors={"uid": prompts.non_tensor_batch["uid"]},
+        )
         for rows in ([0, 1], [3]):
             if self.on_trajectories_finished is not None:
                 self.on_trajectories_finished(rows, out[torch.tensor(rows)])
@@ -207,18 +242,27 @@ def _toy_reward(data: DataProto, return_dict: bool = True) -> dict:
     r = data.batch["responses"]
     tensor = torch.zeros(r.shape)
     tensor[:, -1] = r.sum(1).float()
-    return {"reward_tensor": tensor, "reward_extra_info": {"src": list(data.non_tensor_batch["data_source"])},
-            "reward_metrics": {"reward/num_errors": float(len(data))}}
+    return {
+        "reward_tensor": tensor,
+        "reward_extra_info": {"src": list(data.non_tensor_batch["data_source"])},
+        "reward_metrics": {"reward/num_errors": float(len(data))},
+    }
 
 
 def test_streamed_rows_join_their_prompt_fields_and_unreported_rows_are_scored_after_the_call():
     from verl.single_controller.local import LocalWorkerGroup
 
     wg = LocalWorkerGroup(_EngineWorker)
-    gen = DataProto.from_dict(tensors={"input_ids": torch.tensor([[5], [6], [7], [8]])},
-                              non_tensors={"uid": np.array(list("abcd"), dtype=object)})
-    prompts = DataProto.from_dict(non_tensors={"uid": np.array(list("abcd"), dtype=object),
-                                               "data_source": np.array(["s0", "s1", "s2", "s3"], dtype=object)})
+    gen = DataProto.from_dict(
+        tensors={"input_ids": torch.tensor([[5], [6], [7], [8]])},
+        non_tensors={"uid": np.array(list("abcd"), dtype=object)},
+    )
+    prompts = DataProto.from_dict(
+        non_tensors={
+            "uid": np.array(list("abcd"), dtype=object),
+            "data_source": np.array(["s0", "s1", "s2", "s3"], dtype=object),
+        }
+    )
     streaming = StreamingRewards(_toy_reward, workers=2, per_row=True)
     out, pending = streaming.generate(wg, gen, prompts)
     assert pending.reported == {0, 1, 3} and len(pending.futures) == 3  # one call per trajectory
@@ -227,9 +271,14 @@ def test_streamed_rows_join_their_prompt_fields_and_unreported_rows_are_scored_a
     got, want = pending.result(batch), _toy_reward(batch)
     assert len(pending.futures) == 4  # row 2 scored after the call
     assert torch.equal(got["reward_tensor"], want["reward_tensor"])
-    assert got["reward_extra_info"] == {"src": ["s0", "s1", "s2", "s3"]} and got["reward_metrics"] == {"reward/num_errors": 4.0}
+    assert got["reward_extra_info"] == {"src": ["s0", "s1", "s2", "s3"]} and got["reward_metrics"] == {
+        "reward/num_errors": 4.0
+    }
     streaming.close()
-    assert streaming.generate(type("RayLike", (), {"generate_sequences": lambda self, g: "out"})(), gen, prompts) == ("out", None)
+    assert streaming.generate(type("RayLike", (), {"generate_sequences": lambda self, g: "out"})(), gen, prompts) == (
+        "out",
+        None,
+    )
 
 
 @pytest.mark.parametrize("key", ["reward.streaming", "reward_model.streaming"])

@@ -43,8 +43,11 @@ def test_a_clean_split_run_never_trips(tiny_model_dir, tmp_path):
 def test_a_split_sync_that_skips_one_tensor_stops_the_run_naming_it(tiny_model_dir, tmp_path, monkeypatch):
     name = "model.layers.1.mlp.down_proj.weight"
     real = rollout_worker.load_bucket_in_place  # the copy skips it; the worker still counts it as loaded
-    monkeypatch.setattr(rollout_worker, "load_bucket_in_place",
-                        lambda target, bucket: real(target, [(n, t) for n, t in bucket if n != name]))
+    monkeypatch.setattr(
+        rollout_worker,
+        "load_bucket_in_place",
+        lambda target, bucket: real(target, [(n, t) for n, t in bucket if n != name]),
+    )
     with pytest.raises(SyncAttestationError, match=rf"after sync 2 .*{name} \(values") as err:
         _fit(tiny_model_dir, tmp_path, 3)
     assert "\n" not in str(err.value)

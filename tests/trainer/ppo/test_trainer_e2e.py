@@ -43,7 +43,14 @@ def test_grpo_updates_actor_with_finite_metrics(tiny_model_dir, tmp_path):
     assert sorted(metrics) == [1, 2, 3]
     for m in metrics.values():
         _finite(m)
-        for key in ("actor/pg_loss", "actor/grad_norm", "critic/score/mean", "timing_s/gen", "perf/throughput", "perf/mfu/actor"):
+        for key in (
+            "actor/pg_loss",
+            "actor/grad_norm",
+            "critic/score/mean",
+            "timing_s/gen",
+            "perf/throughput",
+            "perf/mfu/actor",
+        ):
             assert key in m, key
     assert metrics[1]["actor/grad_norm"] > 0
     # on-policy first mini-batch: old_log_probs equal the training forward, ratio 1, nothing clipped
@@ -54,10 +61,17 @@ def test_grpo_updates_actor_with_finite_metrics(tiny_model_dir, tmp_path):
 
 
 def test_ppo_with_critic_updates_both(tiny_model_dir, tmp_path):
-    trainer = _run(tiny_model_dir, tmp_path, **{
-        "algorithm.adv_estimator": "gae", "actor_rollout_ref.rollout.n": 1, "critic.optim.lr": 1e-3,
-        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2, "critic.ppo_micro_batch_size_per_gpu": 2,
-    })
+    trainer = _run(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "algorithm.adv_estimator": "gae",
+            "actor_rollout_ref.rollout.n": 1,
+            "critic.optim.lr": 1e-3,
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+            "critic.ppo_micro_batch_size_per_gpu": 2,
+        },
+    )
     metrics = read_metrics(tmp_path)
     for m in metrics.values():
         _finite(m)
@@ -71,11 +85,22 @@ def test_b29_every_batch_trained_once_and_validated_once(tiny_model_dir, tmp_pat
     # 4 prompts, batch 2, 1 epoch -> exactly 2 updates, logged at steps 1 and 2, checkpoint global_step_2
     from verl.data import RLDataLoader
 
-    cfg = load_config(None, tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "data.train_batch_size": 2, "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
-        "trainer.total_training_steps": "null", "trainer.total_epochs": 1, "trainer.save_freq": 1,
-        "trainer.test_freq": 1, "data.val_files": "[builtin://arithmetic/test]",
-    }))
+    cfg = load_config(
+        None,
+        tiny_run_overrides(
+            tiny_model_dir,
+            tmp_path,
+            **{
+                "data.train_batch_size": 2,
+                "actor_rollout_ref.actor.ppo_mini_batch_size": 2,
+                "trainer.total_training_steps": "null",
+                "trainer.total_epochs": 1,
+                "trainer.save_freq": 1,
+                "trainer.test_freq": 1,
+                "data.val_files": "[builtin://arithmetic/test]",
+            },
+        ),
+    )
     loader = RLDataLoader(cfg.data, split="train")
     trainer = RLTrainer(config=cfg, dataloader=_first_n(loader, 4))
     history = trainer.fit()
@@ -102,16 +127,27 @@ def _first_n(loader, n):
 
     from verl.data import RLDataLoader
 
-    return RLDataLoader(loader.config, tokenizer=loader.tokenizer, split="train", dataset=Subset(loader.dataset, range(n)))
+    return RLDataLoader(
+        loader.config, tokenizer=loader.tokenizer, split="train", dataset=Subset(loader.dataset, range(n))
+    )
 
 
-@pytest.mark.parametrize("estimator,extra", [
-    ("rloo", {}),
-    ("reinforce_plus_plus", {"actor_rollout_ref.actor.entropy_coeff": 0.01}),
-    ("remax", {"actor_rollout_ref.rollout.n": 1}),
-    ("grpo", {"algorithm.norm_adv_by_std_in_grpo": False, "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum-norm",
-              "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo"}),
-])
+@pytest.mark.parametrize(
+    "estimator,extra",
+    [
+        ("rloo", {}),
+        ("reinforce_plus_plus", {"actor_rollout_ref.actor.entropy_coeff": 0.01}),
+        ("remax", {"actor_rollout_ref.rollout.n": 1}),
+        (
+            "grpo",
+            {
+                "algorithm.norm_adv_by_std_in_grpo": False,
+                "actor_rollout_ref.actor.loss_agg_mode": "seq-mean-token-sum-norm",
+                "actor_rollout_ref.actor.policy_loss.loss_mode": "gspo",
+            },
+        ),
+    ],
+)
 def test_other_estimators_train(tiny_model_dir, tmp_path, estimator, extra):
     trainer = _run(tiny_model_dir, tmp_path, **{"algorithm.adv_estimator": estimator, **extra})
     metrics = read_metrics(tmp_path)
@@ -124,7 +160,9 @@ def test_other_estimators_train(tiny_model_dir, tmp_path, estimator, extra):
 
 def test_reward_that_always_raises_stops_the_run_after_three_steps(tiny_model_dir, tmp_path):
     bad = tmp_path / "raise_reward.py"
-    bad.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    raise KeyError('oops')\n")
+    bad.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    raise KeyError('oops')\n"
+    )
     with pytest.raises(RuntimeError, match="failed .* on every sample for 3 consecutive steps"):
         _run(tiny_model_dir, tmp_path, **{"custom_reward_function.path": str(bad), "trainer.total_training_steps": 5})
     assert sorted(read_metrics(tmp_path)) == [1, 2]  # two contained steps were trained and logged
@@ -132,8 +170,10 @@ def test_reward_that_always_raises_stops_the_run_after_three_steps(tiny_model_di
 
 def test_reward_that_sometimes_raises_is_contained(tiny_model_dir, tmp_path):
     flaky = tmp_path / "flaky_reward.py"
-    flaky.write_text("def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                     "    if len(solution_str) % 2:\n        raise ValueError('odd')\n    return 1.0\n")
+    flaky.write_text(
+        "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    if len(solution_str) % 2:\n        raise ValueError('odd')\n    return 1.0\n"
+    )
     _run(tiny_model_dir, tmp_path, **{"custom_reward_function.path": str(flaky)})
     metrics = read_metrics(tmp_path)
     assert sorted(metrics) == [1, 2]

@@ -48,9 +48,17 @@ class FakeLoader:
 
 
 def _parts(root: Path, actor: float, critic: float, position: int, kl: float) -> TrainerParts:
-    return TrainerParts(tokenizer=None, train_dataloader=FakeLoader(position), val_dataloader=None, reward_fn=None,
-                        val_reward_fn=None, actor_rollout_wg=FakeGroup(actor), critic_wg=FakeGroup(critic),
-                        kl_ctrl=FixedKLController(kl), checkpoints=CheckpointManager(root))
+    return TrainerParts(
+        tokenizer=None,
+        train_dataloader=FakeLoader(position),
+        val_dataloader=None,
+        reward_fn=None,
+        val_reward_fn=None,
+        actor_rollout_wg=FakeGroup(actor),
+        critic_wg=FakeGroup(critic),
+        kl_ctrl=FixedKLController(kl),
+        checkpoints=CheckpointManager(root),
+    )
 
 
 def test_round_trip_restores_roles_state_loader_kl_and_rng(tmp_path):

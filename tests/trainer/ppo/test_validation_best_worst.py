@@ -60,8 +60,12 @@ def test_majority_exact_when_enumerable_and_unbiased_when_sampled():
     rng = np.random.RandomState(0)
     values16 = rng.randint(0, 2, 16).astype(float).tolist()
     preds16 = [str(int(v)) if i % 3 else "x" for i, v in enumerate(values16)]
-    truth = np.mean([majority_value([values16[i] for i in s], [preds16[i] for i in s])
-                     for s in itertools.combinations(range(16), 8)])
+    truth = np.mean(
+        [
+            majority_value([values16[i] for i in s], [preds16[i] for i in s])
+            for s in itertools.combinations(range(16), 8)
+        ]
+    )
     mean, std = majority_stats(values16, preds16, 8)
     assert majority_stats(values16, preds16, 8) == (mean, std)  # seeded
     assert mean == pytest.approx(truth, abs=3 * std / math.sqrt(1000) + 1e-9)

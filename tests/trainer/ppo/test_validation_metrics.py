@@ -21,7 +21,12 @@ def test_acc_is_the_core_variable_when_the_scorer_reports_it():
 
 
 def test_subset_sizes_are_powers_of_two_then_n():
-    assert subset_sizes(1) == [] and subset_sizes(2) == [2] and subset_sizes(5) == [2, 4, 5] and subset_sizes(8) == [2, 4, 8]
+    assert (
+        subset_sizes(1) == []
+        and subset_sizes(2) == [2]
+        and subset_sizes(5) == [2, 4, 5]
+        and subset_sizes(8) == [2, 4, 8]
+    )
 
 
 def test_majority_value_ties_go_to_the_pred_seen_first():
@@ -50,7 +55,9 @@ def test_three_responses_per_prompt_names_and_values():
 
 
 def test_constant_group_has_zero_spread_and_averages_over_prompts():
-    m = validation_metrics(["a"] * 4, ["p", "p", "q", "q"], {"reward": [1.0, 1.0, 0.0, 0.0], "pred": ["1", "1", "2", "2"]})
+    m = validation_metrics(
+        ["a"] * 4, ["p", "p", "q", "q"], {"reward": [1.0, 1.0, 0.0, 0.0], "pred": ["1", "1", "2", "2"]}
+    )
     assert m["val-core/a/reward/mean@2"] == 0.5
     assert m["val-core/a/reward/best@2/mean"] == 0.5 and m["val-core/a/reward/best@2/std"] == 0.0
     assert m["val-core/a/reward/maj@2/mean"] == 0.5 and m["val-aux/a/reward/std@2"] == 0.0

@@ -19,9 +19,13 @@ def _validated_steps(model_dir, run_dir, **extra) -> list[int]:
 @pytest.mark.e2e
 def test_test_freq_minus_one_never_validates_during_training(tiny_model_dir, tmp_path):
     # verl's default test_freq=-1: no validation after the last step either; val_before_train still runs
-    assert _validated_steps(tiny_model_dir, tmp_path, **{"trainer.test_freq": -1, "trainer.val_before_train": True}) == [0]
+    assert _validated_steps(
+        tiny_model_dir, tmp_path, **{"trainer.test_freq": -1, "trainer.val_before_train": True}
+    ) == [0]
 
 
 @pytest.mark.e2e
 def test_positive_test_freq_validates_every_n_and_after_the_last_step(tiny_model_dir, tmp_path):
-    assert _validated_steps(tiny_model_dir, tmp_path, **{"trainer.test_freq": 2, "trainer.total_training_steps": 3}) == [2, 3]
+    assert _validated_steps(
+        tiny_model_dir, tmp_path, **{"trainer.test_freq": 2, "trainer.total_training_steps": 3}
+    ) == [2, 3]

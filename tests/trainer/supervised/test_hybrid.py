@@ -16,8 +16,15 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "sft" / "hybrid_bui
 
 
 def _cfg(tmp_path: Path, *extra: str):
-    return load_sft_config(EXAMPLE, [f"trainer.default_local_dir={tmp_path}/ckpt", f"trainer.output_dir={tmp_path}/out",
-                                     "trainer.logger=[jsonl]", *extra])
+    return load_sft_config(
+        EXAMPLE,
+        [
+            f"trainer.default_local_dir={tmp_path}/ckpt",
+            f"trainer.output_dir={tmp_path}/out",
+            "trainer.logger=[jsonl]",
+            *extra,
+        ],
+    )
 
 
 def _grads(module: torch.nn.Module) -> dict[str, torch.Tensor]:
@@ -76,8 +83,9 @@ def test_hybrid_config_errors(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="3 hybrid.tasks"):
         _cfg(tmp_path, "trainer.task_weights=[0.5,0.5]")
     with pytest.raises(ConfigError, match="rollout_n"):
-        _cfg(tmp_path, "hybrid.tasks.2.rollout_n=1") if False else load_sft_config(None, [
-            "trainer.algorithm=hybrid", "hybrid.tasks=[{name: r, loss: rl, train_files: [x], rollout_n: 1}]"])
+        _cfg(tmp_path, "hybrid.tasks.2.rollout_n=1") if False else load_sft_config(
+            None, ["trainer.algorithm=hybrid", "hybrid.tasks=[{name: r, loss: rl, train_files: [x], rollout_n: 1}]"]
+        )
     assert normalised_weights([], 3) == pytest.approx([1 / 3] * 3)
 
 
@@ -91,7 +99,9 @@ def test_hybrid_resume_is_exact(tmp_path: Path) -> None:
     shutil.copytree(tmp_path / "a" / "ckpt", tmp_path / "b" / "ckpt")
     shutil.rmtree(tmp_path / "b" / "ckpt" / "global_step_4")
     (tmp_path / "b" / "ckpt" / "latest_checkpointed_iteration.txt").write_text("2")
-    resumed = build_supervised_trainer(_cfg(tmp_path / "b", "trainer.total_training_steps=4", "trainer.save_freq=2")).fit()
+    resumed = build_supervised_trainer(
+        _cfg(tmp_path / "b", "trainer.total_training_steps=4", "trainer.save_freq=2")
+    ).fit()
     assert [h["step"] for h in resumed] == [3, 4]
     for got, ref in zip(resumed, full[2:]):
         for key in ("hybrid/sft/loss", "hybrid/dpo/loss", "hybrid/rl/loss", "hybrid/rl/score_mean", "train/grad_norm"):
@@ -110,14 +120,37 @@ def test_hybrid_one_vs_two_ranks_equal(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(repo), "OMP_NUM_THREADS": "1"}
     for name, nproc in (("one", 1), ("two", 2)):
         launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}"] if nproc > 1 else []
-        r = subprocess.run([sys.executable, *launcher, "-m", "verl.trainer.fsdp_sft_trainer", str(EXAMPLE),
-                            "trainer.total_training_steps=2", "trainer.logger=[jsonl]",
-                            f"trainer.default_local_dir={tmp_path}/{name}/ckpt", f"trainer.output_dir={tmp_path}/{name}/out"],
-                           env=env, capture_output=True, text=True, timeout=600)
+        r = subprocess.run(
+            [
+                sys.executable,
+                *launcher,
+                "-m",
+                "verl.trainer.fsdp_sft_trainer",
+                str(EXAMPLE),
+                "trainer.total_training_steps=2",
+                "trainer.logger=[jsonl]",
+                f"trainer.default_local_dir={tmp_path}/{name}/ckpt",
+                f"trainer.output_dir={tmp_path}/{name}/out",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
-    rows = {n: [json.loads(x) for x in (tmp_path / n / "out" / "metrics.jsonl").read_text().splitlines()] for n in ("one", "two")}
+    rows = {
+        n: [json.loads(x) for x in (tmp_path / n / "out" / "metrics.jsonl").read_text().splitlines()]
+        for n in ("one", "two")
+    }
     for a, b in zip(rows["one"], rows["two"], strict=True):
-        for key in ("train/loss", "train/grad_norm", "hybrid/sft/loss", "hybrid/dpo/loss", "hybrid/rl/loss", "hybrid/rl/score_mean"):
+        for key in (
+            "train/loss",
+            "train/grad_norm",
+            "hybrid/sft/loss",
+            "hybrid/dpo/loss",
+            "hybrid/rl/loss",
+            "hybrid/rl/score_mean",
+        ):
             assert b[key] == pytest.approx(a[key], abs=1e-5), key
 
 

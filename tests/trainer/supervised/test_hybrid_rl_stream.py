@@ -33,16 +33,30 @@ def hybrid(tmp_path_factory: pytest.TempPathFactory):
     (tmp / "quarter.py").write_text(
         "import json\n\ndef score(data_source, solution_str, ground_truth, extra_info=None):\n"
         f"    with open({str(tmp / 'calls.jsonl')!r}, 'a') as f:\n        f.write(json.dumps(solution_str) + '\\n')\n"
-        "    return 0.25 * (sum(map(ord, solution_str)) % 5)\n")
-    (tmp / "slow.py").write_text("import time\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
-                                 "    time.sleep(2.0)\n    return 1.0\n")
+        "    return 0.25 * (sum(map(ord, solution_str)) % 5)\n"
+    )
+    (tmp / "slow.py").write_text(
+        "import time\n\ndef compute_score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    time.sleep(2.0)\n    return 1.0\n"
+    )
     common = "loss: rl, train_files: [builtin://arithmetic/train], batch_size: 2, rollout_n: 4, response_length: 6"
-    tasks = (f"[{{name: rl, {common}, temperature: {TAU}, clip_ratio: {CLIP}, logprob_chunk_size: 3, "
-             f"custom_reward_function: {{path: {tmp / 'quarter.py'}, name: score}}}}, "
-             f"{{name: slow, {common}, reward_timeout_s: 0.1, custom_reward_function: {{path: {tmp / 'slow.py'}}}}}]")
-    cfg = load_sft_config(None, ["trainer.algorithm=hybrid", "model.partial_pretrain=builtin://tiny-arithmetic",
-                                 "data.max_length=32", "data.micro_batch_size_per_gpu=2", f"hybrid.tasks={tasks}",
-                                 f"trainer.default_local_dir={tmp}/ckpt", f"trainer.output_dir={tmp}/out"])
+    tasks = (
+        f"[{{name: rl, {common}, temperature: {TAU}, clip_ratio: {CLIP}, logprob_chunk_size: 3, "
+        f"custom_reward_function: {{path: {tmp / 'quarter.py'}, name: score}}}}, "
+        f"{{name: slow, {common}, reward_timeout_s: 0.1, custom_reward_function: {{path: {tmp / 'slow.py'}}}}}]"
+    )
+    cfg = load_sft_config(
+        None,
+        [
+            "trainer.algorithm=hybrid",
+            "model.partial_pretrain=builtin://tiny-arithmetic",
+            "data.max_length=32",
+            "data.micro_batch_size_per_gpu=2",
+            f"hybrid.tasks={tasks}",
+            f"trainer.default_local_dir={tmp}/ckpt",
+            f"trainer.output_dir={tmp}/out",
+        ],
+    )
     trainer = build_supervised_trainer(cfg)
     prepared = {s.name: s.prepare(s.batch(1, 0, 1), 1) for s in trainer.streams}
     return trainer, prepared, tmp
@@ -55,7 +69,9 @@ def test_old_log_probs_are_scored_at_the_sampling_temperature(hybrid) -> None:
     b = batch.batch
     r = b["responses"].shape[1]
     with torch.no_grad():
-        logits = module(input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]).logits
+        logits = module(
+            input_ids=b["input_ids"], attention_mask=b["attention_mask"], position_ids=b["position_ids"]
+        ).logits
     logits = logits[:, -r - 1 : -1].float()  # position t - 1 predicts response token t
     by_hand = torch.log_softmax(logits / TAU, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
     at_one = torch.log_softmax(logits, -1).gather(-1, b["responses"].unsqueeze(-1)).squeeze(-1)
@@ -79,12 +95,21 @@ def test_rl_stream_equals_the_rl_trainer_loss_and_grads(hybrid, tmp_path: Path) 
     batch, _ = prepared["rl"]
     stream, engine = trainer.streams[0], trainer.engine
     module = engine.module
-    rl = load_config(None, [f"actor_rollout_ref.rollout.temperature={TAU}", f"actor_rollout_ref.actor.clip_ratio={CLIP}",
-                            f"actor_rollout_ref.actor.clip_ratio_low={CLIP}", f"actor_rollout_ref.actor.clip_ratio_high={CLIP}",
-                            f"trainer.default_local_dir={tmp_path}"])
+    rl = load_config(
+        None,
+        [
+            f"actor_rollout_ref.rollout.temperature={TAU}",
+            f"actor_rollout_ref.actor.clip_ratio={CLIP}",
+            f"actor_rollout_ref.actor.clip_ratio_low={CLIP}",
+            f"actor_rollout_ref.actor.clip_ratio_high={CLIP}",
+            f"trainer.default_local_dir={tmp_path}",
+        ],
+    )
     actor, rollout = rl.actor_rollout_ref.actor, rl.actor_rollout_ref.rollout
     # the RL worker's old-log-prob stage (its own chunking) gives the stream's old log-probs
-    rl_old, _ = compute_log_prob(engine, batch, rollout.temperature, MicroBatchSpec(4), chunk_size=actor.logprob_chunk_size)
+    rl_old, _ = compute_log_prob(
+        engine, batch, rollout.temperature, MicroBatchSpec(4), chunk_size=actor.logprob_chunk_size
+    )
     torch.testing.assert_close(rl_old, batch.batch["old_log_probs"], atol=1e-6, rtol=0)
     saved = {k: v.clone() for k, v in module.state_dict().items()}
     try:
@@ -98,7 +123,9 @@ def test_rl_stream_equals_the_rl_trainer_loss_and_grads(hybrid, tmp_path: Path) 
         hybrid_loss.backward()
         g_hybrid = _grads(module)
         module.zero_grad(set_to_none=True)
-        rl_loss, rl_metrics = policy_loss_fn(actor, rollout.temperature, rl.actor_rollout_ref.model.use_remove_padding)(module, batch, counts)
+        rl_loss, rl_metrics = policy_loss_fn(actor, rollout.temperature, rl.actor_rollout_ref.model.use_remove_padding)(
+            module, batch, counts
+        )
         rl_loss.backward()
         g_rl = _grads(module)
         module.zero_grad(set_to_none=True)

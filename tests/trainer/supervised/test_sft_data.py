@@ -33,9 +33,17 @@ def char_tok():
 
 
 def data_cfg(**kw):
-    base = dict(prompt_key="prompt", response_key="response", prompt_dict_keys=[], response_dict_keys=[],
-                multiturn=SimpleNamespace(enable=False, messages_key="messages", tools_key=None),
-                max_length=256, truncation="error", chosen_key="chosen", rejected_key="rejected")
+    base = dict(
+        prompt_key="prompt",
+        response_key="response",
+        prompt_dict_keys=[],
+        response_dict_keys=[],
+        multiturn=SimpleNamespace(enable=False, messages_key="messages", tools_key=None),
+        max_length=256,
+        truncation="error",
+        chosen_key="chosen",
+        rejected_key="rejected",
+    )
     base.update(kw)
     return SimpleNamespace(**base)
 
@@ -49,8 +57,16 @@ def write_jsonl(path: Path, rows: list[dict]) -> str:
 
 def test_single_turn_mask_is_exactly_response_plus_eos(tmp_path, qwen) -> None:
     f = write_jsonl(tmp_path / "d.jsonl", [{"extra_info": {"question": "What is 2+3?", "answer": "2+3=5\n#### 5"}}])
-    ds = SFTDataset([f], qwen, data_cfg(prompt_key="extra_info", response_key="extra_info",
-                                         prompt_dict_keys=["question"], response_dict_keys=["answer"]))
+    ds = SFTDataset(
+        [f],
+        qwen,
+        data_cfg(
+            prompt_key="extra_info",
+            response_key="extra_info",
+            prompt_dict_keys=["question"],
+            response_dict_keys=["answer"],
+        ),
+    )
     item = ds[0]
     ids, mask = item["input_ids"], item["loss_mask"].bool()
     assert qwen.decode(ids[mask]) == "2+3=5\n#### 5<|im_end|>"
@@ -62,9 +78,13 @@ def test_single_turn_mask_is_exactly_response_plus_eos(tmp_path, qwen) -> None:
 
 
 def test_multi_turn_mask_is_exactly_the_assistant_turns(qwen) -> None:
-    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-            {"role": "assistant", "content": "Hello!"}, {"role": "user", "content": "Weather?"},
-            {"role": "assistant", "content": "Sunny."}]
+    msgs = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Hi"},
+        {"role": "assistant", "content": "Hello!"},
+        {"role": "user", "content": "Weather?"},
+        {"role": "assistant", "content": "Sunny."},
+    ]
     ids, mask = tokenize_conversation(qwen, msgs)
     full = qwen.apply_chat_template(msgs, tokenize=False)
     assert qwen.decode(ids) == full
@@ -82,9 +102,12 @@ def test_multi_turn_mask_is_exactly_the_assistant_turns(qwen) -> None:
 
 
 def test_multi_turn_tool_turns_are_masked(tmp_path, qwen) -> None:
-    msgs = [{"role": "user", "content": "2+2?"},
-            {"role": "assistant", "content": "", "tool_calls": [{"name": "calc", "arguments": {"x": "2+2"}}]},
-            {"role": "tool", "content": "4"}, {"role": "assistant", "content": "4"}]
+    msgs = [
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": "", "tool_calls": [{"name": "calc", "arguments": {"x": "2+2"}}]},
+        {"role": "tool", "content": "4"},
+        {"role": "assistant", "content": "4"},
+    ]
     tools = [{"type": "function", "function": {"name": "calc", "parameters": {}}}]
     f = write_jsonl(tmp_path / "m.jsonl", [{"messages": msgs, "tools": tools}])
     cfg = data_cfg(multiturn=SimpleNamespace(enable=True, messages_key="messages", tools_key="tools"))
@@ -134,8 +157,11 @@ def test_preference_pairs_mask_only_the_answer(char_tok, qwen) -> None:
     batch = collate_pairs([ds[i] for i in range(4)], pad_id=0)
     assert batch["chosen_input_ids"].shape[0] == 4 and batch["rejected_loss_mask"].shape[0] == 4
     # messages form: only the final assistant turn counts
-    conv = {"prompt": [{"role": "user", "content": "1+1"}], "chosen": [{"role": "assistant", "content": "2"}],
-            "rejected": [{"role": "assistant", "content": "3"}]}
+    conv = {
+        "prompt": [{"role": "user", "content": "1+1"}],
+        "chosen": [{"role": "assistant", "content": "2"}],
+        "rejected": [{"role": "assistant", "content": "3"}],
+    }
     ds.rows = [conv]
     it = ds[0]
     assert qwen is not None

@@ -10,8 +10,14 @@ import pytest
 from verl.config.sft_loader import load_sft_config
 from verl.utils.errors import DataError
 
-BASE = ["model.partial_pretrain=builtin://tiny-arithmetic", "data.prompt_key=prompt", "data.response_key=response",
-        "data.max_length=32", "data.train_batch_size=2", "data.micro_batch_size_per_gpu=2"]
+BASE = [
+    "model.partial_pretrain=builtin://tiny-arithmetic",
+    "data.prompt_key=prompt",
+    "data.response_key=response",
+    "data.max_length=32",
+    "data.train_batch_size=2",
+    "data.micro_batch_size_per_gpu=2",
+]
 
 
 @pytest.fixture
@@ -21,6 +27,7 @@ def no_model(monkeypatch):
 
     def refuse(*a, **k):
         raise AssertionError("a model was loaded before the data was checked")
+
     monkeypatch.setattr(verl.modules, "create_model", refuse)
 
 
@@ -32,8 +39,13 @@ def write(path: Path, rows: list[dict]) -> str:
 def build(tmp_path: Path, *over: str):
     from verl.trainer.supervised.builders import build_supervised_trainer
 
-    return build_supervised_trainer(load_sft_config(None, [*BASE, f"trainer.default_local_dir={tmp_path}/ckpt",
-                                                           f"trainer.output_dir={tmp_path}/out", *over], algorithm="sft"))
+    return build_supervised_trainer(
+        load_sft_config(
+            None,
+            [*BASE, f"trainer.default_local_dir={tmp_path}/ckpt", f"trainer.output_dir={tmp_path}/out", *over],
+            algorithm="sft",
+        )
+    )
 
 
 def test_missing_prompt_column_in_val_file(tmp_path, no_model) -> None:
@@ -44,7 +56,9 @@ def test_missing_prompt_column_in_val_file(tmp_path, no_model) -> None:
 
 def test_missing_messages_column(tmp_path, no_model) -> None:
     train = write(tmp_path / "chat.jsonl", [{"conversation": [{"role": "user", "content": "hi"}]}] * 2)
-    with pytest.raises(DataError, match=r"chat\.jsonl: row 0 \(line 1\): no column 'messages' \(data\.multiturn\.messages_key"):
+    with pytest.raises(
+        DataError, match=r"chat\.jsonl: row 0 \(line 1\): no column 'messages' \(data\.multiturn\.messages_key"
+    ):
         build(tmp_path, f"data.train_files={train}", "data.multiturn.enable=true", "data.val_files=[]")
 
 

@@ -38,12 +38,32 @@ def test_run_qwen_05_peft_script_two_ranks(tmp_path: Path) -> None:
         assert prepare(["gsm8k", "--input", str(src), "--out", str(data), "--split", split]) == 0
     model = init_random_model("qwen2", "tiny", SHARED / "tokenizers" / "qwen2.5", tmp_path / "model")
     save = tmp_path / "ckpt"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1",
-           "MODEL_PATH": str(model), "DATA_DIR": str(data), "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
-    sizes = ["data.train_batch_size=4", "data.micro_batch_size_per_gpu=1", "data.max_length=64", "data.truncation=left",
-             "trainer.total_training_steps=2", "trainer.logger=[console,jsonl]", f"trainer.output_dir={tmp_path}/out"]
-    r = subprocess.run(["bash", str(REPO / "examples" / "sft" / "gsm8k" / "run_qwen_05_peft.sh"), "2", str(save), *sizes],
-                       env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "MODEL_PATH": str(model),
+        "DATA_DIR": str(data),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    sizes = [
+        "data.train_batch_size=4",
+        "data.micro_batch_size_per_gpu=1",
+        "data.max_length=64",
+        "data.truncation=left",
+        "trainer.total_training_steps=2",
+        "trainer.logger=[console,jsonl]",
+        f"trainer.output_dir={tmp_path}/out",
+    ]
+    r = subprocess.run(
+        ["bash", str(REPO / "examples" / "sft" / "gsm8k" / "run_qwen_05_peft.sh"), "2", str(save), *sizes],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     rows = [json.loads(x) for x in (tmp_path / "out" / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in rows] == [1, 2] and "val/loss" in rows[-1]

@@ -17,17 +17,33 @@ from verl.trainer.supervised.streams import token_log_probs
 from verl.trainer.supervised.builders import build_supervised_trainer
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "sft"
-BUILTIN_SFT = ["model.partial_pretrain=builtin://tiny-arithmetic", "data.train_files=builtin://arithmetic_sft/train",
-               "data.val_files=[builtin://arithmetic_answers/test]", "data.prompt_key=prompt", "data.response_key=response",
-               "data.max_length=32", "data.train_batch_size=16", "data.micro_batch_size_per_gpu=8", "optim.lr=1e-3"]
+BUILTIN_SFT = [
+    "model.partial_pretrain=builtin://tiny-arithmetic",
+    "data.train_files=builtin://arithmetic_sft/train",
+    "data.val_files=[builtin://arithmetic_answers/test]",
+    "data.prompt_key=prompt",
+    "data.response_key=response",
+    "data.max_length=32",
+    "data.train_batch_size=16",
+    "data.micro_batch_size_per_gpu=8",
+    "optim.lr=1e-3",
+]
 
 
 def _model(lora: bool = False) -> torch.nn.Module:
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     torch.manual_seed(0)
-    cfg = Qwen2Config(vocab_size=97, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
-                      num_key_value_heads=1, max_position_embeddings=64, tie_word_embeddings=False)
+    cfg = Qwen2Config(
+        vocab_size=97,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     model = Qwen2ForCausalLM(cfg).float()
     if lora:
         from peft import LoraConfig, get_peft_model
@@ -51,7 +67,12 @@ def _rows(left: bool) -> dict[str, torch.Tensor]:
         loss[i, start : start + n - p] = 1
         if n - p > 6:  # multi-turn: two assistant spans with a user turn between them
             loss[i, start + 2 : start + 5] = 0
-    return {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0), "loss_mask": loss}
+    return {
+        "input_ids": ids,
+        "attention_mask": mask,
+        "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+        "loss_mask": loss,
+    }
 
 
 def _reference(model: torch.nn.Module, b: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -90,25 +111,41 @@ def test_token_log_probs_refuse_a_target_without_context() -> None:
     targets = b["attention_mask"].bool()  # the first real token of each row has nothing before it
     for packed in (False, True):
         with pytest.raises(ValueError, match="no real token before"):
-            compute_token_log_probs(model, b["input_ids"], b["attention_mask"], b["position_ids"], targets,
-                                    remove_padding=packed)
+            compute_token_log_probs(
+                model, b["input_ids"], b["attention_mask"], b["position_ids"], targets, remove_padding=packed
+            )
 
 
-def _history(example: str | None, tmp_path: Path, name: str, algorithm: str | None, *extra: str) -> list[dict[str, float]]:
+def _history(
+    example: str | None, tmp_path: Path, name: str, algorithm: str | None, *extra: str
+) -> list[dict[str, float]]:
     torch.set_num_threads(1)
-    cfg = load_sft_config(EXAMPLES / example if example else None, [f"trainer.default_local_dir={tmp_path}/{name}/ckpt",
-                                               f"trainer.output_dir={tmp_path}/{name}/out", "trainer.logger=[jsonl]",
-                                               "trainer.total_training_steps=3", *extra], algorithm=algorithm)
+    cfg = load_sft_config(
+        EXAMPLES / example if example else None,
+        [
+            f"trainer.default_local_dir={tmp_path}/{name}/ckpt",
+            f"trainer.output_dir={tmp_path}/{name}/out",
+            "trainer.logger=[jsonl]",
+            "trainer.total_training_steps=3",
+            *extra,
+        ],
+        algorithm=algorithm,
+    )
     return build_supervised_trainer(cfg).fit()
 
 
-@pytest.mark.parametrize("example, algorithm, extra", [
-    (None, "sft", BUILTIN_SFT),
-    ("dpo_builtin.yaml", "dpo", ["data.train_batch_size=16", "data.micro_batch_size_per_gpu=8"]),
-    ("hybrid_builtin.yaml", None, []),
-], ids=["sft", "dpo", "hybrid"])
-def test_packed_run_equals_padded_run_over_3_steps(tmp_path: Path, example: str, algorithm: str | None,
-                                                   extra: list[str]) -> None:
+@pytest.mark.parametrize(
+    "example, algorithm, extra",
+    [
+        (None, "sft", BUILTIN_SFT),
+        ("dpo_builtin.yaml", "dpo", ["data.train_batch_size=16", "data.micro_batch_size_per_gpu=8"]),
+        ("hybrid_builtin.yaml", None, []),
+    ],
+    ids=["sft", "dpo", "hybrid"],
+)
+def test_packed_run_equals_padded_run_over_3_steps(
+    tmp_path: Path, example: str, algorithm: str | None, extra: list[str]
+) -> None:
     padded = _history(example, tmp_path, "padded", algorithm, *extra, "use_remove_padding=false")
     packed = _history(example, tmp_path, "packed", algorithm, *extra, "use_remove_padding=true")
     assert [h["step"] for h in packed] == [1, 2, 3]

@@ -15,8 +15,14 @@ from verl.config.sft_loader import load_sft_config
 @pytest.mark.e2e
 @pytest.mark.slow  # suite time: the default suite keeps a faster test of the same path
 def test_sft_sp2_equals_one_process(tmp_path: Path) -> None:
-    common = [*BUILTIN, "data.val_files=builtin://arithmetic_answers/test", "data.train_batch_size=8",
-              "data.micro_batch_size_per_gpu=2", "trainer.total_training_steps=3", "use_remove_padding=true"]
+    common = [
+        *BUILTIN,
+        "data.val_files=builtin://arithmetic_answers/test",
+        "data.train_batch_size=8",
+        "data.micro_batch_size_per_gpu=2",
+        "trainer.total_training_steps=3",
+        "use_remove_padding=true",
+    ]
     for name, nproc, sp in (("one", 1, 1), ("sp2", 2, 2)):
         r = _run([*common, *dirs(tmp_path, name), f"ulysses_sequence_parallel_size={sp}"], nproc)
         assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -33,4 +39,6 @@ def test_sft_sp_needs_packed_forwards_and_sft():
     with pytest.raises(ConfigError, match="ulysses_sequence_parallel_size=2 needs use_remove_padding=true"):
         load_sft_config(None, [*BUILTIN, "ulysses_sequence_parallel_size=2", "use_remove_padding=false"])
     with pytest.raises(ConfigError, match="trainer.algorithm=dpo is not supported yet"):
-        load_sft_config(None, [*BUILTIN, "ulysses_sequence_parallel_size=2", "use_remove_padding=true"], algorithm="dpo")
+        load_sft_config(
+            None, [*BUILTIN, "ulysses_sequence_parallel_size=2", "use_remove_padding=true"], algorithm="dpo"
+        )

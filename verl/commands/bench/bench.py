@@ -68,8 +68,17 @@ from verl.commands.bench.measure import (  # noqa: F401  (re-exported: the bench
     step_flops,
 )
 
-__all__ = ["FlopModel", "RssSampler", "StepRecord", "main", "measure_matmul_peak", "measure_shape_throughput",
-           "shape_config", "step_flops", "summarize"]
+__all__ = [
+    "FlopModel",
+    "RssSampler",
+    "StepRecord",
+    "main",
+    "measure_matmul_peak",
+    "measure_shape_throughput",
+    "shape_config",
+    "step_flops",
+    "summarize",
+]
 
 GSM8K_SHAPE = {"prompts": 4, "n": 4, "response_length": 64, "max_prompt_length": 256}
 
@@ -84,13 +93,16 @@ def prepare_gsm8k_shape(work_dir: Path, size: str, shared_dir: Path) -> tuple[Pa
         init_random_model("qwen2", size, shared_dir / "tokenizers" / "qwen2.5", model_dir, seed=0)
     data_dir = work_dir / "gsm8k"
     if not (data_dir / "test.parquet").is_file():
-        if prepare_main(["gsm8k", "--input", str(shared_dir / "data" / "gsm8k" / "test.jsonl"), "--out", str(data_dir)]):
+        if prepare_main(
+            ["gsm8k", "--input", str(shared_dir / "data" / "gsm8k" / "test.jsonl"), "--out", str(data_dir)]
+        ):
             raise RuntimeError("verl prepare gsm8k failed")
     return model_dir, data_dir / "test.parquet"
 
 
-def shape_config(shape: str, work_dir: Path, steps: int, size: str = "small",
-                 shared_dir: Path | None = None) -> tuple[str | None, list[str]]:
+def shape_config(
+    shape: str, work_dir: Path, steps: int, size: str = "small", shared_dir: Path | None = None
+) -> tuple[str | None, list[str]]:
     """(config path or preset, overrides) of a named bench shape.
 
     ``builtin``: the quick-start preset (tiny built-in model, arithmetic task), no validation.
@@ -100,10 +112,18 @@ def shape_config(shape: str, work_dir: Path, steps: int, size: str = "small",
     Raises:
         ValueError: unknown shape.
     """
-    common = [f"trainer.total_training_steps={steps}", "trainer.val_before_train=false", "data.val_files=[]",
-              "trainer.test_freq=-1", "trainer.save_freq=-1", "trainer.logger=[]", "trainer.progress_bar=false",
-              "trainer.plot=false", f"trainer.output_dir={work_dir / 'out'}",
-              f"trainer.default_local_dir={work_dir / 'ckpt'}"]
+    common = [
+        f"trainer.total_training_steps={steps}",
+        "trainer.val_before_train=false",
+        "data.val_files=[]",
+        "trainer.test_freq=-1",
+        "trainer.save_freq=-1",
+        "trainer.logger=[]",
+        "trainer.progress_bar=false",
+        "trainer.plot=false",
+        f"trainer.output_dir={work_dir / 'out'}",
+        f"trainer.default_local_dir={work_dir / 'ckpt'}",
+    ]
     if shape == "builtin":
         return "quickstart", common
     if shape != "gsm8k":
@@ -112,14 +132,20 @@ def shape_config(shape: str, work_dir: Path, steps: int, size: str = "small",
     model_dir, parquet = prepare_gsm8k_shape(work_dir, size, shared)
     s = GSM8K_SHAPE
     return None, [
-        f"actor_rollout_ref.model.path={model_dir}", "algorithm.adv_estimator=grpo",
-        f"data.train_files=[{parquet}]", f"data.train_batch_size={s['prompts']}",
-        f"data.max_prompt_length={s['max_prompt_length']}", "data.filter_overlong_prompts=true",
-        f"data.max_response_length={s['response_length']}", f"actor_rollout_ref.rollout.n={s['n']}",
-        f"actor_rollout_ref.actor.ppo_mini_batch_size={s['prompts']}", "actor_rollout_ref.rollout.ignore_eos=true",
-        "actor_rollout_ref.actor.use_kl_loss=false", "algorithm.use_kl_in_reward=false", *common,
+        f"actor_rollout_ref.model.path={model_dir}",
+        "algorithm.adv_estimator=grpo",
+        f"data.train_files=[{parquet}]",
+        f"data.train_batch_size={s['prompts']}",
+        f"data.max_prompt_length={s['max_prompt_length']}",
+        "data.filter_overlong_prompts=true",
+        f"data.max_response_length={s['response_length']}",
+        f"actor_rollout_ref.rollout.n={s['n']}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={s['prompts']}",
+        "actor_rollout_ref.rollout.ignore_eos=true",
+        "actor_rollout_ref.actor.use_kl_loss=false",
+        "algorithm.use_kl_in_reward=false",
+        *common,
     ]
-
 
 
 class VerlStepper:
@@ -138,7 +164,9 @@ class VerlStepper:
         self._batches = iter(())
         self.flops = flop_model_of(config.actor_rollout_ref.model.path)
         critic = self.parts.critic_wg is not None
-        self.critic_body = flop_model_of(config.critic.model.path or config.actor_rollout_ref.model.path).n_body if critic else 0
+        self.critic_body = (
+            flop_model_of(config.critic.model.path or config.actor_rollout_ref.model.path).n_body if critic else 0
+        )
         self.history: list[dict[str, float]] = []
 
     def _next_batch(self) -> dict[str, Any]:
@@ -161,13 +189,20 @@ class VerlStepper:
         n_traj = cfg.data.train_batch_size * cfg.actor_rollout_ref.rollout.n
         tokens = metrics["perf/total_num_tokens"]
         generated = metrics["response_length/mean"] * n_traj
-        stages = {k[len("timing_s/"):]: v for k, v in metrics.items() if k.startswith("timing_s/")}
+        stages = {k[len("timing_s/") :]: v for k, v in metrics.items() if k.startswith("timing_s/")}
         padded = n_traj * (cfg.data.max_response_length + 1)
-        parts = step_flop_parts(self.flops, tokens, generated, padded, set(stages),
-                                cfg.actor_rollout_ref.actor.ppo_epochs, self.critic_body)
-        return StepRecord(seconds=stages["step"], generated_tokens=generated, trained_tokens=tokens,
-                          critic_tokens=tokens if "values" in stages else 0.0, flops=float(sum(parts.values())),
-                          stages=stages, flop_parts=parts)
+        parts = step_flop_parts(
+            self.flops, tokens, generated, padded, set(stages), cfg.actor_rollout_ref.actor.ppo_epochs, self.critic_body
+        )
+        return StepRecord(
+            seconds=stages["step"],
+            generated_tokens=generated,
+            trained_tokens=tokens,
+            critic_tokens=tokens if "values" in stages else 0.0,
+            flops=float(sum(parts.values())),
+            stages=stages,
+            flop_parts=parts,
+        )
 
     def shapes(self, record: StepRecord) -> dict[str, LinearShape]:
         """The matmul shape of each FLOP part of a step like ``record`` (`part_shapes`)."""
@@ -215,8 +250,9 @@ def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
 
-def summarize(records: list[StepRecord], peak_flops: float,
-              shape_throughput: dict[str, float] | None = None) -> dict[str, float]:
+def summarize(
+    records: list[StepRecord], peak_flops: float, shape_throughput: dict[str, float] | None = None
+) -> dict[str, float]:
     """Medians over the steps after the first (all steps if there is only one).
 
     Keys: ``step_s``, ``throughput`` (tokens/s), ``flops``, ``bound_s`` (FLOPs / peak),
@@ -227,9 +263,13 @@ def summarize(records: list[StepRecord], peak_flops: float,
     ``ray_share_pct`` = (dispatch + weight sync) / step.
     """
     rows = records[1:] or records
-    out = {"steps": float(len(rows)), "step_s": _median([r.seconds for r in rows]),
-           "throughput": _median([r.throughput for r in rows]), "flops": _median([r.flops for r in rows]),
-           "tokens": _median([r.generated_tokens + r.critic_tokens + r.trained_tokens for r in rows])}
+    out = {
+        "steps": float(len(rows)),
+        "step_s": _median([r.seconds for r in rows]),
+        "throughput": _median([r.throughput for r in rows]),
+        "flops": _median([r.flops for r in rows]),
+        "tokens": _median([r.generated_tokens + r.critic_tokens + r.trained_tokens for r in rows]),
+    }
     out["bound_s"] = out["flops"] / peak_flops
     out["pct_of_bound"] = 100.0 * _median([r.flops / peak_flops / r.seconds for r in rows])
     if shape_throughput and all(r.flop_parts for r in rows):
@@ -239,6 +279,7 @@ def summarize(records: list[StepRecord], peak_flops: float,
     for key in sorted({k for r in rows for k in r.stages}):
         out[f"stage_s/{key}"] = _median([r.stages.get(key, 0.0) for r in rows])
     if any("generate_sequences" in r.stages for r in rows):
+
         def dispatch(r: StepRecord) -> float:
             s = r.stages
             gen = s.get("gen", 0.0) - s.get("generate_sequences", s.get("gen", 0.0))
@@ -256,35 +297,51 @@ def summarize(records: list[StepRecord], peak_flops: float,
 
 def format_summary(name: str, s: dict[str, float], peak_rss: int) -> str:
     """Human-readable block of `summarize`'s figures."""
-    lines = [f"[{name}] median of {int(s['steps'])} steps after the first: step {s['step_s']:.3f} s, "
-             f"{s['tokens']:.0f} tokens -> throughput {s['throughput']:.1f} tokens/s",
-             f"[{name}] FLOPs/step {s['flops'] / 1e9:.1f} GFLOP, bound {s['bound_s']:.3f} s -> "
-             f"{s['pct_of_bound']:.1f} % of the FLOP bound (MFU); peak RSS {peak_rss / 2**20:.0f} MiB"]
+    lines = [
+        f"[{name}] median of {int(s['steps'])} steps after the first: step {s['step_s']:.3f} s, "
+        f"{s['tokens']:.0f} tokens -> throughput {s['throughput']:.1f} tokens/s",
+        f"[{name}] FLOPs/step {s['flops'] / 1e9:.1f} GFLOP, bound {s['bound_s']:.3f} s -> "
+        f"{s['pct_of_bound']:.1f} % of the FLOP bound (MFU); peak RSS {peak_rss / 2**20:.0f} MiB",
+    ]
     if "attainable_s" in s:
-        lines.append(f"[{name}] attainable bound (FLOPs at the throughput of their own matmul shapes here) "
-                     f"{s['attainable_s']:.3f} s -> {s['pct_of_attainable']:.1f} % of the attainable bound")
+        lines.append(
+            f"[{name}] attainable bound (FLOPs at the throughput of their own matmul shapes here) "
+            f"{s['attainable_s']:.3f} s -> {s['pct_of_attainable']:.1f} % of the attainable bound"
+        )
     stages = {k.split("/", 1)[1]: v for k, v in s.items() if k.startswith("stage_s/") and k != "stage_s/step"}
     if stages:
         lines.append(f"[{name}] stages: " + ", ".join(f"{k} {v:.3f}s" for k, v in stages.items()))
     if "dispatch_s" in s:
-        lines.append(f"[{name}] dispatch {s['dispatch_s']:.3f} s + update_weights {s['update_weights_s']:.3f} s "
-                     f"= {s['ray_share_pct']:.1f} % of the step")
+        lines.append(
+            f"[{name}] dispatch {s['dispatch_s']:.3f} s + update_weights {s['update_weights_s']:.3f} s "
+            f"= {s['ray_share_pct']:.1f} % of the step"
+        )
     return "\n".join(lines)
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="verl bench", description=__doc__.split("\n")[0])
     parser.add_argument("args", nargs="*", help="[CONFIG] [key=value ...] (CONFIG: YAML file or preset)")
-    parser.add_argument("--shape", choices=("builtin", "gsm8k"), default=None,
-                        help="named shape (default builtin when no CONFIG is given)")
+    parser.add_argument(
+        "--shape",
+        choices=("builtin", "gsm8k"),
+        default=None,
+        help="named shape (default builtin when no CONFIG is given)",
+    )
     parser.add_argument("--size", default="small", help="random-model size for --shape gsm8k (verl init-model sizes)")
     parser.add_argument("--steps", type=int, default=6, help="steps per side (the first is warm-up)")
-    parser.add_argument("--compare", choices=("trl",), default=None, help="also run a peer on the same shape, alternately")
+    parser.add_argument(
+        "--compare", choices=("trl",), default=None, help="also run a peer on the same shape, alternately"
+    )
     parser.add_argument("--work-dir", default=None, help="cache for the random model and parquet (default: a temp dir)")
     parser.add_argument("--out", default=None, help="JSON record path")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
-    parser.add_argument("--mode", choices=("sync", "separate_async", "colocate_async"), default=None,
-                        help="trainer.v1.trainer_mode to bench (default: the config's)")
+    parser.add_argument(
+        "--mode",
+        choices=("sync", "separate_async", "colocate_async"),
+        default=None,
+        help="trainer.v1.trainer_mode to bench (default: the config's)",
+    )
     ns = parser.parse_args(argv)
     if ns.steps < 2:
         parser.error("--steps must be >= 2 (the first step is warm-up)")
@@ -301,8 +358,15 @@ def _load(ns: argparse.Namespace, work_dir: Path) -> tuple[Any, list[str], str]:
     shape = ns.shape or ("builtin" if not positional else "config")
     if shape == "config":
         path = positional[0]
-        overrides = [f"trainer.total_training_steps={ns.steps}", "trainer.save_freq=-1", "trainer.test_freq=-1",
-                     "trainer.val_before_train=false", "trainer.progress_bar=false", "trainer.plot=false", *overrides]
+        overrides = [
+            f"trainer.total_training_steps={ns.steps}",
+            "trainer.save_freq=-1",
+            "trainer.test_freq=-1",
+            "trainer.val_before_train=false",
+            "trainer.progress_bar=false",
+            "trainer.plot=false",
+            *overrides,
+        ]
     else:
         if positional:
             raise SystemExit("verl bench: give either CONFIG or --shape, not both")
@@ -328,9 +392,14 @@ def measure_shape_throughput(shapes: dict[str, LinearShape], flops: FlopModel) -
         if shape not in measured:
             measured[shape] = measure_linear_throughput(shape)
     out = {part: measured[shape] for part, shape in shapes.items()}
-    print("float32 throughput of the step's own matmul shapes (GFLOP/s): " + ", ".join(
-        f"{part} {shape.rows}x{shape.inner}x{shape.outer}{' +bwd' if shape.train else ''} {out[part] / 1e9:.1f}"
-        for part, shape in shapes.items()), flush=True)
+    print(
+        "float32 throughput of the step's own matmul shapes (GFLOP/s): "
+        + ", ".join(
+            f"{part} {shape.rows}x{shape.inner}x{shape.outer}{' +bwd' if shape.train else ''} {out[part] / 1e9:.1f}"
+            for part, shape in shapes.items()
+        ),
+        flush=True,
+    )
     return out
 
 
@@ -338,8 +407,10 @@ def run_bench(ns: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
     """Run the benchmark described by the parsed arguments; returns the JSON record."""
     cfg, overrides, shape = _load(ns, work_dir)
     if ns.compare is not None and cfg.trainer.v1.trainer_mode != "sync":
-        raise SystemExit("verl bench: --compare alternates single steps; an async mode keeps generating between them, "
-                         "so compare modes with benchmarks/bench_async_modes.py instead")
+        raise SystemExit(
+            "verl bench: --compare alternates single steps; an async mode keeps generating between them, "
+            "so compare modes with benchmarks/bench_async_modes.py instead"
+        )
     peak = measure_matmul_peak()
     print(f"measured float32 matmul peak: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads)", flush=True)
     stepper = VerlStepper(cfg) if cfg.trainer.v1.trainer_mode == "sync" else AsyncStepper(cfg)
@@ -352,8 +423,14 @@ def run_bench(ns: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         rss_verl.stop()
         print(f"  verl step {len(ours)}: {ours[-1].seconds:.3f} s, {ours[-1].throughput:.1f} tokens/s", flush=True)
 
-    record: dict[str, Any] = {"shape": shape, "overrides": overrides, "steps": ns.steps, "peak_flops": peak,
-                              "threads": torch.get_num_threads(), "loadavg_start": os.getloadavg()}
+    record: dict[str, Any] = {
+        "shape": shape,
+        "overrides": overrides,
+        "steps": ns.steps,
+        "peak_flops": peak,
+        "threads": torch.get_num_threads(),
+        "loadavg_start": os.getloadavg(),
+    }
     throughput: dict[str, float] = {}
     try:
         verl_step()  # warm-up: it also gives the token counts that set the matmul shapes
@@ -361,8 +438,11 @@ def run_bench(ns: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
         record["shape_throughput"] = throughput
         if throughput and max(throughput.values()) > peak:  # the start-up measurement was disturbed
             peak = record["peak_flops"] = max(throughput.values())
-            print(f"peak raised to the fastest step shape's {peak / 1e9:.1f} GFLOP/s (a peak is never below a "
-                  f"measured shape)", flush=True)
+            print(
+                f"peak raised to the fastest step shape's {peak / 1e9:.1f} GFLOP/s (a peak is never below a "
+                f"measured shape)",
+                flush=True,
+            )
         if ns.compare is None:
             for _ in range(ns.steps - 1):
                 verl_step()
@@ -370,13 +450,24 @@ def run_bench(ns: argparse.Namespace, work_dir: Path) -> dict[str, Any]:
             from verl.commands.bench.trl import run_trl
 
             theirs, rss_peer = run_trl(cfg, ns.steps, after_each_step=verl_step)  # one verl step after each
-            record["peer"] = {"name": ns.compare, "steps": [asdict(r) for r in theirs],
-                              "summary": summarize(theirs, peak, throughput), "peak_rss_bytes": rss_peer}
+            record["peer"] = {
+                "name": ns.compare,
+                "steps": [asdict(r) for r in theirs],
+                "summary": summarize(theirs, peak, throughput),
+                "peak_rss_bytes": rss_peer,
+            }
     finally:
         stepper.close()
     summary = summarize(ours, peak, throughput)
-    record.update({"summary": summary, "peak_rss_bytes": rss_verl.peak_bytes, "steps_detail": [asdict(r) for r in ours],
-                   "metrics": stepper.history, "loadavg_end": os.getloadavg()})
+    record.update(
+        {
+            "summary": summary,
+            "peak_rss_bytes": rss_verl.peak_bytes,
+            "steps_detail": [asdict(r) for r in ours],
+            "metrics": stepper.history,
+            "loadavg_end": os.getloadavg(),
+        }
+    )
     print(format_summary("verl", summary, rss_verl.peak_bytes))
     if "peer" in record:
         peer = record["peer"]

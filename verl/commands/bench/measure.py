@@ -13,8 +13,20 @@ from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["STAGE_KEYS", "FlopModel", "LinearShape", "RssSampler", "StepRecord", "attainable_seconds", "flop_model_of",
-           "measure_linear_throughput", "measure_matmul_peak", "part_shapes", "step_flop_parts", "step_flops"]
+__all__ = [
+    "STAGE_KEYS",
+    "FlopModel",
+    "LinearShape",
+    "RssSampler",
+    "StepRecord",
+    "attainable_seconds",
+    "flop_model_of",
+    "measure_linear_throughput",
+    "measure_matmul_peak",
+    "part_shapes",
+    "step_flop_parts",
+    "step_flops",
+]
 
 STAGE_KEYS = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor")
 
@@ -52,12 +64,24 @@ class FlopModel:
         tied = bool(getattr(cfg, "tie_word_embeddings", False))
         hidden, vocab = int(cfg.hidden_size), int(cfg.vocab_size)
         intermediate = int(getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * hidden)
-        return cls(n_body=total - (head if tied else 2 * head), n_head=head, hidden=hidden,
-                   intermediate=intermediate, vocab=vocab)
+        return cls(
+            n_body=total - (head if tied else 2 * head),
+            n_head=head,
+            hidden=hidden,
+            intermediate=intermediate,
+            vocab=vocab,
+        )
 
 
-def step_flop_parts(flops: FlopModel, tokens: float, response_tokens: float, padded_rows: float,
-                    stages: set[str], ppo_epochs: int = 1, critic_body: int = 0) -> dict[str, float]:
+def step_flop_parts(
+    flops: FlopModel,
+    tokens: float,
+    response_tokens: float,
+    padded_rows: float,
+    stages: set[str],
+    ppo_epochs: int = 1,
+    critic_body: int = 0,
+) -> dict[str, float]:
     """FLOPs of one RL step's model work, by the matmul shape that does it (module docstring's rule).
 
     Parts: ``prefill_body`` (2·N_body per prompt token), ``decode_body`` / ``decode_head`` (2·N
@@ -95,16 +119,24 @@ def step_flop_parts(flops: FlopModel, tokens: float, response_tokens: float, pad
     return {k: v for k, v in parts.items() if v}
 
 
-def step_flops(flops: FlopModel, tokens: float, response_tokens: float, padded_rows: float,
-               stages: set[str], ppo_epochs: int = 1, critic_body: int = 0) -> float:
+def step_flops(
+    flops: FlopModel,
+    tokens: float,
+    response_tokens: float,
+    padded_rows: float,
+    stages: set[str],
+    ppo_epochs: int = 1,
+    critic_body: int = 0,
+) -> float:
     """FLOPs of one RL step's model work: the sum of `step_flop_parts` (same arguments).
 
     Example: body 3e6, head 4e7, 1,000 tokens of which 500 generated, 10 rows x 51 scored
     positions, stages {gen, update_actor}: gen = 2·3e6·1000 + 2·4e7·500 = 4.6e10, update =
     6·3e6·1000 + 6·4e7·510 = 1.404e11; total 1.864e11.
     """
-    return float(sum(step_flop_parts(flops, tokens, response_tokens, padded_rows, stages, ppo_epochs,
-                                     critic_body).values()))
+    return float(
+        sum(step_flop_parts(flops, tokens, response_tokens, padded_rows, stages, ppo_epochs, critic_body).values())
+    )
 
 
 @dataclass(frozen=True)
@@ -126,8 +158,14 @@ class LinearShape:
         return 2.0 * self.rows * self.inner * self.outer * (3 if self.train else 1)
 
 
-def part_shapes(flops: FlopModel, tokens: float, response_tokens: float, padded_rows: float,
-                decode_rows: int, micro_batches: int = 1) -> dict[str, LinearShape]:
+def part_shapes(
+    flops: FlopModel,
+    tokens: float,
+    response_tokens: float,
+    padded_rows: float,
+    decode_rows: int,
+    micro_batches: int = 1,
+) -> dict[str, LinearShape]:
     """The matmul shape that stands for each `step_flop_parts` part, for the attainable bound.
 
     The body is represented by its MLP up-projection `(rows, H) @ (H, I)` (the largest body
@@ -153,8 +191,9 @@ def part_shapes(flops: FlopModel, tokens: float, response_tokens: float, padded_
     }
 
 
-def measure_linear_throughput(shape: LinearShape, dtype: torch.dtype = torch.float32, repeats: int = 3,
-                              min_seconds: float = 0.3) -> float:
+def measure_linear_throughput(
+    shape: LinearShape, dtype: torch.dtype = torch.float32, repeats: int = 3, min_seconds: float = 0.3
+) -> float:
     """FLOP/s this machine reaches on ``shape`` (``F.linear``, plus its backward matmuls when
     ``shape.train``): the best of at least ``repeats`` runs after one warm-up, repeated until
     ``min_seconds`` have passed (a decode-sized matmul takes microseconds: one run is noise)."""
@@ -260,7 +299,6 @@ class StepRecord:
         return (self.generated_tokens + self.critic_tokens + self.trained_tokens) / self.seconds
 
 
-
 def flop_model_of(model_path: str) -> FlopModel:
     """`FlopModel` of a model directory (or ``builtin://`` name), built on the meta device (no weights read)."""
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -271,4 +309,3 @@ def flop_model_of(model_path: str) -> FlopModel:
     with torch.device("meta"):
         module = AutoModelForCausalLM.from_config(config)
     return FlopModel.from_module(module)
-

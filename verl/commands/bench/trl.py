@@ -43,8 +43,16 @@ def _dataset(path: str) -> Any:
     from verl.data.rl_dataset import read_rows
 
     rows, _ = read_rows(path)
-    return Dataset.from_list([{"prompt": r["prompt"], "data_source": r["data_source"],
-                               "ground_truth": str(r["reward_model"]["ground_truth"])} for r in rows])
+    return Dataset.from_list(
+        [
+            {
+                "prompt": r["prompt"],
+                "data_source": r["data_source"],
+                "ground_truth": str(r["reward_model"]["ground_truth"]),
+            }
+            for r in rows
+        ]
+    )
 
 
 def _reward(completions: list[Any], data_source: list[str], ground_truth: list[str], **_: Any) -> list[float]:
@@ -68,8 +76,10 @@ def kl_beta(actor: Any) -> float:
     if not actor.use_kl_loss:
         return 0.0
     if actor.kl_loss_type not in ("low_var_kl", "k3"):
-        raise ValueError(f"verl bench --compare trl: TRL's GRPO KL is the k3 estimator; actor.kl_loss_type="
-                         f"{actor.kl_loss_type!r} has no TRL equivalent (use low_var_kl, or use_kl_loss=false)")
+        raise ValueError(
+            f"verl bench --compare trl: TRL's GRPO KL is the k3 estimator; actor.kl_loss_type="
+            f"{actor.kl_loss_type!r} has no TRL equivalent (use low_var_kl, or use_kl_loss=false)"
+        )
     return float(actor.kl_loss_coef)
 
 
@@ -80,15 +90,35 @@ def _grpo_config(cfg: Any, out_dir: str, steps: int) -> Any:
     batch = cfg.data.train_batch_size * rollout.n
     length = cfg.data.max_response_length
     return GRPOConfig(
-        output_dir=out_dir, max_steps=steps, per_device_train_batch_size=batch, gradient_accumulation_steps=1,
-        generation_batch_size=batch, num_generations=rollout.n, num_iterations=1, beta=kl_beta(actor),
-        max_completion_length=length, learning_rate=actor.optim.lr, weight_decay=actor.optim.weight_decay,
-        lr_scheduler_type="constant", warmup_steps=0, epsilon=actor.clip_ratio, temperature=rollout.temperature,
-        top_p=rollout.top_p, top_k=rollout.top_k if rollout.top_k > 0 else 0,
+        output_dir=out_dir,
+        max_steps=steps,
+        per_device_train_batch_size=batch,
+        gradient_accumulation_steps=1,
+        generation_batch_size=batch,
+        num_generations=rollout.n,
+        num_iterations=1,
+        beta=kl_beta(actor),
+        max_completion_length=length,
+        learning_rate=actor.optim.lr,
+        weight_decay=actor.optim.weight_decay,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        epsilon=actor.clip_ratio,
+        temperature=rollout.temperature,
+        top_p=rollout.top_p,
+        top_k=rollout.top_k if rollout.top_k > 0 else 0,
         generation_kwargs={"min_new_tokens": length} if rollout.ignore_eos else None,
-        max_grad_norm=actor.grad_clip, use_cpu=True, bf16=False, fp16=False, report_to="none",
-        save_strategy="no", logging_steps=10**6, seed=cfg.trainer.seed, dataloader_num_workers=0,
-        disable_tqdm=True, log_completions=False,
+        max_grad_norm=actor.grad_clip,
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        report_to="none",
+        save_strategy="no",
+        logging_steps=10**6,
+        seed=cfg.trainer.seed,
+        dataloader_num_workers=0,
+        disable_tqdm=True,
+        log_completions=False,
         # TRL turns activation checkpointing on by default; verl's runs recompute only when asked
         gradient_checkpointing=cfg.actor_rollout_ref.model.enable_gradient_checkpointing,
     )
@@ -143,8 +173,16 @@ def run_trl(cfg: Any, steps: int, after_each_step: Callable[[], None] | None = N
             self.tokens_seen = float(state.num_input_tokens_seen)
             generated = float(metrics["completions/mean_length"][-1]) * rows
             parts = step_flop_parts(flops, tokens, generated, padded, stages)
-            records.append(StepRecord(seconds=seconds, generated_tokens=generated, trained_tokens=tokens,
-                                      flops=float(sum(parts.values())), stages={"step": seconds}, flop_parts=parts))
+            records.append(
+                StepRecord(
+                    seconds=seconds,
+                    generated_tokens=generated,
+                    trained_tokens=tokens,
+                    flops=float(sum(parts.values())),
+                    stages={"step": seconds},
+                    flop_parts=parts,
+                )
+            )
             print(f"  trl  step {len(records)}: {seconds:.3f} s, {records[-1].throughput:.1f} tokens/s", flush=True)
             if after_each_step is not None:
                 after_each_step()
@@ -152,9 +190,14 @@ def run_trl(cfg: Any, steps: int, after_each_step: Callable[[], None] | None = N
             self.start = time.perf_counter()
 
     with tempfile.TemporaryDirectory(prefix="verl-bench-trl-") as out_dir:
-        trainer = GRPOTrainer(model=model, reward_funcs=_reward, args=_grpo_config(cfg, out_dir, steps),
-                              train_dataset=_dataset(cfg.data.train_files[0]), processing_class=tokenizer,
-                              callbacks=[Alternate()])
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=_reward,
+            args=_grpo_config(cfg, out_dir, steps),
+            train_dataset=_dataset(cfg.data.train_files[0]),
+            processing_class=tokenizer,
+            callbacks=[Alternate()],
+        )
         trainer.train()
     rss.stop()
     return records, rss.peak_bytes

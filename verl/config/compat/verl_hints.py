@@ -58,7 +58,7 @@ def _renamed(path: str) -> str | None:
     for old, new in RENAMED.items():
         if fnmatch.fnmatchcase(path, old):
             if old.endswith("*") and new.endswith("*"):
-                return new[:-1] + path[len(old) - 1:]
+                return new[:-1] + path[len(old) - 1 :]
             return new
     return None
 

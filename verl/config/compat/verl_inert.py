@@ -40,80 +40,222 @@ class Free:
     default: Any
 
 
-_PROFILER = {"tool": None, "enable": False, "all_ranks": False, "ranks": [], "save_path": None, "tool_config": Free({}),
-             "relocate_results": False, "finish_hook_cmd": None, "finish_hook_all_ranks": False, "finish_hook_ranks": []}
+_PROFILER = {
+    "tool": None,
+    "enable": False,
+    "all_ranks": False,
+    "ranks": [],
+    "save_path": None,
+    "tool_config": Free({}),
+    "relocate_results": False,
+    "finish_hook_cmd": None,
+    "finish_hook_all_ranks": False,
+    "finish_hook_ranks": [],
+}
 _ROUTER_REPLAY = {"mode": "disabled", "record_file": None, "replay_file": None}
-_QAT = {"enable": False, "mode": "w4a16", "group_size": 16, "ignore_patterns": ["lm_head", "embed_tokens", "re:.*mlp.gate$"],
-        "activation_observer": "static_minmax", "quantization_config_path": None}
-_ENTROPY = {"use_torch_compile": True, "entropy_from_logits_with_chunking": False, "entropy_checkpointing": False,
-            "entropy_from_logits_chunk_size": 2048, "pad_to_length": False}
+_QAT = {
+    "enable": False,
+    "mode": "w4a16",
+    "group_size": 16,
+    "ignore_patterns": ["lm_head", "embed_tokens", "re:.*mlp.gate$"],
+    "activation_observer": "static_minmax",
+    "quantization_config_path": None,
+}
+_ENTROPY = {
+    "use_torch_compile": True,
+    "entropy_from_logits_with_chunking": False,
+    "entropy_checkpointing": False,
+    "entropy_from_logits_chunk_size": 2048,
+    "pad_to_length": False,
+}
 _SKIP_STAGE = {"enable": False, "dump_dir": "~/.verl/rollout_dump", "steps": [], "action": "cache"}
 
 INERT_FIELDS: dict[str, dict[str, Any]] = {
-    "DataConfig": {"return_raw_input_ids": False, "use_shm": False, "image_patch_size": 14, "filter_overlong_prompts_workers": 1,
-                   "image_key": "images", "video_key": "videos", "return_multi_modal_inputs": True, "audio_key": "audios",
-                   "mm_processor_kwargs": Free({}), "function_tool_path": None,
-                   "sampler": {"class_path": None, "class_name": None}, "datagen": {"path": None, "name": None}},
+    "DataConfig": {
+        "return_raw_input_ids": False,
+        "use_shm": False,
+        "image_patch_size": 14,
+        "filter_overlong_prompts_workers": 1,
+        "image_key": "images",
+        "video_key": "videos",
+        "return_multi_modal_inputs": True,
+        "audio_key": "audios",
+        "mm_processor_kwargs": Free({}),
+        "function_tool_path": None,
+        "sampler": {"class_path": None, "class_name": None},
+        "datagen": {"path": None, "name": None},
+    },
     "ModelConfig": {
-        "hf_config_path": None, "use_shm": False, "custom_chat_template": None, "enable_activation_offload": False,
-        "lora_adapter_path": None, "use_liger": False, "use_fused_kernels": False,
-        "fused_kernel_options": {"impl_backend": "torch"}, "tiled_mlp": {"enabled": False, "num_shards": 4},
-        "mtp": {"enable": False, "enable_train": False, "enable_rollout": False, "detach_encoder": False,
-                "mtp_loss_scaling_factor": 0.1, "speculative_algorithm": "EAGLE", "speculative_num_steps": 3,
-                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4, "method": "mtp", "num_speculative_tokens": 1},
-        "lora": {"type": "lora", "merge": False, "rank": 0, "alpha": 32, "dropout": 0.0,
-                 "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"], "exclude_modules": [],
-                 "dropout_position": "pre", "lora_A_init_method": "xavier", "lora_B_init_method": "zero",
-                 "a2a_experimental": False, "dtype": None, "adapter_path": None, "freeze_vision_model": True,
-                 "freeze_vision_projection": True, "freeze_language_model": True},
+        "hf_config_path": None,
+        "use_shm": False,
+        "custom_chat_template": None,
+        "enable_activation_offload": False,
+        "lora_adapter_path": None,
+        "use_liger": False,
+        "use_fused_kernels": False,
+        "fused_kernel_options": {"impl_backend": "torch"},
+        "tiled_mlp": {"enabled": False, "num_shards": 4},
+        "mtp": {
+            "enable": False,
+            "enable_train": False,
+            "enable_rollout": False,
+            "detach_encoder": False,
+            "mtp_loss_scaling_factor": 0.1,
+            "speculative_algorithm": "EAGLE",
+            "speculative_num_steps": 3,
+            "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4,
+            "method": "mtp",
+            "num_speculative_tokens": 1,
+        },
+        "lora": {
+            "type": "lora",
+            "merge": False,
+            "rank": 0,
+            "alpha": 32,
+            "dropout": 0.0,
+            "target_modules": ["linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"],
+            "exclude_modules": [],
+            "dropout_position": "pre",
+            "lora_A_init_method": "xavier",
+            "lora_B_init_method": "zero",
+            "a2a_experimental": False,
+            "dtype": None,
+            "adapter_path": None,
+            "freeze_vision_model": True,
+            "freeze_vision_projection": True,
+            "freeze_language_model": True,
+        },
     },
     "OptimConfig": {"optimizer": "AdamW", "optimizer_impl": "torch.optim", "override_optimizer_config": Free(None)},
-    "FSDPConfig": {"wrap_policy": {"min_num_params": 0}, "forward_prefetch": False, "model_dtype": "fp32",
-                   "use_orig_params": False, "seed": 42, "full_determinism": False, "ulysses_sequence_parallel_size": 1,
-                   **_ENTROPY, "forward_only": False, "strategy": "fsdp", "dtype": "bfloat16", "pad_to_length_bucket": 1024,
-                   "qat": _QAT, "turbo_config": Free({})},
+    "FSDPConfig": {
+        "wrap_policy": {"min_num_params": 0},
+        "forward_prefetch": False,
+        "model_dtype": "fp32",
+        "use_orig_params": False,
+        "seed": 42,
+        "full_determinism": False,
+        "ulysses_sequence_parallel_size": 1,
+        **_ENTROPY,
+        "forward_only": False,
+        "strategy": "fsdp",
+        "dtype": "bfloat16",
+        "pad_to_length_bucket": 1024,
+        "qat": _QAT,
+        "turbo_config": Free({}),
+    },
     "CheckpointContentConfig": {"async_save": False, "strict": True},
-    "ActorConfig": {"freeze_vision_tower": False, "use_prefix_grouper": False, "use_fused_kernels": False, **_ENTROPY,
-                    "profiler": _PROFILER, "router_replay": _ROUTER_REPLAY, "qat": _QAT, "sum_pi_squared_checkpointing": False},
+    "ActorConfig": {
+        "freeze_vision_tower": False,
+        "use_prefix_grouper": False,
+        "use_fused_kernels": False,
+        **_ENTROPY,
+        "profiler": _PROFILER,
+        "router_replay": _ROUTER_REPLAY,
+        "qat": _QAT,
+        "sum_pi_squared_checkpointing": False,
+    },
     "RefConfig": {**_ENTROPY, "profiler": _PROFILER, "router_replay": _ROUTER_REPLAY},
     "AgentLoopConfig": {"num_workers": 8},
     "CheckpointEngineConfig": {"custom_backend_module": None},
     "RolloutConfig": {
-        "trace": {"backend": None, "token2text": False, "max_samples_per_step_per_worker": None, "project_name": None,
-                  "experiment_name": None},
-        "skip_rollout": False, "skip_dump_dir": "/tmp/rollout_dump", "enable_rollout_routing_replay": False,
-        "profiler": _PROFILER, "mtp": Free(None), "full_determinism": False, "moe_load_balance_metrics_interval": 0,
+        "trace": {
+            "backend": None,
+            "token2text": False,
+            "max_samples_per_step_per_worker": None,
+            "project_name": None,
+            "experiment_name": None,
+        },
+        "skip_rollout": False,
+        "skip_dump_dir": "/tmp/rollout_dump",
+        "enable_rollout_routing_replay": False,
+        "profiler": _PROFILER,
+        "mtp": Free(None),
+        "full_determinism": False,
+        "moe_load_balance_metrics_interval": 0,
         "qat": Free(None),
-        "disaggregation": {"enabled": False, "prefill_replicas": 1, "decode_replicas": 1,
-                           "decode_tensor_model_parallel_size": None, "transfer_backend": "nixl", "bootstrap_port": None,
-                           "ib_device": None},
+        "disaggregation": {
+            "enabled": False,
+            "prefill_replicas": 1,
+            "decode_replicas": 1,
+            "decode_tensor_model_parallel_size": None,
+            "transfer_backend": "nixl",
+            "bootstrap_port": None,
+            "ib_device": None,
+        },
     },
     "ActorRolloutRefConfig": {"nccl_timeout": 600},
     "CriticConfig": {"profiler": _PROFILER, "loss_scale_factor": None},
-    "RewardModelModelConfig": {"external_lib": None, "override_config": Free({}), "use_shm": False, "use_remove_padding": False,
-                               "use_fused_kernels": False},
+    "RewardModelModelConfig": {
+        "external_lib": None,
+        "override_config": Free({}),
+        "use_shm": False,
+        "use_remove_padding": False,
+        "use_fused_kernels": False,
+    },
     "RewardModelConfig": {
-        "max_length": None, "n_gpus_per_node": 0, "nnodes": 0, "reward_loop_source": "register",
-        "reward_loop_module_path": None, "reward_loop_class_name": None, "launch_reward_fn_async": False,
-        "sandbox_fusion": {"url": None, "max_concurrent": 64, "memory_limit_mb": 1024}, "profiler": _PROFILER,
-        "ulysses_sequence_parallel_size": 1, "use_reward_loop": False,
-        "rollout": {**{k: None for k in (
-            "name", "dtype", "gpu_memory_utilization", "enforce_eager", "cudagraph_capture_sizes", "free_cache_engine",
-            "data_parallel_size", "expert_parallel_size", "tensor_model_parallel_size", "max_num_batched_tokens",
-            "max_model_len", "max_num_seqs", "load_format", "limit_images", "enable_chunked_prefill",
-            "enable_prefix_caching", "disable_log_stats", "skip_tokenizer_init", "prompt_length", "response_length")},
-            "engine_kwargs": Free(None)},
+        "max_length": None,
+        "n_gpus_per_node": 0,
+        "nnodes": 0,
+        "reward_loop_source": "register",
+        "reward_loop_module_path": None,
+        "reward_loop_class_name": None,
+        "launch_reward_fn_async": False,
+        "sandbox_fusion": {"url": None, "max_concurrent": 64, "memory_limit_mb": 1024},
+        "profiler": _PROFILER,
+        "ulysses_sequence_parallel_size": 1,
+        "use_reward_loop": False,
+        "rollout": {
+            **{
+                k: None
+                for k in (
+                    "name",
+                    "dtype",
+                    "gpu_memory_utilization",
+                    "enforce_eager",
+                    "cudagraph_capture_sizes",
+                    "free_cache_engine",
+                    "data_parallel_size",
+                    "expert_parallel_size",
+                    "tensor_model_parallel_size",
+                    "max_num_batched_tokens",
+                    "max_model_len",
+                    "max_num_seqs",
+                    "load_format",
+                    "limit_images",
+                    "enable_chunked_prefill",
+                    "enable_prefix_caching",
+                    "disable_log_stats",
+                    "skip_tokenizer_init",
+                    "prompt_length",
+                    "response_length",
+                )
+            },
+            "engine_kwargs": Free(None),
+        },
     },
     "FilterGroupsConfig": {"max_inflight_gen_batches": 1},
     "AlgorithmConfig": {"use_pf_ppo": False, "pf_ppo": {"reweight_method": "pow", "weight_pow": 2.0}},
-    "TrainerConfig": {"esi_redundant_time": 0, "default_hdfs_dir": None, "ray_wait_register_center_timeout": 300,
-                      "use_legacy_worker_impl": "auto", "use_v1": True},
+    "TrainerConfig": {
+        "esi_redundant_time": 0,
+        "default_hdfs_dir": None,
+        "ray_wait_register_center_timeout": 300,
+        "use_legacy_worker_impl": "auto",
+        "use_v1": True,
+    },
     "TrainerV1Config": {"sync": Free({})},
-    "HybridRolloutSwitchConfig": {"switch_threshold_ratio": 0.4, "adaptive_switch_threshold": True,
-                                  "switch_threshold_step_up": 0.05, "switch_threshold_step_down": 0.03,
-                                  "switch_threshold_release_steps": 2, "switch_cost_window_size": 3},
-    "RootConfig": {"transfer_queue": {"enable": False, "metrics": Free({"enabled": False, "port": 0}), "backend": Free({})},
-                   "skip": {"rollout": _SKIP_STAGE, "rollout_tq": _SKIP_STAGE, "async_rollout": _SKIP_STAGE}},
+    "HybridRolloutSwitchConfig": {
+        "switch_threshold_ratio": 0.4,
+        "adaptive_switch_threshold": True,
+        "switch_threshold_step_up": 0.05,
+        "switch_threshold_step_down": 0.03,
+        "switch_threshold_release_steps": 2,
+        "switch_cost_window_size": 3,
+    },
+    "RootConfig": {
+        "transfer_queue": {"enable": False, "metrics": Free({"enabled": False, "port": 0}), "backend": Free({})},
+        "skip": {"rollout": _SKIP_STAGE, "rollout_tq": _SKIP_STAGE, "async_rollout": _SKIP_STAGE},
+    },
     "RayKwargsConfig": {"timeline_json_file": None},
 }
 """Schema section class name -> verl's keys of that section that are not fields (a nested mapping is
@@ -205,7 +347,7 @@ values: `verl.config.compat.verl_layout` merges them before the table is applied
 def _row_path(path: str) -> str:
     for alias, target in _ALIASES.items():
         if path.startswith(alias):
-            return target + path[len(alias):]
+            return target + path[len(alias) :]
     return path
 
 
@@ -243,7 +385,9 @@ def _resolver(tree: dict[str, Any], root: type) -> Callable[[str, Any], Any]:
         from verl.config._tree import merge_trees
 
         if not view:
-            defaults = merge_trees(verl_defaults(root), OmegaConf.to_container(OmegaConf.structured(root), resolve=False))
+            defaults = merge_trees(
+                verl_defaults(root), OmegaConf.to_container(OmegaConf.structured(root), resolve=False)
+            )
             view.append(OmegaConf.create(merge_trees(defaults, tree)))
         try:
             return OmegaConf.select(view[0], path)
@@ -259,8 +403,9 @@ def _refuse_unsupported(path: str, value: Any, default: Any) -> None:
         raise not_supported(path, note)
 
 
-def strip_verl_keys(tree: dict[str, Any], root: type | None = None,
-                    refuse: Callable[[str, Any, Any], None] | None = None) -> dict[str, Any]:
+def strip_verl_keys(
+    tree: dict[str, Any], root: type | None = None, refuse: Callable[[str, Any, Any], None] | None = None
+) -> dict[str, Any]:
     """Checks and removes verl's keys without effect from a tree of user values (in place; returned).
 
     Args:
@@ -280,8 +425,14 @@ def strip_verl_keys(tree: dict[str, Any], root: type | None = None,
     return tree
 
 
-def _strip(node: dict[str, Any], spec: dict[str, Any], prefix: str, refuse: Callable[[str, Any, Any], None],
-           resolve: Callable[[str, Any], Any], cls: type | None) -> None:
+def _strip(
+    node: dict[str, Any],
+    spec: dict[str, Any],
+    prefix: str,
+    refuse: Callable[[str, Any, Any], None],
+    resolve: Callable[[str, Any], Any],
+    cls: type | None,
+) -> None:
     """``cls``: the schema section ``node`` describes; None inside a section of verl's only."""
     live = _sections(cls) if cls is not None else {}
     for key in [k for k in node if k in spec]:

@@ -159,56 +159,113 @@ OWNED: dict[str, str] = {
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": _SERVER_ENGINES,
     "actor_rollout_ref.rollout.quantization": _SERVER_ENGINES,
     "actor_rollout_ref.rollout.quantization_config_file": _SERVER_ENGINES,
-    "actor_rollout_ref.rollout.calculate_log_probs": ("the vLLM engine (false: no rollout_log_probs, "
-                                                      "verl/workers/rollout/vllm/vllm_rollout.py); rollout_correction needs true"),
+    "actor_rollout_ref.rollout.calculate_log_probs": (
+        "the vLLM engine (false: no rollout_log_probs, "
+        "verl/workers/rollout/vllm/vllm_rollout.py); rollout_correction needs true"
+    ),
 }
 """Keys another part of the product owns: pattern -> the owner (the module that reads it)."""
 
 HF_ENGINE: dict[str, tuple[str, str]] = {
-    "actor_rollout_ref.rollout.gpu_memory_utilization": ("noop", "sizes a server engine's KV cache; the hf engine allocates per batch"),
-    "actor_rollout_ref.rollout.enforce_eager": ("effect", "false compiles the hf engine's decode step (torch.compile, "
-                                                "static KV cache: verl/workers/rollout/hf/hf_decode.py); true (default) runs it eagerly"),
-    "actor_rollout_ref.rollout.free_cache_engine": ("noop", "the hf engine's KV cache lives only during generate_sequences"),
-    "actor_rollout_ref.rollout.cudagraph_capture_sizes": ("noop", "CUDA graphs of a server engine; the hf engine runs eagerly"),
-    "actor_rollout_ref.rollout.max_num_batched_tokens": ("noop", "a server engine's scheduler budget; the hf engine batches by max_num_seqs"),
+    "actor_rollout_ref.rollout.gpu_memory_utilization": (
+        "noop",
+        "sizes a server engine's KV cache; the hf engine allocates per batch",
+    ),
+    "actor_rollout_ref.rollout.enforce_eager": (
+        "effect",
+        "false compiles the hf engine's decode step (torch.compile, "
+        "static KV cache: verl/workers/rollout/hf/hf_decode.py); true (default) runs it eagerly",
+    ),
+    "actor_rollout_ref.rollout.free_cache_engine": (
+        "noop",
+        "the hf engine's KV cache lives only during generate_sequences",
+    ),
+    "actor_rollout_ref.rollout.cudagraph_capture_sizes": (
+        "noop",
+        "CUDA graphs of a server engine; the hf engine runs eagerly",
+    ),
+    "actor_rollout_ref.rollout.max_num_batched_tokens": (
+        "noop",
+        "a server engine's scheduler budget; the hf engine batches by max_num_seqs",
+    ),
     "actor_rollout_ref.rollout.enable_chunked_prefill": ("noop", "a server engine's prefill scheduling (same tokens)"),
     "actor_rollout_ref.rollout.enable_prefix_caching": ("noop", "a server engine's KV reuse (same tokens)"),
-    "actor_rollout_ref.rollout.scheduling_policy": ("noop", "a server engine's request order; the hf engine runs one batch"),
-    "actor_rollout_ref.rollout.load_format": ("noop", "how a server engine loads its first weights; the hf engine shares the actor's"),
+    "actor_rollout_ref.rollout.scheduling_policy": (
+        "noop",
+        "a server engine's request order; the hf engine runs one batch",
+    ),
+    "actor_rollout_ref.rollout.load_format": (
+        "noop",
+        "how a server engine loads its first weights; the hf engine shares the actor's",
+    ),
     "actor_rollout_ref.rollout.disable_log_stats": ("noop", "a server engine's statistics log"),
-    "actor_rollout_ref.rollout.multi_stage_wake_up": ("noop", "a server engine's memory wake-up; the hf engine shares the actor's weights"),
+    "actor_rollout_ref.rollout.multi_stage_wake_up": (
+        "noop",
+        "a server engine's memory wake-up; the hf engine shares the actor's weights",
+    ),
     "actor_rollout_ref.rollout.skip_tokenizer_init": ("noop", "the hf engine works on token ids only"),
     "actor_rollout_ref.rollout.layered_summon": ("noop", "the hf engine uses the actor's (LoRA) weights in place"),
-    "actor_rollout_ref.rollout.prometheus.*": ("unsupported", "the hf engine exports no server metrics; use rollout.name=vllm"),
+    "actor_rollout_ref.rollout.prometheus.*": (
+        "unsupported",
+        "the hf engine exports no server metrics; use rollout.name=vllm",
+    ),
     "actor_rollout_ref.rollout.engine_kwargs": ("noop", "options of the vllm/sglang engines only"),
-    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("effect", "the hf engine splits its decoder blocks over groups of this many "
-                                                             "ranks (DTensor; verl/workers/sharding/tensor_parallel.py)"),
-    "actor_rollout_ref.rollout.data_parallel_size": ("unsupported", "the hf engine's data parallelism is the worker count; set it to 1"),
-    "actor_rollout_ref.rollout.expert_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1"),
-    "actor_rollout_ref.rollout.pipeline_model_parallel_size": ("unsupported", "the hf engine runs one model copy per worker; set it to 1"),
-    "actor_rollout_ref.rollout.quantization": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
-    "actor_rollout_ref.rollout.quantization_config_file": ("unsupported", "the hf engine samples from the trained weights; use rollout.name=vllm"),
-    "actor_rollout_ref.rollout.calculate_log_probs": ("noop", "the hf engine always returns rollout_log_probs (sampled anyway, no extra cost)"),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": (
+        "effect",
+        "the hf engine splits its decoder blocks over groups of this many "
+        "ranks (DTensor; verl/workers/sharding/tensor_parallel.py)",
+    ),
+    "actor_rollout_ref.rollout.data_parallel_size": (
+        "unsupported",
+        "the hf engine's data parallelism is the worker count; set it to 1",
+    ),
+    "actor_rollout_ref.rollout.expert_parallel_size": (
+        "unsupported",
+        "the hf engine runs one model copy per worker; set it to 1",
+    ),
+    "actor_rollout_ref.rollout.pipeline_model_parallel_size": (
+        "unsupported",
+        "the hf engine runs one model copy per worker; set it to 1",
+    ),
+    "actor_rollout_ref.rollout.quantization": (
+        "unsupported",
+        "the hf engine samples from the trained weights; use rollout.name=vllm",
+    ),
+    "actor_rollout_ref.rollout.quantization_config_file": (
+        "unsupported",
+        "the hf engine samples from the trained weights; use rollout.name=vllm",
+    ),
+    "actor_rollout_ref.rollout.calculate_log_probs": (
+        "noop",
+        "the hf engine always returns rollout_log_probs (sampled anyway, no extra cost)",
+    ),
 }
 """What an :data:`OWNED` engine key does when ``rollout.name=hf``: (noop | unsupported | effect, why / what to do)."""
 
 CONDITIONAL: dict[str, str] = {
-    "data.tool_config_path": ("read with data.filter_overlong_prompts=true: prompt lengths are measured with the file's tool "
-                              "schemas rendered (verl/data/rl_dataset.py); None = rollout.multi_turn.tool_config_path"),
-    "global_profiler.*": ("tool=torch_memory without profiled steps only arms verl's CUDA OOM snapshot: on trainer.device=cpu "
-                          "there is no CUDA allocator, a no-op (logged); any profiled step, another tool, or a GPU is refused"),
+    "data.tool_config_path": (
+        "read with data.filter_overlong_prompts=true: prompt lengths are measured with the file's tool "
+        "schemas rendered (verl/data/rl_dataset.py); None = rollout.multi_turn.tool_config_path"
+    ),
+    "global_profiler.*": (
+        "tool=torch_memory without profiled steps only arms verl's CUDA OOM snapshot: on trainer.device=cpu "
+        "there is no CUDA allocator, a no-op (logged); any profiled step, another tool, or a GPU is refused"
+    ),
     "*.fsdp_config.param_offload": "FSDP2 CPU offload with >1 worker; on CPU with one worker parameters already live in host memory (no-op); refused on one GPU",
     "*.fsdp_config.optimizer_offload": "as param_offload",
     "*.fsdp_config.offload_policy": "as param_offload (FSDP2's CPUOffloadPolicy)",
     "*.fsdp_config.fsdp_size": "-1 or the world size shards over all ranks; another size (HSDP) is refused",
-    "actor_rollout_ref.hybrid_engine": ("true: the engine is colocated with the actor; false: the rollout runs on its own worker group / "
-                                        "resource pool with its own weights, streamed in buckets after every update (LoRA: the base once, then "
-                                        "only the adapter, hf and vllm alike); a rollout pool > 1 needs the Ray backend"),
+    "actor_rollout_ref.hybrid_engine": (
+        "true: the engine is colocated with the actor; false: the rollout runs on its own worker group / "
+        "resource pool with its own weights, streamed in buckets after every update (LoRA: the base once, then "
+        "only the adapter, hf and vllm alike); a rollout pool > 1 needs the Ray backend"
+    ),
     "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive (in process when colocated, buckets through the controller with hybrid_engine=false) is the only backend; others are refused",
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
         "> 0; sizes the weight-sync buckets of vLLM (colocated: actor -> engine) and of hybrid_engine=false (actor -> rollout "
         "pool); the colocated hf engine has no buckets to size: it generates with the actor module (1 worker) or copies it "
-        "one parameter at a time (FSDP2), never holding more than a bucket"),
+        "one parameter at a time (FSDP2), never holding more than a bucket"
+    ),
     "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs": "options of verl's other backends: refused unless empty (naive takes none)",
     "actor_rollout_ref.rollout.nnodes": "sizes the rollout's own pool with hybrid_engine=false; refused when set with hybrid_engine=true",
     "actor_rollout_ref.rollout.n_gpus_per_node": "as rollout.nnodes",
@@ -218,8 +275,10 @@ CONDITIONAL: dict[str, str] = {
     "actor_rollout_ref.actor.use_remove_padding": "mirrors model.use_remove_padding (a documented no-op)",
     "actor_rollout_ref.rollout.logprobs_mode": "processed_logprobs (the hf engine's: after temperature) is the only mode; others are refused",
     "actor_rollout_ref.rollout.max_model_len": "hf engine: a length check; server engines: their context length",
-    "data.gen_batch_size": ("prompts per generation batch under algorithm.filter_groups (DAPO) and per data-loader fetch with "
-                            "trainer.v1.trainer_mode=separate_async (a divisor of train_batch_size); otherwise it must equal train_batch_size"),
+    "data.gen_batch_size": (
+        "prompts per generation batch under algorithm.filter_groups (DAPO) and per data-loader fetch with "
+        "trainer.v1.trainer_mode=separate_async (a divisor of train_batch_size); otherwise it must equal train_batch_size"
+    ),
     "*.optim.warmup_style": "deprecated alias of lr_scheduler_type (both hold the chosen schedule)",
     "*.optim.lr_scheduler_type": "constant | cosine; warmup_style is its deprecated alias (both hold the chosen schedule)",
     "*.optim.clip_grad": "verl's new-engine spelling of the role's grad_clip; both hold the non-default value",
@@ -227,7 +286,8 @@ CONDITIONAL: dict[str, str] = {
     "critic.forward_micro_batch_size": "deprecated global size, turned into forward_micro_batch_size_per_gpu",
     "actor_rollout_ref.actor.ulysses_sequence_parallel_size": (
         "Ulysses sequence parallelism over sp of the role's ranks (verl/workers/sharding/ulysses.py); sp must divide "
-        "the world and needs use_remove_padding (config/sp_checks.py)"),
+        "the world and needs use_remove_padding (config/sp_checks.py)"
+    ),
     "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "1 (whole sequences) or the actor's (split like the actor's)",
     "critic.ulysses_sequence_parallel_size": "as actor_rollout_ref.actor.ulysses_sequence_parallel_size",
 }
@@ -241,7 +301,9 @@ INDIRECT: dict[str, str] = {
 """Keys that take effect but are read without an attribute access: pattern -> how."""
 
 
-merge_layout_tables(NOOP, UNSUPPORTED, CONDITIONAL, INDIRECT, HF_ENGINE)  # verl's current layout: config/compat/verl_keys_layout.py
+merge_layout_tables(
+    NOOP, UNSUPPORTED, CONDITIONAL, INDIRECT, HF_ENGINE
+)  # verl's current layout: config/compat/verl_keys_layout.py
 
 
 @functools.lru_cache(maxsize=None)

@@ -8,7 +8,14 @@ table's rows, so a row here wins over a broader pattern there.
 
 from __future__ import annotations
 
-__all__ = ["LAYOUT_CONDITIONAL", "LAYOUT_HF_ENGINE", "LAYOUT_INDIRECT", "LAYOUT_NOOP", "LAYOUT_UNSUPPORTED", "merge_layout_tables"]
+__all__ = [
+    "LAYOUT_CONDITIONAL",
+    "LAYOUT_HF_ENGINE",
+    "LAYOUT_INDIRECT",
+    "LAYOUT_NOOP",
+    "LAYOUT_UNSUPPORTED",
+    "merge_layout_tables",
+]
 
 _READ_WITH = "read only with {}, which is refused unless at verl's default"
 
@@ -28,8 +35,10 @@ LAYOUT_NOOP: dict[str, str] = {
     "skip.*": _READ_WITH.format("skip.<stage>.enable=true"),
     "transfer_queue.metrics": _READ_WITH.format("transfer_queue.enable=true"),
     "transfer_queue.backend": _READ_WITH.format("transfer_queue.enable=true"),
-    "reward.reward_model.rollout": ("the engine verl's reward loop serves the reward model with; the reward model "
-                                    "(model_path) is scored by the reward-model worker here (the same scores)"),
+    "reward.reward_model.rollout": (
+        "the engine verl's reward loop serves the reward model with; the reward model "
+        "(model_path) is scored by the reward-model worker here (the same scores)"
+    ),
     "reward.num_workers": "verl's reward-loop worker count: here the scoring threads of streaming rewards (the same scores)",
     "reward.reward_model.n_gpus_per_node": "read only with reward.reward_model.enable_resource_pool=true",
     "reward.reward_model.nnodes": "read only with reward.reward_model.enable_resource_pool=true",
@@ -62,17 +71,30 @@ LAYOUT_INDIRECT: dict[str, str] = {
 }
 """Keys that take effect but are read without an attribute access: pattern -> how."""
 
-_LAYOUT_ONLY = ("a server engine's model-parallel layout (where the weights live, not which tokens are sampled); "
-                "the hf engine runs one whole model copy per worker")
+_LAYOUT_ONLY = (
+    "a server engine's model-parallel layout (where the weights live, not which tokens are sampled); "
+    "the hf engine runs one whole model copy per worker"
+)
 LAYOUT_HF_ENGINE: dict[str, tuple[str, str]] = {
-    "actor_rollout_ref.rollout.tensor_model_parallel_size": ("effect", "the hf engine splits its decoder blocks over groups of "
-                                                             "this many ranks (DTensor; verl/workers/sharding/tensor_parallel.py)"),
+    "actor_rollout_ref.rollout.tensor_model_parallel_size": (
+        "effect",
+        "the hf engine splits its decoder blocks over groups of "
+        "this many ranks (DTensor; verl/workers/sharding/tensor_parallel.py)",
+    ),
     "actor_rollout_ref.rollout.pipeline_model_parallel_size": ("noop", _LAYOUT_ONLY),
     "actor_rollout_ref.rollout.expert_parallel_size": ("noop", _LAYOUT_ONLY),
-    "actor_rollout_ref.rollout.prometheus.enable": ("unsupported", "the hf engine exports no server metrics; use rollout.name=vllm"),
-    "actor_rollout_ref.rollout.prometheus.*": ("noop", "read only with rollout.prometheus.enable=true (refused with hf)"),
-    "actor_rollout_ref.rollout.data_parallel_size": ("noop", "a server engine's replica count; the hf engine's data "
-                                                     "parallelism is the worker count"),
+    "actor_rollout_ref.rollout.prometheus.enable": (
+        "unsupported",
+        "the hf engine exports no server metrics; use rollout.name=vllm",
+    ),
+    "actor_rollout_ref.rollout.prometheus.*": (
+        "noop",
+        "read only with rollout.prometheus.enable=true (refused with hf)",
+    ),
+    "actor_rollout_ref.rollout.data_parallel_size": (
+        "noop",
+        "a server engine's replica count; the hf engine's data parallelism is the worker count",
+    ),
 }
 """What these engine keys do with ``rollout.name=hf`` (replacing the main HF_ENGINE rows)."""
 
@@ -80,14 +102,23 @@ LAYOUT_CONDITIONAL: dict[str, str] = {}
 """Keys whose effect depends on other settings (none yet)."""
 
 
-def merge_layout_tables(noop: dict[str, str], unsupported: dict[str, str], conditional: dict[str, str],
-                        indirect: dict[str, str], hf_engine: dict[str, tuple[str, str]]) -> None:
+def merge_layout_tables(
+    noop: dict[str, str],
+    unsupported: dict[str, str],
+    conditional: dict[str, str],
+    indirect: dict[str, str],
+    hf_engine: dict[str, tuple[str, str]],
+) -> None:
     """Puts this module's rows in front of the main table's (in place): a row here wins."""
     merged_hf = {**LAYOUT_HF_ENGINE, **{k: v for k, v in hf_engine.items() if k not in LAYOUT_HF_ENGINE}}
     hf_engine.clear()
     hf_engine.update(merged_hf)
-    for table, rows in ((noop, LAYOUT_NOOP), (unsupported, LAYOUT_UNSUPPORTED), (conditional, LAYOUT_CONDITIONAL),
-                        (indirect, LAYOUT_INDIRECT)):
+    for table, rows in (
+        (noop, LAYOUT_NOOP),
+        (unsupported, LAYOUT_UNSUPPORTED),
+        (conditional, LAYOUT_CONDITIONAL),
+        (indirect, LAYOUT_INDIRECT),
+    ):
         merged = {**rows, **{k: v for k, v in table.items() if k not in rows}}
         table.clear()
         table.update(merged)

@@ -63,6 +63,7 @@ def _move_aliases(tree: dict[str, Any]) -> None:
             raise ConfigError(f"{alias}={value!r} and {target}={t_parent[t_leaf]!r} disagree; set only {target}")
         set_path(tree, target, value)
 
+
 MODEL_ENGINES = frozenset({"dp", "megatron", "torchtitan", "veomni", "automodel"})
 """verl's ``model_engine`` group options (``verl/trainer/config/model_engine/*.yaml``)."""
 
@@ -93,13 +94,19 @@ def _refuse_other_engines(tree: dict[str, Any]) -> None:
     reported one by one."""
     from verl.config.errors import not_supported
 
-    roles = (("actor_rollout_ref.actor", (tree.get("actor_rollout_ref") or {}).get("actor")),
-             ("actor_rollout_ref.ref", (tree.get("actor_rollout_ref") or {}).get("ref")), ("critic", tree.get("critic")))
+    roles = (
+        ("actor_rollout_ref.actor", (tree.get("actor_rollout_ref") or {}).get("actor")),
+        ("actor_rollout_ref.ref", (tree.get("actor_rollout_ref") or {}).get("ref")),
+        ("critic", tree.get("critic")),
+    )
     for path, role in roles:
         strategy = role.get("strategy") if isinstance(role, dict) else None
         if isinstance(strategy, str) and strategy in OTHER_ENGINES:
-            raise not_supported(f"{path}.strategy", f"{strategy!r} is verl's {OTHER_ENGINES[strategy]} engine; this "
-                                "product trains with FSDP2 only: use strategy=fsdp (verl's model_engine=dp, ppo_trainer.yaml)")
+            raise not_supported(
+                f"{path}.strategy",
+                f"{strategy!r} is verl's {OTHER_ENGINES[strategy]} engine; this "
+                "product trains with FSDP2 only: use strategy=fsdp (verl's model_engine=dp, ppo_trainer.yaml)",
+            )
 
 
 def _drop_model_engine(tree: dict[str, Any]) -> None:
@@ -135,14 +142,23 @@ def _check_agree(a: dict[str, Any], b: dict[str, Any], pa: str, pb: str) -> None
         if isinstance(a[key], dict) and isinstance(b[key], dict):
             _check_agree(a[key], b[key], f"{pa}.{key}", f"{pb}.{key}")
         elif a[key] != b[key]:
-            raise ConfigError(f"{pa}.{key}={a[key]!r} and {pb}.{key}={b[key]!r} disagree (two spellings of one "
-                              f"setting); set only {pa}.{key}")
+            raise ConfigError(
+                f"{pa}.{key}={a[key]!r} and {pb}.{key}={b[key]!r} disagree (two spellings of one "
+                f"setting); set only {pa}.{key}"
+            )
 
 
 VERL_NULL_DEFAULTS: tuple[str, ...] = (
-    "*.optim.warmup_style", "data.seed", "reward_model.model.trust_remote_code", "reward_model.enable",
-    "reward_model.enable_resource_pool", "reward_model.n_gpus_per_node", "reward_model.nnodes",
-    "reward_model.reward_loop_source", "reward_model.reward_manager", "custom_reward_function.name",
+    "*.optim.warmup_style",
+    "data.seed",
+    "reward_model.model.trust_remote_code",
+    "reward_model.enable",
+    "reward_model.enable_resource_pool",
+    "reward_model.n_gpus_per_node",
+    "reward_model.nnodes",
+    "reward_model.reward_loop_source",
+    "reward_model.reward_manager",
+    "custom_reward_function.name",
     "reward.custom_reward_function.name",
 )
 """Keys verl's defaults hold as ``null`` ("not set") that the schema types as non-null: there a
@@ -155,9 +171,16 @@ def _drop_nulls(tree: dict[str, Any]) -> None:
 
     for pattern in VERL_NULL_DEFAULTS:
         prefix, _, leaf = pattern.rpartition(".")
-        parents = [get_path(tree, f"{prefix}.{leaf}")[0]] if "*" not in prefix else [
-            (tree.get(top) or {}).get(role, {}).get("optim") if top == "actor_rollout_ref" else (tree.get(top) or {}).get("optim")
-            for top, role in (("actor_rollout_ref", "actor"), ("actor_rollout_ref", "ref"), ("critic", None))]
+        parents = (
+            [get_path(tree, f"{prefix}.{leaf}")[0]]
+            if "*" not in prefix
+            else [
+                (tree.get(top) or {}).get(role, {}).get("optim")
+                if top == "actor_rollout_ref"
+                else (tree.get(top) or {}).get("optim")
+                for top, role in (("actor_rollout_ref", "actor"), ("actor_rollout_ref", "ref"), ("critic", None))
+            ]
+        )
         for parent in parents:
             if isinstance(parent, dict) and leaf in parent and parent[leaf] is None:
                 del parent[leaf]

@@ -18,8 +18,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from verl.utils.errors import run_reporting_user_errors
 
     # the translation's config errors go through the one CLI error path, as main_ppo's do
-    return run_reporting_user_errors("verl train", lambda args: main_ppo(translate_one_step_off(args)),
-                                     sys.argv[1:] if argv is None else argv)
+    return run_reporting_user_errors(
+        "verl train", lambda args: main_ppo(translate_one_step_off(args)), sys.argv[1:] if argv is None else argv
+    )
 
 
 if __name__ == "__main__":

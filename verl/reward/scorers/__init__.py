@@ -105,7 +105,9 @@ def get_scorer(data_source: str) -> Scorer:
         return SCORERS.get(data_source)
     except RegistryError as err:
         prefixes = ", ".join(f"{p}*" for p in PREFIX_ROUTES)
-        raise RegistryError(f"{err} (also routed: {prefixes}); set custom_reward_function.path for other sources") from None
+        raise RegistryError(
+            f"{err} (also routed: {prefixes}); set custom_reward_function.path for other sources"
+        ) from None
 
 
 def default_compute_score(

@@ -38,8 +38,20 @@ _SQRT_SHORT_RE = re.compile(r"\\sqrt(\w)")
 _SLASH_FRAC_RE = re.compile(r"^(-?\d+)/(\d+)$")
 _LHS_RE = re.compile(r"^[a-zA-Z](?:_\{?\w+\}?)?=(?!=)")
 _REMOVE = (
-    "\\left", "\\right", "\\!", "\\,", "\\;", "\\:", "\\ ", "^{\\circ}", "^\\circ",
-    "\\$", "$", "\\%", "%", "\\displaystyle",
+    "\\left",
+    "\\right",
+    "\\!",
+    "\\,",
+    "\\;",
+    "\\:",
+    "\\ ",
+    "^{\\circ}",
+    "^\\circ",
+    "\\$",
+    "$",
+    "\\%",
+    "%",
+    "\\displaystyle",
 )
 
 
@@ -185,8 +197,9 @@ def compute_score(
     return score if is_equiv(answer, str(ground_truth)) else format_score
 
 
-def compute_score_with_pred(solution_str: str, ground_truth: str, format_score: float = 0.0, score: float = 1.0,
-                            **kwargs: object) -> dict[str, object]:
+def compute_score_with_pred(
+    solution_str: str, ground_truth: str, format_score: float = 0.0, score: float = 1.0, **kwargs: object
+) -> dict[str, object]:
     """:func:`compute_score` with ``acc`` and the extracted ``pred`` (the last box, "" when none).
 
     Raises:

@@ -29,7 +29,20 @@ __all__ = ["compute_score", "extract_answer", "normalize_final_answer"]
 TAIL_CHARS = 300
 INVALID = "[INVALID]"
 _ANSWER_RE = re.compile(r"(?i)Answer\s*:\s*([^\n]+)")
-_UNITS = ("degrees", "degree", "cm", "centimeters", "meters", "units", "square", "inches", "feet", "dollars", "mph", "km")
+_UNITS = (
+    "degrees",
+    "degree",
+    "cm",
+    "centimeters",
+    "meters",
+    "units",
+    "square",
+    "inches",
+    "feet",
+    "dollars",
+    "mph",
+    "km",
+)
 _TEXT_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\s*\{([^{}]*)\}")
 _THOUSANDS_RE = re.compile(r"(\d)(?:\{,\}|\\,|,)(?=\d{3}(?!\d))")
 
@@ -63,7 +76,9 @@ def extract_answer(solution_str: str, strict_box_verify: bool = False) -> str | 
     return normalize_final_answer(matches[-1]) if matches else None
 
 
-def compute_score(solution_str: str, ground_truth: str, strict_box_verify: bool = False, **kwargs: Any) -> dict[str, Any]:
+def compute_score(
+    solution_str: str, ground_truth: str, strict_box_verify: bool = False, **kwargs: Any
+) -> dict[str, Any]:
     """Scores a DAPO-format response.
 
     Args:

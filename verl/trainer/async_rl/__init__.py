@@ -6,4 +6,11 @@ from verl.trainer.async_rl.modes import build_async_loop, fit_async
 from verl.trainer.async_rl.off_policy import off_policy_metrics
 from verl.trainer.async_rl.replay_buffer import ReplayBuffer
 
-__all__ = ["ReplayBuffer", "SeparateAsyncLoop", "build_async_loop", "build_replay_buffer", "fit_async", "off_policy_metrics"]
+__all__ = [
+    "ReplayBuffer",
+    "SeparateAsyncLoop",
+    "build_async_loop",
+    "build_replay_buffer",
+    "fit_async",
+    "off_policy_metrics",
+]

@@ -110,8 +110,11 @@ def local_engine(actor_rollout_wg: Any) -> Any | None:
     rollout = getattr(workers[0], "rollout", None) if len(workers) == 1 else None
     engine = getattr(rollout, "engine", None)
     if engine is None or not hasattr(engine, "on_trajectories_finished") or not hasattr(engine, "interrupt"):
-        raise not_supported("trainer.v1.trainer_mode", "colocate_async runs on the hybrid hf engine only "
-                            "(one in-process worker or Ray workers, rollout.name=hf, hybrid_engine=true)")
+        raise not_supported(
+            "trainer.v1.trainer_mode",
+            "colocate_async runs on the hybrid hf engine only "
+            "(one in-process worker or Ray workers, rollout.name=hf, hybrid_engine=true)",
+        )
     return engine
 
 
@@ -158,8 +161,11 @@ class ColocateAsyncLoop:
         resumed = t._load_checkpoint()
         p.tracker.keep_until(t.global_step if resumed else -1)
         if t.global_step >= p.total_training_steps:
-            print(f"Training already complete: global_step {t.global_step} >= total_training_steps "
-                  f"{p.total_training_steps}; nothing to do.", flush=True)
+            print(
+                f"Training already complete: global_step {t.global_step} >= total_training_steps "
+                f"{p.total_training_steps}; nothing to do.",
+                flush=True,
+            )
             return False
         ahead = self.warmup * self.k
         if resumed and _STATE_KEY in t.state.extra:
@@ -275,10 +281,16 @@ class ColocateAsyncLoop:
         # a cut is possible only when more groups are in flight than the batch still needs
         # (and, with wait, when no group that must finish first waits for a later call)
         limit = max(1, int(self.threshold))
-        must_finish = {f.uid for f in self.flights if self.strategy == "wait" and not f.finished and span(f, version) >= limit}
+        must_finish = {
+            f.uid for f in self.flights if self.strategy == "wait" and not f.finished and span(f, version) >= limit
+        }
         here = {f.uid for f in flights}
         watch = None
-        if self.engine is not None and sum(not f.finished for f in self.flights) > self.k - finished_before and must_finish <= here:
+        if (
+            self.engine is not None
+            and sum(not f.finished for f in self.flights) > self.k - finished_before
+            and must_finish <= here
+        ):
             must = {i for i, f in enumerate(flights) if f.uid in must_finish}
             watch = CutWatch(flights, self.n, finished_before, self.k, must, self.engine.interrupt)
         out = self._engine_call(batch, watch, flights)
@@ -289,8 +301,8 @@ class ColocateAsyncLoop:
         done_rows = out.batch["rollout_finished"].bool()
         finished: list[tuple[Flight, DataProto]] = []
         for i, f in enumerate(flights):
-            f.gen, f.started = out[i * self.n:(i + 1) * self.n], True
-            if bool(done_rows[i * self.n:(i + 1) * self.n].all()):
+            f.gen, f.started = out[i * self.n : (i + 1) * self.n], True
+            if bool(done_rows[i * self.n : (i + 1) * self.n].all()):
                 finished.append((f, f.gen))
         if finished:
             self._score(finished, metrics)
@@ -339,7 +351,9 @@ class ColocateAsyncLoop:
             f, local = flights[i], [int(rows[k]) % self.n for k in ks]
             part = f.prompt.repeat(len(ks), interleave=True)
             part.union(data[torch.tensor(ks)])
-            f.streamed += stream.scorer.submit_each(part, local) if stream.per_row else [stream.scorer.submit(part, local)]
+            f.streamed += (
+                stream.scorer.submit_each(part, local) if stream.per_row else [stream.scorer.submit(part, local)]
+            )
             f.streamed_rows.update(local)
 
     def _streamed(self, stream: Any, finished: list[tuple[Flight, DataProto]], batch: DataProto) -> _Scored:
@@ -351,7 +365,9 @@ class ColocateAsyncLoop:
             rest = [j for j in range(self.n) if j not in f.streamed_rows]
             if rest:
                 rows = batch[torch.tensor([i * self.n + j for j in rest])]
-                f.streamed += stream.scorer.submit_each(rows, rest) if stream.per_row else [stream.scorer.submit(rows, rest)]
+                f.streamed += (
+                    stream.scorer.submit_each(rows, rest) if stream.per_row else [stream.scorer.submit(rows, rest)]
+                )
                 f.streamed_rows.update(rest)
             parts.append(merge_scored(f.streamed, self.n, width))
         return _Scored(_concat_scored(parts, self.n))
@@ -369,7 +385,7 @@ class ColocateAsyncLoop:
             pending = self._streamed(stream, finished, batch) if stream is not None else None
             metrics.update(self.t._compute_reward(batch, pending))
         for i, (f, _) in enumerate(finished):
-            f.data, f.chunk_metrics = batch[i * self.n:(i + 1) * self.n], metrics
+            f.data, f.chunk_metrics = batch[i * self.n : (i + 1) * self.n], metrics
 
     # ----------------------------------------------------------------------- submission
     def _submit(self, k: int) -> None:
@@ -382,8 +398,16 @@ class ColocateAsyncLoop:
         gen.batch["sample_seeds"] = torch.cat([r.seeds for r in rows])
         self._gen_meta = {k_: v for k_, v in gen.meta_info.items() if k_ != "global_step"}
         for i, r in enumerate(rows):
-            self.flights.append(Flight(r.uid, self._seq, t.global_step, row=r, prompt=batch[i:i + 1],
-                                       gen=gen[i * self.n:(i + 1) * self.n]))
+            self.flights.append(
+                Flight(
+                    r.uid,
+                    self._seq,
+                    t.global_step,
+                    row=r,
+                    prompt=batch[i : i + 1],
+                    gen=gen[i * self.n : (i + 1) * self.n],
+                )
+            )
             self._seq += 1
 
 
@@ -407,11 +431,14 @@ def _concat_scored(parts: list[dict[str, Any]], n: int) -> dict[str, Any]:
     metrics: dict[str, float] = {}
     for i, part in enumerate(parts):
         for key, values in part["reward_extra_info"].items():
-            extra.setdefault(key, [None] * (n * len(parts)))[i * n:(i + 1) * n] = values
+            extra.setdefault(key, [None] * (n * len(parts)))[i * n : (i + 1) * n] = values
         for key, value in part["reward_metrics"].items():
             metrics[key] = metrics.get(key, 0.0) + float(value)
-    out = {"reward_tensor": torch.cat([p["reward_tensor"] for p in parts]), "reward_extra_info": extra,
-           "reward_metrics": metrics}
+    out = {
+        "reward_tensor": torch.cat([p["reward_tensor"] for p in parts]),
+        "reward_extra_info": extra,
+        "reward_metrics": metrics,
+    }
     if parts and all("reward_failures" in p for p in parts):
         out["reward_failures"] = sum((p["reward_failures"] for p in parts[1:]), parts[0]["reward_failures"])
     return out

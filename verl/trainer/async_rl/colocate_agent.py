@@ -44,8 +44,11 @@ def uses_agent_loops(rollout_cfg: Any, engine: Any) -> bool:
     default agent loop, or ``rollout.mode=async``) rather than the batched ``hf`` decode."""
     if not hasattr(engine, "agent_names"):
         return False
-    return bool(rollout_cfg.multi_turn.enable or rollout_cfg.agent.default_agent_loop != "single_turn_agent"
-                or rollout_cfg.mode == "async")
+    return bool(
+        rollout_cfg.multi_turn.enable
+        or rollout_cfg.agent.default_agent_loop != "single_turn_agent"
+        or rollout_cfg.mode == "async"
+    )
 
 
 class OpenCall:
@@ -60,8 +63,15 @@ class OpenCall:
         on_rows: also called with ``(rows, data)`` for every handed-over row (streamed scores).
     """
 
-    def __init__(self, wg: Any, engine: Any, batch: DataProto, flights: list[Flight], n: int,
-                 on_rows: Callable[[list[int], DataProto], None] | None) -> None:
+    def __init__(
+        self,
+        wg: Any,
+        engine: Any,
+        batch: DataProto,
+        flights: list[Flight],
+        n: int,
+        on_rows: Callable[[list[int], DataProto], None] | None,
+    ) -> None:
         self.wg, self.engine, self.flights, self.n = wg, engine, flights, n
         self.cond = threading.Condition()
         self.rows: dict[int, DataProto] = {}  # call row -> its one-row output
@@ -79,7 +89,7 @@ class OpenCall:
             self._on_rows(rows, data)
         with self.cond:
             for k, r in enumerate(rows):
-                self.rows[int(r)] = data[k:k + 1]
+                self.rows[int(r)] = data[k : k + 1]
             self.cond.notify_all()
 
     def _run(self, batch: DataProto) -> None:
@@ -122,10 +132,15 @@ class OpenCall:
         with self.cond:
             if self.done:
                 metrics = reduce_worker_metrics(self.out.meta_info.pop("metrics", {}))
-                out = [(f, self.out[i * self.n:(i + 1) * self.n]) for i, f in enumerate(self.flights) if not f.finished]
+                out = [
+                    (f, self.out[i * self.n : (i + 1) * self.n]) for i, f in enumerate(self.flights) if not f.finished
+                ]
             else:
-                out = [(f, DataProto.concat([self.rows[i * self.n + j] for j in range(self.n)]))
-                       for i, f in enumerate(self.flights) if not f.finished and self.complete(i)]
+                out = [
+                    (f, DataProto.concat([self.rows[i * self.n + j] for j in range(self.n)]))
+                    for i, f in enumerate(self.flights)
+                    if not f.finished and self.complete(i)
+                ]
         return out, metrics
 
 

@@ -81,12 +81,15 @@ class PromptFeed:
         self.batches_pulled += 1
         seeds = derive_seeds([self.seed, b, _purpose_code("train")], len(data) * self.n)
         for i in range(len(data)):
-            self.reservoir.append(Row(f"{b}-{i}", data[i:i + 1], seeds[i * self.n:(i + 1) * self.n], self.epoch))
+            self.reservoir.append(Row(f"{b}-{i}", data[i : i + 1], seeds[i * self.n : (i + 1) * self.n], self.epoch))
 
     def state(self, untrained: Iterable[Row]) -> dict[str, Any]:
         """Checkpoint form: counters and every row not trained yet (in flight, buffered or unsubmitted)."""
-        return {"batches_pulled": self.batches_pulled, "epoch": self.epoch,
-                "rows": rows_to_state([*untrained, *self.reservoir])}
+        return {
+            "batches_pulled": self.batches_pulled,
+            "epoch": self.epoch,
+            "rows": rows_to_state([*untrained, *self.reservoir]),
+        }
 
     def load(self, state: dict[str, Any]) -> None:
         """Inverse of `state`: the saved rows come out of `take` first."""
@@ -108,8 +111,15 @@ def rows_to_state(rows: Iterable[Row]) -> list[dict[str, Any]]:
     for row in rows:
         tensors = {k: v.clone() for k, v in row.data.batch.items()} if row.data.batch is not None else {}
         objects = {k: v[0] for k, v in row.data.non_tensor_batch.items()}
-        out.append({"uid": row.uid, "epoch": row.epoch, "seeds": row.seeds.clone(), "tensors": tensors,
-                    "objects": json.dumps(objects, default=_plain)})
+        out.append(
+            {
+                "uid": row.uid,
+                "epoch": row.epoch,
+                "seeds": row.seeds.clone(),
+                "tensors": tensors,
+                "objects": json.dumps(objects, default=_plain),
+            }
+        )
     return out
 
 

@@ -128,8 +128,15 @@ class CutWatch:
         cut: called once, from the engine's decode loop, when the criterion holds.
     """
 
-    def __init__(self, flights: list[Flight], n: int, finished_before: int, needed: int,
-                 must_finish: set[int], cut: Callable[[], None]) -> None:
+    def __init__(
+        self,
+        flights: list[Flight],
+        n: int,
+        finished_before: int,
+        needed: int,
+        must_finish: set[int],
+        cut: Callable[[], None],
+    ) -> None:
         self.n = n
         self.left = [f.unfinished_rows() for f in flights]
         self.done = finished_before

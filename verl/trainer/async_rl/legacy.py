@@ -44,14 +44,24 @@ from verl.config.errors import ConfigError, not_supported
 
 __all__ = ["check_partial_rollout", "translate_fully_async", "translate_one_step_off", "wants_partial_rollout"]
 
-_ROLLOUT_POOL = {"rollout.nnodes": "actor_rollout_ref.rollout.nnodes",
-                 "rollout.n_gpus_per_node": "actor_rollout_ref.rollout.n_gpus_per_node",
-                 "rollout.n": "actor_rollout_ref.rollout.n"}
-_FULLY_ASYNC_DEFAULTS = {"staleness_threshold": "0.1", "trigger_parameter_sync_step": "4", "require_batches": "1",
-                         "partial_rollout": "True"}
+_ROLLOUT_POOL = {
+    "rollout.nnodes": "actor_rollout_ref.rollout.nnodes",
+    "rollout.n_gpus_per_node": "actor_rollout_ref.rollout.n_gpus_per_node",
+    "rollout.n": "actor_rollout_ref.rollout.n",
+}
+_FULLY_ASYNC_DEFAULTS = {
+    "staleness_threshold": "0.1",
+    "trigger_parameter_sync_step": "4",
+    "require_batches": "1",
+    "partial_rollout": "True",
+}
 _ONLY_DEFAULT = {"use_trainer_do_validate": "false", "use_dynamic_resource_scheduling": "false"}
-_INERT = ("dynamic_schedule_policy", "dynamic_schedule_deactivate_ratio", "dynamic_schedule_enable_rebalance",
-          "concurrent_samples_per_replica")
+_INERT = (
+    "dynamic_schedule_policy",
+    "dynamic_schedule_deactivate_ratio",
+    "dynamic_schedule_enable_rebalance",
+    "concurrent_samples_per_replica",
+)
 
 
 def _split(arg: str) -> tuple[str, str] | None:
@@ -89,11 +99,17 @@ def translate_one_step_off(args: Sequence[str]) -> list[str]:
     mapped = _map_rollout_pool(args)
     batch, mini = _sizes(mapped)
     if batch % mini:
-        raise ConfigError(f"actor_rollout_ref.actor.ppo_mini_batch_size: {mini} does not divide data.train_batch_size={batch}")
-    defaults = ["trainer.v1.trainer_mode=separate_async", "trainer.v1.separate_async.num_warmup_batches=1",
-                f"trainer.v1.separate_async.parameter_sync_step={batch // mini}",
-                "trainer.v1.sampler.max_off_policy_threshold=2", "trainer.v1.sampler.max_off_policy_strategy=wait",
-                "algorithm.rollout_correction.bypass_mode=True"]
+        raise ConfigError(
+            f"actor_rollout_ref.actor.ppo_mini_batch_size: {mini} does not divide data.train_batch_size={batch}"
+        )
+    defaults = [
+        "trainer.v1.trainer_mode=separate_async",
+        "trainer.v1.separate_async.num_warmup_batches=1",
+        f"trainer.v1.separate_async.parameter_sync_step={batch // mini}",
+        "trainer.v1.sampler.max_off_policy_threshold=2",
+        "trainer.v1.sampler.max_off_policy_strategy=wait",
+        "algorithm.rollout_correction.bypass_mode=True",
+    ]
     return [*defaults, *mapped]  # the user's own overrides come last and win
 
 
@@ -117,11 +133,16 @@ def translate_fully_async(args: Sequence[str]) -> list[str]:
         name = key.split(".", 1)[1]
         if name in _ONLY_DEFAULT:
             if value.lower() != _ONLY_DEFAULT[name]:
-                raise not_supported(key, "the trainer pool does not generate here; leave it false "
-                                    "(trainer.v1.separate_async.hybrid_rollout.enable_switch is verl's V1 key)")
+                raise not_supported(
+                    key,
+                    "the trainer pool does not generate here; leave it false "
+                    "(trainer.v1.separate_async.hybrid_rollout.enable_switch is verl's V1 key)",
+                )
         elif name not in _INERT and name not in settings:
-            raise ConfigError(f"unknown key '{key}': verl's fully async keys map to trainer.v1.separate_async."
-                              "{parameter_sync_step,num_warmup_batches} and trainer.v1.sampler.*")
+            raise ConfigError(
+                f"unknown key '{key}': verl's fully async keys map to trainer.v1.separate_async."
+                "{parameter_sync_step,num_warmup_batches} and trainer.v1.sampler.*"
+            )
         settings[name] = value
     partial = settings["partial_rollout"].lower()
     if partial not in ("true", "false"):
@@ -132,10 +153,15 @@ def translate_fully_async(args: Sequence[str]) -> list[str]:
     sync = int(settings["trigger_parameter_sync_step"]) * int(settings["require_batches"])
     _, mini = _sizes(rest)
     ahead = math.ceil(staleness)
-    out = ["trainer.v1.trainer_mode=separate_async", f"trainer.v1.separate_async.parameter_sync_step={sync}",
-           f"trainer.v1.separate_async.num_warmup_batches={ahead}", f"trainer.v1.sampler.max_off_policy_threshold={ahead + 1}",
-           "trainer.v1.sampler.max_off_policy_strategy=wait", "algorithm.rollout_correction.bypass_mode=True",
-           f"data.train_batch_size={sync * mini}"]
+    out = [
+        "trainer.v1.trainer_mode=separate_async",
+        f"trainer.v1.separate_async.parameter_sync_step={sync}",
+        f"trainer.v1.separate_async.num_warmup_batches={ahead}",
+        f"trainer.v1.sampler.max_off_policy_threshold={ahead + 1}",
+        "trainer.v1.sampler.max_off_policy_strategy=wait",
+        "algorithm.rollout_correction.bypass_mode=True",
+        f"data.train_batch_size={sync * mini}",
+    ]
     if total_prompts is not None:
         out.append(f"trainer.total_training_steps={max(1, total_prompts // (sync * mini))}")
     return [*out, *rest]
@@ -164,8 +190,14 @@ def check_partial_rollout(wanted: bool, cfg: Any) -> None:
 
     able = partial_rollouts(cfg)
     if wanted and not able:
-        raise not_supported("async_training.partial_rollout", "a sync waits for the generation in flight on Ray and "
-                            "with vLLM; set async_training.partial_rollout=False (or run the hf engine in process)")
+        raise not_supported(
+            "async_training.partial_rollout",
+            "a sync waits for the generation in flight on Ray and "
+            "with vLLM; set async_training.partial_rollout=False (or run the hf engine in process)",
+        )
     if not wanted and able:
-        raise not_supported("async_training.partial_rollout", "trainer.v1.trainer_mode=separate_async resumes in-flight "
-                            "trajectories under new weights with the in-process hf engine; set async_training.partial_rollout=True")
+        raise not_supported(
+            "async_training.partial_rollout",
+            "trainer.v1.trainer_mode=separate_async resumes in-flight "
+            "trajectories under new weights with the in-process hf engine; set async_training.partial_rollout=True",
+        )

@@ -80,8 +80,11 @@ def fit_async(trainer: RLTrainer) -> list[dict[str, float]]:
 def build_replay_buffer(sampler_cfg: Any, refill: Any) -> ReplayBuffer:
     """The built-in `ReplayBuffer`, or ``trainer.v1.sampler.custom_sampler`` built with the same
     arguments plus ``sampler_kwargs`` (it must offer `ReplayBuffer`'s methods)."""
-    kwargs = dict(max_off_policy_threshold=sampler_cfg.max_off_policy_threshold,
-                  max_off_policy_strategy=sampler_cfg.max_off_policy_strategy, refill=refill)
+    kwargs = dict(
+        max_off_policy_threshold=sampler_cfg.max_off_policy_threshold,
+        max_off_policy_strategy=sampler_cfg.max_off_policy_strategy,
+        refill=refill,
+    )
     custom = sampler_cfg.custom_sampler
     if custom.path:
         from verl.utils.import_utils import load_extern_type
@@ -105,7 +108,11 @@ def train_until_done(loop: Any, state_key: str) -> None:
     while t.global_step < p.total_training_steps:
         metrics = loop.step_once()
         last = t.global_step >= p.total_training_steps
-        if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or t.global_step % cfg.trainer.test_freq == 0):
+        if (
+            p.val_dataloader is not None
+            and cfg.trainer.test_freq > 0
+            and (last or t.global_step % cfg.trainer.test_freq == 0)
+        ):
             with loop._validation_guard():
                 metrics.update(t._validate())
         metrics.update(save_timing)
@@ -139,9 +146,14 @@ class SeparateAsyncLoop:
         self.mini = self.cfg.actor_rollout_ref.actor.ppo_mini_batch_size
         self.n = self.cfg.actor_rollout_ref.rollout.n
         self.buffer = build_replay_buffer(self.cfg.trainer.v1.sampler, self._submit)
-        self.rollouter = Rollouter(self.split.rollout_wg, self.buffer, trainer._compute_reward, self.n,
-                                   partial=partial_rollouts(self.cfg) and hasattr(self.split, "policy_version"),
-                                   generate=trainer.generate_scored)  # streaming rewards (reward_model.streaming)
+        self.rollouter = Rollouter(
+            self.split.rollout_wg,
+            self.buffer,
+            trainer._compute_reward,
+            self.n,
+            partial=partial_rollouts(self.cfg) and hasattr(self.split, "policy_version"),
+            generate=trainer.generate_scored,
+        )  # streaming rewards (reward_model.streaming)
         self.feed = PromptFeed(self.p.train_dataloader, self.cfg.trainer.seed, self.n)
         self.untrained: dict[str, Row] = {}  # submitted, neither trained nor evicted (submission order)
         self._seq = 0
@@ -166,8 +178,11 @@ class SeparateAsyncLoop:
         resumed = t._load_checkpoint()
         p.tracker.keep_until(t.global_step if resumed else -1)
         if t.global_step >= p.total_training_steps:
-            print(f"Training already complete: global_step {t.global_step} >= total_training_steps "
-                  f"{p.total_training_steps}; nothing to do.", flush=True)
+            print(
+                f"Training already complete: global_step {t.global_step} >= total_training_steps "
+                f"{p.total_training_steps}; nothing to do.",
+                flush=True,
+            )
             return False
         ahead = self.warmup * cfg.data.train_batch_size
         if resumed and _STATE_KEY in t.state.extra:
@@ -260,7 +275,7 @@ class SeparateAsyncLoop:
 
     def _forget_evicted(self) -> None:
         evicted = self.buffer.evicted_uids
-        for uid in evicted[self._evicted_seen:]:
+        for uid in evicted[self._evicted_seen :]:
             self.untrained.pop(uid, None)
         self._evicted_seen = len(evicted)
 

@@ -60,8 +60,13 @@ class ReplayBuffer:
         ValueError: an unknown strategy or a negative threshold.
     """
 
-    def __init__(self, max_off_policy_threshold: int, max_off_policy_strategy: str,
-                 refill: Callable[[int], None] | None = None, poll_s: float = 0.05) -> None:
+    def __init__(
+        self,
+        max_off_policy_threshold: int,
+        max_off_policy_strategy: str,
+        refill: Callable[[int], None] | None = None,
+        poll_s: float = 0.05,
+    ) -> None:
         if max_off_policy_strategy not in ("drop", "wait"):
             raise ValueError(f"max_off_policy_strategy must be drop or wait, got {max_off_policy_strategy!r}")
         if max_off_policy_threshold < 0:

@@ -80,8 +80,15 @@ class Rollouter:
             None = ``wg.generate_sequences(gen)``, scored after the call.
     """
 
-    def __init__(self, rollout_wg: Any, buffer: ReplayBuffer, score: Callable[..., dict[str, float]], n: int,
-                 partial: bool = False, generate: Callable[..., tuple[DataProto, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        rollout_wg: Any,
+        buffer: ReplayBuffer,
+        score: Callable[..., dict[str, float]],
+        n: int,
+        partial: bool = False,
+        generate: Callable[..., tuple[DataProto, Any]] | None = None,
+    ) -> None:
         self.rollout_wg, self.buffer, self.score, self.n = rollout_wg, buffer, score, n
         self.generate = generate or (lambda wg, gen, prompts: (wg.generate_sequences(gen), None))
         self.partial = partial
@@ -173,12 +180,14 @@ class Rollouter:
             self._finisher.submit(self._finish_or_fail, request, batch, metrics, pending, time.perf_counter())
         self.busy_s += time.perf_counter() - t1
 
-    def _finish(self, request: Request, batch: DataProto, metrics: dict[str, float], pending: Any, ended: float) -> None:
+    def _finish(
+        self, request: Request, batch: DataProto, metrics: dict[str, float], pending: Any, ended: float
+    ) -> None:
         """Score the call's batch (wait for its streamed scores) and put its groups."""
         metrics.update(self.score(batch, pending))
         metrics["timing_s/rollouter_reward"] = time.perf_counter() - ended
         for i, uid in enumerate(request.uids):
-            self.buffer.put(uid, batch[i * self.n:(i + 1) * self.n], metrics)
+            self.buffer.put(uid, batch[i * self.n : (i + 1) * self.n], metrics)
 
     def _finish_or_fail(self, *args: Any) -> None:
         try:
@@ -197,6 +206,8 @@ def translate_versions(tags: torch.Tensor, response_mask: torch.Tensor, mapping:
     mask = response_mask.bool()
     for tag in torch.unique(tags[mask]).tolist():
         if int(tag) not in mapping:
-            raise KeyError(f"rollout_policy_versions: engine version {int(tag)} was never synced (known: {sorted(mapping)})")
+            raise KeyError(
+                f"rollout_policy_versions: engine version {int(tag)} was never synced (known: {sorted(mapping)})"
+            )
         out[mask & (tags == tag)] = mapping[int(tag)]
     return out

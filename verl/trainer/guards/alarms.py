@@ -79,8 +79,11 @@ def validation_accuracy(row: dict[str, float]) -> float | None:
     """``val/accuracy`` of a validation row, else the mean of its ``val-core/<source>/acc/mean@N``, else None."""
     if "val/accuracy" in row:
         return float(row["val/accuracy"])
-    accs = [v for k, v in row.items()
-            if k.startswith("val-core/") and k.split("/")[-2:-1] == ["acc"] and k.rsplit("/", 1)[-1].startswith("mean@")]
+    accs = [
+        v
+        for k, v in row.items()
+        if k.startswith("val-core/") and k.split("/")[-2:-1] == ["acc"] and k.rsplit("/", 1)[-1].startswith("mean@")
+    ]
     return float(np.mean(accs)) if accs else None
 
 
@@ -104,10 +107,14 @@ class RewardAlarms:
 
     def state_dict(self) -> dict[str, Any]:
         """The alarm state as plain containers (saved with checkpoints, so a resumed run continues it)."""
-        return {"fired": sorted(self.fired), "series": [list(x) for x in self._series], "streak": dict(self._streak),
-                "best_val": list(self._best_val) if self._best_val is not None else None,
-                "score_by_step": dict(self._score_by_step),
-                "last_val": list(self._last_val) if self._last_val is not None else None}
+        return {
+            "fired": sorted(self.fired),
+            "series": [list(x) for x in self._series],
+            "streak": dict(self._streak),
+            "best_val": list(self._best_val) if self._best_val is not None else None,
+            "score_by_step": dict(self._score_by_step),
+            "last_val": list(self._last_val) if self._last_val is not None else None,
+        }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of `state_dict` (an empty dict = a fresh state)."""
@@ -152,7 +159,9 @@ class RewardAlarms:
             out[f"alarm/{name}"] = 1.0 if firing else 0.0
             if firing and name not in self.fired:
                 self.fired.add(name)
-                self.echo(f"ALARM step {step}: {name}: {reading[2]} (trainer.alarms; alarm/{name} stays 1 while it holds)")
+                self.echo(
+                    f"ALARM step {step}: {name}: {reading[2]} (trainer.alarms; alarm/{name} stays 1 while it holds)"
+                )
         return out
 
     # ------------------------------------------------------------------------ the statistics
@@ -168,15 +177,27 @@ class RewardAlarms:
         l0, l1 = np.mean([n for _, n in old]), np.mean([n for _, n in new])
         growth = float(l1 / max(l0, 1e-9))
         hit = growth >= self.cfg.length_growth and l1 - l0 >= self.cfg.min_length_increase and s1 > s0
-        return growth, hit, (f"response length {l0:.1f} -> {l1:.1f} tokens (x{growth:.2f}, threshold x{self.cfg.length_growth}) "
-                             f"while the mean score rose {s0:.3f} -> {s1:.3f} over two {w}-step windows")
+        return (
+            growth,
+            hit,
+            (
+                f"response length {l0:.1f} -> {l1:.1f} tokens (x{growth:.2f}, threshold x{self.cfg.length_growth}) "
+                f"while the mean score rose {s0:.3f} -> {s1:.3f} over two {w}-step windows"
+            ),
+        )
 
     def _zero_variance(self, batch: Any) -> Reading | None:
         if "uid" not in batch.non_tensor_batch or "token_level_scores" not in batch.batch.keys():
             return None
         share = zero_variance_share(batch.batch["token_level_scores"].sum(-1), batch.non_tensor_batch["uid"])
-        return share, share >= self.cfg.zero_variance_share, (f"{share:.0%} of the prompt groups have one score for every sample (threshold "
-                       f"{self.cfg.zero_variance_share:.0%} for {self.cfg.patience} steps): they give no learning signal")
+        return (
+            share,
+            share >= self.cfg.zero_variance_share,
+            (
+                f"{share:.0%} of the prompt groups have one score for every sample (threshold "
+                f"{self.cfg.zero_variance_share:.0%} for {self.cfg.patience} steps): they give no learning signal"
+            ),
+        )
 
     def _format_only(self, batch: Any) -> Reading | None:
         if "acc" not in batch.non_tensor_batch or "token_level_scores" not in batch.batch.keys():
@@ -185,8 +206,14 @@ class RewardAlarms:
             share = format_only_share(batch.batch["token_level_scores"].sum(-1), batch.non_tensor_batch["acc"])
         except (TypeError, ValueError):  # a scorer whose acc is not a number
             return None
-        return share, share >= self.cfg.format_only_share, (f"{share:.0%} of the positive reward goes to samples the scorer marks incorrect (threshold "
-                       f"{self.cfg.format_only_share:.0%} for {self.cfg.patience} steps): reward for format, not answers")
+        return (
+            share,
+            share >= self.cfg.format_only_share,
+            (
+                f"{share:.0%} of the positive reward goes to samples the scorer marks incorrect (threshold "
+                f"{self.cfg.format_only_share:.0%} for {self.cfg.patience} steps): reward for format, not answers"
+            ),
+        )
 
     def _divergence(self, step: int, metrics: dict[str, float]) -> Reading | None:
         if "critic/score/mean" in metrics:
@@ -197,7 +224,9 @@ class RewardAlarms:
         if self._best_val is None or acc > self._best_val[0]:
             self._best_val = (acc, val_step)
         best, best_step = self._best_val
-        self._score_by_step = {k: v for k, v in self._score_by_step.items() if k >= best_step}  # older ones are never read
+        self._score_by_step = {
+            k: v for k, v in self._score_by_step.items() if k >= best_step
+        }  # older ones are never read
         before = [s for k, s in self._score_by_step.items() if k == best_step]
         since = [s for k, s in self._score_by_step.items() if best_step < k <= val_step]
         if not since:
@@ -205,12 +234,24 @@ class RewardAlarms:
         base = before[-1] if before else since[0]
         rise, drop = float(np.mean(since)) - base, best - acc
         hit = rise >= self.cfg.divergence_reward_rise and drop >= self.cfg.divergence_val_drop
-        return drop, hit, (f"training score +{rise:.3f} since the best validation (step {best_step}, "
-                                       f"accuracy {best:.3f}) while validation accuracy fell to {acc:.3f} at step {val_step}")
+        return (
+            drop,
+            hit,
+            (
+                f"training score +{rise:.3f} since the best validation (step {best_step}, "
+                f"accuracy {best:.3f}) while validation accuracy fell to {acc:.3f} at step {val_step}"
+            ),
+        )
 
     def _clip(self, metrics: dict[str, float]) -> Reading | None:
         if "response_length/clip_ratio" not in metrics:
             return None
         r = float(metrics["response_length/clip_ratio"])
-        return r, r >= self.cfg.clip_ratio, (f"{r:.0%} of the responses hit max_response_length (threshold {self.cfg.clip_ratio:.0%} for "
-                   f"{self.cfg.patience} steps)")
+        return (
+            r,
+            r >= self.cfg.clip_ratio,
+            (
+                f"{r:.0%} of the responses hit max_response_length (threshold {self.cfg.clip_ratio:.0%} for "
+                f"{self.cfg.patience} steps)"
+            ),
+        )

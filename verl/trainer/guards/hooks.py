@@ -93,7 +93,7 @@ class RunGuards:
         last = self._last_checkpoint(trainer, step)[1]
         self.window = [s for s in self.window if last < s.step < step]
         self.window.append(ReplayStep(step, actor_batch.select(), capture_rng_state()))
-        del self.window[:-self.config.trainer.sentinel.replay_window]
+        del self.window[: -self.config.trainer.sentinel.replay_window]
 
     def after_step(self, trainer: Any, batch: Any, metrics: dict[str, float]) -> dict[str, float]:
         """``alarm/*`` and ``sentinel/*`` metrics of the finished step; on a trip, the sentinel's action.
@@ -134,8 +134,10 @@ class RunGuards:
 
     def _save_state(self, trainer: Any) -> None:
         """Put the alarm and sentinel state where the next checkpoint saves it."""
-        saved = {"alarms": self.alarms.state_dict() if self.alarms is not None else {},
-                 "sentinel": self.sentinel.state_dict() if self.sentinel is not None else {}}
+        saved = {
+            "alarms": self.alarms.state_dict() if self.alarms is not None else {},
+            "sentinel": self.sentinel.state_dict() if self.sentinel is not None else {},
+        }
         trainer.state.extra[STATE_KEY] = self._synced = saved
 
     def on_validation(self, trainer: Any, metrics: dict[str, float]) -> None:
@@ -161,9 +163,13 @@ class RunGuards:
             raise DivergenceError(f"step {step}: {'; '.join(reasons)}{where} (trainer.sentinel.action=stop)")
         if s.action == "rollback":
             if ckpt is None:
-                raise DivergenceError(f"step {step}: {'; '.join(reasons)}; no checkpoint before it to roll back to{where}")
+                raise DivergenceError(
+                    f"step {step}: {'; '.join(reasons)}; no checkpoint before it to roll back to{where}"
+                )
             if self.rollbacks >= MAX_ROLLBACKS:
-                raise DivergenceError(f"step {step}: {'; '.join(reasons)}; still tripping after {MAX_ROLLBACKS} rollbacks{where}")
+                raise DivergenceError(
+                    f"step {step}: {'; '.join(reasons)}; still tripping after {MAX_ROLLBACKS} rollbacks{where}"
+                )
             raise RollbackRequested(step, ckpt)
 
     @staticmethod
@@ -189,7 +195,9 @@ class RunGuards:
         if self._resume_saved is None:
             self._resume_saved = (t.resume_mode, t.resume_from_path)
         t.resume_mode, t.resume_from_path = "resume_path", str(request.checkpoint)
-        self.echo(f"SENTINEL: rolling back to {request.checkpoint} (step {back}); the batch of step {request.step} will be skipped")
+        self.echo(
+            f"SENTINEL: rolling back to {request.checkpoint} (step {back}); the batch of step {request.step} will be skipped"
+        )
 
     def _restore_resume_settings(self) -> None:
         if self._resume_saved is not None:

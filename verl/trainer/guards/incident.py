@@ -51,8 +51,11 @@ class ReplayStep:
 def batch_to_payload(batch: DataProto) -> dict[str, Any]:
     """A `DataProto` as plain containers for `torch.save`."""
     tensors = {k: v.detach().cpu().clone() for k, v in batch.batch.items()} if batch.batch is not None else {}
-    return {"tensors": tensors, "non_tensors": {k: v.copy() for k, v in batch.non_tensor_batch.items()},
-            "meta_info": dict(batch.meta_info)}
+    return {
+        "tensors": tensors,
+        "non_tensors": {k: v.copy() for k, v in batch.non_tensor_batch.items()},
+        "meta_info": dict(batch.meta_info),
+    }
 
 
 def payload_to_batch(payload: dict[str, Any]) -> DataProto:
@@ -60,8 +63,16 @@ def payload_to_batch(payload: dict[str, Any]) -> DataProto:
     return DataProto.from_dict(payload["tensors"], payload["non_tensors"], payload["meta_info"])
 
 
-def write_bundle(root: Path, step: int, reasons: list[str], metrics: dict[str, float], config: Any,
-                 steps: list[ReplayStep], checkpoint: Path | None, checkpoint_step: int) -> Path:
+def write_bundle(
+    root: Path,
+    step: int,
+    reasons: list[str],
+    metrics: dict[str, float],
+    config: Any,
+    steps: list[ReplayStep],
+    checkpoint: Path | None,
+    checkpoint_step: int,
+) -> Path:
     """Write ``incident_step_<step>/`` under ``root`` and return it (see the module docstring).
 
     Args:
@@ -79,15 +90,26 @@ def write_bundle(root: Path, step: int, reasons: list[str], metrics: dict[str, f
     out = root / f"incident_step_{step}"
     (out / "steps").mkdir(parents=True, exist_ok=True)
     for s in steps:
-        torch.save({"step": s.step, "batch": batch_to_payload(s.batch), "rng": s.rng, "recorded": s.recorded},
-                   out / "steps" / f"step_{s.step}.pt")
+        torch.save(
+            {"step": s.step, "batch": batch_to_payload(s.batch), "rng": s.rng, "recorded": s.recorded},
+            out / "steps" / f"step_{s.step}.pt",
+        )
     save_config(config, out / "config.yaml")
     kept = [s.step for s in steps]
     exact = bool(kept) and kept == list(range(checkpoint_step + 1, step + 1))
-    info = {"step": step, "reasons": reasons, "checkpoint": str(checkpoint) if checkpoint is not None else None,
-            "checkpoint_step": checkpoint_step, "replay_steps": kept, "exact": exact,
-            "metrics": {k: (float(v) if math.isfinite(float(v)) else str(v)) for k, v in metrics.items()
-                        if isinstance(v, (int, float))}}
+    info = {
+        "step": step,
+        "reasons": reasons,
+        "checkpoint": str(checkpoint) if checkpoint is not None else None,
+        "checkpoint_step": checkpoint_step,
+        "replay_steps": kept,
+        "exact": exact,
+        "metrics": {
+            k: (float(v) if math.isfinite(float(v)) else str(v))
+            for k, v in metrics.items()
+            if isinstance(v, (int, float))
+        },
+    }
     (out / INCIDENT_FILE).write_text(json.dumps(info, indent=1, sort_keys=True) + "\n")
     return out
 
@@ -101,8 +123,10 @@ def read_bundle(path: str | Path) -> tuple[dict[str, Any], list[ReplayStep]]:
     root = Path(path)
     info_file = root / INCIDENT_FILE
     if not info_file.is_file():
-        raise BundleError(f"{root}: not an incident bundle (no {INCIDENT_FILE}); bundles are the incident_step_<N> "
-                          "directories under <trainer.output_dir>/incidents")
+        raise BundleError(
+            f"{root}: not an incident bundle (no {INCIDENT_FILE}); bundles are the incident_step_<N> "
+            "directories under <trainer.output_dir>/incidents"
+        )
     info = json.loads(info_file.read_text())
     steps = []
     for k in info["replay_steps"]:

@@ -52,7 +52,9 @@ class DivergenceSentinel:
         self.cfg = cfg
         self.good: dict[int, dict[str, float]] = {}  # step -> {log_grad_norm, entropy, score}
 
-    def check(self, step: int, metrics: dict[str, float], advantages: torch.Tensor | None) -> tuple[list[str], dict[str, float]]:
+    def check(
+        self, step: int, metrics: dict[str, float], advantages: torch.Tensor | None
+    ) -> tuple[list[str], dict[str, float]]:
         """The reasons step ``step`` trips (empty = good) and its ``sentinel/*`` metrics.
 
         Args:
@@ -74,12 +76,14 @@ class DivergenceSentinel:
                 reasons.append(reason)
         kl = metrics.get("training/rollout_k3_kl")
         if kl is not None and math.isfinite(kl) and kl > self.cfg.rollout_kl_max:
-            reasons.append(f"rollout_kl: training/rollout_k3_kl {kl:.4g} > trainer.sentinel.rollout_kl_max "
-                           f"{self.cfg.rollout_kl_max} (the rollout engine samples from another policy than the one trained)")
+            reasons.append(
+                f"rollout_kl: training/rollout_k3_kl {kl:.4g} > trainer.sentinel.rollout_kl_max "
+                f"{self.cfg.rollout_kl_max} (the rollout engine samples from another policy than the one trained)"
+            )
         out["sentinel/tripped"] = 1.0 if reasons else 0.0
         if not reasons:
             self.good[step] = self._summary(metrics)
-            self.good = {k: self.good[k] for k in sorted(self.good)[-self.cfg.window:]}  # only the window is read
+            self.good = {k: self.good[k] for k in sorted(self.good)[-self.cfg.window :]}  # only the window is read
         return reasons, out
 
     def state_dict(self) -> dict[str, Any]:
@@ -97,19 +101,25 @@ class DivergenceSentinel:
 
     # ------------------------------------------------------------------------------ checks
     def _recent(self) -> list[dict[str, float]]:
-        return [self.good[k] for k in sorted(self.good)[-self.cfg.window:]]
+        return [self.good[k] for k in sorted(self.good)[-self.cfg.window :]]
 
     @staticmethod
     def _summary(metrics: dict[str, float]) -> dict[str, float]:
         g = metrics.get("actor/grad_norm")
-        out = {"log_grad_norm": math.log(g) if g is not None and g > 0 else math.nan,
-               "entropy": entropy_of(metrics), "score": metrics.get("critic/score/mean")}
+        out = {
+            "log_grad_norm": math.log(g) if g is not None and g > 0 else math.nan,
+            "entropy": entropy_of(metrics),
+            "score": metrics.get("critic/score/mean"),
+        }
         return {k: float(v) for k, v in out.items() if v is not None}
 
     @staticmethod
     def _non_finite(metrics: dict[str, float], advantages: torch.Tensor | None) -> list[str]:
-        bad = sorted(k for k, v in metrics.items()
-                     if k.startswith(WATCHED_PREFIXES) and isinstance(v, (int, float, np.number)) and not math.isfinite(float(v)))
+        bad = sorted(
+            k
+            for k, v in metrics.items()
+            if k.startswith(WATCHED_PREFIXES) and isinstance(v, (int, float, np.number)) and not math.isfinite(float(v))
+        )
         if advantages is not None and not bool(torch.isfinite(advantages).all()):
             bad.insert(0, "advantages")
         if not bad:
@@ -123,9 +133,11 @@ class DivergenceSentinel:
             return {}, None
         z = (math.log(g) - float(np.mean(hist))) / max(float(np.std(hist)), LOG_STD_FLOOR)
         if armed and z > self.cfg.grad_norm_z:
-            return {"sentinel/grad_norm_z": z}, (f"grad_norm: actor/grad_norm {g:.4g} is z={z:.1f} (log scale) over the "
-                                                 f"last {len(hist)} good steps (geometric mean {math.exp(np.mean(hist)):.4g}; "
-                                                 f"trainer.sentinel.grad_norm_z={self.cfg.grad_norm_z})")
+            return {"sentinel/grad_norm_z": z}, (
+                f"grad_norm: actor/grad_norm {g:.4g} is z={z:.1f} (log scale) over the "
+                f"last {len(hist)} good steps (geometric mean {math.exp(np.mean(hist)):.4g}; "
+                f"trainer.sentinel.grad_norm_z={self.cfg.grad_norm_z})"
+            )
         return {"sentinel/grad_norm_z": z}, None
 
     def _entropy(self, metrics: dict[str, float], armed: bool) -> tuple[dict[str, float], str | None]:
@@ -137,8 +149,10 @@ class DivergenceSentinel:
         ratio = h / prev
         bound = 1.0 + self.cfg.entropy_jump
         if armed and (ratio > bound or ratio < 1.0 / bound):
-            return {"sentinel/entropy_ratio": ratio}, (f"entropy: policy entropy {prev:.4g} -> {h:.4g} (x{ratio:.2f}; "
-                                                       f"trainer.sentinel.entropy_jump={self.cfg.entropy_jump} allows x{1 / bound:.2f}..x{bound:.2f})")
+            return {"sentinel/entropy_ratio": ratio}, (
+                f"entropy: policy entropy {prev:.4g} -> {h:.4g} (x{ratio:.2f}; "
+                f"trainer.sentinel.entropy_jump={self.cfg.entropy_jump} allows x{1 / bound:.2f}..x{bound:.2f})"
+            )
         return {"sentinel/entropy_ratio": ratio}, None
 
     def _reward(self, metrics: dict[str, float], armed: bool) -> tuple[dict[str, float], str | None]:
@@ -149,9 +163,11 @@ class DivergenceSentinel:
         mean = float(np.mean(hist))
         z = (mean - s) / max(float(np.std(hist)), REWARD_STD_FLOOR)
         if armed and z > self.cfg.reward_collapse_z:
-            return {"sentinel/reward_drop_z": z}, (f"reward_collapse: critic/score/mean {s:.4g} is {z:.1f} stds below the "
-                                                   f"last {len(hist)} good steps' mean {mean:.4g} "
-                                                   f"(trainer.sentinel.reward_collapse_z={self.cfg.reward_collapse_z})")
+            return {"sentinel/reward_drop_z": z}, (
+                f"reward_collapse: critic/score/mean {s:.4g} is {z:.1f} stds below the "
+                f"last {len(hist)} good steps' mean {mean:.4g} "
+                f"(trainer.sentinel.reward_collapse_z={self.cfg.reward_collapse_z})"
+            )
         return {"sentinel/reward_drop_z": z}, None
 
 

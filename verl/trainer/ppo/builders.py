@@ -96,8 +96,10 @@ def check_free_gpus(needed: int, free: float) -> None:
     if free < needed:
         from verl.config import ConfigError
 
-        raise ConfigError(f"actor_rollout_ref.hybrid_engine=false: the rollout's own pool needs {needed} GPU(s) besides the "
-                          f"actor's, but {free:g} are free; lower actor_rollout_ref.rollout.n_gpus_per_node or set hybrid_engine=true")
+        raise ConfigError(
+            f"actor_rollout_ref.hybrid_engine=false: the rollout's own pool needs {needed} GPU(s) besides the "
+            f"actor's, but {free:g} are free; lower actor_rollout_ref.rollout.n_gpus_per_node or set hybrid_engine=true"
+        )
 
 
 def build_split_rollout(cfg: RootConfig, actor_wg: Any) -> tuple[Any, Any]:
@@ -124,8 +126,9 @@ def build_split_rollout(cfg: RootConfig, actor_wg: Any) -> tuple[Any, Any]:
             check_free_gpus(size, ray.available_resources().get("GPU", 0.0))
         nnodes = cfg.actor_rollout_ref.rollout.nnodes or cfg.trainer.nnodes
         pool = RayResourcePool(size, cfg.trainer.device, nnodes=nnodes)
-    rollout_wg = build_worker_group(cfg, pool, "rollout", RolloutWorker, cfg.actor_rollout_ref, seed=cfg.trainer.seed,
-                                    device=cfg.trainer.device)
+    rollout_wg = build_worker_group(
+        cfg, pool, "rollout", RolloutWorker, cfg.actor_rollout_ref, seed=cfg.trainer.seed, device=cfg.trainer.device
+    )
     rollout_wg.init_model()
     return SplitActorRollout(actor_wg, rollout_wg, sync_check=cfg.actor_rollout_ref.rollout.sync_check), pool
 
@@ -152,7 +155,9 @@ def data_tool_schemas(data: Any) -> list[dict[str, Any]] | None:
     from verl.tools import load_tool_schemas
     from verl.workers.rollout.agent_loop.manager import builtin_config_file
 
-    return load_tool_schemas(builtin_config_file(data.tool_config_path, "tool"))  # builtin://NAME as the agent loop reads it
+    return load_tool_schemas(
+        builtin_config_file(data.tool_config_path, "tool")
+    )  # builtin://NAME as the agent loop reads it
 
 
 def check_device(cfg: RootConfig) -> None:
@@ -178,13 +183,23 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     prepare_run(cfg, tokenizer)  # pre-flight checks (verl.run.preflight), before any model loads
     tools = data_tool_schemas(cfg.data)  # data.tool_config_path: overlong prompts counted with the tools rendered
     train_dl = dataloader or RLDataLoader(cfg.data, tokenizer=tokenizer, split="train", tool_schemas=tools)
-    val_dl = RLDataLoader(cfg.data, tokenizer=tokenizer, split="val", tool_schemas=tools) if cfg.data.val_files else None
+    val_dl = (
+        RLDataLoader(cfg.data, tokenizer=tokenizer, split="val", tool_schemas=tools) if cfg.data.val_files else None
+    )
     total = cfg.trainer.total_training_steps or len(train_dl) * cfg.trainer.total_epochs
     reward_fn, val_reward_fn = build_reward_fns(cfg, tokenizer)
     use_ref = cfg.algorithm.use_kl_in_reward or cfg.actor_rollout_ref.actor.use_kl_loss
     pool = build_resource_pool(cfg)
-    actor_wg = build_worker_group(cfg, pool, "actor_rollout_ref", ActorRolloutRefWorker, cfg.actor_rollout_ref, use_reference=use_ref,
-                                  seed=cfg.trainer.seed, device=cfg.trainer.device)
+    actor_wg = build_worker_group(
+        cfg,
+        pool,
+        "actor_rollout_ref",
+        ActorRolloutRefWorker,
+        cfg.actor_rollout_ref,
+        use_reference=use_ref,
+        seed=cfg.trainer.seed,
+        device=cfg.trainer.device,
+    )
     actor_wg.init_model(total)
     critic_wg, extra_pools = None, []
     if not cfg.actor_rollout_ref.hybrid_engine:
@@ -193,14 +208,24 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     if cfg.critic.enable:
         critic_pool = pool if cfg.critic.placement == "colocated" else build_resource_pool(cfg)
         extra_pools.append(critic_pool)
-        critic_wg = build_worker_group(cfg, critic_pool, "critic", CriticWorker, cfg.critic, rollout_n=cfg.actor_rollout_ref.rollout.n,
-                                       seed=cfg.trainer.seed, device=cfg.trainer.device)
+        critic_wg = build_worker_group(
+            cfg,
+            critic_pool,
+            "critic",
+            CriticWorker,
+            cfg.critic,
+            rollout_n=cfg.actor_rollout_ref.rollout.n,
+            seed=cfg.trainer.seed,
+            device=cfg.trainer.device,
+        )
         critic_wg.init_model(total)
     rm_wg = None
     if cfg.reward_model.enable:
         rm_pool = pool if cfg.reward_model.placement == "colocated" else build_resource_pool(cfg)
         extra_pools.append(rm_pool)
-        rm_wg = build_worker_group(cfg, rm_pool, "reward_model", RewardModelWorker, cfg.reward_model, device=cfg.trainer.device)
+        rm_wg = build_worker_group(
+            cfg, rm_pool, "reward_model", RewardModelWorker, cfg.reward_model, device=cfg.trainer.device
+        )
         rm_wg.init_model()
     teacher = build_teacher(cfg, pool, build_worker_group)  # on-policy distillation (None unless distillation.enabled)
     kl_ctrl = None
@@ -215,8 +240,20 @@ def build_parts(cfg: RootConfig, dataloader: Any = None) -> TrainerParts:
     tracker = Tracking(cfg.trainer.logger, out_dir, cfg.trainer.project_name, cfg.trainer.experiment_name)
     keeps = [k for k in (cfg.trainer.max_actor_ckpt_to_keep, cfg.trainer.max_critic_ckpt_to_keep) if k]
     return TrainerParts(
-        tokenizer=tokenizer, train_dataloader=train_dl, val_dataloader=val_dl, reward_fn=reward_fn,
-        val_reward_fn=val_reward_fn, actor_rollout_wg=actor_wg, critic_wg=critic_wg, rm_wg=rm_wg, resource_pools=[p for p in dict.fromkeys([pool, *extra_pools]) if p is not None], kl_ctrl=kl_ctrl,
-        tracker=tracker, checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
-        total_training_steps=total, n_params=actor_wg.num_parameters(), world_size=world_size(cfg), teacher=teacher,
+        tokenizer=tokenizer,
+        train_dataloader=train_dl,
+        val_dataloader=val_dl,
+        reward_fn=reward_fn,
+        val_reward_fn=val_reward_fn,
+        actor_rollout_wg=actor_wg,
+        critic_wg=critic_wg,
+        rm_wg=rm_wg,
+        resource_pools=[p for p in dict.fromkeys([pool, *extra_pools]) if p is not None],
+        kl_ctrl=kl_ctrl,
+        tracker=tracker,
+        checkpoints=CheckpointManager(cfg.trainer.default_local_dir, min(keeps) if keeps else None),
+        total_training_steps=total,
+        n_params=actor_wg.num_parameters(),
+        world_size=world_size(cfg),
+        teacher=teacher,
     )

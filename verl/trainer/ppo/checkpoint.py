@@ -24,7 +24,10 @@ if TYPE_CHECKING:
 
 
 def write_checkpoint(
-    parts: TrainerParts, state: TrainerState, config: RootConfig, export_hf: Callable[[Path, Path], object] | None = None,
+    parts: TrainerParts,
+    state: TrainerState,
+    config: RootConfig,
+    export_hf: Callable[[Path, Path], object] | None = None,
 ) -> Path:
     """Save every role, the trainer state and the config as ``global_step_<N>`` (atomic).
 
@@ -42,10 +45,13 @@ def write_checkpoint(
         save_export_files(config.actor_rollout_ref.model, parts.tokenizer, tmp / "actor")  # for `verl merge`
         if parts.critic_wg is not None:
             parts.critic_wg.save_checkpoint(str(tmp / "critic"))
-            critic_model = dataclasses.replace(config.critic.model, path=config.critic.model.path or config.actor_rollout_ref.model.path)
+            critic_model = dataclasses.replace(
+                config.critic.model, path=config.critic.model.path or config.actor_rollout_ref.model.path
+            )
             save_export_files(critic_model, parts.tokenizer, tmp / "critic")
         trainer_state = {
-            "global_step": state.global_step, "epoch": state.epoch,
+            "global_step": state.global_step,
+            "epoch": state.epoch,
             "dataloader": parts.train_dataloader.state_dict(),
             "kl_ctrl": parts.kl_ctrl.state_dict() if parts.kl_ctrl is not None else None,
             "rng": capture_rng_state(),
@@ -72,12 +78,15 @@ def restore_checkpoint(parts: TrainerParts, state: TrainerState, trainer_cfg: Tr
     parts.actor_rollout_wg.load_checkpoint(str(path / "actor"))
     if parts.critic_wg is not None:
         parts.critic_wg.load_checkpoint(str(path / "critic"))
-    saved = safe_torch_load(path / "trainer_state.pt", "trainer.resume_mode / trainer.resume_from_path",
-                            "trainer state", map_location="cpu")
+    saved = safe_torch_load(
+        path / "trainer_state.pt", "trainer.resume_mode / trainer.resume_from_path", "trainer state", map_location="cpu"
+    )
     state.global_step, state.epoch = int(saved["global_step"]), int(saved["epoch"])
     state.extra = dict(saved.get("extra") or {})
     if state.global_step != step_of(path):
-        raise CheckpointError(f"{path}: trainer_state.pt records step {state.global_step}, the directory says {step_of(path)}")
+        raise CheckpointError(
+            f"{path}: trainer_state.pt records step {state.global_step}, the directory says {step_of(path)}"
+        )
     parts.train_dataloader.load_state_dict(saved["dataloader"])
     if parts.kl_ctrl is not None and saved["kl_ctrl"] is not None:
         parts.kl_ctrl.load_state_dict(saved["kl_ctrl"])

@@ -139,8 +139,15 @@ def register_policy_loss(name: str) -> Callable[[Callable[..., Any]], Callable[.
 def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
     """A built-in per-token loss behind verl's signature: aggregated with local counts."""
 
-    def loss(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-             rollout_is_weights=None):
+    def loss(
+        old_log_prob,
+        log_prob,
+        advantages,
+        response_mask,
+        loss_agg_mode="token-mean",
+        config=None,
+        rollout_is_weights=None,
+    ):
         def get(k, d):
             return getattr(config, k, d) if getattr(config, k, None) is not None else d
 
@@ -151,9 +158,16 @@ def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
         for key in ("clip_cov_ratio", "clip_cov_lb", "clip_cov_ub", "kl_cov_ratio", "ppo_kl_coef", "dro_beta"):
             if getattr(policy_loss, key, None) is not None:
                 extra[key] = getattr(policy_loss, key)
-        pg_losses, metrics = native(old_log_prob, log_prob, advantages, response_mask,
-                                    clip_ratio_low=get("clip_ratio_low", clip), clip_ratio_high=get("clip_ratio_high", clip),
-                                    clip_ratio_c=get("clip_ratio_c", 3.0), **extra)
+        pg_losses, metrics = native(
+            old_log_prob,
+            log_prob,
+            advantages,
+            response_mask,
+            clip_ratio_low=get("clip_ratio_low", clip),
+            clip_ratio_high=get("clip_ratio_high", clip),
+            clip_ratio_c=get("clip_ratio_c", 3.0),
+            **extra,
+        )
         if rollout_is_weights is not None:
             pg_losses = pg_losses * rollout_is_weights
         mode = getattr(native, "loss_agg_mode", loss_agg_mode)  # sapo / geo_mean: verl's fixed aggregation
@@ -166,8 +180,8 @@ def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
 def __getattr__(attr: str) -> Callable[..., Any]:
     """verl's ``compute_policy_loss_<mode>`` names (``compute_policy_loss_dro``, ``..._gspo``, ...): `get_policy_loss_fn`."""
     prefix = "compute_policy_loss_"
-    if attr.startswith(prefix) and attr[len(prefix):] in POLICY_LOSSES:
-        return get_policy_loss_fn(attr[len(prefix):])
+    if attr.startswith(prefix) and attr[len(prefix) :] in POLICY_LOSSES:
+        return get_policy_loss_fn(attr[len(prefix) :])
     raise AttributeError(f"module {__name__!r} has no attribute {attr!r}")
 
 
@@ -181,9 +195,16 @@ def get_policy_loss_fn(name: str) -> Callable[..., Any]:
     return getattr(fn, "verl_fn", None) or _as_verl_loss(fn)
 
 
-def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str, dp_size: int = 1,
-             batch_num_tokens: Any = None, global_batch_size: Any = None, loss_scale_factor: Any = None,
-             **kwargs: Any) -> torch.Tensor:
+def agg_loss(
+    loss_mat: torch.Tensor,
+    loss_mask: torch.Tensor,
+    loss_agg_mode: str,
+    dp_size: int = 1,
+    batch_num_tokens: Any = None,
+    global_batch_size: Any = None,
+    loss_scale_factor: Any = None,
+    **kwargs: Any,
+) -> torch.Tensor:
     """verl's ``agg_loss``: `(B, R)` -> 0-d, verl's formula (``verl/trainer/ppo/core_algos.py``).
 
     One rank's share of the global loss, times ``dp_size`` (FSDP averages gradients over ranks):
@@ -202,9 +223,20 @@ def agg_loss(loss_mat: torch.Tensor, loss_mask: torch.Tensor, loss_agg_mode: str
         return (loss_mat * loss_mask.to(loss_mat.dtype)).sum() * dp_size
     needs = batch_num_tokens if loss_agg_mode == "token-mean" else global_batch_size
     if dp_size > 1 and needs is None:
-        raise ValueError(f"loss_agg_mode={loss_agg_mode}: the global "
-                         f"{'batch_num_tokens' if loss_agg_mode == 'token-mean' else 'global_batch_size'} is required when dp_size > 1")
+        raise ValueError(
+            f"loss_agg_mode={loss_agg_mode}: the global "
+            f"{'batch_num_tokens' if loss_agg_mode == 'token-mean' else 'global_batch_size'} is required when dp_size > 1"
+        )
     if loss_agg_mode == "seq-mean-token-sum-norm" and loss_scale_factor is None:
         loss_scale_factor = loss_mask.shape[-1]
-    return _agg_loss(loss_mat, loss_mask, loss_agg_mode, global_token_count=batch_num_tokens,
-                     global_seq_count=global_batch_size, loss_scale_factor=loss_scale_factor) * dp_size
+    return (
+        _agg_loss(
+            loss_mat,
+            loss_mask,
+            loss_agg_mode,
+            global_token_count=batch_num_tokens,
+            global_seq_count=global_batch_size,
+            loss_scale_factor=loss_scale_factor,
+        )
+        * dp_size
+    )

@@ -58,7 +58,9 @@ class TeacherScorer:
             ValueError: several teachers and a row whose routing value names none of them.
         """
         rows = self._routes(batch)
-        parts = {key: self.groups[key].compute_teacher_log_prob(batch[torch.as_tensor(idx)]) for key, idx in rows.items()}
+        parts = {
+            key: self.groups[key].compute_teacher_log_prob(batch[torch.as_tensor(idx)]) for key, idx in rows.items()
+        }
         first = next(iter(parts.values()))
         for name in first.batch.keys():
             ref = first.batch[name]
@@ -74,12 +76,15 @@ class TeacherScorer:
             return {next(iter(self.groups)): np.arange(len(batch))}
         values = batch.non_tensor_batch.get(self.teacher_key)
         if values is None:
-            raise ValueError(f"distillation.teacher_key={self.teacher_key!r}: the batch has no such per-sample field "
-                             f"(it has {sorted(batch.non_tensor_batch)})")
+            raise ValueError(
+                f"distillation.teacher_key={self.teacher_key!r}: the batch has no such per-sample field "
+                f"(it has {sorted(batch.non_tensor_batch)})"
+            )
         unknown = sorted({str(v) for v in values} - set(self.groups))
         if unknown:
-            raise ValueError(f"distillation: no teacher for {self.teacher_key}={unknown[0]!r}; "
-                             f"teachers: {sorted(self.groups)}")
+            raise ValueError(
+                f"distillation: no teacher for {self.teacher_key}={unknown[0]!r}; teachers: {sorted(self.groups)}"
+            )
         keys = np.asarray([str(v) for v in values], dtype=object)
         return {k: np.nonzero(keys == k)[0] for k in self.groups if (keys == k).any()}
 
@@ -129,23 +134,39 @@ def build_teacher(cfg: RootConfig, actor_pool: Any, make_group: Callable[..., An
         pool = actor_pool
         if teacher.world_size > 0:
             if actor_pool is None and teacher.world_size > 1:
-                raise ConfigError(f"distillation: teacher {key!r} has {teacher.world_size} devices "
-                                  "(num_replicas x per_replica_world_size); the local backend runs one; use trainer.backend=ray")
+                raise ConfigError(
+                    f"distillation: teacher {key!r} has {teacher.world_size} devices "
+                    "(num_replicas x per_replica_world_size); the local backend runs one; use trainer.backend=ray"
+                )
             if actor_pool is not None:  # the Ray backend
                 import ray
 
                 from verl.single_controller.ray import RayResourcePool
 
                 free = ray.available_resources().get("GPU", 0.0)
-                if cfg.trainer.device == "cuda" and free < teacher.world_size:  # else the placement waits for GPUs that never come
-                    raise ConfigError(f"distillation: teacher {key!r} needs {teacher.world_size} GPU(s) of its own besides the "
-                                      f"actor's, but {free:g} are free; lower distillation.n_gpus_per_node / nnodes, or set "
-                                      "nnodes=0 to colocate the teacher with the actor")
+                if (
+                    cfg.trainer.device == "cuda" and free < teacher.world_size
+                ):  # else the placement waits for GPUs that never come
+                    raise ConfigError(
+                        f"distillation: teacher {key!r} needs {teacher.world_size} GPU(s) of its own besides the "
+                        f"actor's, but {free:g} are free; lower distillation.n_gpus_per_node / nnodes, or set "
+                        "nnodes=0 to colocate the teacher with the actor"
+                    )
                 pool = RayResourcePool(teacher.world_size, cfg.trainer.device)
                 pools.append(pool)
         micro = teacher_micro_batches(cfg.actor_rollout_ref.ref, teacher.inference.max_num_seqs)
-        wg = make_group(cfg, pool, f"teacher_{key}", TeacherWorker, cfg.actor_rollout_ref.model, teacher,
-                        cfg.actor_rollout_ref.ref.fsdp_config, topk, micro, device=cfg.trainer.device)
+        wg = make_group(
+            cfg,
+            pool,
+            f"teacher_{key}",
+            TeacherWorker,
+            cfg.actor_rollout_ref.model,
+            teacher,
+            cfg.actor_rollout_ref.ref.fsdp_config,
+            topk,
+            micro,
+            device=cfg.trainer.device,
+        )
         vocabs[key] = wg.init_model()[0]
         groups[key] = wg
     _check_vocab(cfg, vocabs, topk)
@@ -164,7 +185,9 @@ def _check_vocab(cfg: RootConfig, vocabs: dict[str, int], topk: int | None) -> N
     size = getattr(student, "vocab_size", None) or getattr(getattr(student, "text_config", None), "vocab_size", None)
     for key, vocab in vocabs.items():
         if size is not None and vocab != size:
-            raise ConfigError(f"distillation: teacher {key!r} has a vocabulary of {vocab} tokens, the student "
-                              f"{size}; the teacher must use the student's tokenizer")
+            raise ConfigError(
+                f"distillation: teacher {key!r} has a vocabulary of {vocab} tokens, the student "
+                f"{size}; the teacher must use the student's tokenizer"
+            )
         if topk is not None and topk > vocab:
             raise ConfigError(f"distillation.distillation_loss.topk={topk} exceeds the teacher's vocabulary ({vocab})")

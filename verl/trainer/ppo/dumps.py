@@ -49,8 +49,14 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["TOKEN_ARRAYS", "dump_generations", "dump_rollout_data", "generation_rows", "pick_val_generations",
-           "select_dump_rows"]
+__all__ = [
+    "TOKEN_ARRAYS",
+    "dump_generations",
+    "dump_rollout_data",
+    "generation_rows",
+    "pick_val_generations",
+    "select_dump_rows",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -74,9 +80,15 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def generation_rows(batch: Any, tokenizer: Any, step: int, *, scores: Sequence[float] | torch.Tensor | None = None,
-                    extra: dict[str, Sequence[Any]] | None = None,
-                    policy_version: int | None = None) -> list[dict[str, Any]]:
+def generation_rows(
+    batch: Any,
+    tokenizer: Any,
+    step: int,
+    *,
+    scores: Sequence[float] | torch.Tensor | None = None,
+    extra: dict[str, Sequence[Any]] | None = None,
+    policy_version: int | None = None,
+) -> list[dict[str, Any]]:
     """The dump rows of a generated batch (module docstring), in batch order.
 
     Args:
@@ -124,8 +136,11 @@ def generation_rows(batch: Any, tokenizer: Any, step: int, *, scores: Sequence[f
         for key in AGENT_LOOP_KEYS:
             if key in ntb:
                 row[key] = _jsonable(ntb[key][i])
-        row.update(prompt_length=len(prompts[i]), response_length=len(responses[i]),
-                   truncated=len(responses[i]) >= max_response)
+        row.update(
+            prompt_length=len(prompts[i]),
+            response_length=len(responses[i]),
+            truncated=len(responses[i]) >= max_response,
+        )
         if "min_global_steps" in ntb:  # verl's async trainers: the policy versions a trajectory spans
             row["min_global_steps"] = _jsonable(ntb["min_global_steps"][i])
             row["max_global_steps"] = _jsonable(ntb.get("max_global_steps", ntb["min_global_steps"])[i])
@@ -148,8 +163,9 @@ def dump_generations(directory: str | Path, step: int, rows: Sequence[dict[str, 
     return out
 
 
-def pick_val_generations(inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float],
-                         n: int) -> list[tuple[str, str, float]]:
+def pick_val_generations(
+    inputs: Sequence[str], outputs: Sequence[str], scores: Sequence[float], n: int
+) -> list[tuple[str, str, float]]:
     """N (input, output, score) samples: sorted by input, shuffled with RandomState(42), first N."""
     samples = sorted(zip(inputs, outputs, (float(s) for s in scores)), key=lambda x: x[0])
     order = np.arange(len(samples))
@@ -225,9 +241,17 @@ def _ragged(rows: list[torch.Tensor], dtype: Any) -> np.ndarray:
     return np.concatenate([r.cpu().numpy().astype(dtype) for r in rows]) if rows else np.zeros(0, dtype)
 
 
-def dump_rollout_data(batch: Any, tokenizer: Any, directory: str | Path, step: int, *, max_rows: int | None = None,
-                      entropys: torch.Tensor | None = None, score_keys: Sequence[str] = (),
-                      policy_version: int | None = None) -> tuple[Path, Path]:
+def dump_rollout_data(
+    batch: Any,
+    tokenizer: Any,
+    directory: str | Path,
+    step: int,
+    *,
+    max_rows: int | None = None,
+    entropys: torch.Tensor | None = None,
+    score_keys: Sequence[str] = (),
+    policy_version: int | None = None,
+) -> tuple[Path, Path]:
     """Write ``<directory>/<step>.jsonl`` and ``<directory>/<step>.tokens.npz`` (module docstring).
 
     Args:
@@ -262,7 +286,8 @@ def dump_rollout_data(batch: Any, tokenizer: Any, directory: str | Path, step: i
     resp_len = np.asarray([len(r) for r in responses], dtype=np.int64)
 
     arrays: dict[str, np.ndarray] = {
-        "prompt_ids": _ragged(prompts, np.int32), "response_ids": _ragged(responses, np.int32),
+        "prompt_ids": _ragged(prompts, np.int32),
+        "response_ids": _ragged(responses, np.int32),
         "prompt_offsets": np.concatenate([[0], np.cumsum([len(p) for p in prompts])]).astype(np.int64),
         "response_offsets": np.concatenate([[0], np.cumsum(resp_len)]).astype(np.int64),
         "response_pad": (b["responses"].shape[1] - resp_len).astype(np.int32),

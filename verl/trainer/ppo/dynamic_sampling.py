@@ -51,8 +51,10 @@ def metric_values(batch: DataProto, metric: str | None) -> np.ndarray:
         return batch.batch["token_level_scores"].sum(-1).double().numpy()
     if name not in batch.non_tensor_batch:
         have = sorted(k for k, v in batch.non_tensor_batch.items() if _numeric(v))
-        raise KeyError(f"algorithm.filter_groups.metric={name!r} is not a per-sample value of the reward; "
-                       f"use one of {list(SEQ_METRICS) + have}")
+        raise KeyError(
+            f"algorithm.filter_groups.metric={name!r} is not a per-sample value of the reward; "
+            f"use one of {list(SEQ_METRICS) + have}"
+        )
     return np.asarray(batch.non_tensor_batch[name], dtype=np.float64)
 
 
@@ -130,7 +132,8 @@ class DynamicSampler:
                 raise RuntimeError(
                     f"dynamic sampling kept {len(self.kept_uids)} of {self.train_batch_size} groups after "
                     f"{self.num_gen_batches} generation batches (algorithm.filter_groups.max_num_gen_batches); "
-                    "raise it or data.gen_batch_size, or check that rewards vary within groups")
+                    "raise it or data.gen_batch_size, or check that rewards vary within groups"
+                )
             return None, {}
         full = DataProto.concat(self.parts) if len(self.parts) > 1 else self.parts[0]
         chosen = set(self.kept_uids[: self.train_batch_size])

@@ -83,8 +83,13 @@ def compute_timing_metrics(batch: DataProto, timing: dict[str, float]) -> dict[s
     all_tokens = float(b["attention_mask"].sum())
     per_stage = {"gen": response_tokens, **{name: all_tokens for name in PER_TOKEN_STAGES}}
     out = {f"timing_s/{k}": v for k, v in timing.items()}
-    out.update({f"timing_per_token_ms/{k}": 1000.0 * timing[k] / per_stage[k]
-                for k in per_stage if k in timing and per_stage[k] > 0})
+    out.update(
+        {
+            f"timing_per_token_ms/{k}": 1000.0 * timing[k] / per_stage[k]
+            for k in per_stage
+            if k in timing and per_stage[k] > 0
+        }
+    )
     return out
 
 
@@ -131,8 +136,11 @@ def compute_memory_metrics(device: str) -> dict[str, float]:
 
         peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 / gib  # ru_maxrss is KiB on Linux
         allocated = reserved = peak
-    return {"perf/max_memory_allocated_gb": float(allocated), "perf/max_memory_reserved_gb": float(reserved),
-            "perf/cpu_memory_used_gb": psutil.virtual_memory().used / gib}
+    return {
+        "perf/max_memory_allocated_gb": float(allocated),
+        "perf/max_memory_reserved_gb": float(reserved),
+        "perf/cpu_memory_used_gb": psutil.virtual_memory().used / gib,
+    }
 
 
 @functools.lru_cache(maxsize=1)
@@ -156,7 +164,9 @@ def device_peak_flops(device: str = "cpu") -> float:
     return 2 * n**3 / best
 
 
-def compute_throughput_metrics(batch: DataProto, timing: dict[str, float], world_size: int, n_params: int, ppo_epochs: int, device: str) -> dict[str, float]:
+def compute_throughput_metrics(
+    batch: DataProto, timing: dict[str, float], world_size: int, n_params: int, ppo_epochs: int, device: str
+) -> dict[str, float]:
     """``perf/total_num_tokens``, ``perf/throughput`` (tokens/s/device) and ``perf/mfu/{actor,critic}``.
 
     MFU of an update = 6 · N_params · tokens · ppo_epochs (forward + backward, Kaplan et al.

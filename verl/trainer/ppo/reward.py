@@ -111,15 +111,22 @@ def load_reward_manager(cfg: RootConfig, tokenizer: Any, num_examine: int = 0, *
         factory = VerlManagerAdapter(load_extern_type(rm.module.path, rm.module.name))
     else:
         factory = REWARD_MANAGERS.get(_manager_name(cfg))
-    return factory(tokenizer, compute_score=_compute_score(cfg), reward_fn_key=cfg.data.reward_fn_key,
-                   timeout_s=cfg.reward_model.timeout_s, num_examine=num_examine, reward_kwargs=_reward_kwargs(cfg),
-                   **options)
+    return factory(
+        tokenizer,
+        compute_score=_compute_score(cfg),
+        reward_fn_key=cfg.data.reward_fn_key,
+        timeout_s=cfg.reward_model.timeout_s,
+        num_examine=num_examine,
+        reward_kwargs=_reward_kwargs(cfg),
+        **options,
+    )
 
 
 def build_reward_fns(cfg: RootConfig, tokenizer: Any) -> tuple[Any, Any]:
     """Training and validation reward managers (the DAPO overlong penalty only in training)."""
     overlong, max_len = overlong_settings(cfg)
-    train = load_reward_manager(cfg, tokenizer, 0, overlong_buffer=overlong if overlong.enable else None,
-                                max_response_length=max_len)
+    train = load_reward_manager(
+        cfg, tokenizer, 0, overlong_buffer=overlong if overlong.enable else None, max_response_length=max_len
+    )
     val = load_reward_manager(cfg, tokenizer, 1)
     return train, val

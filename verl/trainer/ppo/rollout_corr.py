@@ -36,8 +36,12 @@ def correction_params(rc: Any) -> RolloutCorrectionParams:
     if rc.rollout_rs is not None:
         low, high = parse_ratio_bounds(rc.rollout_rs_threshold, "algorithm.rollout_correction.rollout_rs_threshold")
     return RolloutCorrectionParams(
-        rollout_is=rc.rollout_is, is_threshold=float(rc.rollout_is_threshold),
-        is_batch_normalize=bool(rc.rollout_is_batch_normalize), rollout_rs=rc.rollout_rs, rs_low=low, rs_high=high,
+        rollout_is=rc.rollout_is,
+        is_threshold=float(rc.rollout_is_threshold),
+        is_batch_normalize=bool(rc.rollout_is_batch_normalize),
+        rollout_rs=rc.rollout_rs,
+        rs_low=low,
+        rs_high=high,
     )
 
 
@@ -48,8 +52,10 @@ def bypass_old_log_probs(batch: DataProto) -> None:
         ValueError: the engine returned no ``rollout_log_probs``.
     """
     if "rollout_log_probs" not in batch.batch.keys():
-        raise ValueError("algorithm.rollout_correction.bypass_mode needs rollout_log_probs from the engine "
-                         "(rollout.calculate_log_probs=true)")
+        raise ValueError(
+            "algorithm.rollout_correction.bypass_mode needs rollout_log_probs from the engine "
+            "(rollout.calculate_log_probs=true)"
+        )
     batch.batch["old_log_probs"] = batch.batch["rollout_log_probs"].clone()
 
 
@@ -72,7 +78,9 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
     active = rc.rollout_is is not None or rc.rollout_rs is not None or rc.bypass_mode
     if "rollout_log_probs" not in b.keys():
         if active:
-            raise ValueError("algorithm.rollout_correction needs rollout_log_probs from the engine (rollout.calculate_log_probs=true)")
+            raise ValueError(
+                "algorithm.rollout_correction needs rollout_log_probs from the engine (rollout.calculate_log_probs=true)"
+            )
         return {}
     if rc.bypass_mode:
         # the actor's bypass_mode loss applies RS / IS per micro-batch to π_θ vs π_rollout (as verl);

@@ -85,20 +85,28 @@ class SplitActorRollout:
         n_tensors, buckets = self.actor_wg.begin_weight_stream(not full)[0]
         self.rollout_wg.begin_weight_update(self.policy_version)
         for _ in range(buckets):
-            bucket = self.actor_wg.call_by_reference("next_weight_bucket")[0]  # every actor rank gathers, rank 0's result
+            bucket = self.actor_wg.call_by_reference("next_weight_bucket")[
+                0
+            ]  # every actor rank gathers, rank 0's result
             self.rollout_wg.load_weight_bucket(bucket)
             del bucket  # the last reference, dropped before the next gather: one bucket in the store at a time
         ranks = self.rollout_wg.finish_weight_update()
         for stats in ranks:  # every rollout rank got every bucket
             if int(stats["tensors"]) != n_tensors or int(stats["buckets"]) != buckets:
-                raise RuntimeError(f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, a rollout "
-                                   f"rank loaded {int(stats['tensors'])} in {int(stats['buckets'])}")
+                raise RuntimeError(
+                    f"weight sync: the actor sent {n_tensors} tensors in {buckets} buckets, a rollout "
+                    f"rank loaded {int(stats['tensors'])} in {int(stats['buckets'])}"
+                )
         self._stale = self._full = False
         self.syncs += 1
         peak = max(float(r.get("peak_extra_bytes", 0.0)) for r in ranks)  # the largest rank's
         resident = max(float(r.get("resident_bytes", 0.0)) for r in ranks)
-        self.last_sync = {**stats, "peak_extra_bytes": peak, "resident_bytes": resident,
-                          "seconds": time.perf_counter() - start}
+        self.last_sync = {
+            **stats,
+            "peak_extra_bytes": peak,
+            "resident_bytes": resident,
+            "seconds": time.perf_counter() - start,
+        }
         self._unreported_s += self.last_sync["seconds"]
         if self.attestor is not None:
             self._attest()
@@ -121,8 +129,9 @@ class SplitActorRollout:
             actual = [{n: Fingerprint.from_wire(w) for n, w in r["fingerprints"].items()} for r in ranks]
             wire = self.actor_wg.sync_expected(ranks[0]["fingerprints"], bool(ranks[0]["vllm"]))[0]
             expected = {n: Fingerprint.from_wire(w) for n, w in wire.items()}
-            self.attestor.check(actual, lambda _: expected, self.policy_version,
-                                min(int(r["version"]) for r in ranks), canary)
+            self.attestor.check(
+                actual, lambda _: expected, self.policy_version, min(int(r["version"]) for r in ranks), canary
+            )
 
     # ------------------------------------------------------------------ ActorRolloutGroup
     def generate_sequences(self, prompts: DataProto) -> DataProto:

@@ -146,7 +146,9 @@ class StreamingRewards:
             part = DataProto.from_dict(non_tensors={k: prompts.non_tensor_batch[k][index] for k in keys})
             part.union(data)
             pending.reported.update(rows)
-            pending.futures.extend(self.scorer.submit_each(part, rows) if self.per_row else [self.scorer.submit(part, rows)])
+            pending.futures.extend(
+                self.scorer.submit_each(part, rows) if self.per_row else [self.scorer.submit(part, rows)]
+            )
 
         previous, engine.on_trajectories_finished = engine.on_trajectories_finished, hook
         try:
@@ -167,8 +169,11 @@ class _RewardModelCall:
         self.rm_wg = rm_wg
 
     def __call__(self, data: DataProto, return_dict: bool = True) -> dict[str, Any]:
-        return {"reward_tensor": self.rm_wg.compute_rm_score(data).batch["rm_scores"], "reward_extra_info": {},
-                "reward_metrics": {}}
+        return {
+            "reward_tensor": self.rm_wg.compute_rm_score(data).batch["rm_scores"],
+            "reward_extra_info": {},
+            "reward_metrics": {},
+        }
 
 
 def build_streaming_rewards(cfg: Any, reward_fn: Any, rm_wg: Any) -> StreamingRewards | None:

@@ -58,7 +58,9 @@ class RLTrainer:
         parts: pre-built `TrainerParts` (tests inject mock groups here).
     """
 
-    def __init__(self, config: Any, dataloader: Any = None, model_config: Any = None, parts: TrainerParts | None = None) -> None:
+    def __init__(
+        self, config: Any, dataloader: Any = None, model_config: Any = None, parts: TrainerParts | None = None
+    ) -> None:
         self.config = resolve_root(config, model_config)
         self._dataloader = dataloader
         self.parts = parts
@@ -132,8 +134,11 @@ class RLTrainer:
         resumed = self._load_checkpoint()
         p.tracker.keep_until(self.global_step if resumed else -1)
         if self.global_step >= p.total_training_steps:
-            print(f"Training already complete: global_step {self.global_step} >= total_training_steps "
-                  f"{p.total_training_steps}; nothing to do.", flush=True)
+            print(
+                f"Training already complete: global_step {self.global_step} >= total_training_steps "
+                f"{p.total_training_steps}; nothing to do.",
+                flush=True,
+            )
             return p.history
         if cfg.trainer.val_before_train and p.val_dataloader is not None and not resumed:
             val = self._validate()
@@ -151,7 +156,11 @@ class RLTrainer:
                 self.global_step += 1
                 last = self.global_step >= p.total_training_steps
                 # as verl: test_freq=-1 never validates during training, not even after the last step
-                if p.val_dataloader is not None and cfg.trainer.test_freq > 0 and (last or self.global_step % cfg.trainer.test_freq == 0):
+                if (
+                    p.val_dataloader is not None
+                    and cfg.trainer.test_freq > 0
+                    and (last or self.global_step % cfg.trainer.test_freq == 0)
+                ):
                     metrics.update(self._validate())
                 # the metrics row is durable before its checkpoint is published: a kill in between
                 # redoes the step on resume instead of losing its row (timing_s/save_checkpoint is
@@ -189,13 +198,18 @@ class RLTrainer:
         k = sampler.num_gen_batches if sampler is not None else 0  # generation batch of this step
         with timer("step", timing):
             batch = DataProto.from_single_dict(batch_dict)
-            batch.non_tensor_batch["uid"] = np.array([f"{self.global_step}-{i}" if k == 0 else f"{self.global_step}-{k}-{i}"
-                                                      for i in range(len(batch))], dtype=object)
+            batch.non_tensor_batch["uid"] = np.array(
+                [f"{self.global_step}-{i}" if k == 0 else f"{self.global_step}-{k}-{i}" for i in range(len(batch))],
+                dtype=object,
+            )
             gen_batch = self._gen_batch(batch, validate=False)
             repeated = batch.repeat(rollout.n, interleave=True)
             with timer("gen", timing):  # with streaming rewards the trajectories are scored as they finish
-                gen_out, pending = self.generate_scored(p.actor_rollout_wg, self._with_seeds(
-                    gen_batch.repeat(rollout.n, interleave=True), "train" if k == 0 else f"train{k}"), repeated)
+                gen_out, pending = self.generate_scored(
+                    p.actor_rollout_wg,
+                    self._with_seeds(gen_batch.repeat(rollout.n, interleave=True), "train" if k == 0 else f"train{k}"),
+                    repeated,
+                )
             metrics.update(reduce_worker_metrics(gen_out.meta_info.pop("metrics", {})))
             metrics.update(agent_loop_metrics(gen_out))
             if self._greedy_baseline:
@@ -218,7 +232,9 @@ class RLTrainer:
         metrics.update(self.guards.after_step(self, batch, metrics))
         return metrics
 
-    def _update_stages(self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float]) -> torch.Tensor | None:
+    def _update_stages(
+        self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float]
+    ) -> torch.Tensor | None:
         """Old log-probs, reference, values, advantages, critic and actor updates on a scored batch.
 
         Shared by the synchronous step and the asynchronous loop (`verl.trainer.async_rl`), which
@@ -237,7 +253,9 @@ class RLTrainer:
                 old = p.actor_rollout_wg.compute_log_prob(batch)
             entropys = old.batch["entropys"]
             metrics.update(compute_rollout_entropy_metrics(entropys, batch.batch["response_mask"]))
-            batch.union(old.select(batch_keys=[k for k in ("old_log_probs", "sum_pi_squared") if k in old.batch.keys()]))
+            batch.union(
+                old.select(batch_keys=[k for k in ("old_log_probs", "sum_pi_squared") if k in old.batch.keys()])
+            )
         if self._use_reference():
             with timer("ref", timing):
                 batch.union(p.actor_rollout_wg.compute_ref_log_prob(batch))
@@ -266,19 +284,30 @@ class RLTrainer:
             metrics.update(reduce_worker_metrics(out.meta_info["metrics"]))
         return entropys
 
-    def _step_metrics(self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float],
-                      entropys: torch.Tensor | None) -> None:
+    def _step_metrics(
+        self, batch: DataProto, metrics: dict[str, float], timing: dict[str, float], entropys: torch.Tensor | None
+    ) -> None:
         """The rollout dump and the step's data, timing, memory and throughput metrics (into ``metrics``)."""
         p, cfg = self._parts(), self.config
         if cfg.trainer.rollout_data_dir:
-            dump_rollout_data(batch, p.tokenizer, cfg.trainer.rollout_data_dir, self.global_step + 1,
-                              max_rows=cfg.trainer.rollout_data_max_rows, entropys=entropys,
-                              score_keys=sorted(self._reward_keys), policy_version=self.global_step)
+            dump_rollout_data(
+                batch,
+                p.tokenizer,
+                cfg.trainer.rollout_data_dir,
+                self.global_step + 1,
+                max_rows=cfg.trainer.rollout_data_max_rows,
+                entropys=entropys,
+                score_keys=sorted(self._reward_keys),
+                policy_version=self.global_step,
+            )
         metrics.update(compute_data_metrics(batch, use_critic=p.critic_wg is not None))
         metrics.update(compute_timing_metrics(batch, timing))
         metrics.update(compute_memory_metrics(cfg.trainer.device))
-        metrics.update(compute_throughput_metrics(batch, timing, p.world_size, p.n_params,
-                                                  cfg.actor_rollout_ref.actor.ppo_epochs, cfg.trainer.device))
+        metrics.update(
+            compute_throughput_metrics(
+                batch, timing, p.world_size, p.n_params, cfg.actor_rollout_ref.actor.ppo_epochs, cfg.trainer.device
+            )
+        )
         metrics["training/global_step"] = float(self.global_step + 1)
         metrics["training/epoch"] = float(self.epoch)
 
@@ -290,8 +319,13 @@ class RLTrainer:
         tokenizer); the pad id is the data tokenizer's, as in the prompts.
         """
         gen = batch.pop(batch_keys=["input_ids", "attention_mask", "position_ids"])
-        gen.meta_info.update({"pad_token_id": self._parts().tokenizer.pad_token_id, "validate": validate,
-                              "global_step": self.global_step})
+        gen.meta_info.update(
+            {
+                "pad_token_id": self._parts().tokenizer.pad_token_id,
+                "validate": validate,
+                "global_step": self.global_step,
+            }
+        )
         for key in ("uid", *AGENT_INPUT_KEYS):  # agent loops read the messages, tools_kwargs, agent_name
             if key in batch.non_tensor_batch:
                 gen.non_tensor_batch[key] = batch.non_tensor_batch[key]
@@ -331,8 +365,12 @@ class RLTrainer:
         metrics: dict[str, float] = {}
         if algo.use_kl_in_reward:
             rewards, kl_metrics = apply_kl_penalty(
-                b["token_level_scores"], b["old_log_probs"], b["ref_log_prob"], b["response_mask"],
-                p.kl_ctrl, algo.kl_penalty,
+                b["token_level_scores"],
+                b["old_log_probs"],
+                b["ref_log_prob"],
+                b["response_mask"],
+                p.kl_ctrl,
+                algo.kl_penalty,
             )
             b["token_level_rewards"] = rewards
             metrics.update({k: float(v) for k, v in kl_metrics.items()})
@@ -340,15 +378,26 @@ class RLTrainer:
             b["token_level_rewards"] = b["token_level_scores"]
         inputs: Any = b
         if algo.gdpo_reward_keys:  # gdpo's reward components (config checks: only with adv_estimator=gdpo)
-            inputs = {**{k: b[k] for k in b.keys()},
-                      "reward_components": gdpo_reward_components(batch.non_tensor_batch, algo.gdpo_reward_keys)}
+            inputs = {
+                **{k: b[k] for k in b.keys()},
+                "reward_components": gdpo_reward_components(batch.non_tensor_batch, algo.gdpo_reward_keys),
+            }
         weights = tuple(algo.gdpo_reward_weights) if algo.gdpo_reward_weights is not None else None
         advantages, returns = compute_advantage(
-            algo.adv_estimator, token_level_rewards=b["token_level_rewards"], response_mask=b["response_mask"],
-            index=batch.non_tensor_batch["uid"], values=b["values"] if "values" in b.keys() else None,
-            config=AdvantageConfig(gamma=algo.gamma, lam=algo.lam, norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
-                                   norm_adv_by_std_in_rloo=algo.norm_adv_by_std_in_rloo, gdpo_reward_weights=weights),
-            inputs=inputs, algorithm=algo,  # the whole section, for estimators written to verl's signature
+            algo.adv_estimator,
+            token_level_rewards=b["token_level_rewards"],
+            response_mask=b["response_mask"],
+            index=batch.non_tensor_batch["uid"],
+            values=b["values"] if "values" in b.keys() else None,
+            config=AdvantageConfig(
+                gamma=algo.gamma,
+                lam=algo.lam,
+                norm_adv_by_std_in_grpo=algo.norm_adv_by_std_in_grpo,
+                norm_adv_by_std_in_rloo=algo.norm_adv_by_std_in_rloo,
+                gdpo_reward_weights=weights,
+            ),
+            inputs=inputs,
+            algorithm=algo,  # the whole section, for estimators written to verl's signature
         )
         b["advantages"], b["returns"] = advantages, returns
         return metrics
@@ -395,7 +444,9 @@ class RLTrainer:
         p = self._parts()
         if p.rm_wg is not None:
             scores = pending.result(batch)["reward_tensor"] if pending is not None else None
-            batch.batch["token_level_scores"] = scores if scores is not None else p.rm_wg.compute_rm_score(batch).batch["rm_scores"]
+            batch.batch["token_level_scores"] = (
+                scores if scores is not None else p.rm_wg.compute_rm_score(batch).batch["rm_scores"]
+            )
             return {}
         reward = pending.result(batch) if pending is not None else p.reward_fn(batch, return_dict=True)
         batch.batch["token_level_scores"] = reward["reward_tensor"]
@@ -451,7 +502,9 @@ class RLTrainer:
             return False
         if "old_log_probs" in estimator_inputs(cfg.algorithm.adv_estimator):  # the optimal token baselines
             return False
-        return reuses_old_log_probs(cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward)
+        return reuses_old_log_probs(
+            cfg.actor_rollout_ref.actor, cfg.data.train_batch_size, cfg.algorithm.use_kl_in_reward
+        )
 
     def _use_reference(self) -> bool:
         cfg = self.config
@@ -502,8 +555,10 @@ def gdpo_reward_components(non_tensor_batch: dict[str, Any], keys: list[str]) ->
     for key in keys:
         if key not in non_tensor_batch:
             known = sorted(k for k in non_tensor_batch if k not in ("uid",))
-            raise ValueError(f"algorithm.gdpo_reward_keys: {key!r} is not in the reward function's per-sample extra "
-                             f"info (its compute_score must return a dict with it); the batch has {known}")
+            raise ValueError(
+                f"algorithm.gdpo_reward_keys: {key!r} is not in the reward function's per-sample extra "
+                f"info (its compute_score must return a dict with it); the batch has {known}"
+            )
         try:
             rows.append(torch.as_tensor(np.asarray(non_tensor_batch[key], dtype=np.float64)))
         except (TypeError, ValueError):
@@ -516,5 +571,3 @@ def _as_ids(ids: Any) -> list[int]:
     if ids is None:
         return []
     return [int(ids)] if isinstance(ids, (int, np.integer)) else [int(i) for i in ids]
-
-

@@ -22,7 +22,9 @@ from verl.protocol import DataProto
 __all__ = ["mask_truncated_stage", "truncated_rows"]
 
 
-def truncated_rows(responses: torch.Tensor, response_attention: torch.Tensor, eos_token_ids: Sequence[int]) -> torch.Tensor:
+def truncated_rows(
+    responses: torch.Tensor, response_attention: torch.Tensor, eos_token_ids: Sequence[int]
+) -> torch.Tensor:
     """`(B,)` bool: the rows cut at the length limit (see the module docstring).
 
     Args:
@@ -49,8 +51,10 @@ def mask_truncated_stage(batch: DataProto, eos_token_ids: Sequence[int] | None) 
         ValueError: no EOS ids known (truncation cannot be told from a complete response).
     """
     if not eos_token_ids:
-        raise ValueError("actor_rollout_ref.actor.mask_truncated_completions needs the rollout's eos_token_id "
-                         "(meta_info['eos_token_id'] is empty)")
+        raise ValueError(
+            "actor_rollout_ref.actor.mask_truncated_completions needs the rollout's eos_token_id "
+            "(meta_info['eos_token_id'] is empty)"
+        )
     b = batch.batch
     r = b["responses"].shape[-1]
     cut = truncated_rows(b["responses"], b["attention_mask"][:, -r:], eos_token_ids)

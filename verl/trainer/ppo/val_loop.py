@@ -23,8 +23,13 @@ from verl.trainer.ppo.validation import validation_metrics
 __all__ = ["run_validation"]
 
 
-def run_validation(parts: Any, config: Any, global_step: int, gen_batch: Callable[..., DataProto],
-                   with_seeds: Callable[[DataProto, str], DataProto]) -> dict[str, float]:
+def run_validation(
+    parts: Any,
+    config: Any,
+    global_step: int,
+    gen_batch: Callable[..., DataProto],
+    with_seeds: Callable[[DataProto, str], DataProto],
+) -> dict[str, float]:
     """One pass over ``parts.val_dataloader``; returns the validation metrics (module docstring).
 
     Args:
@@ -62,8 +67,14 @@ def run_validation(parts: Any, config: Any, global_step: int, gen_batch: Callabl
                 from verl.trainer.ppo.dumps import generation_rows
 
                 extra = {k: v for k, v in (reward.get("reward_extra_info") or {}).items() if k != "reward"}
-                rows += generation_rows(batch, parts.tokenizer, global_step, scores=reward["reward_tensor"].sum(-1),
-                                        extra=extra, policy_version=global_step)
+                rows += generation_rows(
+                    batch,
+                    parts.tokenizer,
+                    global_step,
+                    scores=reward["reward_tensor"].sum(-1),
+                    extra=extra,
+                    policy_version=global_step,
+                )
     infos = {k: v for k, v in infos.items() if len(v) == len(uids)}
     _log_val_generations(tcfg, global_step, rows)
     return {**validation_metrics(sources, uids, infos), "timing_s/testing": timing["testing"]}

@@ -102,8 +102,9 @@ def majority_value(values: Sequence[float], preds: Sequence[Any]) -> float:
     return first[top]
 
 
-def majority_stats(values: Sequence[float], preds: Sequence[Any], subset_size: int, n_bootstrap: int = N_BOOTSTRAP,
-                   seed: int = 42) -> tuple[float, float]:
+def majority_stats(
+    values: Sequence[float], preds: Sequence[Any], subset_size: int, n_bootstrap: int = N_BOOTSTRAP, seed: int = 42
+) -> tuple[float, float]:
     """(mean, std) over ``subset_size``-subsets of `majority_value` (module docstring).
 
     Exact when C(N, n) <= ``n_bootstrap`` (every subset, in response order); otherwise
@@ -134,8 +135,11 @@ def _hashable(x: Any) -> Any:
 
 
 def _is_numeric(values: list[Any]) -> bool:
-    return bool(values) and not isinstance(values[0], str) and all(
-        isinstance(v, (int, float, np.integer, np.floating, bool, np.bool_)) for v in values)
+    return (
+        bool(values)
+        and not isinstance(values[0], str)
+        and all(isinstance(v, (int, float, np.integer, np.floating, bool, np.bool_)) for v in values)
+    )
 
 
 def _prompt_metrics(var_vals: list[float], preds: list[Any] | None, seed: int) -> dict[str, float]:
@@ -169,7 +173,9 @@ def process_validation_metrics(
     for i, (source, uid) in enumerate(zip(data_sources, sample_uids, strict=True)):
         for var, vals in infos_dict.items():
             grouped[source][uid][var].append(vals[i])
-    per_prompt: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(list)))
+    per_prompt: dict[str, dict[str, dict[str, list[float]]]] = defaultdict(
+        lambda: defaultdict(lambda: defaultdict(list))
+    )
     for source, uid2vars in grouped.items():
         for var2vals in uid2vars.values():
             preds = var2vals.get("pred")
@@ -178,7 +184,9 @@ def process_validation_metrics(
                     continue
                 for name, value in _prompt_metrics([float(v) for v in vals], preds, seed).items():
                     per_prompt[source][var][name].append(value)
-    return {s: {v: {m: float(np.mean(x)) for m, x in ms.items()} for v, ms in vs.items()} for s, vs in per_prompt.items()}
+    return {
+        s: {v: {m: float(np.mean(x)) for m, x in ms.items()} for v, ms in vs.items()} for s, vs in per_prompt.items()
+    }
 
 
 def _largest_n(metric_names: Sequence[str]) -> int:
@@ -203,7 +211,9 @@ def validation_metrics(
     return out
 
 
-def _per_prompt_core_means(data_sources: Sequence[str], uids: Sequence[str], infos: dict[str, Sequence[Any]]) -> list[float]:
+def _per_prompt_core_means(
+    data_sources: Sequence[str], uids: Sequence[str], infos: dict[str, Sequence[Any]]
+) -> list[float]:
     """Each prompt's mean of its data source's core variable (``acc`` when reported, else ``reward``)."""
     has_acc = {s for s, a in zip(data_sources, infos.get("acc") or [None] * len(data_sources)) if a is not None}
     per: dict[tuple[str, str], list[float]] = defaultdict(list)

@@ -27,19 +27,36 @@ def model_config_of(cfg: SFTRootConfig) -> ModelConfig:
     """The ``model`` section in the RL schema's terms (what `verl.modules.create_model` reads)."""
     m = cfg.model
     dtype = {"fp32": "float32", "bf16": "bfloat16"}.get(m.fsdp_config.model_dtype, m.fsdp_config.model_dtype)
-    return ModelConfig(path=m.partial_pretrain, tokenizer_path=m.tokenizer_path, trust_remote_code=m.trust_remote_code,
-                       dtype=dtype, enable_gradient_checkpointing=m.enable_gradient_checkpointing, lora_rank=m.lora_rank,
-                       lora_alpha=m.lora_alpha, target_modules=m.target_modules, override_config=dict(m.override_config),
-                       external_lib=m.external_lib, exclude_modules=m.exclude_modules)
+    return ModelConfig(
+        path=m.partial_pretrain,
+        tokenizer_path=m.tokenizer_path,
+        trust_remote_code=m.trust_remote_code,
+        dtype=dtype,
+        enable_gradient_checkpointing=m.enable_gradient_checkpointing,
+        lora_rank=m.lora_rank,
+        lora_alpha=m.lora_alpha,
+        target_modules=m.target_modules,
+        override_config=dict(m.override_config),
+        external_lib=m.external_lib,
+        exclude_modules=m.exclude_modules,
+    )
 
 
 def _optim_config(cfg: SFTRootConfig) -> OptimConfig:
     o = cfg.optim
-    optim = OptimConfig(lr=o.lr, lr_warmup_steps=o.lr_warmup_steps if o.lr_warmup_steps is not None else -1,
-                       lr_warmup_steps_ratio=o.warmup_steps_ratio, min_lr_ratio=o.min_lr_ratio,
-                       # the scheduler reads lr_scheduler_type; warmup_style is its alias and must agree
-                       lr_scheduler_type=o.lr_scheduler, warmup_style=o.lr_scheduler,
-                       weight_decay=o.weight_decay, betas=list(o.betas), eps=o.eps, num_cycles=o.num_cycles)
+    optim = OptimConfig(
+        lr=o.lr,
+        lr_warmup_steps=o.lr_warmup_steps if o.lr_warmup_steps is not None else -1,
+        lr_warmup_steps_ratio=o.warmup_steps_ratio,
+        min_lr_ratio=o.min_lr_ratio,
+        # the scheduler reads lr_scheduler_type; warmup_style is its alias and must agree
+        lr_scheduler_type=o.lr_scheduler,
+        warmup_style=o.lr_scheduler,
+        weight_decay=o.weight_decay,
+        betas=list(o.betas),
+        eps=o.eps,
+        num_cycles=o.num_cycles,
+    )
     optim.zero_indexed_step = o.zero_indexed_step  # type: ignore[attr-defined]  # read by build_lr_scheduler
     return optim
 
@@ -62,7 +79,9 @@ def _micro_spec(cfg: SFTRootConfig, size: int | None = None) -> MicroBatchSpec:
     """Micro-batches of ``size`` rows (default: data.micro_batch_size_per_gpu), or packed by
     ``data.max_token_len_per_gpu`` tokens with ``data.use_dynamic_bsz``."""
     d = cfg.data
-    return MicroBatchSpec(size=size or _micro_size(cfg), dynamic=d.use_dynamic_bsz, max_token_len=d.max_token_len_per_gpu)
+    return MicroBatchSpec(
+        size=size or _micro_size(cfg), dynamic=d.use_dynamic_bsz, max_token_len=d.max_token_len_per_gpu
+    )
 
 
 def _micro_size(cfg: SFTRootConfig) -> int:
@@ -93,24 +112,31 @@ def _tokenizer(cfg: SFTRootConfig) -> Any:
     return tok
 
 
-def _reference_fn(cfg: SFTRootConfig, engine: Any, forward: Callable, micro: MicroBatchSpec, device: str) -> Callable[[DataProto], tuple[torch.Tensor, torch.Tensor]]:
+def _reference_fn(
+    cfg: SFTRootConfig, engine: Any, forward: Callable, micro: MicroBatchSpec, device: str
+) -> Callable[[DataProto], tuple[torch.Tensor, torch.Tensor]]:
     """Reference log-probs: the actor with LoRA adapters off (LoRA, ``dpo.reference=auto``) or a frozen copy."""
     from verl.engine import build_engine
     from verl.modules import create_model, ref_policy_context
 
     if cfg.model.lora_rank > 0 and cfg.dpo.reference == "auto":
+
         def with_adapters_off(batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
             with ref_policy_context(engine.module):
                 out = engine.infer_batch(batch, forward, micro)
             return out["chosen_logps"], out["rejected_logps"]
+
         return with_adapters_off
     ref_cfg = copy.copy(model_config_of(cfg))
     ref_cfg.lora_rank = 0
-    ref_engine = build_engine(create_model("ref", ref_cfg, device=device), _fsdp_config(cfg), dp_world_size(), device=device)
+    ref_engine = build_engine(
+        create_model("ref", ref_cfg, device=device), _fsdp_config(cfg), dp_world_size(), device=device
+    )
 
     def frozen(batch: DataProto) -> tuple[torch.Tensor, torch.Tensor]:
         out = ref_engine.infer_batch(batch, forward, micro)
         return out["chosen_logps"], out["rejected_logps"]
+
     return frozen
 
 
@@ -121,19 +147,43 @@ def _streams(cfg: SFTRootConfig, tok: Any, engine_box: dict[str, Any], device: s
 
     t, d = cfg.trainer, cfg.data
     micro = _micro_spec(cfg)
-    specs = ([(t.algorithm, t.algorithm, d.train_files, d.train_batch_size, micro)] if t.algorithm != "hybrid" else
-             [(x.name, x.loss, x.train_files, x.batch_size,
-               _micro_spec(cfg, x.micro_batch_size_per_gpu)) for x in cfg.hybrid.tasks])
+    specs = (
+        [(t.algorithm, t.algorithm, d.train_files, d.train_batch_size, micro)]
+        if t.algorithm != "hybrid"
+        else [
+            (x.name, x.loss, x.train_files, x.batch_size, _micro_spec(cfg, x.micro_batch_size_per_gpu))
+            for x in cfg.hybrid.tasks
+        ]
+    )
     streams: list[Any] = []
     for name, loss, files, batch_size, mb in specs:
         _check_divisible(batch_size, f"batch size of stream {name!r}")
         if loss == "sft":
-            streams.append(SFTStream(name, SFTDataset(files, tok, d, d.train_max_samples), batch_size, mb, tok.pad_token_id, t.seed, d.shuffle,
-                                     remove_padding=cfg.use_remove_padding))
+            streams.append(
+                SFTStream(
+                    name,
+                    SFTDataset(files, tok, d, d.train_max_samples),
+                    batch_size,
+                    mb,
+                    tok.pad_token_id,
+                    t.seed,
+                    d.shuffle,
+                    remove_padding=cfg.use_remove_padding,
+                )
+            )
         elif loss == "dpo":
-            stream = DPOStream(name, PreferenceDataset(files, tok, d), batch_size, mb, tok.pad_token_id, t.seed,
-                               reference=None, dpo=cfg.dpo, shuffle=d.shuffle,  # type: ignore[arg-type]
-                               remove_padding=cfg.use_remove_padding)
+            stream = DPOStream(
+                name,
+                PreferenceDataset(files, tok, d),
+                batch_size,
+                mb,
+                tok.pad_token_id,
+                t.seed,
+                reference=None,
+                dpo=cfg.dpo,
+                shuffle=d.shuffle,  # type: ignore[arg-type]
+                remove_padding=cfg.use_remove_padding,
+            )
             engine_box.setdefault("dpo_streams", []).append(stream)
             streams.append(stream)
         else:
@@ -166,7 +216,9 @@ def _val_dataset(cfg: SFTRootConfig, tok: Any) -> Any:
     return SFTDataset(cfg.data.val_files, tok, cfg.data, cfg.data.val_max_samples)
 
 
-def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any], ds: Any) -> Callable[[], dict[str, float]] | None:
+def _validator(
+    cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any], ds: Any
+) -> Callable[[], dict[str, float]] | None:
     """Validation on ``ds`` (`_val_dataset`): token-mean NLL (sft) or DPO loss and reward metrics (dpo)."""
     from verl.data.dpo_dataset import collate_pairs
     from verl.data.sft_dataset import collate_right_padded
@@ -178,7 +230,9 @@ def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any], ds
     is_dpo = cfg.trainer.algorithm == "dpo"
     rows, real = _shard_rows(len(ds))
     items = [ds[i] for i in rows]
-    batch = DataProto.from_dict(tensors=collate_pairs(items, tok.pad_token_id) if is_dpo else collate_right_padded(items, tok.pad_token_id))
+    batch = DataProto.from_dict(
+        tensors=collate_pairs(items, tok.pad_token_id) if is_dpo else collate_right_padded(items, tok.pad_token_id)
+    )
     keep = torch.tensor(real, dtype=torch.float64)
 
     def validate() -> dict[str, float]:
@@ -186,18 +240,27 @@ def _validator(cfg: SFTRootConfig, tok: Any, engine: Any, streams: list[Any], ds
 
         if not is_dpo:
             out = engine.infer_batch(batch, stream.eval_forward, micro)
-            s = sum_floats({"nll": float((out["nll"].double() * keep).sum()), "tokens": float((out["tokens"].double() * keep).sum())})
+            s = sum_floats(
+                {
+                    "nll": float((out["nll"].double() * keep).sum()),
+                    "tokens": float((out["tokens"].double() * keep).sum()),
+                }
+            )
             return {"val/loss": s["nll"] / s["tokens"]}
         ref_c, ref_r = stream.reference(batch)
         out = engine.infer_batch(batch, stream.policy_forward, micro)
         sel = keep.bool()
         args = (out["chosen_logps"][sel], out["rejected_logps"][sel], ref_c[sel], ref_r[sel])
         sums = dpo_metric_sums(*args, beta=cfg.dpo.beta)
-        sums["loss"] = float(dpo_loss(*args, beta=cfg.dpo.beta, loss_type=cfg.dpo.loss_type,
-                                      label_smoothing=cfg.dpo.label_smoothing).sum())
+        sums["loss"] = float(
+            dpo_loss(
+                *args, beta=cfg.dpo.beta, loss_type=cfg.dpo.loss_type, label_smoothing=cfg.dpo.label_smoothing
+            ).sum()
+        )
         sums["pairs"] = float(sel.sum())
         total = sum_floats(sums)
         return {f"val/{k}": v / total["pairs"] for k, v in total.items() if k != "pairs"}
+
     return validate
 
 
@@ -218,6 +281,7 @@ def _hf_exporter(cfg: SFTRootConfig, tok: Any, engine: Any) -> Callable[[Path], 
             model = model.merge_and_unload()
         model.to("cpu").save_pretrained(str(out_dir), safe_serialization=True)
         tok.save_pretrained(str(out_dir))
+
     return export
 
 
@@ -250,12 +314,28 @@ def build_supervised_trainer(cfg: SFTRootConfig) -> Any:
             setattr(t, key, streams[0].sampler.steps_per_epoch)
     module = create_model("actor", model_config_of(cfg), device=device)
     layout.prepare(module)
-    engine = build_engine(module, _fsdp_config(cfg), dp_world_size(), optim=_optim_config(cfg), total_steps=total,
-                          grad_clip=cfg.optim.clip_grad, device=device)
+    engine = build_engine(
+        module,
+        _fsdp_config(cfg),
+        dp_world_size(),
+        optim=_optim_config(cfg),
+        total_steps=total,
+        grad_clip=cfg.optim.clip_grad,
+        device=device,
+    )
     for s in box.get("dpo_streams", []):
         s.reference = _reference_fn(cfg, engine, s.policy_forward, s.micro, device)
     for s in box.get("rl_streams", []):
         s.attach(engine, lambda: create_model("actor", model_config_of(cfg), device=device))
     weights = normalised_weights(t.task_weights, len(streams))
-    return SupervisedTrainer(cfg, engine, streams, weights, tok, total, _validator(cfg, tok, engine, streams, val_ds),
-                             _hf_exporter(cfg, tok, engine), sp_layout=layout if layout.sp > 1 else None)
+    return SupervisedTrainer(
+        cfg,
+        engine,
+        streams,
+        weights,
+        tok,
+        total,
+        _validator(cfg, tok, engine, streams, val_ds),
+        _hf_exporter(cfg, tok, engine),
+        sp_layout=layout if layout.sp > 1 else None,
+    )

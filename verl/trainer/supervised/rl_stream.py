@@ -53,9 +53,16 @@ def actor_config(task: Any) -> ActorConfig:
     entropy or KL term, the task's ``logprob_chunk_size``; every other field at the RL default.
     """
     c = task.clip_ratio
-    return ActorConfig(clip_ratio=c, clip_ratio_low=c, clip_ratio_high=c, loss_agg_mode="token-mean",
-                       policy_loss=PolicyLossConfig(loss_mode="vanilla"), entropy_coeff=0.0, use_kl_loss=False,
-                       logprob_chunk_size=task.logprob_chunk_size)
+    return ActorConfig(
+        clip_ratio=c,
+        clip_ratio_low=c,
+        clip_ratio_high=c,
+        loss_agg_mode="token-mean",
+        policy_loss=PolicyLossConfig(loss_mode="vanilla"),
+        entropy_coeff=0.0,
+        use_kl_loss=False,
+        logprob_chunk_size=task.logprob_chunk_size,
+    )
 
 
 def reward_config(task: Any) -> RootConfig:
@@ -90,24 +97,42 @@ class RLStream:
     kind = "rl"
     mask_key = "response_mask"
 
-    def __init__(self, name: str, files: list[str], task: Any, tokenizer: Any, micro: MicroBatchSpec, seed: int,
-                 max_length: int, device: str, remove_padding: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        files: list[str],
+        task: Any,
+        tokenizer: Any,
+        micro: MicroBatchSpec,
+        seed: int,
+        max_length: int,
+        device: str,
+        remove_padding: bool = False,
+    ) -> None:
         from verl.config.schema import DataConfig, RolloutConfig
         from verl.data.loader import create_rl_dataset
         from verl.trainer.ppo.reward import load_reward_manager
 
         prompt_len = max_length - task.response_length
         if prompt_len < 1:
-            raise ValueError(f"hybrid task {name!r}: data.max_length={max_length} leaves no room for prompts "
-                             f"after response_length={task.response_length}")
+            raise ValueError(
+                f"hybrid task {name!r}: data.max_length={max_length} leaves no room for prompts "
+                f"after response_length={task.response_length}"
+            )
         data_cfg = DataConfig(train_files=list(files), val_files=[], max_prompt_length=prompt_len, truncation="left")
         self.name, self.task, self.tokenizer, self.micro, self.seed = name, task, tokenizer, micro, seed
         self.dataset = create_rl_dataset(list(files), tokenizer, data_cfg)
         self.sampler = StepSampler(len(self.dataset), task.batch_size, seed)
         self.reward_fn = load_reward_manager(reward_config(task), tokenizer)
         self.actor_cfg = actor_config(task)
-        self.rollout_cfg = RolloutConfig(n=task.rollout_n, response_length=task.response_length, prompt_length=prompt_len,
-                                         temperature=task.temperature, do_sample=True, seed=seed)
+        self.rollout_cfg = RolloutConfig(
+            n=task.rollout_n,
+            response_length=task.response_length,
+            prompt_length=prompt_len,
+            temperature=task.temperature,
+            do_sample=True,
+            seed=seed,
+        )
         self.device, self.remove_padding = device, remove_padding
         self.engine: Any = None
         self.rollout: Any = None
@@ -120,8 +145,11 @@ class RLStream:
         self.engine = engine
         shared = engine.world_size == 1
         module = engine.module if shared else make_module().requires_grad_(False)
-        self.rollout = SyncedRollout(build_rollout_engine(module, self.rollout_cfg, self.tokenizer), shared=shared,
-                                     sync_check=self.rollout_cfg.sync_check)  # attested when not shared
+        self.rollout = SyncedRollout(
+            build_rollout_engine(module, self.rollout_cfg, self.tokenizer),
+            shared=shared,
+            sync_check=self.rollout_cfg.sync_check,
+        )  # attested when not shared
 
     def batch(self, step: int, rank: int, world_size: int) -> DataProto:
         """This rank's prompts of step ``step`` (left-padded)."""
@@ -135,7 +163,9 @@ class RLStream:
         gen = batch.select(batch_keys=["input_ids", "attention_mask", "position_ids"], non_tensor_batch_keys=["uid"])
         gen = gen.repeat(n, interleave=True)
         # one seed per (step, global trajectory index): samples do not depend on the number of ranks
-        gen.batch["sample_seeds"] = derive_seeds([self.seed, step, 7], len(gen) * dp_world_size())[first * n : first * n + len(gen)]
+        gen.batch["sample_seeds"] = derive_seeds([self.seed, step, 7], len(gen) * dp_world_size())[
+            first * n : first * n + len(gen)
+        ]
         gen.meta_info.update({"pad_token_id": self.tokenizer.pad_token_id, "validate": False, "global_step": step})
         self.rollout.sync_weights(self.engine, force=True)
         out = self.rollout.generate_sequences(gen)
@@ -148,15 +178,26 @@ class RLStream:
         reward_metrics = mask_unscored_samples(full, scored.get("reward_extra_info"))
         reward_metrics.update(scored.get("reward_metrics") or {})
         mask = full.batch["response_mask"]
-        adv, _ = compute_advantage("grpo", token_level_rewards=scores, response_mask=mask, index=full.non_tensor_batch["uid"])
+        adv, _ = compute_advantage(
+            "grpo", token_level_rewards=scores, response_mask=mask, index=full.non_tensor_batch["uid"]
+        )
         full.batch["advantages"] = adv
         # scored as the RL worker scores them: logits / the sampling temperature, the actor's chunking
-        full.batch["old_log_probs"], _ = compute_log_prob(self.engine, full, self.task.temperature, self.micro,
-                                                          chunk_size=self.actor_cfg.logprob_chunk_size,
-                                                          remove_padding=self.remove_padding)
+        full.batch["old_log_probs"], _ = compute_log_prob(
+            self.engine,
+            full,
+            self.task.temperature,
+            self.micro,
+            chunk_size=self.actor_cfg.logprob_chunk_size,
+            remove_padding=self.remove_padding,
+        )
         seq_scores = scores.sum(-1)
-        return full, {"score_mean": float(seq_scores.mean()), "response_length": float(mask.sum(-1).float().mean()),
-                      **{k: float(v) for k, v in reward_metrics.items()}, **self.rollout.take_sync_metrics()}
+        return full, {
+            "score_mean": float(seq_scores.mean()),
+            "response_length": float(mask.sum(-1).float().mean()),
+            **{k: float(v) for k, v in reward_metrics.items()},
+            **self.rollout.take_sync_metrics(),
+        }
 
     def loss_fn(self, weight: float) -> Any:
         """``weight ·`` the RL trainer's policy loss of a micro-batch (`actor_config`, the sampling temperature).
@@ -166,11 +207,14 @@ class RLStream:
         """
         inner = policy_loss_fn(self.actor_cfg, self.task.temperature, self.remove_padding)
 
-        def fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, float]]:
+        def fn(
+            module: torch.nn.Module, micro: DataProto, counts: GlobalCounts
+        ) -> tuple[torch.Tensor, dict[str, float]]:
             loss, metrics = inner(module, micro, counts)
             out = {"loss": float(metrics["actor/pg_loss"])}
             out.update({k: float(metrics[f"actor/{k}"]) for k in ("pg_clipfrac", "ppo_kl") if f"actor/{k}" in metrics})
             return weight * loss, out
+
         return fn
 
     @property

@@ -62,8 +62,14 @@ class StepSampler:
         return rows[rank * share : (rank + 1) * share]
 
 
-def token_log_probs(module: torch.nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                    position_ids: torch.Tensor, loss_mask: torch.Tensor, remove_padding: bool = False) -> torch.Tensor:
+def token_log_probs(
+    module: torch.nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    remove_padding: bool = False,
+) -> torch.Tensor:
     """log π(token t | tokens < t) of the loss tokens, `(B, T − 1)` float32 (column t − 1 scores
     token t, aligned with ``loss_mask[:, 1:]``), 0 off the loss tokens.
 
@@ -75,25 +81,30 @@ def token_log_probs(module: torch.nn.Module, input_ids: torch.Tensor, attention_
 
     targets = loss_mask.bool() & attention_mask.bool()
     targets[:, 0] = False
-    return compute_token_log_probs(module, input_ids, attention_mask, position_ids, targets,
-                                   remove_padding=remove_padding)[:, 1:]
+    return compute_token_log_probs(
+        module, input_ids, attention_mask, position_ids, targets, remove_padding=remove_padding
+    )[:, 1:]
 
 
 def _device_of(module: torch.nn.Module) -> torch.device:
     return next(module.parameters()).device
 
 
-def _micro_log_probs(module: torch.nn.Module, micro: DataProto, prefix: str,
-                     remove_padding: bool) -> tuple[torch.Tensor, torch.Tensor]:
+def _micro_log_probs(
+    module: torch.nn.Module, micro: DataProto, prefix: str, remove_padding: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
     """`token_log_probs` `(b, T − 1)` of a micro-batch's ``<prefix>`` rows and their ``loss_mask`` `(b, T)`,
     on the module's device."""
     b, dev = micro.batch, _device_of(module)
-    ids, attn, pos, mask = (b[f"{prefix}{k}"].to(dev) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask"))
+    ids, attn, pos, mask = (
+        b[f"{prefix}{k}"].to(dev) for k in ("input_ids", "attention_mask", "position_ids", "loss_mask")
+    )
     return token_log_probs(module, ids, attn, pos, mask, remove_padding), mask
 
 
-def sequence_logps(module: torch.nn.Module, micro: DataProto, prefix: str, length_normalize: bool,
-                   remove_padding: bool = False) -> torch.Tensor:
+def sequence_logps(
+    module: torch.nn.Module, micro: DataProto, prefix: str, length_normalize: bool, remove_padding: bool = False
+) -> torch.Tensor:
     """Σ (or mean, ``length_normalize``) of the response-token log-probs of each row, `(B,)`."""
     lp, mask = _micro_log_probs(module, micro, prefix, remove_padding)
     m = mask[:, 1:].to(lp.dtype)
@@ -111,8 +122,17 @@ class SFTStream:
     kind = "sft"
     mask_key = "loss_mask"
 
-    def __init__(self, name: str, dataset: Any, batch_size: int, micro: MicroBatchSpec, pad_id: int, seed: int,
-                 shuffle: bool = True, remove_padding: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        dataset: Any,
+        batch_size: int,
+        micro: MicroBatchSpec,
+        pad_id: int,
+        seed: int,
+        shuffle: bool = True,
+        remove_padding: bool = False,
+    ) -> None:
         from verl.data.sft_dataset import collate_right_padded
 
         self.name, self.dataset, self.micro, self.remove_padding = name, dataset, micro, remove_padding
@@ -128,12 +148,18 @@ class SFTStream:
         """Nothing to precompute for SFT."""
         return batch, {}
 
-    def loss_fn(self, weight: float) -> Callable[[torch.nn.Module, DataProto, GlobalCounts], tuple[torch.Tensor, dict[str, float]]]:
+    def loss_fn(
+        self, weight: float
+    ) -> Callable[[torch.nn.Module, DataProto, GlobalCounts], tuple[torch.Tensor, dict[str, float]]]:
         """``weight ·`` the SFT loss of a micro-batch; metric ``loss`` sums to the step's token-mean NLL."""
-        def fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, float]]:
+
+        def fn(
+            module: torch.nn.Module, micro: DataProto, counts: GlobalCounts
+        ) -> tuple[torch.Tensor, dict[str, float]]:
             lp, mask = _micro_log_probs(module, micro, "", self.remove_padding)
             loss, m = sft_loss(lp, mask[:, 1:], counts.tokens)
             return weight * loss, {"loss": float(loss.detach()), "tokens": m["tokens"]}
+
         return fn
 
     def eval_forward(self, module: torch.nn.Module, micro: DataProto) -> dict[str, torch.Tensor]:
@@ -157,9 +183,19 @@ class DPOStream:
     kind = "dpo"
     mask_key = "chosen_loss_mask"
 
-    def __init__(self, name: str, dataset: Any, batch_size: int, micro: MicroBatchSpec, pad_id: int, seed: int,
-                 reference: Callable[[DataProto], tuple[torch.Tensor, torch.Tensor]], dpo: Any, shuffle: bool = True,
-                 remove_padding: bool = False) -> None:
+    def __init__(
+        self,
+        name: str,
+        dataset: Any,
+        batch_size: int,
+        micro: MicroBatchSpec,
+        pad_id: int,
+        seed: int,
+        reference: Callable[[DataProto], tuple[torch.Tensor, torch.Tensor]],
+        dpo: Any,
+        shuffle: bool = True,
+        remove_padding: bool = False,
+    ) -> None:
         from verl.data.dpo_dataset import collate_pairs
 
         self.name, self.dataset, self.micro, self.reference, self.dpo = name, dataset, micro, reference, dpo
@@ -182,20 +218,35 @@ class DPOStream:
 
     def policy_forward(self, module: torch.nn.Module, micro: DataProto) -> dict[str, torch.Tensor]:
         """``chosen_logps`` and ``rejected_logps`` `(b,)` of ``module`` (the reference's forward too)."""
-        return {side + "_logps": sequence_logps(module, micro, side + "_", self.length_normalize, self.remove_padding)
-                for side in ("chosen", "rejected")}
+        return {
+            side + "_logps": sequence_logps(module, micro, side + "_", self.length_normalize, self.remove_padding)
+            for side in ("chosen", "rejected")
+        }
 
-    def loss_fn(self, weight: float) -> Callable[[torch.nn.Module, DataProto, GlobalCounts], tuple[torch.Tensor, dict[str, float]]]:
+    def loss_fn(
+        self, weight: float
+    ) -> Callable[[torch.nn.Module, DataProto, GlobalCounts], tuple[torch.Tensor, dict[str, float]]]:
         """``weight ·`` Σ pair losses / global pairs; metrics sum to the step's pair means."""
-        def fn(module: torch.nn.Module, micro: DataProto, counts: GlobalCounts) -> tuple[torch.Tensor, dict[str, float]]:
+
+        def fn(
+            module: torch.nn.Module, micro: DataProto, counts: GlobalCounts
+        ) -> tuple[torch.Tensor, dict[str, float]]:
             out = self.policy_forward(module, micro)
             dev = out["chosen_logps"].device
             ref_c, ref_r = micro.batch["ref_chosen_logps"].to(dev), micro.batch["ref_rejected_logps"].to(dev)
-            losses = dpo_loss(out["chosen_logps"], out["rejected_logps"], ref_c, ref_r,
-                              beta=self.dpo.beta, loss_type=self.dpo.loss_type, label_smoothing=self.dpo.label_smoothing)
+            losses = dpo_loss(
+                out["chosen_logps"],
+                out["rejected_logps"],
+                ref_c,
+                ref_r,
+                beta=self.dpo.beta,
+                loss_type=self.dpo.loss_type,
+                label_smoothing=self.dpo.label_smoothing,
+            )
             loss = losses.sum() / counts.sequences
             sums = dpo_metric_sums(out["chosen_logps"], out["rejected_logps"], ref_c, ref_r, self.dpo.beta)
             metrics = {k: v / counts.sequences for k, v in sums.items()}
             metrics["loss"] = float(loss.detach())
             return weight * loss, metrics
+
         return fn

@@ -39,8 +39,18 @@ class SupervisedTrainer:
         export_hf: ``export_hf(out_dir)`` writes the current model as a Hugging Face directory (collective).
     """
 
-    def __init__(self, config: SFTRootConfig, engine: Any, streams: list[Any], weights: list[float], tokenizer: Any,
-                 total_steps: int, validator: Any = None, export_hf: Any = None, sp_layout: Any = None) -> None:
+    def __init__(
+        self,
+        config: SFTRootConfig,
+        engine: Any,
+        streams: list[Any],
+        weights: list[float],
+        tokenizer: Any,
+        total_steps: int,
+        validator: Any = None,
+        export_hf: Any = None,
+        sp_layout: Any = None,
+    ) -> None:
         self.config, self.engine, self.streams, self.weights = config, engine, streams, weights
         self.tokenizer, self.total_steps, self.validator, self.export_hf = tokenizer, total_steps, validator, export_hf
         self.rank, self.world_size = dp_rank(), dp_world_size()
@@ -104,7 +114,9 @@ class SupervisedTrainer:
         metrics["train/grad_norm"] = grad_norm
         metrics["train/grad_norm_nonfinite"] = 0.0 if stepped else 1.0
         if len(self.streams) > 1:
-            metrics["train/loss"] = sum(w * metrics[f"hybrid/{s.name}/loss"] for s, w in zip(self.streams, self.weights))
+            metrics["train/loss"] = sum(
+                w * metrics[f"hybrid/{s.name}/loss"] for s, w in zip(self.streams, self.weights)
+            )
         metrics["timing_s/step"] = time.perf_counter() - start
         return metrics
 
@@ -142,7 +154,9 @@ class SupervisedTrainer:
             barrier()  # the other ranks wait here until rank 0 has created tmp_dir
             self._write_state(tmp_dir)
             (tmp_dir / "sft_config.yaml").write_text(sft_config_to_yaml(self.config))
-            (tmp_dir / "trainer_state.json").write_text(json.dumps({"global_step": step, "total_steps": self.total_steps}))
+            (tmp_dir / "trainer_state.json").write_text(
+                json.dumps({"global_step": step, "total_steps": self.total_steps})
+            )
 
         if self.rank == 0:
             final = self.ckpt.save(step, write)
@@ -159,8 +173,12 @@ class SupervisedTrainer:
 
         parts = self.config.checkpoint.save_contents
         e = self.engine
-        save_engine_state(e.module, e.optimizer if "optimizer" in parts else None,
-                          e.scheduler if "extra" in parts else None, str(tmp_dir / "actor"))
+        save_engine_state(
+            e.module,
+            e.optimizer if "optimizer" in parts else None,
+            e.scheduler if "extra" in parts else None,
+            str(tmp_dir / "actor"),
+        )
         if self.export_hf is not None and "hf_model" in parts:
             self.export_hf(tmp_dir)
 
@@ -185,8 +203,12 @@ class SupervisedTrainer:
 
         parts, e = self.config.checkpoint.load_contents, self.engine
         with e.on_device():
-            load_engine_state(e.module, e.optimizer if "optimizer" in parts else None,
-                              e.scheduler if "extra" in parts else None, str(actor_dir))
+            load_engine_state(
+                e.module,
+                e.optimizer if "optimizer" in parts else None,
+                e.scheduler if "extra" in parts else None,
+                str(actor_dir),
+            )
 
     def _open_tracker(self) -> None:
         from verl.config.sft_loader import sft_config_to_yaml

@@ -17,5 +17,15 @@ from verl.config.schema import OptimConfig as FSDPOptimizerConfig
 from verl.config.schema import OptimConfig as OptimizerConfig
 from verl.workers.config.actor import ActorConfig, FSDPActorConfig, PolicyLossConfig
 
-__all__ = ["ActorConfig", "CheckpointConfig", "CriticConfig", "FSDPActorConfig", "FSDPEngineConfig", "FSDPOptimizerConfig",
-           "HFModelConfig", "OptimizerConfig", "PolicyLossConfig", "RolloutConfig"]
+__all__ = [
+    "ActorConfig",
+    "CheckpointConfig",
+    "CriticConfig",
+    "FSDPActorConfig",
+    "FSDPEngineConfig",
+    "FSDPOptimizerConfig",
+    "HFModelConfig",
+    "OptimizerConfig",
+    "PolicyLossConfig",
+    "RolloutConfig",
+]

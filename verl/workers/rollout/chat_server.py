@@ -43,8 +43,16 @@ class ChatCompletionsReplica:
         chat_template_kwargs: extra ``apply_chat_template`` arguments (``data.apply_chat_template_kwargs``).
     """
 
-    def __init__(self, engine: Any, tokenizer: Any, model_name: str, default_max_tokens: int,
-                 chat_template_kwargs: dict[str, Any] | None = None, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(
+        self,
+        engine: Any,
+        tokenizer: Any,
+        model_name: str,
+        default_max_tokens: int,
+        chat_template_kwargs: dict[str, Any] | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
         self.engine, self.tokenizer, self.model_name = engine, tokenizer, model_name
         self.default_max_tokens, self.chat_template_kwargs = default_max_tokens, dict(chat_template_kwargs or {})
         self.host, self.port = host, port
@@ -121,14 +129,30 @@ class ChatCompletionsReplica:
         for j, (row, length) in enumerate(zip(out.batch["responses"].tolist(), lengths, strict=True)):
             tokens = row[:length]
             stopped = bool(tokens) and tokens[-1] in eos
-            choices.append({"index": j, "finish_reason": "stop" if stopped or length < max_tokens else "length",
-                            "message": {"role": "assistant",
-                                        "content": self.tokenizer.decode(tokens, skip_special_tokens=True)},
-                            "token_ids": tokens})
-        return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.model_name, "choices": choices, "prompt_token_ids": ids,
-                "usage": {"prompt_tokens": len(ids), "completion_tokens": sum(lengths),
-                          "total_tokens": len(ids) * n + sum(lengths)}}
+            choices.append(
+                {
+                    "index": j,
+                    "finish_reason": "stop" if stopped or length < max_tokens else "length",
+                    "message": {
+                        "role": "assistant",
+                        "content": self.tokenizer.decode(tokens, skip_special_tokens=True),
+                    },
+                    "token_ids": tokens,
+                }
+            )
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name,
+            "choices": choices,
+            "prompt_token_ids": ids,
+            "usage": {
+                "prompt_tokens": len(ids),
+                "completion_tokens": sum(lengths),
+                "total_tokens": len(ids) * n + sum(lengths),
+            },
+        }
 
     def _render(self, messages: list[dict[str, Any]]) -> list[int]:
         from verl.data.rl_dataset import render_prompts
@@ -142,7 +166,11 @@ class ChatCompletionsReplica:
 
         pad = pad_token_id(self.tokenizer)
         p_ids, mask, pos = left_pad(ids, len(ids), pad)
-        tensors = {"input_ids": p_ids.repeat(n, 1), "attention_mask": mask.repeat(n, 1), "position_ids": pos.repeat(n, 1)}
+        tensors = {
+            "input_ids": p_ids.repeat(n, 1),
+            "attention_mask": mask.repeat(n, 1),
+            "position_ids": pos.repeat(n, 1),
+        }
         seeds = request.get("sample_seeds")
         if seeds is not None:
             if len(seeds) != n:
@@ -152,9 +180,15 @@ class ChatCompletionsReplica:
             # verl generate's seeds of row 0 (verl.commands.generate.sample_seeds)
             tensors["sample_seeds"] = torch.cat([derive_seeds([int(request["seed"]), 0, j], 1) for j in range(n)])
         temperature = float(request.get("temperature", 1.0))
-        meta = {"pad_token_id": pad, "validate": False, "do_sample": temperature > 0,
-                "temperature": temperature if temperature > 0 else 1.0, "top_p": float(request.get("top_p", 1.0)),
-                "top_k": int(request.get("top_k", -1)),
-                "response_length": int(request.get("max_tokens") or request.get("max_completion_tokens")
-                                       or self.default_max_tokens)}
+        meta = {
+            "pad_token_id": pad,
+            "validate": False,
+            "do_sample": temperature > 0,
+            "temperature": temperature if temperature > 0 else 1.0,
+            "top_p": float(request.get("top_p", 1.0)),
+            "top_k": int(request.get("top_k", -1)),
+            "response_length": int(
+                request.get("max_tokens") or request.get("max_completion_tokens") or self.default_max_tokens
+            ),
+        }
         return DataProto.from_dict(tensors=tensors, meta_info=meta)

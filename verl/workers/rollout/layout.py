@@ -81,8 +81,9 @@ def row_seeds(batch: Any, meta_info: Mapping[str, Any]) -> torch.Tensor | None:
     return None
 
 
-def check_prompts(attention_mask: torch.Tensor, prompt_length: int | None, max_model_len: int | None,
-                  response_length: int) -> None:
+def check_prompts(
+    attention_mask: torch.Tensor, prompt_length: int | None, max_model_len: int | None, response_length: int
+) -> None:
     """Reject prompts an engine must never receive (the data layer truncates).
 
     Args:
@@ -101,10 +102,13 @@ def check_prompts(attention_mask: torch.Tensor, prompt_length: int | None, max_m
         raise ValueError("rollout engines need left-padded prompts: the last column of attention_mask must be all 1")
     longest = int(attention_mask.sum(dim=1).max())
     if prompt_length is not None and longest > int(prompt_length):
-        raise ValueError(f"prompt of {longest} tokens > rollout.prompt_length {prompt_length}; "
-                         "truncate or filter in the data")
+        raise ValueError(
+            f"prompt of {longest} tokens > rollout.prompt_length {prompt_length}; truncate or filter in the data"
+        )
     if max_model_len is not None and longest + response_length > int(max_model_len):
-        raise ValueError(f"prompt {longest} + response {response_length} tokens > rollout.max_model_len {max_model_len}")
+        raise ValueError(
+            f"prompt {longest} + response {response_length} tokens > rollout.max_model_len {max_model_len}"
+        )
 
 
 def prompt_position_ids(attention_mask: torch.Tensor, position_ids: torch.Tensor | None = None) -> torch.Tensor:
@@ -118,16 +122,29 @@ def prompt_position_ids(attention_mask: torch.Tensor, position_ids: torch.Tensor
     if position_ids is None:
         return position_ids_from_attention_mask(attention_mask)
     if position_ids.dim() != 2:
-        raise ValueError(f"position_ids of shape {tuple(position_ids.shape)} are not supported yet by the rollout "
-                         "engines: only (batch, prompt_length) ids (no multi-dimensional / mrope ids)")
+        raise ValueError(
+            f"position_ids of shape {tuple(position_ids.shape)} are not supported yet by the rollout "
+            "engines: only (batch, prompt_length) ids (no multi-dimensional / mrope ids)"
+        )
     return position_ids
 
 
-def assemble(prompts: DataProto, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, responses: torch.Tensor,
-             lengths: torch.Tensor, log_probs: torch.Tensor | None, versions: torch.Tensor, *,
-             position_ids: torch.Tensor | None = None, response_mask: torch.Tensor | None = None,
-             finished: torch.Tensor | None = None, version: int = 0, meta_info: dict[str, Any] | None = None,
-             non_tensors: Mapping[str, Any] | None = None) -> DataProto:
+def assemble(
+    prompts: DataProto,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    responses: torch.Tensor,
+    lengths: torch.Tensor,
+    log_probs: torch.Tensor | None,
+    versions: torch.Tensor,
+    *,
+    position_ids: torch.Tensor | None = None,
+    response_mask: torch.Tensor | None = None,
+    finished: torch.Tensor | None = None,
+    version: int = 0,
+    meta_info: dict[str, Any] | None = None,
+    non_tensors: Mapping[str, Any] | None = None,
+) -> DataProto:
     """The output batch in the layout of the module docstring.
 
     Args:

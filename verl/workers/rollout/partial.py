@@ -34,8 +34,16 @@ import torch
 
 from verl.protocol import DataProto
 
-__all__ = ["NOT_SAMPLED", "Carried", "PartialRollout", "RolloutGate", "group_rows", "merge_continuation",
-           "split_continuation", "version_bounds"]
+__all__ = [
+    "NOT_SAMPLED",
+    "Carried",
+    "PartialRollout",
+    "RolloutGate",
+    "group_rows",
+    "merge_continuation",
+    "split_continuation",
+    "version_bounds",
+]
 
 NOT_SAMPLED = -1
 """``rollout_policy_versions`` of a token no policy sampled: padding, tool and user tokens."""
@@ -202,8 +210,9 @@ class Carried:
     finished: torch.Tensor
 
 
-def split_continuation(batch: DataProto, response_length: int, pad_id: int
-                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, Carried]:
+def split_continuation(
+    batch: DataProto, response_length: int, pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, Carried]:
     """The prompt part and the carried response part of a prompt batch or of a partial output.
 
     A batch is a continuation when it holds ``rollout_finished`` and ``responses`` (an engine
@@ -223,13 +232,21 @@ def split_continuation(batch: DataProto, response_length: int, pad_id: int
     if "rollout_finished" in b.keys() and "responses" in b.keys():
         width = b["prompts"].shape[1]
         if b["responses"].shape[1] != response_length:
-            raise ValueError(f"a partial rollout of {b['responses'].shape[1]} response columns cannot continue "
-                             f"with response_length {response_length}")
+            raise ValueError(
+                f"a partial rollout of {b['responses'].shape[1]} response columns cannot continue "
+                f"with response_length {response_length}"
+            )
         lengths = b["response_mask"].long().sum(dim=1)
-        versions = b["rollout_policy_versions"].clone() if "rollout_policy_versions" in b.keys() else \
-            torch.where(b["response_mask"].bool(), 0, NOT_SAMPLED).long()
-        log_probs = b["rollout_log_probs"].float().clone() if "rollout_log_probs" in b.keys() else \
-            torch.zeros(n, response_length)
+        versions = (
+            b["rollout_policy_versions"].clone()
+            if "rollout_policy_versions" in b.keys()
+            else torch.where(b["response_mask"].bool(), 0, NOT_SAMPLED).long()
+        )
+        log_probs = (
+            b["rollout_log_probs"].float().clone()
+            if "rollout_log_probs" in b.keys()
+            else torch.zeros(n, response_length)
+        )
         finished = b["rollout_finished"].bool() | (lengths >= response_length)
         carried = Carried(b["responses"].long().clone(), log_probs, versions, lengths, finished)
         pos = b["position_ids"][:, :width] if "position_ids" in b.keys() else None
@@ -238,7 +255,8 @@ def split_continuation(batch: DataProto, response_length: int, pad_id: int
         responses=torch.full((n, response_length), pad_id, dtype=torch.long),
         log_probs=torch.zeros(n, response_length, dtype=torch.float32),
         versions=torch.full((n, response_length), NOT_SAMPLED, dtype=torch.long),
-        lengths=torch.zeros(n, dtype=torch.long), finished=torch.zeros(n, dtype=torch.bool),
+        lengths=torch.zeros(n, dtype=torch.long),
+        finished=torch.zeros(n, dtype=torch.bool),
     )
     pos = b["position_ids"] if "position_ids" in b.keys() else None
     return b["input_ids"], b["attention_mask"], pos, carried
@@ -255,8 +273,15 @@ def group_rows(lengths: torch.Tensor, finished: torch.Tensor, chunk: int) -> lis
     return groups
 
 
-def merge_continuation(carried: Carried, rows: list[int], responses: torch.Tensor, lengths: torch.Tensor,
-                       log_probs: torch.Tensor, versions: list[list[int]], finished: list[bool]) -> None:
+def merge_continuation(
+    carried: Carried,
+    rows: list[int],
+    responses: torch.Tensor,
+    lengths: torch.Tensor,
+    log_probs: torch.Tensor,
+    versions: list[list[int]],
+    finished: list[bool],
+) -> None:
     """Append new tokens after each row's prefix, in place (engines that resubmit the prefix as
     prompt tokens: vLLM).
 
@@ -273,9 +298,9 @@ def merge_continuation(carried: Carried, rows: list[int], responses: torch.Tenso
     for j, i in enumerate(rows):
         done, n = int(carried.lengths[i]), int(lengths[j])
         n = min(n, width - done)
-        carried.responses[i, done:done + n] = responses[j, :n]
-        carried.log_probs[i, done:done + n] = log_probs[j, :n]
-        carried.versions[i, done:done + n] = torch.tensor(versions[j][:n], dtype=torch.long)
+        carried.responses[i, done : done + n] = responses[j, :n]
+        carried.log_probs[i, done : done + n] = log_probs[j, :n]
+        carried.versions[i, done : done + n] = torch.tensor(versions[j][:n], dtype=torch.long)
         carried.lengths[i] = done + n
         carried.finished[i] = bool(finished[j]) or done + n >= width
 
@@ -293,7 +318,11 @@ def version_bounds(versions: torch.Tensor, default: int) -> tuple[np.ndarray, np
     """
     sampled = versions >= 0
     big = torch.iinfo(torch.long).max
-    lo = torch.where(sampled, versions, big).min(dim=1).values if versions.shape[1] else torch.full((len(versions),), big)
+    lo = (
+        torch.where(sampled, versions, big).min(dim=1).values
+        if versions.shape[1]
+        else torch.full((len(versions),), big)
+    )
     hi = torch.where(sampled, versions, -1).max(dim=1).values if versions.shape[1] else torch.full((len(versions),), -1)
     any_sampled = sampled.any(dim=1)
     lo = torch.where(any_sampled, lo, default)

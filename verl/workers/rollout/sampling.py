@@ -19,7 +19,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["SamplingParams", "resolve_sampling", "row_generators", "row_uniforms", "sample_tokens", "top_k_top_p_filter"]
+__all__ = [
+    "SamplingParams",
+    "resolve_sampling",
+    "row_generators",
+    "row_uniforms",
+    "sample_tokens",
+    "top_k_top_p_filter",
+]
 
 
 @dataclass(frozen=True)
@@ -67,12 +74,16 @@ def resolve_sampling(config: Any, meta_info: Mapping[str, Any]) -> SamplingParam
     values = {k: getattr(base, k) for k in ("do_sample", "temperature", "top_k", "top_p")}
     values.update({k: meta_info[k] for k in values if meta_info.get(k) is not None})
     return SamplingParams(
-        do_sample=bool(values["do_sample"]), temperature=float(values["temperature"]),
-        top_k=int(values["top_k"]), top_p=float(values["top_p"]),
+        do_sample=bool(values["do_sample"]),
+        temperature=float(values["temperature"]),
+        top_k=int(values["top_k"]),
+        top_p=float(values["top_p"]),
     )
 
 
-def top_k_top_p_filter(logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0, inplace: bool = False) -> torch.Tensor:
+def top_k_top_p_filter(
+    logits: torch.Tensor, top_k: int = -1, top_p: float = 1.0, inplace: bool = False
+) -> torch.Tensor:
     """Set every logit outside the top-k, then outside the top-p nucleus, to −inf.
 
     A token survives top-p iff the probability mass of the tokens ranked strictly above it is
@@ -134,7 +145,9 @@ def row_uniforms(seeds: torch.Tensor, steps: int) -> torch.Tensor:
 
 
 def sample_tokens(
-    logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+    logits: torch.Tensor,
+    params: SamplingParams,
+    generator: torch.Generator | None,
     per_row: list[torch.Generator] | torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Pick the next token of each row and its log-prob.

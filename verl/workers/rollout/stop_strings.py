@@ -39,7 +39,9 @@ class StopStrings:
         ValueError: an empty or non-string stop entry.
     """
 
-    def __init__(self, stop: Sequence[str], include_stop_str_in_output: bool, decode: Callable[[list[int]], str]) -> None:
+    def __init__(
+        self, stop: Sequence[str], include_stop_str_in_output: bool, decode: Callable[[list[int]], str]
+    ) -> None:
         bad = [s for s in stop if not isinstance(s, str) or not s]
         if bad or not stop:
             raise ValueError(f"actor_rollout_ref.rollout.stop must be a list of non-empty strings, got {list(stop)!r}")
@@ -55,7 +57,7 @@ class StopStrings:
 
     def may_stop(self, tail: list[int]) -> bool:
         """Whether the text of the last ``window`` tokens contains a stop string (cheap pre-check)."""
-        return self._first(self.decode(tail[-self.window:])) is not None
+        return self._first(self.decode(tail[-self.window :])) is not None
 
     def cut(self, ids: list[int]) -> int | None:
         """Length of the response ``ids`` cut at its first stop string, or None when it has none.
@@ -98,6 +100,9 @@ def stop_strings_of(config: Any, tokenizer: Any) -> StopStrings | None:
     if not stop:
         return None
     if tokenizer is None:
-        raise ValueError("actor_rollout_ref.rollout.stop needs the actor's tokenizer to decode responses; none was given")
-    return StopStrings(stop, bool(config.include_stop_str_in_output),
-                       lambda ids: tokenizer.decode(ids, skip_special_tokens=True))
+        raise ValueError(
+            "actor_rollout_ref.rollout.stop needs the actor's tokenizer to decode responses; none was given"
+        )
+    return StopStrings(
+        stop, bool(config.include_stop_str_in_output), lambda ids: tokenizer.decode(ids, skip_special_tokens=True)
+    )

@@ -26,9 +26,16 @@ __all__ = ["FinishHook", "generate_and_score", "row_notifier"]
 FinishHook = Callable[[list[int], DataProto], None]
 
 
-def row_notifier(engine: Any, prompts: DataProto, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                 position_ids: torch.Tensor, meta: dict[str, Any], hook: FinishHook,
-                 rows: torch.Tensor) -> Callable[..., None]:
+def row_notifier(
+    engine: Any,
+    prompts: DataProto,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    meta: dict[str, Any],
+    hook: FinishHook,
+    rows: torch.Tensor,
+) -> Callable[..., None]:
     """The ``notify`` callback of one `HFRollout` micro-batch: maps its local rows to the batch's
     and hands their assembled output rows to ``hook``.
 
@@ -40,18 +47,26 @@ def row_notifier(engine: Any, prompts: DataProto, input_ids: torch.Tensor, atten
         rows: `(b,)` the micro-batch's row indices in the batch.
     """
 
-    def notify(local: torch.Tensor, responses: torch.Tensor, lengths: torch.Tensor, log_probs: torch.Tensor,
-               versions: torch.Tensor) -> None:
+    def notify(
+        local: torch.Tensor,
+        responses: torch.Tensor,
+        lengths: torch.Tensor,
+        log_probs: torch.Tensor,
+        versions: torch.Tensor,
+    ) -> None:
         index = rows[local]
         carried = Carried(responses, log_probs, versions, lengths, torch.ones(len(index), dtype=torch.bool))
-        data = engine._assemble(prompts[index], input_ids[index], attention_mask[index], position_ids[index], carried, meta)
+        data = engine._assemble(
+            prompts[index], input_ids[index], attention_mask[index], position_ids[index], carried, meta
+        )
         hook(index.tolist(), data)
 
     return notify
 
 
-def generate_and_score(engine: Any, prompts: DataProto, scorer: StreamingRewardScorer,
-                       timeout_s: float | None = None, per_row: bool = True) -> tuple[DataProto, dict[str, Any]]:
+def generate_and_score(
+    engine: Any, prompts: DataProto, scorer: StreamingRewardScorer, timeout_s: float | None = None, per_row: bool = True
+) -> tuple[DataProto, dict[str, Any]]:
     """Generate ``prompts`` and score every trajectory as soon as it finishes.
 
     Args:

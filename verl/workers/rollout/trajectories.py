@@ -35,8 +35,10 @@ def agent_loop_metrics(batch: DataProto) -> dict[str, float]:
         return {}
     calls = list(ntb.get("tool_calls", [[] for _ in range(len(batch))]))
     statuses = [c.get("status") for row in calls for c in (row or [])]
-    out = {**_stats("num_turns", [float(t) for t in ntb["num_turns"]]),
-           **_stats("tool_call_counts", [float(len(row or [])) for row in calls])}
+    out = {
+        **_stats("num_turns", [float(t) for t in ntb["num_turns"]]),
+        **_stats("tool_call_counts", [float(len(row or [])) for row in calls]),
+    }
     out["multiturn/tool_errors"] = float(statuses.count("error"))
     out["multiturn/tool_timeouts"] = float(statuses.count("timeout"))
     out["multiturn/malformed_tool_calls"] = float(statuses.count("malformed"))
@@ -45,4 +47,3 @@ def agent_loop_metrics(batch: DataProto) -> dict[str, float]:
             out[f"multiturn/{key}"] = float(np.sum(np.asarray(ntb[key], dtype=np.float64)))
     out.update(drift_metrics(ntb))  # multi_turn/drift_rate, multi_turn/drift_first_offset
     return out
-

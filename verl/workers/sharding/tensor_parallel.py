@@ -48,7 +48,16 @@ import torch
 from verl.config.errors import ConfigError
 from verl.protocol import DataProto
 
-__all__ = ["TP_ARCHITECTURES", "TensorParallelLayout", "build_layout", "build_rollout_layout", "check_tp_heads", "check_tp_sp_heads", "shard_kwargs", "tp_plan"]
+__all__ = [
+    "TP_ARCHITECTURES",
+    "TensorParallelLayout",
+    "build_layout",
+    "build_rollout_layout",
+    "check_tp_heads",
+    "check_tp_sp_heads",
+    "shard_kwargs",
+    "tp_plan",
+]
 
 TP_ARCHITECTURES: tuple[str, ...] = ("llama", "qwen2", "qwen3", "mistral")
 """Hugging Face ``model_type`` values whose decoder blocks have a TP plan (same projection names)."""
@@ -74,8 +83,10 @@ def check_tp_heads(config: Any, tp: int, what: str = "tensor_parallel_size") -> 
     """
     arch = getattr(config, "model_type", None)
     if arch not in TP_ARCHITECTURES:
-        raise ConfigError(f"{what}={tp}: no tensor-parallel plan for architecture {arch!r} "
-                          f"(plans exist for {', '.join(TP_ARCHITECTURES)})")
+        raise ConfigError(
+            f"{what}={tp}: no tensor-parallel plan for architecture {arch!r} "
+            f"(plans exist for {', '.join(TP_ARCHITECTURES)})"
+        )
     heads = config.num_attention_heads
     for key in ("num_attention_heads", "num_key_value_heads", "intermediate_size"):
         value = getattr(config, key, None) or heads
@@ -102,7 +113,9 @@ def _decoder_blocks(module: torch.nn.Module) -> list[torch.nn.Module]:
     return _blocks(module)
 
 
-def apply_tensor_parallel(module: torch.nn.Module, tp_mesh: Any, tp: int, what: str = "tensor_parallel_size") -> torch.nn.Module:
+def apply_tensor_parallel(
+    module: torch.nn.Module, tp_mesh: Any, tp: int, what: str = "tensor_parallel_size"
+) -> torch.nn.Module:
     """Split every decoder block of ``module`` over ``tp_mesh`` in place (`tp_plan`; a LoRA layer's
     adapters are placed with its base layer, `verl.workers.sharding.tp_lora`).
 
@@ -151,8 +164,15 @@ class TensorParallelLayout:
     what: str = "tensor_parallel_size"
 
     @classmethod
-    def build(cls, tp: int, world_size: int, device: str = "cpu", what: str = "tensor_parallel_size",
-              training: bool = True, sp: int = 1) -> TensorParallelLayout:
+    def build(
+        cls,
+        tp: int,
+        world_size: int,
+        device: str = "cpu",
+        what: str = "tensor_parallel_size",
+        training: bool = True,
+        sp: int = 1,
+    ) -> TensorParallelLayout:
         """The layout of ``world_size`` ranks at TP degree ``tp`` and SP degree ``sp`` (a collective).
 
         Args:
@@ -174,7 +194,9 @@ class TensorParallelLayout:
             set_sequence_parallel_size(sp * tp)  # the ranks of a data-parallel rank share one data shard
         device_type = "cpu" if device == "cpu" else "cuda"
         if sp == 1:
-            return cls(tp=tp, dp=dp, mesh=init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp")), what=what)
+            return cls(
+                tp=tp, dp=dp, mesh=init_device_mesh(device_type, (dp, tp), mesh_dim_names=("dp", "tp")), what=what
+            )
         mesh = init_device_mesh(device_type, (dp, sp, tp), mesh_dim_names=("dp", "sp", "tp"))
         # every rank creates the flattened groups, in the same order (new process groups are collective)
         mesh["dp", "sp"]._flatten("dp_sp")

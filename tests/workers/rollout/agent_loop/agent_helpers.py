@@ -47,13 +47,22 @@ class EchoTool(BaseTool):
     """Returns ``config["reply"]`` (default: the ``text`` argument); raises when asked to."""
 
     def __init__(self, config: dict[str, Any] | None = None, tool_schema: dict[str, Any] | None = None) -> None:
-        super().__init__(config or {}, tool_schema or {
-            "type": "function",
-            "function": {"name": "echo", "description": "Echo text.",
-                         "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
-        })
+        super().__init__(
+            config or {},
+            tool_schema
+            or {
+                "type": "function",
+                "function": {
+                    "name": "echo",
+                    "description": "Echo text.",
+                    "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+                },
+            },
+        )
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
         if parameters["text"] == "raise":
             raise RuntimeError("boom")
         if parameters["text"] == "sleep":
@@ -68,18 +77,33 @@ class RetryOnceInteraction(BaseInteraction):
         super().__init__({"name": "retry", **(config or {})})
         self.calls: dict[str, int] = {}
 
-    async def generate_response(self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any) -> tuple[bool, str, float, dict]:
+    async def generate_response(
+        self, instance_id: str, messages: list[dict[str, Any]], **kwargs: Any
+    ) -> tuple[bool, str, float, dict]:
         self.calls[instance_id] = calls = self.calls.get(instance_id, 0) + 1
         return (calls > 1, "Try again.", float(calls - 1), {})
 
 
-def context(tokenizer: Any, engine: Any, tools: dict[str, Any] | None = None, interactions: dict[str, Any] | None = None,
-            response_length: int = 256, **multi_turn: Any) -> AgentContext:
+def context(
+    tokenizer: Any,
+    engine: Any,
+    tools: dict[str, Any] | None = None,
+    interactions: dict[str, Any] | None = None,
+    response_length: int = 256,
+    **multi_turn: Any,
+) -> AgentContext:
     multi_turn.setdefault("enable", True)
     multi_turn.setdefault("tool_config_path", "unused.yaml")
     cfg = RolloutConfig(response_length=response_length, prompt_length=512, multi_turn=MultiTurnConfig(**multi_turn))
-    return AgentContext(engine=engine, tokenizer=tokenizer, config=cfg, sampling=SamplingParams(),
-                        response_length=response_length, tools=tools or {}, interactions=interactions or {})
+    return AgentContext(
+        engine=engine,
+        tokenizer=tokenizer,
+        config=cfg,
+        sampling=SamplingParams(),
+        response_length=response_length,
+        tools=tools or {},
+        interactions=interactions or {},
+    )
 
 
 def row(question: str = "What is 2+3?", **extra: Any) -> AgentRow:
@@ -96,12 +120,18 @@ def thinking_tokenizer(strip_earlier_reasoning: bool = True, open_think: bool = 
     loop = "{%- for message in loop_messages %}"
     if strip_earlier_reasoning:
         other = "{%- else %}\n{{- '<|im_start|>' + message['role']"
-        last_user = ("{%- set ns = namespace(last_user=-1) %}{%- for m in loop_messages %}"
-                     "{%- if m['role'] == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}\n")
-        strip = (r"{%- elif message['role'] == 'assistant' and loop.index0 < ns.last_user"
-                 r" and '</think>' in message['content'] %}" "\n"
-                 r"{{- '<|im_start|>assistant\n' + message['content'].split('</think>')[-1].lstrip('\n')"
-                 r" + '<|im_end|>\n' }}" "\n" + other)
+        last_user = (
+            "{%- set ns = namespace(last_user=-1) %}{%- for m in loop_messages %}"
+            "{%- if m['role'] == 'user' %}{%- set ns.last_user = loop.index0 %}{%- endif %}{%- endfor %}\n"
+        )
+        strip = (
+            r"{%- elif message['role'] == 'assistant' and loop.index0 < ns.last_user"
+            r" and '</think>' in message['content'] %}"
+            "\n"
+            r"{{- '<|im_start|>assistant\n' + message['content'].split('</think>')[-1].lstrip('\n')"
+            r" + '<|im_end|>\n' }}"
+            "\n" + other
+        )
         assert template.count(loop) == 1 and template.count(other) == 1
         template = template.replace(loop, last_user + loop).replace(other, strip)
     if open_think:

@@ -37,8 +37,12 @@ class TurnEngine:
 
     async def generate(self, request: TokenRequest) -> TokenOutput:
         row, turn = (int(x) for x in request.request_id.split("-"))
-        ids = (self.tok(self.script(row, turn), add_special_tokens=False)["input_ids"] + [IM_END])[: request.max_new_tokens]
-        return TokenOutput(token_ids=ids, log_probs=[-0.5] * len(ids), finish_reason="stop" if ids[-1] == IM_END else "length")
+        ids = (self.tok(self.script(row, turn), add_special_tokens=False)["input_ids"] + [IM_END])[
+            : request.max_new_tokens
+        ]
+        return TokenOutput(
+            token_ids=ids, log_probs=[-0.5] * len(ids), finish_reason="stop" if ids[-1] == IM_END else "length"
+        )
 
 
 def _batch(tok, rows: list[dict]) -> DataProto:
@@ -48,10 +52,17 @@ def _batch(tok, rows: list[dict]) -> DataProto:
         raw[i] = r["prompt"]
     ids = torch.zeros(n, 4, dtype=torch.long)  # tool_agent renders its prompt from the messages
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(4).repeat(n, 1),
-                 "sample_seeds": torch.arange(n, dtype=torch.long) + 3},
-        non_tensors={"raw_prompt": raw, "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
-                     "agent_name": np.array(["tool_agent"] * n, dtype=object)},
+        tensors={
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(4).repeat(n, 1),
+            "sample_seeds": torch.arange(n, dtype=torch.long) + 3,
+        },
+        non_tensors={
+            "raw_prompt": raw,
+            "extra_info": np.array([r["extra_info"] for r in rows], dtype=object),
+            "agent_name": np.array(["tool_agent"] * n, dtype=object),
+        },
         meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": [IM_END]},
     )
 
@@ -67,17 +78,31 @@ def think_tok():
 
 
 def test_sampled_rows_are_evenly_spaced():
-    assert sample_rows(list(range(10)), 3) == [0, 4, 9] and sample_rows([1, 2], 8) == [1, 2] and sample_rows([1], 0) == []
+    assert (
+        sample_rows(list(range(10)), 3) == [0, 4, 9] and sample_rows([1, 2], 8) == [1, 2] and sample_rows([1], 0) == []
+    )
 
 
 def test_a_template_that_strips_earlier_think_blocks_drifts_at_the_first_reasoning_token(tmp_path, think_tok):
-    (tmp_path / "i.yaml").write_text("interaction:\n  - name: retry\n"
-                                     "    class_name: tests.workers.rollout.agent_loop.agent_helpers.RetryOnceInteraction\n    config: {}\n")
-    cfg = RolloutConfig(response_length=R, prompt_length=P, multi_turn=MultiTurnConfig(
-        enable=True, interaction_config_path=str(tmp_path / "i.yaml"), tokenization_sanity_check_mode="disable"))
+    (tmp_path / "i.yaml").write_text(
+        "interaction:\n  - name: retry\n"
+        "    class_name: tests.workers.rollout.agent_loop.agent_helpers.RetryOnceInteraction\n    config: {}\n"
+    )
+    cfg = RolloutConfig(
+        response_length=R,
+        prompt_length=P,
+        multi_turn=MultiTurnConfig(
+            enable=True, interaction_config_path=str(tmp_path / "i.yaml"), tokenization_sanity_check_mode="disable"
+        ),
+    )
     tok = think_tok
-    rows = [{"prompt": [{"role": "user", "content": f"What is {i}+{i}?"}],
-             "extra_info": {"interaction_kwargs": {"name": "retry"}} if i % 2 else {}} for i in range(4)]
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"What is {i}+{i}?"}],
+            "extra_info": {"interaction_kwargs": {"name": "retry"}} if i % 2 else {},
+        }
+        for i in range(4)
+    ]
     engine = TurnEngine(tok, lambda row, turn: "<think>\nadd them\n</think>\n\nIt is 4." if turn == 0 else "It is 4.")
     out = AgentLoopRollout(engine, cfg, tok).generate_sequences(_batch(tok, rows))
     ntb = out.non_tensor_batch
@@ -98,11 +123,17 @@ def test_the_shipped_qwen25_template_on_the_gsm8k_tool_task_does_not_drift(share
     call = '<tool_call>\n{"name": "calc_gsm8k_reward", "arguments": {"answer": "%s"}}\n</tool_call>'
 
     def script(row, turn):
-        return (f"Let me work it out step by step.\n{call % truths[row]}" if turn == 0
-                else f"The tool says my answer is right.\n#### {truths[row]}")
+        return (
+            f"Let me work it out step by step.\n{call % truths[row]}"
+            if turn == 0
+            else f"The tool says my answer is right.\n#### {truths[row]}"
+        )
 
-    cfg = RolloutConfig(response_length=R, prompt_length=P, multi_turn=MultiTurnConfig(
-        enable=True, tool_config_path="builtin://gsm8k", max_assistant_turns=3))
+    cfg = RolloutConfig(
+        response_length=R,
+        prompt_length=P,
+        multi_turn=MultiTurnConfig(enable=True, tool_config_path="builtin://gsm8k", max_assistant_turns=3),
+    )
     out = AgentLoopRollout(TurnEngine(tok, script), cfg, tok).generate_sequences(_batch(tok, rows))
     assert [len(c) for c in out.non_tensor_batch["tool_calls"]] == [1] * 6  # every row called the tool
     assert out.non_tensor_batch["token_drift"].tolist() == [0] * 6  # 6 <= token_drift_samples: all checked
@@ -111,16 +142,35 @@ def test_the_shipped_qwen25_template_on_the_gsm8k_tool_task_does_not_drift(share
 
 
 def test_drift_metrics_need_a_checked_row():
-    assert drift_metrics({}) == {} and drift_metrics({"token_drift": np.array([-1]), "token_drift_offset": np.array([-1])}) == {}
+    assert (
+        drift_metrics({}) == {}
+        and drift_metrics({"token_drift": np.array([-1]), "token_drift_offset": np.array([-1])}) == {}
+    )
 
 
 def test_the_audit_reports_each_boundary_and_think_stripping(capsys, tok, think_tok):
-    tools = [{"type": "function", "function": {"name": "calc", "description": "Calculator.", "parameters": {
-        "type": "object", "properties": {"expression": {"type": "string"}}, "required": ["expression"]}}}]
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": "calc",
+                "description": "Calculator.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"expression": {"type": "string"}},
+                    "required": ["expression"],
+                },
+            },
+        }
+    ]
     plain = audit_template(tok, tools)
     assert "generation prompt: '<|im_start|>assistant\\n'" in plain
-    assert any(line.startswith("no system prompt: the template writes '<|im_start|>system\\nYou are Qwen") for line in plain)
-    assert "assistant -> tool: appends '<|im_start|>user\\n<tool_response>\\n5\\n</tool_response><|im_end|>\\n'" in plain
+    assert any(
+        line.startswith("no system prompt: the template writes '<|im_start|>system\\nYou are Qwen") for line in plain
+    )
+    assert (
+        "assistant -> tool: appends '<|im_start|>user\\n<tool_response>\\n5\\n</tool_response><|im_end|>\\n'" in plain
+    )
     assert "<think> of an earlier assistant turn: kept when later turns follow" in plain
     assert not any("NOT append-only" in line for line in plain)
     stripping = audit_template(think_tok, tools)
@@ -137,8 +187,13 @@ def test_the_audit_reports_each_boundary_and_think_stripping(capsys, tok, think_
 
 @pytest.mark.parametrize("samples", [0, 2])
 def test_samples_bound_the_checked_rows(samples, tok):
-    cfg = RolloutConfig(response_length=64, prompt_length=P, multi_turn=MultiTurnConfig(
-        enable=True, tool_config_path="builtin://gsm8k", token_drift_samples=samples, template_audit=False))
+    cfg = RolloutConfig(
+        response_length=64,
+        prompt_length=P,
+        multi_turn=MultiTurnConfig(
+            enable=True, tool_config_path="builtin://gsm8k", token_drift_samples=samples, template_audit=False
+        ),
+    )
     rows = [{"prompt": [{"role": "user", "content": f"Q{i}"}], "extra_info": {}} for i in range(5)]
     out = AgentLoopRollout(TurnEngine(tok, lambda row, turn: "4"), cfg, tok).generate_sequences(_batch(tok, rows))
     flags = out.non_tensor_batch["token_drift"].tolist()

@@ -47,11 +47,18 @@ def _batch(tok, n: int = 3) -> DataProto:
         raw[i] = m
     ids = torch.zeros(n, 4, dtype=torch.long)  # tool_agent renders its prompt from the messages
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(4).repeat(n, 1),
-                 "sample_seeds": torch.tensor([11, 22, 33])},
-        non_tensors={"raw_prompt": raw, "extra_info": np.array(extra, dtype=object),
-                     "agent_name": np.array(["tool_agent"] * n, dtype=object),
-                     "uid": np.array([f"u{i}" for i in range(n)], dtype=object)},
+        tensors={
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(4).repeat(n, 1),
+            "sample_seeds": torch.tensor([11, 22, 33]),
+        },
+        non_tensors={
+            "raw_prompt": raw,
+            "extra_info": np.array(extra, dtype=object),
+            "agent_name": np.array(["tool_agent"] * n, dtype=object),
+            "uid": np.array([f"u{i}" for i in range(n)], dtype=object),
+        },
         # many stop ids so the random model ends its turns early and the interaction answers
         meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": list(range(0, 151643, 5))},
     )
@@ -61,11 +68,18 @@ def _batch(tok, n: int = 3) -> DataProto:
 def rollout(model_and_tok, tmp_path_factory):
     model, tok = model_and_tok
     yaml = tmp_path_factory.mktemp("interaction") / "interaction.yaml"
-    yaml.write_text(f"interaction:\n  - name: retry\n    class_name: {RetryOnceInteraction.__module__}.RetryOnceInteraction\n"
-                    "    config: {}\n")
-    cfg = RolloutConfig(response_length=R, prompt_length=64, temperature=1.0,
-                        multi_turn=MultiTurnConfig(enable=True, interaction_config_path=str(yaml), max_user_turns=2,
-                                                   tokenization_sanity_check_mode="disable"))
+    yaml.write_text(
+        f"interaction:\n  - name: retry\n    class_name: {RetryOnceInteraction.__module__}.RetryOnceInteraction\n"
+        "    config: {}\n"
+    )
+    cfg = RolloutConfig(
+        response_length=R,
+        prompt_length=64,
+        temperature=1.0,
+        multi_turn=MultiTurnConfig(
+            enable=True, interaction_config_path=str(yaml), max_user_turns=2, tokenization_sanity_check_mode="disable"
+        ),
+    )
     return AgentLoopRollout(HFRollout(model, cfg, tok), cfg, tok).generate_sequences(_batch(tok))
 
 
@@ -97,7 +111,7 @@ def test_rollout_log_probs_equal_training_forward_and_one_turn_split(model_and_t
     m = mask[row].long().tolist()
     last_start = max(i for i in range(R) if m[i] == 1 and (i == 0 or m[i - 1] == 0))
     width = 64 + last_start
-    ids, attn, pos = b["input_ids"][row:row + 1], b["attention_mask"][row:row + 1], b["position_ids"][row:row + 1]
+    ids, attn, pos = b["input_ids"][row : row + 1], b["attention_mask"][row : row + 1], b["position_ids"][row : row + 1]
     with torch.no_grad():
         one_turn = compute_log_probs(model, ids, attn, pos, ids.shape[1] - width)
     tail = mask[row, last_start:]

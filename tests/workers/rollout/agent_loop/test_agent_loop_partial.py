@@ -51,8 +51,13 @@ def _model() -> torch.nn.Module:
 
 
 def _rollout(model: torch.nn.Module, tokenizer: Any, update: Any = None) -> tuple[AgentLoopRollout, UpdatingCalculator]:
-    cfg = RolloutConfig(response_length=RESPONSE, prompt_length=128, do_sample=False, mode="async",
-                        multi_turn=MultiTurnConfig(enable=True, tool_config_path=str(TOOL_CONFIG_PATH)))
+    cfg = RolloutConfig(
+        response_length=RESPONSE,
+        prompt_length=128,
+        do_sample=False,
+        mode="async",
+        multi_turn=MultiTurnConfig(enable=True, tool_config_path=str(TOOL_CONFIG_PATH)),
+    )
     rollout = AgentLoopRollout(HFRollout(model, cfg, tokenizer), cfg, tokenizer)
     tool = UpdatingCalculator()
     tool.update, tool.expressions = update, []
@@ -69,8 +74,10 @@ def _batch(tokenizer: Any, n: int = 4) -> DataProto:
     raw = np.empty(n, dtype=object)
     for k, r in enumerate(rows):
         raw[k] = r["prompt"]
-    return DataProto.from_dict(tensors={"input_ids": input_ids, "attention_mask": mask},
-                               non_tensors={"raw_prompt": raw, "agent_name": np.array(["tool_agent"] * n, dtype=object)})
+    return DataProto.from_dict(
+        tensors={"input_ids": input_ids, "attention_mask": mask},
+        non_tensors={"raw_prompt": raw, "agent_name": np.array(["tool_agent"] * n, dtype=object)},
+    )
 
 
 def _runs(mask: list[int]) -> list[tuple[int, int, int]]:
@@ -136,9 +143,18 @@ def test_turn_after_the_pending_call_is_sampled_by_the_new_weights(tokenizer) ->
     row = _caller_row(out, tool.expressions[0])
     mask, resp = out.batch["response_mask"][row].tolist(), out.batch["responses"][row]
     (_, _, _), (_, _, t1), (_, b0, b1) = _runs(mask)[:3]
-    prompt = out.batch["prompts"][row][out.batch["attention_mask"][row, : out.batch["prompts"].shape[1]].bool()].tolist()
-    fresh = HFTokenServer(HFRollout(new, rollout.config, tokenizer)).generate_batch([TokenRequest(
-        prompt_ids=prompt + resp[:t1].tolist(), sampling=SamplingParams(do_sample=False), max_new_tokens=RESPONSE - t1)])[0]
+    prompt = out.batch["prompts"][row][
+        out.batch["attention_mask"][row, : out.batch["prompts"].shape[1]].bool()
+    ].tolist()
+    fresh = HFTokenServer(HFRollout(new, rollout.config, tokenizer)).generate_batch(
+        [
+            TokenRequest(
+                prompt_ids=prompt + resp[:t1].tolist(),
+                sampling=SamplingParams(do_sample=False),
+                max_new_tokens=RESPONSE - t1,
+            )
+        ]
+    )[0]
     assert resp[b0:b1].tolist() == fresh.token_ids[: b1 - b0]
     logp = out.batch["rollout_log_probs"][row, b0:b1]
     torch.testing.assert_close(logp, torch.tensor(fresh.log_probs[: b1 - b0]), atol=1e-4, rtol=0)

@@ -20,28 +20,59 @@ from verl.workers.rollout.trajectories import agent_loop_metrics
 
 P, R = 320, 160
 CALL = '<tool_call>\n{"name": "echo", "arguments": {"text": "%s"}}\n</tool_call>'
-PIECES = [CALL % "hi"] * 4 + ["<think>draft " + CALL % "draft" + "</think>", "<think>\nhm\n</think>\n\n"] * 2 + [
-          CALL % "raise", CALL % "<tool_call>", '<tool_call>{"name": "echo"', "<tool_call>{bad}</tool_call>",
-          '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
-          '<tool_call>{"name": "echo", "arguments": [1]}</tool_call>',
-          "<think>", "</think>", "<tool_call>", "</tool_call>", "<|im_start|>user\n", "<|im_end|>", "<|endoftext|>",
-          "The answer is 4.", " 中文 ", "😀", "\n\n", '{"a": [1, 2', "\\", '"']
+PIECES = (
+    [CALL % "hi"] * 4
+    + ["<think>draft " + CALL % "draft" + "</think>", "<think>\nhm\n</think>\n\n"] * 2
+    + [
+        CALL % "raise",
+        CALL % "<tool_call>",
+        '<tool_call>{"name": "echo"',
+        "<tool_call>{bad}</tool_call>",
+        '<tool_call>{"name": "nope", "arguments": {}}</tool_call>',
+        '<tool_call>{"name": "echo", "arguments": [1]}</tool_call>',
+        "<think>",
+        "</think>",
+        "<tool_call>",
+        "</tool_call>",
+        "<|im_start|>user\n",
+        "<|im_end|>",
+        "<|endoftext|>",
+        "The answer is 4.",
+        " 中文 ",
+        "😀",
+        "\n\n",
+        '{"a": [1, 2',
+        "\\",
+        '"',
+    ]
+)
 
 
 @pytest.fixture(scope="module")
 def configs(tmp_path_factory):
     d = tmp_path_factory.mktemp("agent_configs")
-    (d / "tools.yaml").write_text("tools:\n  - class_name: tests.workers.rollout.agent_loop.agent_helpers.EchoTool\n    config: {}\n")
-    (d / "interaction.yaml").write_text("interaction:\n  - name: retry\n"
-                                        "    class_name: tests.workers.rollout.agent_loop.agent_helpers.RetryOnceInteraction\n    config: {}\n")
+    (d / "tools.yaml").write_text(
+        "tools:\n  - class_name: tests.workers.rollout.agent_loop.agent_helpers.EchoTool\n    config: {}\n"
+    )
+    (d / "interaction.yaml").write_text(
+        "interaction:\n  - name: retry\n"
+        "    class_name: tests.workers.rollout.agent_loop.agent_helpers.RetryOnceInteraction\n    config: {}\n"
+    )
     return d
 
 
 def _rollout_config(configs, **multi_turn):
     multi_turn.setdefault("tokenization_sanity_check_mode", "strict")
-    return RolloutConfig(response_length=R, prompt_length=P, multi_turn=MultiTurnConfig(
-        enable=True, tool_config_path=str(configs / "tools.yaml"), interaction_config_path=str(configs / "interaction.yaml"),
-        **multi_turn))
+    return RolloutConfig(
+        response_length=R,
+        prompt_length=P,
+        multi_turn=MultiTurnConfig(
+            enable=True,
+            tool_config_path=str(configs / "tools.yaml"),
+            interaction_config_path=str(configs / "interaction.yaml"),
+            **multi_turn,
+        ),
+    )
 
 
 def _batch(tok, n: int) -> DataProto:
@@ -51,11 +82,18 @@ def _batch(tok, n: int) -> DataProto:
     extra = [{"index": i, **({"interaction_kwargs": {"name": "retry"}} if i % 2 else {})} for i in range(n)]
     ids = torch.zeros(n, 4, dtype=torch.long)  # tool_agent renders its prompt from the messages
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(4).repeat(n, 1),
-                 "sample_seeds": torch.arange(n, dtype=torch.long) + 7},
-        non_tensors={"raw_prompt": raw, "extra_info": np.array(extra, dtype=object),
-                     "agent_name": np.array(["tool_agent"] * n, dtype=object),
-                     "uid": np.array([f"u{i}" for i in range(n)], dtype=object)},
+        tensors={
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(4).repeat(n, 1),
+            "sample_seeds": torch.arange(n, dtype=torch.long) + 7,
+        },
+        non_tensors={
+            "raw_prompt": raw,
+            "extra_info": np.array(extra, dtype=object),
+            "agent_name": np.array(["tool_agent"] * n, dtype=object),
+            "uid": np.array([f"u{i}" for i in range(n)], dtype=object),
+        },
         meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": [IM_END]},
     )
 
@@ -82,6 +120,7 @@ def _scripted(tok, texts_by_row):
     def script(row, turn, request):
         text = texts_by_row(row, turn)
         return tok(text, add_special_tokens=False)["input_ids"] + [IM_END], True
+
     return script
 
 
@@ -129,21 +168,32 @@ def _garbage(tok):
             text = "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 8)))
             ids = tok(text, add_special_tokens=False)["input_ids"]
             if kind < 0.4:  # and a few random ids inside
-                ids[rng.randrange(len(ids) + 1):0] = [rng.randrange(vocab) for _ in range(3)]
+                ids[rng.randrange(len(ids) + 1) : 0] = [rng.randrange(vocab) for _ in range(3)]
         stop = rng.random() < 0.8
         return ids + ([IM_END] if stop else []), stop
+
     return script
 
 
-@pytest.mark.parametrize("template, mode, parallel", [("append_only", "strict", 3), ("strips_reasoning", "strict", 1),
-                                                      ("opens_think", "ignore_strippable", 3)])
+@pytest.mark.parametrize(
+    "template, mode, parallel",
+    [("append_only", "strict", 3), ("strips_reasoning", "strict", 1), ("opens_think", "ignore_strippable", 3)],
+)
 def test_fuzzed_model_outputs_never_raise(tok, configs, template, mode, parallel):
-    t = {"append_only": lambda: tok, "strips_reasoning": thinking_tokenizer,
-         "opens_think": lambda: thinking_tokenizer(open_think=True)}[template]()
+    t = {
+        "append_only": lambda: tok,
+        "strips_reasoning": thinking_tokenizer,
+        "opens_think": lambda: thinking_tokenizer(open_think=True),
+    }[template]()
     n = 16
     engine = RowEngine(t, _garbage(t))
-    cfg = _rollout_config(configs, max_assistant_turns=5, max_user_turns=2, max_parallel_calls=parallel,
-                          tokenization_sanity_check_mode=mode)
+    cfg = _rollout_config(
+        configs,
+        max_assistant_turns=5,
+        max_user_turns=2,
+        max_parallel_calls=parallel,
+        tokenization_sanity_check_mode=mode,
+    )
     out = AgentLoopRollout(engine, cfg, t).generate_sequences(_batch(t, n))
     assert out.non_tensor_batch["failed"].tolist() == [0] * n
     mask, resp = out.batch["response_mask"], out.batch["responses"]

@@ -31,7 +31,7 @@ def _batch(tok, seed: int, n: int = 4) -> DataProto:
     ids = torch.full((n, P), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros(n, P, dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, P - len(r):], mask[i, P - len(r):] = torch.tensor(r), 1
+        ids[i, P - len(r) :], mask[i, P - len(r) :] = torch.tensor(r), 1
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": prompt_position_ids(mask)},
         non_tensors={"agent_name": np.array(["single_turn_agent"] * n, dtype=object)},

@@ -35,8 +35,12 @@ def quickstart():
 def _prompt_batch(tok, n: int = 6, width: int = 24) -> DataProto:
     from verl.data.rl_dataset import left_pad
 
-    texts = [tok.apply_chat_template([{"role": "user", "content": f"{17 * i + 3}+{29 * i + 5}="}],
-                                     add_generation_prompt=True, tokenize=False) for i in range(n)]
+    texts = [
+        tok.apply_chat_template(
+            [{"role": "user", "content": f"{17 * i + 3}+{29 * i + 5}="}], add_generation_prompt=True, tokenize=False
+        )
+        for i in range(n)
+    ]
     rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     ids, mask, pos = (torch.stack(t) for t in zip(*(left_pad(r, width, tok.pad_token_id) for r in rows)))
     seeds = torch.arange(100, 100 + n, dtype=torch.long)
@@ -52,7 +56,9 @@ def test_request_output_identical_alone_and_batched(quickstart):
     engine = HFRollout(model, RolloutConfig(response_length=12, prompt_length=24), tok)
     params = SamplingParams(do_sample=True, temperature=1.0)
     prompts = [tok.encode(f"{a}+{b}=") for a, b in [(12, 34), (5, 7), (123, 456), (9, 90)]]
-    reqs = [TokenRequest(p, params, max_new_tokens=m, seed=s) for p, m, s in zip(prompts, [12, 5, 9, 12], [7, 8, 9, 10])]
+    reqs = [
+        TokenRequest(p, params, max_new_tokens=m, seed=s) for p, m, s in zip(prompts, [12, 5, 9, 12], [7, 8, 9, 10])
+    ]
 
     async def together():
         server = HFTokenServer(engine)
@@ -102,7 +108,9 @@ def test_single_turn_batches_keep_the_batched_path_and_dump(quickstart, tmp_path
     out.batch["token_level_scores"] = torch.zeros(2, 8)
     rows = [json.loads(x) for x in dump_generations(tmp_path, 3, generation_rows(out, tok, 3)).read_text().splitlines()]
     assert [r["step"] for r in rows] == [3, 3] and rows[0]["input"].startswith("Q:3+5=")
-    assert rows[1]["output"] == tok.decode(out.batch["responses"][1][out.batch["response_mask"][1].bool()], skip_special_tokens=True)
+    assert rows[1]["output"] == tok.decode(
+        out.batch["responses"][1][out.batch["response_mask"][1].bool()], skip_special_tokens=True
+    )
 
 
 class _SlowEngine:
@@ -125,8 +133,12 @@ class _SlowEngine:
 def test_over_sample_rate_aborts_the_slowest():
     cfg = RolloutConfig(response_length=8, prompt_length=4, over_sample_rate=0.5)
     batch = DataProto.from_dict(
-        tensors={"input_ids": torch.ones(4, 4, dtype=torch.long), "attention_mask": torch.ones(4, 4, dtype=torch.long),
-                 "position_ids": torch.arange(4).repeat(4, 1), "sample_seeds": torch.tensor([4, 1, 3, 2])},
+        tensors={
+            "input_ids": torch.ones(4, 4, dtype=torch.long),
+            "attention_mask": torch.ones(4, 4, dtype=torch.long),
+            "position_ids": torch.arange(4).repeat(4, 1),
+            "sample_seeds": torch.tensor([4, 1, 3, 2]),
+        },
         meta_info={"pad_token_id": 0},
     )
     out = AgentLoopRollout(_SlowEngine(hang_above=2), cfg, tokenizer=None).generate_sequences(batch)

@@ -54,10 +54,13 @@ def test_masks_logprobs_and_tool_turn_text(tok):
     turn2 = tok("The answer is 42.", add_special_tokens=False)["input_ids"] + [IM_END]
     assert segs[0][1] == turn1 and segs[2][1] == turn2
     # the tool turn: closing newline of the assistant turn, the tool response, the generation prompt
-    assert tok.decode(segs[1][1]) == "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    assert (
+        tok.decode(segs[1][1])
+        == "\n<|im_start|>user\n<tool_response>\n42\n</tool_response><|im_end|>\n<|im_start|>assistant\n"
+    )
     assert out.response_logprobs[: len(turn1)] == pytest.approx([-0.1 - j / 1000 for j in range(len(turn1))])
     assert all(lp == 0.0 for lp, m in zip(out.response_logprobs, out.response_mask) if m == 0)
-    assert out.response_logprobs[-len(turn2):] == pytest.approx([-0.2 - j / 1000 for j in range(len(turn2))])
+    assert out.response_logprobs[-len(turn2) :] == pytest.approx([-0.2 - j / 1000 for j in range(len(turn2))])
     # the second request's context is exactly prompt + everything so far
     assert engine.requests[1].prompt_ids == out.prompt_ids + segs[0][1] + segs[1][1]
     assert out.num_turns == 3 and out.metrics["tool_calls"] == 1 and out.metrics["tokenization_mismatch"] == 0
@@ -91,8 +94,10 @@ def test_user_turns_from_interaction_and_max_user_turns(tok):
     chat = ChatTemplate(tok)  # the user turn keeps incremental ids == the template's rendering
     assert chat.encode(chat.render(out.messages, False)) == out.prompt_ids + out.response_ids + tok("\n")["input_ids"]
     engine2 = ScriptedEngine(tok, ["It is 4.", "It is 5."])
-    out2 = _run(context(tok, engine2, interactions={"retry": RetryOnceInteraction()}, max_user_turns=0),
-                row(interaction_kwargs={"name": "retry"}))
+    out2 = _run(
+        context(tok, engine2, interactions={"retry": RetryOnceInteraction()}, max_user_turns=0),
+        row(interaction_kwargs={"name": "retry"}),
+    )
     assert len(engine2.requests) == 1 and all(out2.response_mask)
 
 
@@ -109,11 +114,19 @@ def test_errors_malformed_calls_and_parallel_limit(tok):
 
 def test_tool_response_truncation_sides(tok):
     long = "A" * 50 + "B" * 50
-    for side, kept in [("left", "A" * 10 + "...(truncated)"), ("right", "(truncated)..." + "B" * 10),
-                       ("middle", "A" * 5 + "...(truncated)..." + "B" * 5)]:
+    for side, kept in [
+        ("left", "A" * 10 + "...(truncated)"),
+        ("right", "(truncated)..." + "B" * 10),
+        ("middle", "A" * 5 + "...(truncated)..." + "B" * 5),
+    ]:
         engine = ScriptedEngine(tok, [CALL % "x", "done"])
-        ctx = context(tok, engine, {"echo": EchoTool({"reply": long})}, max_tool_response_length=10,
-                      tool_response_truncate_side=side)
+        ctx = context(
+            tok,
+            engine,
+            {"echo": EchoTool({"reply": long})},
+            max_tool_response_length=10,
+            tool_response_truncate_side=side,
+        )
         out = _run(ctx, row())
         assert out.messages[2]["content"] == kept
 
@@ -204,8 +217,10 @@ def test_tool_turn_over_budget_ends_the_trajectory(tok, room):
 def test_user_turn_over_budget_ends_the_trajectory(tok):
     engine = ScriptedEngine(tok, ["It is 4.", "It is 5."])
     first = len(_ids(tok, "It is 4.")) + 1
-    out = _run(context(tok, engine, interactions={"retry": RetryOnceInteraction()}, response_length=first + 3),
-               row(interaction_kwargs={"name": "retry"}))
+    out = _run(
+        context(tok, engine, interactions={"retry": RetryOnceInteraction()}, response_length=first + 3),
+        row(interaction_kwargs={"name": "retry"}),
+    )
     assert out.response_mask == [1] * first and [m["role"] for m in out.messages] == ["user", "assistant"]
 
 
@@ -215,8 +230,10 @@ def test_template_that_strips_earlier_reasoning_appends_the_generated_ids(tok):
     think_tok = thinking_tokenizer()
     turns = ["<think>\nMaybe 4.\n</think>\n\nIt is 4.", "<think>\nNo, 5.\n</think>\n\nIt is 5."]
     engine = ScriptedEngine(think_tok, turns)
-    out = _run(context(think_tok, engine, interactions={"retry": RetryOnceInteraction()}),
-               row(interaction_kwargs={"name": "retry"}))
+    out = _run(
+        context(think_tok, engine, interactions={"retry": RetryOnceInteraction()}),
+        row(interaction_kwargs={"name": "retry"}),
+    )
     segs = _segments(out)
     assert [m for m, _ in segs] == [1, 0, 1]
     assert segs[0][1] == _ids(think_tok, turns[0]) + [IM_END] and segs[2][1] == _ids(think_tok, turns[1]) + [IM_END]

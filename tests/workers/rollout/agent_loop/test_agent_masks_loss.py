@@ -27,9 +27,17 @@ MASK = torch.tensor([1, 1, 1, 0, 0, 0, 1, 1, 0, 0])
 
 
 def _model() -> torch.nn.Module:
-    cfg = AutoConfig.for_model("qwen2", vocab_size=V, hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                               num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                               tie_word_embeddings=False)
+    cfg = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=V,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+    )
     torch.manual_seed(0)
     return AutoModelForCausalLM.from_config(cfg)
 
@@ -40,18 +48,31 @@ def _batch() -> DataProto:
     responses = torch.randint(3, V, (n, R), generator=g)
     prompts = torch.randint(3, V, (n, P), generator=g)
     attn = torch.ones(n, P + R, dtype=torch.long)
-    return DataProto.from_dict(tensors={
-        "prompts": prompts, "responses": responses, "input_ids": torch.cat([prompts, responses], 1),
-        "attention_mask": attn, "position_ids": torch.arange(P + R).repeat(n, 1),
-        "response_mask": MASK.repeat(n, 1), "old_log_probs": -torch.rand(n, R, generator=g),
-        "ref_log_prob": -torch.rand(n, R, generator=g), "advantages": torch.randn(n, R, generator=g) * MASK,
-    })
+    return DataProto.from_dict(
+        tensors={
+            "prompts": prompts,
+            "responses": responses,
+            "input_ids": torch.cat([prompts, responses], 1),
+            "attention_mask": attn,
+            "position_ids": torch.arange(P + R).repeat(n, 1),
+            "response_mask": MASK.repeat(n, 1),
+            "old_log_probs": -torch.rand(n, R, generator=g),
+            "ref_log_prob": -torch.rand(n, R, generator=g),
+            "advantages": torch.randn(n, R, generator=g) * MASK,
+        }
+    )
 
 
 def _update(batch: DataProto) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
     module = _model()
-    cfg = ActorConfig(ppo_mini_batch_size=2, ppo_micro_batch_size_per_gpu=2, use_kl_loss=True, kl_loss_coef=0.1,
-                      entropy_coeff=0.01, shuffle=False)
+    cfg = ActorConfig(
+        ppo_mini_batch_size=2,
+        ppo_micro_batch_size_per_gpu=2,
+        use_kl_loss=True,
+        kl_loss_coef=0.1,
+        entropy_coeff=0.01,
+        shuffle=False,
+    )
     cfg.optim.lr = 0.05
     engine = build_engine(module, FSDPConfig(), world_size=1, optim=cfg.optim, total_steps=1)
     metrics = PPOActor(engine, cfg).update_policy(batch, temperature=1.0, mini_batch_size=4)
@@ -85,15 +106,18 @@ def test_grpo_advantages_only_on_model_tokens():
     mask = MASK.repeat(2, 1).float()
     rewards = torch.zeros(2, R)
     rewards[0, 7], rewards[1, 7] = 1.0, 0.0  # outcome on the last model token
-    adv, _ = compute_advantage("grpo", token_level_rewards=rewards, response_mask=mask,
-                               index=["g", "g"], norm_adv_by_std_in_grpo=True)
-    expected = 0.5 / (2 ** -0.5 + 1e-6)  # (1 - 0.5) / (Bessel std of [1, 0] + eps)
+    adv, _ = compute_advantage(
+        "grpo", token_level_rewards=rewards, response_mask=mask, index=["g", "g"], norm_adv_by_std_in_grpo=True
+    )
+    expected = 0.5 / (2**-0.5 + 1e-6)  # (1 - 0.5) / (Bessel std of [1, 0] + eps)
     assert torch.allclose(adv[0], expected * MASK.float(), atol=1e-5)
     assert torch.allclose(adv[1], -expected * MASK.float(), atol=1e-5)
 
 
 def test_outcome_reward_on_last_model_token():
     mask = MASK.repeat(1, 1)
-    batch = ScoredBatch(data_sources=["x"], solution_strs=["s"], ground_truths=["g"], extra_infos=[None], response_mask=mask)
+    batch = ScoredBatch(
+        data_sources=["x"], solution_strs=["s"], ground_truths=["g"], extra_infos=[None], response_mask=mask
+    )
     out = assemble_rewards(batch, [SampleResult("ok", 1.0, {})], OverlongBufferConfig(), R)
     assert out["reward_tensor"][0].tolist() == [0.0] * 7 + [1.0, 0.0, 0.0]

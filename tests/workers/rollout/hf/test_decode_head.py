@@ -29,9 +29,18 @@ def _vocab_lm(arch: str = "qwen2") -> nn.Module:
         cfg = AutoConfig.for_model("gpt2", n_embd=32, n_layer=1, n_head=2, n_positions=64, **common)
     else:
         extra = {"logits_scaling": 8.0} if arch == "granite" else {}
-        cfg = AutoConfig.for_model(arch, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                                   num_key_value_heads=1, intermediate_size=64, max_position_embeddings=64,
-                                   tie_word_embeddings=False, **common, **extra)
+        cfg = AutoConfig.for_model(
+            arch,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+            **common,
+            **extra,
+        )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
@@ -60,9 +69,17 @@ def test_layout_choice_is_measured_once_per_shape(monkeypatch):
 def test_which_models_get_the_decode_head():
     model = _vocab_lm()
     assert dh.decode_head(model) is model.lm_head
-    small = AutoModelForCausalLM.from_config(AutoConfig.for_model(
-        "qwen2", vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-        intermediate_size=64))
+    small = AutoModelForCausalLM.from_config(
+        AutoConfig.for_model(
+            "qwen2",
+            vocab_size=128,
+            hidden_size=32,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            intermediate_size=64,
+        )
+    )
     assert dh.decode_head(small) is None  # 4k weights: the layout cannot matter
     assert dh.decode_head(model.to(torch.bfloat16)) is None  # float32 only
 
@@ -77,7 +94,9 @@ def test_rollout_equals_the_models_own_head_in_either_layout(monkeypatch, arch, 
     assert (dh.decode_head(model) is None) == (arch == "granite")
 
     def rollout():
-        engine = HFRollout(model, RolloutConfig(response_length=6, **sampling), eos_token_id=[VOCAB - 1], pad_token_id=0)
+        engine = HFRollout(
+            model, RolloutConfig(response_length=6, **sampling), eos_token_id=[VOCAB - 1], pad_token_id=0
+        )
         prompts = _prompts(PROMPTS, seeds=True)
         prompts.meta_info["do_sample"] = sampling["temperature"] > 0
         return engine.generate_sequences(prompts)
@@ -90,7 +109,9 @@ def test_rollout_equals_the_models_own_head_in_either_layout(monkeypatch, arch, 
         out = rollout()
         assert torch.equal(out.batch["responses"], own.batch["responses"]), weight_major
         diff = float((out.batch["rollout_log_probs"] - own.batch["rollout_log_probs"]).abs().max())
-        print(arch, sampling, "weight-major" if weight_major else "linear", "max abs diff vs the model's own head:", diff)
+        print(
+            arch, sampling, "weight-major" if weight_major else "linear", "max abs diff vs the model's own head:", diff
+        )
         assert diff <= 2e-5, diff
 
 
@@ -101,7 +122,9 @@ def test_the_eager_decode_step_uses_the_head(monkeypatch):
     monkeypatch.setattr(dh, "weight_major_is_faster", lambda weight, rows: used.append(rows) or True)
     own = []
     model.lm_head.register_forward_hook(lambda *a: own.append(1))
-    engine = HFRollout(model, RolloutConfig(response_length=4, temperature=0.0), eos_token_id=[VOCAB - 1], pad_token_id=0)
+    engine = HFRollout(
+        model, RolloutConfig(response_length=4, temperature=0.0), eos_token_id=[VOCAB - 1], pad_token_id=0
+    )
     engine.generate_sequences(_prompts(PROMPTS))
     assert used == [len(PROMPTS)] * 3  # 4 tokens: 1 from the prefill, 3 decode steps
     assert own == [1]  # only the prefill runs the model's own head

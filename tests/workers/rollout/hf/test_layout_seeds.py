@@ -71,17 +71,29 @@ def test_prompt_position_ids_and_multi_dim_ids_refused():
 
 
 def test_assemble_layout_hand_computed():
-    prompts = DataProto.from_dict(tensors={"input_ids": torch.zeros(2, 3, dtype=torch.long),
-                                           "sample_seeds": torch.tensor([4, 9])},
-                                  non_tensors={"uid": np.array(["a", "b"], dtype=object)})
+    prompts = DataProto.from_dict(
+        tensors={"input_ids": torch.zeros(2, 3, dtype=torch.long), "sample_seeds": torch.tensor([4, 9])},
+        non_tensors={"uid": np.array(["a", "b"], dtype=object)},
+    )
     ids = torch.tensor([[0, 7, 8], [5, 6, 7]])
     mask = torch.tensor([[0, 1, 1], [1, 1, 1]])
     responses = torch.tensor([[10, 11, 0, 0], [12, 13, 14, 15]])
     lengths = torch.tensor([2, 4])
     log_probs = torch.tensor([[-0.5, -0.25, 0.0, 0.0], [-1.0, -2.0, -3.0, -4.0]])
     versions = torch.tensor([[3, 3, -1, -1], [2, 2, 3, 3]])
-    out = assemble(prompts, ids, mask, responses, lengths, log_probs, versions, finished=torch.tensor([True, False]),
-                   version=9, meta_info={"temperature": 1.0}, non_tensors={"num_turns": np.array([1, 1])})
+    out = assemble(
+        prompts,
+        ids,
+        mask,
+        responses,
+        lengths,
+        log_probs,
+        versions,
+        finished=torch.tensor([True, False]),
+        version=9,
+        meta_info={"temperature": 1.0},
+        non_tensors={"num_turns": np.array([1, 1])},
+    )
     b = out.batch
     assert b["input_ids"].tolist() == [[0, 7, 8, 10, 11, 0, 0], [5, 6, 7, 12, 13, 14, 15]]
     assert b["attention_mask"].tolist() == [[0, 1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1, 1]]
@@ -117,10 +129,11 @@ def _batch(tok, seed: int | None, n: int = 4, width: int = 12) -> DataProto:
     ids = torch.full((n, width), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros(n, width, dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, width - len(r):], mask[i, width - len(r):] = torch.tensor(r), 1
+        ids[i, width - len(r) :], mask[i, width - len(r) :] = torch.tensor(r), 1
     meta = {"pad_token_id": tok.pad_token_id} | ({"seed": seed} if seed is not None else {})
-    return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask, "position_ids": prompt_position_ids(mask)},
-                               meta_info=meta)
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": prompt_position_ids(mask)}, meta_info=meta
+    )
 
 
 def _hf(model, tok, **cfg) -> HFRollout:
@@ -136,8 +149,9 @@ def test_hf_meta_seed_samples_each_row_from_its_row_seed(tiny):
     assert torch.equal(seeded.batch["responses"], ref.batch["responses"])
     assert torch.equal(seeded.batch["rollout_log_probs"], ref.batch["rollout_log_probs"])
     # micro-batches of one row: each row's tokens depend on its own seed only
-    assert torch.equal(_hf(model, tok, max_num_seqs=1).generate_sequences(_batch(tok, 7)).batch["responses"],
-                       seeded.batch["responses"])
+    assert torch.equal(
+        _hf(model, tok, max_num_seqs=1).generate_sequences(_batch(tok, 7)).batch["responses"], seeded.batch["responses"]
+    )
     other = _hf(model, tok).generate_sequences(_batch(tok, 8)).batch["responses"]
     assert not torch.equal(other, seeded.batch["responses"])
     assert len({tuple(r) for r in seeded.batch["responses"].tolist()}) > 1  # rows differ: one seed per row

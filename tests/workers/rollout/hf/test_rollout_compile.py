@@ -32,9 +32,20 @@ LOGP_ATOL = 1e-5
 
 
 def _tiny_gqa_lm(seed: int = 0) -> nn.Module:
-    cfg = AutoConfig.for_model("qwen2", vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                               tie_word_embeddings=False, eos_token_id=2, pad_token_id=0, attn_implementation="sdpa")
+    cfg = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
+        attn_implementation="sdpa",
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
@@ -49,7 +60,9 @@ def _prompts(rows: list[list[int]], seeds: bool = False) -> DataProto:
     tensors = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_attention_mask(mask)}
     if seeds:
         tensors["sample_seeds"] = torch.arange(len(rows), dtype=torch.long) + 17
-    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array([str(i) for i in range(len(rows))], dtype=object)})
+    return DataProto.from_dict(
+        tensors=tensors, non_tensors={"uid": np.array([str(i) for i in range(len(rows))], dtype=object)}
+    )
 
 
 def _engine(model: nn.Module, compiled: bool, **cfg: object) -> HFRollout:
@@ -161,7 +174,9 @@ def test_agent_loop_server_path_uses_the_same_compiled_step(model: nn.Module) ->
     from verl.workers.rollout.sampling import SamplingParams
 
     _engine(model, True, do_sample=False).generate_sequences(_prompts(PROMPTS))  # compiled (or cached)
-    requests = [TokenRequest(prompt_ids=p, sampling=SamplingParams(do_sample=False), max_new_tokens=5) for p in PROMPTS[:2]]
+    requests = [
+        TokenRequest(prompt_ids=p, sampling=SamplingParams(do_sample=False), max_new_tokens=5) for p in PROMPTS[:2]
+    ]
     eager = HFTokenServer(_engine(model, False)).generate_batch(requests)
     with torch._dynamo.config.patch(error_on_recompile=True):
         compiled = HFTokenServer(_engine(model, True)).generate_batch(requests)

@@ -20,12 +20,33 @@ VOCAB = 128
 
 def _tiny_lm(arch: str = "qwen2", seed: int = 0) -> nn.Module:
     if arch == "gpt2":
-        cfg = AutoConfig.for_model("gpt2", vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=2, n_positions=64,
-                                   resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, eos_token_id=2, pad_token_id=0)
+        cfg = AutoConfig.for_model(
+            "gpt2",
+            vocab_size=VOCAB,
+            n_embd=32,
+            n_layer=2,
+            n_head=2,
+            n_positions=64,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
     else:
-        cfg = AutoConfig.for_model(arch, vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                                   tie_word_embeddings=False, eos_token_id=2, pad_token_id=0)
+        cfg = AutoConfig.for_model(
+            arch,
+            vocab_size=VOCAB,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+            tie_word_embeddings=False,
+            eos_token_id=2,
+            pad_token_id=0,
+        )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
@@ -65,8 +86,12 @@ def test_greedy_equals_hf_generate_with_eos_stop(model: nn.Module) -> None:
     assert eos not in free[1, :2].tolist()
     out = _engine(model, eos=[VOCAB - 1, eos], do_sample=False).generate_sequences(batch)
     ref = model.generate(
-        input_ids=batch.batch["input_ids"], attention_mask=batch.batch["attention_mask"], do_sample=False,
-        max_new_tokens=6, eos_token_id=[VOCAB - 1, eos], pad_token_id=0,
+        input_ids=batch.batch["input_ids"],
+        attention_mask=batch.batch["attention_mask"],
+        do_sample=False,
+        max_new_tokens=6,
+        eos_token_id=[VOCAB - 1, eos],
+        pad_token_id=0,
     )
     ref_resp = torch.nn.functional.pad(ref[:, 5:], (0, 6 - (ref.shape[1] - 5)), value=0)
     assert torch.equal(out.batch["responses"], ref_resp)
@@ -90,18 +115,22 @@ def test_output_layout_and_training_mode_restored(model: nn.Module) -> None:
     assert out.meta_info["temperature"] == 0.9 and b["rollout_log_probs"].dtype == torch.float32
 
 
-@pytest.mark.parametrize("sampling", [
-    {"do_sample": False},
-    {"temperature": 0.8, "top_k": 20, "top_p": 0.9},
-    {"temperature": 1.3},
-])
+@pytest.mark.parametrize(
+    "sampling",
+    [
+        {"do_sample": False},
+        {"temperature": 0.8, "top_k": 20, "top_p": 0.9},
+        {"temperature": 1.3},
+    ],
+)
 def test_rollout_log_probs_match_training_forward(model: nn.Module, sampling: dict) -> None:
     """Same weights: the full-sequence training forward reproduces rollout_log_probs (fp32, 1e-4)."""
     out = _engine(model, seed=5, response_length=8, **sampling).generate_sequences(_prompts(PROMPTS))
     b = out.batch
     with torch.no_grad():
-        logp = compute_log_probs(model, b["input_ids"], b["attention_mask"], b["position_ids"], 8,
-                                 temperature=out.meta_info["temperature"])
+        logp = compute_log_probs(
+            model, b["input_ids"], b["attention_mask"], b["position_ids"], 8, temperature=out.meta_info["temperature"]
+        )
     mask = b["response_mask"].bool()
     assert mask.sum() > 0
     assert (logp - b["rollout_log_probs"])[mask].abs().max() <= 1e-4
@@ -136,7 +165,11 @@ def test_micro_batches_and_cache_kinds_agree(model: nn.Module) -> None:
     batch = _prompts(PROMPTS)
     full = _engine(model, do_sample=False).generate_sequences(batch).batch
     one_by_one = _engine(model, do_sample=False, max_num_seqs=1).generate_sequences(batch).batch
-    dynamic = _engine(model, do_sample=False, engine_kwargs={"cache_implementation": "dynamic"}).generate_sequences(batch).batch
+    dynamic = (
+        _engine(model, do_sample=False, engine_kwargs={"cache_implementation": "dynamic"})
+        .generate_sequences(batch)
+        .batch
+    )
     for other in (one_by_one, dynamic):
         assert torch.equal(other["responses"], full["responses"])
         torch.testing.assert_close(other["rollout_log_probs"], full["rollout_log_probs"], atol=1e-5, rtol=0)
@@ -169,8 +202,9 @@ def test_gpt2_left_padding_generates_like_unpadded_b12() -> None:
     padded = _engine(gpt2, do_sample=False).generate_sequences(_prompts([[11, 12], [5, 6, 7, 8]]))
     alone = _engine(gpt2, do_sample=False).generate_sequences(_prompts([[11, 12]]))
     assert torch.equal(padded.batch["responses"][0], alone.batch["responses"][0])
-    torch.testing.assert_close(padded.batch["rollout_log_probs"][0], alone.batch["rollout_log_probs"][0],
-                               atol=1e-5, rtol=0)
+    torch.testing.assert_close(
+        padded.batch["rollout_log_probs"][0], alone.batch["rollout_log_probs"][0], atol=1e-5, rtol=0
+    )
 
 
 class ScriptedLM(nn.Module):
@@ -178,8 +212,9 @@ class ScriptedLM(nn.Module):
 
     def __init__(self, script: list[list[int]], vocab: int = 16) -> None:
         super().__init__()
-        self.config = AutoConfig.for_model("qwen2", vocab_size=vocab, hidden_size=8, num_hidden_layers=1,
-                                           num_attention_heads=1, num_key_value_heads=1)
+        self.config = AutoConfig.for_model(
+            "qwen2", vocab_size=vocab, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1
+        )
         self.anchor = nn.Parameter(torch.zeros(()))  # gives the engine a device
         self.script, self.vocab, self.calls = torch.tensor(script), vocab, 0
 
@@ -203,7 +238,10 @@ def test_mask_from_lengths_b15() -> None:
     # R2 stopped on a stop string after 3 tokens: the engine reports length 3, the mask follows.
     lengths = torch.tensor([3, 3, 5])
     assert compute_response_mask_from_lengths(lengths, 5, dtype=torch.long).tolist() == [
-        [1, 1, 1, 0, 0], [1, 1, 1, 0, 0], [1, 1, 1, 1, 1]]
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 0, 0],
+        [1, 1, 1, 1, 1],
+    ]
 
 
 def test_pad_equals_eos_keeps_real_eos_and_prompt_b17() -> None:

@@ -23,9 +23,19 @@ PROMPTS = [[11, 12], [21, 22, 23, 24, 25], [31, 32, 33]]
 
 
 def _tiny_lm(seed: int) -> nn.Module:
-    cfg = AutoConfig.for_model("qwen2", vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                               tie_word_embeddings=False, eos_token_id=2, pad_token_id=0)
+    cfg = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
@@ -45,7 +55,9 @@ def _prompts(rows: list[list[int]], seeds: list[int] | None = None) -> DataProto
     tensors = {"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_attention_mask(mask)}
     if seeds is not None:
         tensors["sample_seeds"] = torch.tensor(seeds)
-    return DataProto.from_dict(tensors=tensors, non_tensors={"uid": np.array([f"u{i}" for i in range(len(rows))], dtype=object)})
+    return DataProto.from_dict(
+        tensors=tensors, non_tensors={"uid": np.array([f"u{i}" for i in range(len(rows))], dtype=object)}
+    )
 
 
 def _engine(model: nn.Module, **cfg: object) -> HFRollout:
@@ -87,13 +99,16 @@ def _pause_and_load(engine: HFRollout, state: dict[str, torch.Tensor], version: 
     def action() -> None:
         with engine.paused(timeout=30):
             engine.update_weights(state, version=version)
+
     return action
 
 
 def _fresh(model: nn.Module, prompts: list[list[int]], prefix: torch.Tensor, **cfg: object) -> torch.Tensor:
     """Greedy responses of a fresh engine for prompt + prefix as the prompt."""
     rows = [p + prefix[i].tolist() for i, p in enumerate(prompts)]
-    return _engine(model, response_length=R - prefix.shape[1], **cfg).generate_sequences(_prompts(rows)).batch["responses"]
+    return (
+        _engine(model, response_length=R - prefix.shape[1], **cfg).generate_sequences(_prompts(rows)).batch["responses"]
+    )
 
 
 def test_resumed_under_new_weights_equals_fresh_generation_from_the_prefix(models) -> None:
@@ -122,6 +137,7 @@ def test_pause_without_new_weights_changes_nothing_when_sampling(models) -> None
     batch = _prompts(PROMPTS, seeds=[7, 8, 9])
     ref = _engine(a, do_sample=True, temperature=1.0).generate_sequences(batch)
     engine = _engine(a, do_sample=True, temperature=1.0)
+
     # same weights under a new version number: the cache is rebuilt by a prefill, the draws go on
     def bump() -> None:
         with engine.paused(timeout=30):

@@ -68,7 +68,9 @@ def test_sampling_frequencies_follow_filtered_distribution() -> None:
 
 
 def test_resolve_sampling_config_meta_and_validation() -> None:
-    cfg = RolloutConfig(temperature=0.7, top_k=50, top_p=0.9, val_kwargs=SamplingConfig(do_sample=True, temperature=0.3))
+    cfg = RolloutConfig(
+        temperature=0.7, top_k=50, top_p=0.9, val_kwargs=SamplingConfig(do_sample=True, temperature=0.3)
+    )
     assert resolve_sampling(cfg, {}) == SamplingParams(True, 0.7, 50, 0.9)
     assert resolve_sampling(cfg, {"temperature": 1.2, "top_p": None}) == SamplingParams(True, 1.2, 50, 0.9)
     val = resolve_sampling(cfg, {"validate": True})

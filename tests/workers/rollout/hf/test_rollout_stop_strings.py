@@ -36,8 +36,9 @@ class ScriptedLM(nn.Module):
 
     def __init__(self, script: list[list[int]], vocab: int = 16) -> None:
         super().__init__()
-        self.config = AutoConfig.for_model("qwen2", vocab_size=vocab, hidden_size=8, num_hidden_layers=1,
-                                           num_attention_heads=1, num_key_value_heads=1)
+        self.config = AutoConfig.for_model(
+            "qwen2", vocab_size=vocab, hidden_size=8, num_hidden_layers=1, num_attention_heads=1, num_key_value_heads=1
+        )
         self.anchor = nn.Parameter(torch.zeros(()))
         self.script, self.vocab, self.calls = torch.tensor(script), vocab, 0
 
@@ -51,14 +52,15 @@ def _prompts(n: int) -> DataProto:
     ids, mask = torch.ones(n, 2, dtype=torch.long), torch.ones(n, 2, dtype=torch.long)
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_attention_mask(mask)},
-        non_tensors={"uid": np.array([f"u{i}" for i in range(n)], dtype=object)})
+        non_tensors={"uid": np.array([f"u{i}" for i in range(n)], dtype=object)},
+    )
 
 
 SCRIPT = [
     [4, 5, 6, 7, 8, 11, 11, 9],  # "Answer: 42##\n": "##" completed by token 7; text before it ends at token 5
     [7, 13, 11, 9, 3, 3, 3, 3],  # " 4" "2#" "#": "##" starts inside token 2, which straddles it
-    [4, 4, 4, 4, 4, 4, 4, 4],    # no stop string: runs to the limit
-    [12, 3, 3, 3, 3, 3, 3, 3],   # "END" is the first token
+    [4, 4, 4, 4, 4, 4, 4, 4],  # no stop string: runs to the limit
+    [12, 3, 3, 3, 3, 3, 3, 3],  # "END" is the first token
     [4, EOS, 11, 11, 3, 3, 3, 3],  # EOS comes first
 ]
 
@@ -132,7 +134,9 @@ def test_vllm_outputs_are_cut_like_the_hf_engine():
     from verl.workers.rollout.vllm.vllm_rollout import _collect
 
     def output(ids: list[int]) -> object:
-        completion = types.SimpleNamespace(token_ids=ids, logprobs=[{t: types.SimpleNamespace(logprob=-0.5)} for t in ids])
+        completion = types.SimpleNamespace(
+            token_ids=ids, logprobs=[{t: types.SimpleNamespace(logprob=-0.5)} for t in ids]
+        )
         return types.SimpleNamespace(outputs=[completion])
 
     tok = CharTokenizer()
@@ -144,7 +148,9 @@ def test_vllm_outputs_are_cut_like_the_hf_engine():
 
 
 def test_config_keys_load():
-    cfg = load_config(None, ['actor_rollout_ref.rollout.stop=["</answer>"]',
-                             "actor_rollout_ref.rollout.include_stop_str_in_output=true"])
+    cfg = load_config(
+        None,
+        ['actor_rollout_ref.rollout.stop=["</answer>"]', "actor_rollout_ref.rollout.include_stop_str_in_output=true"],
+    )
     assert cfg.actor_rollout_ref.rollout.stop == ["</answer>"]
     assert cfg.actor_rollout_ref.rollout.include_stop_str_in_output is True

@@ -34,18 +34,27 @@ def _batch(tok: Any, n: int = N, width: int = 24) -> DataProto:
     from verl.data.rl_dataset import left_pad
 
     pairs = [(17 * i + 3, 29 * i + 5) for i in range(n)]
-    texts = [tok.apply_chat_template([{"role": "user", "content": f"{a}+{b}"}], add_generation_prompt=True, tokenize=False)
-             for a, b in pairs]
+    texts = [
+        tok.apply_chat_template([{"role": "user", "content": f"{a}+{b}"}], add_generation_prompt=True, tokenize=False)
+        for a, b in pairs
+    ]
     rows = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
     ids, mask, pos = (torch.stack(t) for t in zip(*(left_pad(r, width, tok.pad_token_id) for r in rows)))
     gts = np.empty(n, dtype=object)
     for i, (a, b) in enumerate(pairs):
         gts[i] = {"style": "rule", "ground_truth": str(a + b)}
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": pos,
-                 "sample_seeds": torch.arange(100, 100 + n, dtype=torch.long)},
-        non_tensors={"data_source": np.array([DATA_SOURCE] * n, dtype=object), "reward_model": gts,
-                     "extra_info": np.array([{"index": i} for i in range(n)], dtype=object)},
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": pos,
+            "sample_seeds": torch.arange(100, 100 + n, dtype=torch.long),
+        },
+        non_tensors={
+            "data_source": np.array([DATA_SOURCE] * n, dtype=object),
+            "reward_model": gts,
+            "extra_info": np.array([{"index": i} for i in range(n)], dtype=object),
+        },
     )
 
 
@@ -81,7 +90,9 @@ def test_streamed_rewards_equal_batch_rewards_and_arrive_before_the_batch_ends(q
     assert sorted(calls) == [[i] for i in range(N)]  # one scoring call per trajectory
     assert engine.on_trajectories_finished is None  # the hook is removed afterwards
     handed: list[tuple[list[int], int]] = []  # the hook itself: rows as they finish, during the call
-    engine.on_trajectories_finished = lambda rows, data: handed.append((rows, int(data.batch["response_mask"].sum(1).max())))
+    engine.on_trajectories_finished = lambda rows, data: handed.append(
+        (rows, int(data.batch["response_mask"].sum(1).max()))
+    )
     engine.generate_sequences(_batch(tok))
     assert len(handed) > 1 and handed[0][1] < int(lengths.max())  # the first rows came before the longest ended
     assert sorted(r for rows, _ in handed for r in rows) == list(range(N))

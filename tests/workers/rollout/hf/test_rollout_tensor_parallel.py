@@ -24,9 +24,19 @@ PROMPTS = [[11, 12], [21, 22, 23, 24, 25], [31, 32, 33], [41, 42, 43, 44]]
 
 
 def _tiny_lm(seed: int) -> torch.nn.Module:
-    cfg = AutoConfig.for_model("qwen2", vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                               num_key_value_heads=2, intermediate_size=64, max_position_embeddings=64,
-                               tie_word_embeddings=False, eos_token_id=2, pad_token_id=0)
+    cfg = AutoConfig.for_model(
+        "qwen2",
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
@@ -41,13 +51,16 @@ def _prompts() -> DataProto:
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": position_ids_from_attention_mask(mask)},
         non_tensors={"uid": np.array([f"u{i}" for i in range(len(PROMPTS))], dtype=object)},
-        meta_info={"do_sample": False})
+        meta_info={"do_sample": False},
+    )
 
 
 def _engine(module: torch.nn.Module) -> object:
     from verl.workers.rollout import HFRollout
 
-    return HFRollout(module, RolloutConfig(response_length=R, tensor_model_parallel_size=2), eos_token_id=[VOCAB - 1], pad_token_id=0)
+    return HFRollout(
+        module, RolloutConfig(response_length=R, tensor_model_parallel_size=2), eos_token_id=[VOCAB - 1], pad_token_id=0
+    )
 
 
 def _rank_main(rank: int, port: int, out_dir: str) -> None:
@@ -70,9 +83,11 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
         split = copy.deepcopy(whole)
         layout.prepare(split)
         tp = layout.run(mine, _engine(split).generate_sequences)
-        out = {"tokens_equal": float(torch.equal(tp.batch["responses"], ref.batch["responses"])),
-               "lp_tp": float((tp.batch["rollout_log_probs"] - ref.batch["rollout_log_probs"]).abs().max()),
-               "sharded": float(hasattr(split.model.layers[0].self_attn.q_proj.weight, "device_mesh"))}
+        out = {
+            "tokens_equal": float(torch.equal(tp.batch["responses"], ref.batch["responses"])),
+            "lp_tp": float((tp.batch["rollout_log_probs"] - ref.batch["rollout_log_probs"]).abs().max()),
+            "sharded": float(hasattr(split.model.layers[0].self_attn.q_proj.weight, "device_mesh")),
+        }
         # an FSDP2 actor (other weights) synced into the TP layout, one whole tensor at a time
         actor = build_engine(_tiny_lm(seed=1), FSDPConfig(), 2)
         stats: dict[str, float] = {}

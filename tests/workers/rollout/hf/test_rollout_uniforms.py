@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import torch
 
-from verl.workers.rollout.sampling import SamplingParams, row_generators, row_uniforms, sample_tokens, top_k_top_p_filter
+from verl.workers.rollout.sampling import (
+    SamplingParams,
+    row_generators,
+    row_uniforms,
+    sample_tokens,
+    top_k_top_p_filter,
+)
 
 
 def test_row_uniforms_equal_per_step_draws():
@@ -18,7 +24,12 @@ def test_row_uniforms_equal_per_step_draws():
 def test_sampling_with_uniform_columns_equals_generators():
     torch.manual_seed(1)
     seeds = torch.arange(8) * 31 + 7
-    for params in (SamplingParams(), SamplingParams(top_k=4), SamplingParams(top_p=0.7), SamplingParams(temperature=0.6)):
+    for params in (
+        SamplingParams(),
+        SamplingParams(top_k=4),
+        SamplingParams(top_p=0.7),
+        SamplingParams(temperature=0.6),
+    ):
         gens, u = row_generators(seeds), row_uniforms(seeds, 5)
         for t in range(5):
             logits = torch.randn(8, 40)

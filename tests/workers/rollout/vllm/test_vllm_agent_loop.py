@@ -46,8 +46,10 @@ def model_and_tok(shared_dir, tmp_path_factory):
 @pytest.fixture(scope="module")
 def interaction_yaml(tmp_path_factory):
     yaml = tmp_path_factory.mktemp("interaction") / "interaction.yaml"
-    yaml.write_text(f"interaction:\n  - name: retry\n    class_name: {RetryOnceInteraction.__module__}.RetryOnceInteraction\n"
-                    "    config: {}\n")
+    yaml.write_text(
+        f"interaction:\n  - name: retry\n    class_name: {RetryOnceInteraction.__module__}.RetryOnceInteraction\n"
+        "    config: {}\n"
+    )
     return yaml
 
 
@@ -58,10 +60,21 @@ def rollout(model_and_tok, interaction_yaml):
     from verl.workers.rollout.agent_loop import wrap_rollout_engine
 
     model, tok = model_and_tok
-    cfg = RolloutConfig(name="vllm", response_length=R, prompt_length=P, temperature=1.0, max_num_seqs=16,
-                        max_num_batched_tokens=512, seed=3,
-                        multi_turn=MultiTurnConfig(enable=True, interaction_config_path=str(interaction_yaml), max_user_turns=2,
-                                                   tokenization_sanity_check_mode="disable"))
+    cfg = RolloutConfig(
+        name="vllm",
+        response_length=R,
+        prompt_length=P,
+        temperature=1.0,
+        max_num_seqs=16,
+        max_num_batched_tokens=512,
+        seed=3,
+        multi_turn=MultiTurnConfig(
+            enable=True,
+            interaction_config_path=str(interaction_yaml),
+            max_user_turns=2,
+            tokenization_sanity_check_mode="disable",
+        ),
+    )
     engine = build_rollout_engine(model, cfg, tok)
     try:
         engine.update_weights(model)
@@ -76,10 +89,17 @@ def _multi_turn_batch(tok, n: int = 3) -> DataProto:
         raw[i] = [{"role": "user", "content": f"Question {i}: what is {i}+{i}?"}]
     ids = torch.zeros(n, 4, dtype=torch.long)  # tool_agent renders its prompt from the messages
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(4).repeat(n, 1),
-                 "sample_seeds": torch.arange(11, 11 + n)},
-        non_tensors={"raw_prompt": raw, "extra_info": np.array([{"index": i, "interaction_kwargs": {"name": "retry"}} for i in range(n)]),
-                     "agent_name": np.array(["tool_agent"] * n, dtype=object)},
+        tensors={
+            "input_ids": ids,
+            "attention_mask": torch.ones_like(ids),
+            "position_ids": torch.arange(4).repeat(n, 1),
+            "sample_seeds": torch.arange(11, 11 + n),
+        },
+        non_tensors={
+            "raw_prompt": raw,
+            "extra_info": np.array([{"index": i, "interaction_kwargs": {"name": "retry"}} for i in range(n)]),
+            "agent_name": np.array(["tool_agent"] * n, dtype=object),
+        },
         # many stop ids so the random model ends its turns early and the interaction answers
         meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": list(range(0, 151643, 11))},
     )
@@ -91,13 +111,18 @@ def _single_turn_batch(tok, agent: str | None) -> DataProto:
     ids = torch.full((len(lengths), P), tok.pad_token_id, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, n in enumerate(lengths):
-        ids[i, P - n:] = torch.randint(0, 150000, (n,), generator=g)
-        mask[i, P - n:] = 1
+        ids[i, P - n :] = torch.randint(0, 150000, (n,), generator=g)
+        mask[i, P - n :] = 1
     non_tensors = {"agent_name": np.array([agent] * len(lengths), dtype=object)} if agent else {}
     return DataProto.from_dict(
-        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
-                 "sample_seeds": torch.arange(100, 100 + len(lengths))},
-        non_tensors=non_tensors, meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": list(range(0, 151643, 7))},
+        tensors={
+            "input_ids": ids,
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(-1) - 1).clamp(min=0),
+            "sample_seeds": torch.arange(100, 100 + len(lengths)),
+        },
+        non_tensors=non_tensors,
+        meta_info={"pad_token_id": tok.pad_token_id, "eos_token_id": list(range(0, 151643, 7))},
     )
 
 
@@ -117,10 +142,14 @@ def test_concurrent_requests_equal_one_at_a_time(rollout, model_and_tok) -> None
     server = rollout.engine.token_engine()
     g = torch.Generator().manual_seed(7)
     prompts = [torch.randint(0, 150000, (n,), generator=g).tolist() for n in (3, 9, 5, 17, 2, 11, 7, 13)]
-    greedy = [TokenRequest(prompt_ids=p, sampling=SamplingParams(do_sample=False), max_new_tokens=12 + i, request_id=f"g{i}")
-              for i, p in enumerate(prompts)]
-    sampled = [TokenRequest(prompt_ids=p, sampling=SamplingParams(temperature=1.0), max_new_tokens=12, seed=50 + i)
-               for i, p in enumerate(prompts)]
+    greedy = [
+        TokenRequest(prompt_ids=p, sampling=SamplingParams(do_sample=False), max_new_tokens=12 + i, request_id=f"g{i}")
+        for i, p in enumerate(prompts)
+    ]
+    sampled = [
+        TokenRequest(prompt_ids=p, sampling=SamplingParams(temperature=1.0), max_new_tokens=12, seed=50 + i)
+        for i, p in enumerate(prompts)
+    ]
     requests = greedy + sampled
 
     async def together():
@@ -164,7 +193,9 @@ def test_multi_turn_log_probs_equal_the_actor_after_an_update(rollout, model_and
     with torch.no_grad():
         actor = compute_log_probs(model, b["input_ids"], b["attention_mask"], b["position_ids"], R, temperature=1.0)
     diff = float(((actor - b["rollout_log_probs"]) * mask).abs().max())
-    print(f"multi-turn trajectories: engine vs actor max |log-prob diff| on {int(mask.sum())} model tokens = {diff:.2e}")
+    print(
+        f"multi-turn trajectories: engine vs actor max |log-prob diff| on {int(mask.sum())} model tokens = {diff:.2e}"
+    )
     assert diff <= TOL, diff
     assert not torch.equal(out.batch["responses"], before.batch["responses"])  # the new weights generate
 
@@ -182,6 +213,8 @@ def test_single_turn_same_tokens_through_agent_loops_and_batched(rollout, model_
     inner.config = inner.backend.config = no_lp
     try:
         out = rollout.generate_sequences(_single_turn_batch(tok, "single_turn_agent"))
-        assert "rollout_log_probs" not in out.batch.keys() and torch.equal(out.batch["responses"], looped.batch["responses"])
+        assert "rollout_log_probs" not in out.batch.keys() and torch.equal(
+            out.batch["responses"], looped.batch["responses"]
+        )
     finally:
         inner.config = inner.backend.config = dataclasses.replace(no_lp, calculate_log_probs=True)

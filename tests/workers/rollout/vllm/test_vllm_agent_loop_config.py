@@ -19,13 +19,16 @@ from verl.workers.rollout.hf.hf_server import as_token_engine
 from verl.workers.rollout.vllm.vllm_rollout import VLLMRollout, serves_agent_loops
 
 
-@pytest.mark.parametrize("kw, expected", [
-    ({}, False),
-    ({"mode": "async"}, True),
-    ({"multi_turn": MultiTurnConfig(enable=True, interaction_config_path="x.yaml")}, True),
-    ({"over_sample_rate": 0.25}, True),
-    ({"agent": AgentLoopConfig(default_agent_loop="tool_agent")}, True),
-])
+@pytest.mark.parametrize(
+    "kw, expected",
+    [
+        ({}, False),
+        ({"mode": "async"}, True),
+        ({"multi_turn": MultiTurnConfig(enable=True, interaction_config_path="x.yaml")}, True),
+        ({"over_sample_rate": 0.25}, True),
+        ({"agent": AgentLoopConfig(default_agent_loop="tool_agent")}, True),
+    ],
+)
 def test_agent_loop_configs_get_the_async_engine(kw, expected):
     assert serves_agent_loops(RolloutConfig(name="vllm", **kw)) is expected
 
@@ -33,7 +36,9 @@ def test_agent_loop_configs_get_the_async_engine(kw, expected):
 def test_offline_engine_refuses_agent_loops_in_one_line():
     offline = object.__new__(VLLMRollout)  # no engine needed: the refusal comes first
     offline.serve_async = False
-    with pytest.raises(ValueError, match="not supported yet on the offline vLLM engine: set actor_rollout_ref.rollout.mode=async") as err:
+    with pytest.raises(
+        ValueError, match="not supported yet on the offline vLLM engine: set actor_rollout_ref.rollout.mode=async"
+    ) as err:
         as_token_engine(offline)
     assert "\n" not in str(err.value)
 
@@ -58,15 +63,19 @@ class _ServerLike:
 def _batch(n: int = 2) -> DataProto:
     ids = torch.tensor([[0, 0, 9707, 11]] * n)
     mask = (ids != 0).long()
-    return DataProto.from_dict(tensors={"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)},
-                               non_tensors={"agent_name": np.array(["single_turn_agent"] * n, dtype=object)})
+    return DataProto.from_dict(
+        tensors={"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)},
+        non_tensors={"agent_name": np.array(["single_turn_agent"] * n, dtype=object)},
+    )
 
 
 @pytest.mark.parametrize("returns_log_probs", [True, False])
 def test_manager_wakes_and_sleeps_a_server_engine_and_drops_missing_log_probs(shared_dir, returns_log_probs):
     tok = qwen_tokenizer()
     inner = _ServerLike(tok, returns_log_probs)
-    out = AgentLoopRollout(inner, RolloutConfig(mode="async", response_length=8, prompt_length=4), tok).generate_sequences(_batch())
+    out = AgentLoopRollout(
+        inner, RolloutConfig(mode="async", response_length=8, prompt_length=4), tok
+    ).generate_sequences(_batch())
     assert inner.calls == ["wake", "sleep"]  # woken once for the batch, asleep after its last trajectory
     assert ("rollout_log_probs" in out.batch.keys()) is returns_log_probs
     assert out.batch["response_mask"].sum(-1).tolist() == [3, 3]  # "Four." + <|im_end|>: model tokens either way

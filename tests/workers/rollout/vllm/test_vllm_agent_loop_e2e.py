@@ -39,25 +39,56 @@ def test_grpo_steps_multiturn_gsm8k_on_vllm(shared_dir, tmp_path, workers, steps
     with pytest.MonkeyPatch.context() as mp:
         mp.setitem(init_model.SIZES, "tiny", HEAD32)  # the helper builds --size tiny
         model = boosted_random_qwen(shared_dir, tmp_path / "model")
-    assert prepare_main(["gsm8k", "--input", str(shared_dir / "data" / "gsm8k" / "test.jsonl"),
-                         "--out", str(tmp_path / "data"), "--multiturn"]) == 0
+    assert (
+        prepare_main(
+            [
+                "gsm8k",
+                "--input",
+                str(shared_dir / "data" / "gsm8k" / "test.jsonl"),
+                "--out",
+                str(tmp_path / "data"),
+                "--multiturn",
+            ]
+        )
+        == 0
+    )
     dump = tmp_path / "rollouts"
-    trainer = RLTrainer(config=load_config(None, [
-        f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.rollout.n=2", f"data.train_files=[{tmp_path / 'data' / 'test.parquet'}]", "data.val_files=[]",
-        "data.train_batch_size=2", "data.return_raw_chat=true", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
-        "data.max_prompt_length=1024", "data.filter_overlong_prompts=true", "data.max_response_length=32",
-        f"trainer.total_training_steps={steps}", f"trainer.n_gpus_per_node={workers}",
-        "actor_rollout_ref.rollout.multi_turn.enable=true",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIGS / 'gsm8k_tool_config.yaml'}",
-        f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={CONFIGS / 'gsm8k_interaction_config.yaml'}",
-        "actor_rollout_ref.rollout.multi_turn.max_user_turns=2", "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
-        "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable",
-        "actor_rollout_ref.rollout.max_num_batched_tokens=2048", "algorithm.rollout_correction.rollout_is=token",
-        "trainer.val_before_train=false", "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.plot=false",
-        f"trainer.rollout_data_dir={dump}", f"trainer.output_dir={tmp_path / 'out'}",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-    ]))
+    trainer = RLTrainer(
+        config=load_config(
+            None,
+            [
+                f"actor_rollout_ref.model.path={model}",
+                "actor_rollout_ref.rollout.name=vllm",
+                "algorithm.adv_estimator=grpo",
+                "actor_rollout_ref.rollout.n=2",
+                f"data.train_files=[{tmp_path / 'data' / 'test.parquet'}]",
+                "data.val_files=[]",
+                "data.train_batch_size=2",
+                "data.return_raw_chat=true",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "data.max_prompt_length=1024",
+                "data.filter_overlong_prompts=true",
+                "data.max_response_length=32",
+                f"trainer.total_training_steps={steps}",
+                f"trainer.n_gpus_per_node={workers}",
+                "actor_rollout_ref.rollout.multi_turn.enable=true",
+                f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIGS / 'gsm8k_tool_config.yaml'}",
+                f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={CONFIGS / 'gsm8k_interaction_config.yaml'}",
+                "actor_rollout_ref.rollout.multi_turn.max_user_turns=2",
+                "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+                "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable",
+                "actor_rollout_ref.rollout.max_num_batched_tokens=2048",
+                "algorithm.rollout_correction.rollout_is=token",
+                "trainer.val_before_train=false",
+                "trainer.logger=[jsonl]",
+                "trainer.progress_bar=false",
+                "trainer.plot=false",
+                f"trainer.rollout_data_dir={dump}",
+                f"trainer.output_dir={tmp_path / 'out'}",
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            ],
+        )
+    )
     try:
         history = trainer.fit()
         if workers == 1:  # local worker: look inside (Ray workers' engines stop with their actors)
@@ -70,8 +101,14 @@ def test_grpo_steps_multiturn_gsm8k_on_vllm(shared_dir, tmp_path, workers, steps
     assert [h["step"] for h in history] == list(range(1, steps + 1))
     finite_metrics(history)
     for h in history:
-        for key in ("num_turns/max", "tool_call_counts/mean", "multiturn/malformed_tool_calls", "multiturn/tool_errors",
-                    "timing_s/update_weights", "training/rollout_probs_diff_max"):
+        for key in (
+            "num_turns/max",
+            "tool_call_counts/mean",
+            "multiturn/malformed_tool_calls",
+            "multiturn/tool_errors",
+            "timing_s/update_weights",
+            "training/rollout_probs_diff_max",
+        ):
             assert key in h, key
         assert h["training/rollout_probs_diff_max"] <= 1e-3  # the engine generates with the trained weights
     assert all(h["timing_s/update_weights"] > 0 for h in history[1:])  # synced after every update

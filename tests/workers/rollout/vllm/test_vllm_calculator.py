@@ -28,13 +28,26 @@ pytestmark = [
 def test_calculator_preset_three_grpo_steps_on_vllm(tmp_path):
     # reuse off: on-policy steps would take old log-probs from the update forward and skip the
     # rollout-vs-training mismatch metrics checked here
-    trainer = RLTrainer(config=load_config("calculator", [
-        "actor_rollout_ref.rollout.name=vllm", "data.train_batch_size=4", "actor_rollout_ref.actor.ppo_mini_batch_size=4",
-        "actor_rollout_ref.rollout.n=4", "trainer.total_training_steps=3", "trainer.val_before_train=false",
-        "data.val_files=[]", "actor_rollout_ref.actor.reuse_old_log_probs=false", "trainer.logger=[jsonl]",
-        "trainer.progress_bar=false", "trainer.plot=false", f"trainer.output_dir={tmp_path / 'out'}",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-    ]))
+    trainer = RLTrainer(
+        config=load_config(
+            "calculator",
+            [
+                "actor_rollout_ref.rollout.name=vllm",
+                "data.train_batch_size=4",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+                "actor_rollout_ref.rollout.n=4",
+                "trainer.total_training_steps=3",
+                "trainer.val_before_train=false",
+                "data.val_files=[]",
+                "actor_rollout_ref.actor.reuse_old_log_probs=false",
+                "trainer.logger=[jsonl]",
+                "trainer.progress_bar=false",
+                "trainer.plot=false",
+                f"trainer.output_dir={tmp_path / 'out'}",
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            ],
+        )
+    )
     try:
         history = trainer.fit()
         inner = trainer.parts.actor_rollout_wg.workers[0].rollout.engine.engine

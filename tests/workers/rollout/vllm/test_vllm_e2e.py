@@ -41,7 +41,9 @@ def engine_checks(monkeypatch):
             fixed = list(range(5, 5 + 15))
             ids = torch.tensor([fixed])
             with torch.no_grad():
-                lp = compute_log_probs(actor.module, ids, torch.ones_like(ids), torch.arange(len(fixed))[None], len(fixed) - 1)[0]
+                lp = compute_log_probs(
+                    actor.module, ids, torch.ones_like(ids), torch.arange(len(fixed))[None], len(fixed) - 1
+                )[0]
             diffs.append(float((self.engine.score(fixed) - lp).abs().max()))
 
     monkeypatch.setattr(SyncedRollout, "sync_weights", checked)
@@ -65,9 +67,15 @@ def _fit_and_check(trainer, diffs):
 def test_three_grpo_steps_builtin_task(tmp_path, engine_checks):
     # reuse off: on-policy steps would take old log-probs from the update forward and skip the
     # rollout-vs-training mismatch metrics this test checks
-    overrides = tiny_run_overrides("builtin://tiny-arithmetic", tmp_path,
-                                   **{"actor_rollout_ref.rollout.name": "vllm", "trainer.total_training_steps": 3,
-                                      "actor_rollout_ref.actor.reuse_old_log_probs": False})
+    overrides = tiny_run_overrides(
+        "builtin://tiny-arithmetic",
+        tmp_path,
+        **{
+            "actor_rollout_ref.rollout.name": "vllm",
+            "trainer.total_training_steps": 3,
+            "actor_rollout_ref.actor.reuse_old_log_probs": False,
+        },
+    )
     _fit_and_check(RLTrainer(config=load_config(None, overrides)), engine_checks)
     metrics = read_metrics(tmp_path)
     assert sorted(metrics) == [1, 2, 3]
@@ -81,16 +89,38 @@ def test_three_grpo_steps_gsm8k_qwen(shared_dir, tmp_path, engine_checks):
     from verl.data.prepare import main as prepare_main
 
     model = head32_random_model("qwen2", shared_dir / "tokenizers" / "qwen2.5", tmp_path / "model")
-    assert prepare_main(["gsm8k", "--input", str(shared_dir / "data" / "gsm8k" / "test.jsonl"), "--out", str(tmp_path / "data")]) == 0
-    trainer = RLTrainer(config=load_config(None, [
-        f"actor_rollout_ref.model.path={model}", "actor_rollout_ref.rollout.name=vllm", "algorithm.adv_estimator=grpo",
-        "actor_rollout_ref.rollout.n=2", f"data.train_files=[{tmp_path / 'data' / 'test.parquet'}]", "data.val_files=[]",
-        "data.train_batch_size=2", "actor_rollout_ref.actor.ppo_mini_batch_size=2", "data.max_prompt_length=512",
-        "data.filter_overlong_prompts=true", "data.max_response_length=8", "trainer.total_training_steps=3",
-        "trainer.val_before_train=false", "trainer.logger=[jsonl]", "trainer.progress_bar=false", "trainer.plot=false",
-        "algorithm.rollout_correction.rollout_is=token", f"trainer.output_dir={tmp_path / 'out'}",
-        f"trainer.default_local_dir={tmp_path / 'ckpt'}",
-    ]))
+    assert (
+        prepare_main(
+            ["gsm8k", "--input", str(shared_dir / "data" / "gsm8k" / "test.jsonl"), "--out", str(tmp_path / "data")]
+        )
+        == 0
+    )
+    trainer = RLTrainer(
+        config=load_config(
+            None,
+            [
+                f"actor_rollout_ref.model.path={model}",
+                "actor_rollout_ref.rollout.name=vllm",
+                "algorithm.adv_estimator=grpo",
+                "actor_rollout_ref.rollout.n=2",
+                f"data.train_files=[{tmp_path / 'data' / 'test.parquet'}]",
+                "data.val_files=[]",
+                "data.train_batch_size=2",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+                "data.max_prompt_length=512",
+                "data.filter_overlong_prompts=true",
+                "data.max_response_length=8",
+                "trainer.total_training_steps=3",
+                "trainer.val_before_train=false",
+                "trainer.logger=[jsonl]",
+                "trainer.progress_bar=false",
+                "trainer.plot=false",
+                "algorithm.rollout_correction.rollout_is=token",
+                f"trainer.output_dir={tmp_path / 'out'}",
+                f"trainer.default_local_dir={tmp_path / 'ckpt'}",
+            ],
+        )
+    )
     history = _fit_and_check(trainer, engine_checks)
     assert [h["step"] for h in history] == [1, 2, 3]
     for h in history:

@@ -24,8 +24,18 @@ def test_vllm_greedy_generation_equals_hf_and_scores_alike(tmp_path: Path) -> No
     outs = {}
     for name in ("hf", "vllm"):
         out = tmp_path / f"{name}.jsonl"
-        generate(load_generation_config(None, ["data.path=builtin://arithmetic/test", f"data.output_path={out}",
-                                               "rollout.do_sample=false", f"rollout.name={name}"]), log=lambda *_: None)
+        generate(
+            load_generation_config(
+                None,
+                [
+                    "data.path=builtin://arithmetic/test",
+                    f"data.output_path={out}",
+                    "rollout.do_sample=false",
+                    f"rollout.name={name}",
+                ],
+            ),
+            log=lambda *_: None,
+        )
         outs[name] = [json.loads(x)["responses"] for x in out.read_text().splitlines()]
     same = sum(a == b for a, b in zip(outs["hf"], outs["vllm"], strict=True))
     print(f"greedy responses equal on {same} of {len(outs['hf'])} prompts")

@@ -26,9 +26,21 @@ VOCAB, P, R = 128, 12, 8
 
 
 def _tiny_lm() -> nn.Module:
-    cfg = AutoConfig.for_model("llama", vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                               num_key_value_heads=1, head_dim=32, intermediate_size=128, max_position_embeddings=64,
-                               tie_word_embeddings=False, eos_token_id=2, pad_token_id=0, bos_token_id=1)
+    cfg = AutoConfig.for_model(
+        "llama",
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
+        bos_token_id=1,
+    )
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # sharper distributions than the 0.02-std init
@@ -37,8 +49,16 @@ def _tiny_lm() -> nn.Module:
 
 
 def _config() -> RolloutConfig:
-    return RolloutConfig(name="vllm", mode="async", prompt_length=P, response_length=R, temperature=1.0, max_num_seqs=16,
-                         max_num_batched_tokens=512, seed=3)
+    return RolloutConfig(
+        name="vllm",
+        mode="async",
+        prompt_length=P,
+        response_length=R,
+        temperature=1.0,
+        max_num_seqs=16,
+        max_num_batched_tokens=512,
+        seed=3,
+    )
 
 
 def _batch(seed: int, lengths=(5, 12, 3, 8)) -> DataProto:
@@ -46,8 +66,8 @@ def _batch(seed: int, lengths=(5, 12, 3, 8)) -> DataProto:
     ids = torch.zeros(len(lengths), P, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, n in enumerate(lengths):
-        ids[i, P - n:] = torch.randint(3, VOCAB, (n,), generator=g)
-        mask[i, P - n:] = 1
+        ids[i, P - n :] = torch.randint(3, VOCAB, (n,), generator=g)
+        mask[i, P - n :] = 1
     return DataProto.from_dict(
         tensors={"input_ids": ids, "attention_mask": mask, "position_ids": prompt_position_ids(mask)},
         non_tensors={"agent_name": np.array(["single_turn_agent"] * len(lengths), dtype=object)},

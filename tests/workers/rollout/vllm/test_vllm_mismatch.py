@@ -31,8 +31,10 @@ def _batch() -> DataProto:
 
 def test_stage_weights_rejection_and_metrics() -> None:
     batch = _batch()
-    metrics = rollout_correction_stage(batch, _rc("rollout_is=token", "rollout_is_threshold=3.0",
-                                                  "rollout_rs=token_k1", "rollout_rs_threshold='0.4_2.5'"))
+    metrics = rollout_correction_stage(
+        batch,
+        _rc("rollout_is=token", "rollout_is_threshold=3.0", "rollout_rs=token_k1", "rollout_rs_threshold='0.4_2.5'"),
+    )
     torch.testing.assert_close(batch.batch["response_mask"], torch.tensor([[1, 1, 1], [0, 1, 0]]))
     torch.testing.assert_close(batch.batch["rollout_is_weights"], torch.tensor([[2.0, 0.5, 1.0], [0.0, 1.0, 0.0]]))
     assert metrics["training/rollout_probs_diff_max"] == pytest.approx(0.6)
@@ -48,7 +50,9 @@ def test_stage_metrics_only_bypass_and_missing_logprobs() -> None:
     batch = _batch()
     rollout_correction_stage(batch, _rc("bypass_mode=true"))
     torch.testing.assert_close(batch.batch["old_log_probs"], batch.batch["rollout_log_probs"])
-    no_engine_logprobs = DataProto.from_dict(tensors={k: v for k, v in _batch().batch.items() if k != "rollout_log_probs"})
+    no_engine_logprobs = DataProto.from_dict(
+        tensors={k: v for k, v in _batch().batch.items() if k != "rollout_log_probs"}
+    )
     assert rollout_correction_stage(no_engine_logprobs, _rc()) == {}
     with pytest.raises(ValueError, match="needs rollout_log_probs"):
         rollout_correction_stage(no_engine_logprobs, _rc("rollout_is=sequence"))
@@ -60,11 +64,19 @@ def test_actor_loss_multiplies_the_policy_loss_by_the_weights(tiny_model_dir) ->
     from verl.modules.forward import compute_log_probs
     from verl.workers.actor import policy_loss_fn
 
-    cfg = load_config(None, [f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.actor.entropy_coeff=0"])
+    cfg = load_config(
+        None, [f"actor_rollout_ref.model.path={tiny_model_dir}", "actor_rollout_ref.actor.entropy_coeff=0"]
+    )
     module = create_model("actor", cfg.actor_rollout_ref.model)
     ids = torch.randint(4, 60, (4, 10))
-    tensors = {"input_ids": ids, "attention_mask": torch.ones_like(ids), "position_ids": torch.arange(10).expand(4, 10),
-               "responses": ids[:, 6:], "response_mask": torch.ones(4, 4), "advantages": torch.ones(4, 4)}
+    tensors = {
+        "input_ids": ids,
+        "attention_mask": torch.ones_like(ids),
+        "position_ids": torch.arange(10).expand(4, 10),
+        "responses": ids[:, 6:],
+        "response_mask": torch.ones(4, 4),
+        "advantages": torch.ones(4, 4),
+    }
     with torch.no_grad():  # on-policy: ratio 1, so every token's loss is −A = −1
         tensors["old_log_probs"] = compute_log_probs(module, ids, tensors["attention_mask"], tensors["position_ids"], 4)
     loss_fn = policy_loss_fn(cfg.actor_rollout_ref.actor, temperature=1.0)
@@ -89,9 +101,14 @@ def test_run_with_perturbed_rollout_logprobs_logs_and_truncates(tiny_model_dir, 
         return out
 
     monkeypatch.setattr(HFRollout, "generate_sequences", perturbed)
-    overrides = tiny_run_overrides(tiny_model_dir, tmp_path, **{
-        "algorithm.rollout_correction.rollout_is": "token", "algorithm.rollout_correction.rollout_is_threshold": 1.2,
-    })
+    overrides = tiny_run_overrides(
+        tiny_model_dir,
+        tmp_path,
+        **{
+            "algorithm.rollout_correction.rollout_is": "token",
+            "algorithm.rollout_correction.rollout_is_threshold": 1.2,
+        },
+    )
     RLTrainer(config=load_config(None, overrides)).fit()
     for m in read_metrics(tmp_path).values():
         assert m["training/rollout_kl"] == pytest.approx(-0.5, abs=1e-4)  # mean log π_rollout − log π_train

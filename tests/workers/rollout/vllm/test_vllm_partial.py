@@ -41,8 +41,9 @@ class _Params:
 
 
 def _out(ids: list[int], reason: str | None) -> Any:
-    return SimpleNamespace(outputs=[SimpleNamespace(token_ids=list(ids), logprobs=None, finish_reason=reason)],
-                           prompt_logprobs=None)
+    return SimpleNamespace(
+        outputs=[SimpleNamespace(token_ids=list(ids), logprobs=None, finish_reason=reason)], prompt_logprobs=None
+    )
 
 
 class _OfflineBackend:
@@ -64,13 +65,25 @@ class _OfflineBackend:
 
 
 def _offline_rollout(monkeypatch: pytest.MonkeyPatch) -> tuple[VLLMRollout, _OfflineBackend]:
-    monkeypatch.setattr(vllm_rollout, "vllm_sampling_params", lambda params, max_tokens, *a, **k: _Params(max_tokens, a[1]))
+    monkeypatch.setattr(
+        vllm_rollout, "vllm_sampling_params", lambda params, max_tokens, *a, **k: _Params(max_tokens, a[1])
+    )
     rollout = VLLMRollout.__new__(VLLMRollout)
     backend = _OfflineBackend()
-    rollout.__dict__.update(config=RolloutConfig(response_length=R, calculate_log_probs=True), serve_async=False,
-                            backend=backend, weights=backend.weights, stop_strings=None, eos_token_id=[99],
-                            pad_token_id=0, sleep_supported=False, sleeping=False, policy_version=2,
-                            _generation=threading.Lock(), _paused=False)
+    rollout.__dict__.update(
+        config=RolloutConfig(response_length=R, calculate_log_probs=True),
+        serve_async=False,
+        backend=backend,
+        weights=backend.weights,
+        stop_strings=None,
+        eos_token_id=[99],
+        pad_token_id=0,
+        sleep_supported=False,
+        sleeping=False,
+        policy_version=2,
+        _generation=threading.Lock(),
+        _paused=False,
+    )
     return rollout, backend
 
 
@@ -85,11 +98,20 @@ def _partial(prompts: list[list[int]], prefixes: list[list[int]], finished: list
     for i, pre in enumerate(prefixes):
         resp[i, : len(pre)], rmask[i, : len(pre)], versions[i, : len(pre)] = torch.tensor(pre), 1, 0
     mask = torch.cat([pmask, rmask], 1)
-    return DataProto.from_dict(tensors={
-        "prompts": ids, "responses": resp, "response_mask": rmask, "input_ids": torch.cat([ids, resp], 1),
-        "attention_mask": mask, "position_ids": (mask.cumsum(1) - 1).clamp(min=0), "rollout_log_probs": torch.zeros(n, R),
-        "rollout_policy_versions": versions, "rollout_finished": torch.tensor(finished),
-    }, non_tensors={"uid": np.array(["a", "b", "c"][:n], dtype=object)})
+    return DataProto.from_dict(
+        tensors={
+            "prompts": ids,
+            "responses": resp,
+            "response_mask": rmask,
+            "input_ids": torch.cat([ids, resp], 1),
+            "attention_mask": mask,
+            "position_ids": (mask.cumsum(1) - 1).clamp(min=0),
+            "rollout_log_probs": torch.zeros(n, R),
+            "rollout_policy_versions": versions,
+            "rollout_finished": torch.tensor(finished),
+        },
+        non_tensors={"uid": np.array(["a", "b", "c"][:n], dtype=object)},
+    )
 
 
 def test_offline_continuation_resubmits_the_prefix_as_prompt_tokens(monkeypatch) -> None:
@@ -154,9 +176,16 @@ def _async_engine() -> VLLMAsyncTokenEngine:
     eng._thread.start()
     import itertools
 
-    eng.__dict__.update(engine=_FakeAsyncLLM(), weights=SimpleNamespace(synced=True, lora_request=lambda: None),
-                        _ids=itertools.count(), in_flight=0, max_in_flight=0, policy_version=0, _live=set(),
-                        _interrupted=False)
+    eng.__dict__.update(
+        engine=_FakeAsyncLLM(),
+        weights=SimpleNamespace(synced=True, lora_request=lambda: None),
+        _ids=itertools.count(),
+        in_flight=0,
+        max_in_flight=0,
+        policy_version=0,
+        _live=set(),
+        _interrupted=False,
+    )
     eng._resumed = asyncio.Event()
     eng._resumed.set()
     return eng
@@ -197,9 +226,13 @@ def test_vllm_async_engine_partial_rollout_spans_versions(shared_dir, tmp_path) 
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok_dir = shared_dir / "tokenizers" / "qwen2.5"
-    model = AutoModelForCausalLM.from_pretrained(head32_random_model("qwen2", tok_dir, tmp_path / "m"), dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(
+        head32_random_model("qwen2", tok_dir, tmp_path / "m"), dtype=torch.float32
+    )
     tok = AutoTokenizer.from_pretrained(tok_dir)
-    cfg = RolloutConfig(name="vllm", response_length=64, prompt_length=16, do_sample=False, mode="async", ignore_eos=True)
+    cfg = RolloutConfig(
+        name="vllm", response_length=64, prompt_length=16, do_sample=False, mode="async", ignore_eos=True
+    )
     engine = vllm_rollout.build(model, cfg, tok)
     try:
         engine.update_weights(model)
@@ -221,8 +254,9 @@ def test_vllm_async_engine_partial_rollout_spans_versions(shared_dir, tmp_path) 
 
 
 @_marked
-def test_vllm_partial_rollout_resumed_under_new_weights_equals_a_fresh_generation_from_its_prefix(shared_dir,
-                                                                                                  tmp_path) -> None:
+def test_vllm_partial_rollout_resumed_under_new_weights_equals_a_fresh_generation_from_its_prefix(
+    shared_dir, tmp_path
+) -> None:
     """Greedy, real vLLM: the tokens a trajectory generates after a pause + weight update (version 1) equal a fresh
     generation from prompt + its version-0 prefix with the new weights."""
     import copy
@@ -230,7 +264,10 @@ def test_vllm_partial_rollout_resumed_under_new_weights_equals_a_fresh_generatio
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok_dir = shared_dir / "tokenizers" / "qwen2.5"
-    old = AutoModelForCausalLM.from_pretrained(head32_random_model("qwen2", tok_dir, tmp_path / "m"), dtype=torch.float32)
+    old = AutoModelForCausalLM.from_pretrained(
+        head32_random_model("qwen2", tok_dir, tmp_path / "m"), dtype=torch.float32
+    )
+
     def shake(model: torch.nn.Module, seed: int) -> None:
         """Large noise on the decoder blocks: the random model's (tied) embeddings alone only copy the last token."""
         gen = torch.Generator().manual_seed(seed)
@@ -243,8 +280,9 @@ def test_vllm_partial_rollout_resumed_under_new_weights_equals_a_fresh_generatio
     shake(new, 1)
     tok = AutoTokenizer.from_pretrained(tok_dir)
     R_LONG, pad = 48, tok.pad_token_id
-    cfg = RolloutConfig(name="vllm", response_length=R_LONG, prompt_length=R_LONG + 8, do_sample=False, mode="async",
-                        ignore_eos=True)
+    cfg = RolloutConfig(
+        name="vllm", response_length=R_LONG, prompt_length=R_LONG + 8, do_sample=False, mode="async", ignore_eos=True
+    )
     prompt = [11, 12, 13, 14]
     engine = vllm_rollout.build(old, cfg, tok)
 
@@ -274,7 +312,7 @@ def test_vllm_partial_rollout_resumed_under_new_weights_equals_a_fresh_generatio
         tokens, versions, k = split
         assert versions == [0] * k + [1] * (R_LONG - k) and len(set(tokens)) > 2  # a path, not one repeated token
         fresh = engine.generate_sequences(batch([prompt + tokens[:k]]))
-        assert fresh.batch["responses"][0].tolist()[:R_LONG - k] == tokens[k:]
+        assert fresh.batch["responses"][0].tolist()[: R_LONG - k] == tokens[k:]
         whole_old = engine.generate_sequences(batch([prompt]))  # the new weights matter: version 1 decodes otherwise
         assert whole_old.batch["responses"][0].tolist() != tokens
     finally:

@@ -23,7 +23,11 @@ from verl.config import load_config
 from verl.trainer import RLTrainer
 
 pytestmark = [*VLLM_MARKS, pytest.mark.e2e, pytest.mark.ray]
-LORA = {"actor_rollout_ref.model.lora_rank": 4, "actor_rollout_ref.model.lora_alpha": 8, "actor_rollout_ref.actor.optim.lr": 1e-2}
+LORA = {
+    "actor_rollout_ref.model.lora_rank": 4,
+    "actor_rollout_ref.model.lora_alpha": 8,
+    "actor_rollout_ref.actor.optim.lr": 1e-2,
+}
 # 2 FSDP2 ranks vs 1 process: float32 reduction order only (the hf Ray tests measure <= 9.5e-7)
 TOL = 1e-5
 
@@ -60,7 +64,10 @@ def test_vllm_colocated_in_two_ray_workers_matches_the_local_run(tmp_path):
 def test_vllm_lora_on_a_separate_ray_pool_syncs_only_the_adapter(tmp_path):
     split = {"actor_rollout_ref.hybrid_engine": False, **LORA}
     runs = {}
-    for name, extra in (("local", {}), ("ray", {"trainer.n_gpus_per_node": 2, "actor_rollout_ref.rollout.n_gpus_per_node": 1})):
+    for name, extra in (
+        ("local", {}),
+        ("ray", {"trainer.n_gpus_per_node": 2, "actor_rollout_ref.rollout.n_gpus_per_node": 1}),
+    ):
         trainer = RLTrainer(config=load_config(None, split_vllm_overrides(tmp_path / name, **split, **extra)))
         try:
             trainer.fit()  # closes the separate rollout's engines (SplitActorRollout.shutdown)
@@ -70,7 +77,10 @@ def test_vllm_lora_on_a_separate_ray_pool_syncs_only_the_adapter(tmp_path):
     ray = runs["ray"]
     _assert_on_policy(ray)
     full = ray[1]["weight_sync/tensors"]
-    print("weight_sync/tensors and megabytes per step:", [(ray[s]["weight_sync/tensors"], ray[s]["weight_sync/megabytes"]) for s in ray])
+    print(
+        "weight_sync/tensors and megabytes per step:",
+        [(ray[s]["weight_sync/tensors"], ray[s]["weight_sync/megabytes"]) for s in ray],
+    )
     assert full == runs["local"][1]["weight_sync/tensors"]  # the first sync: the whole state
     for step in (2, 3):  # later syncs: only the adapter (the local LoRA test counts 28 of its tensors)
         assert 0 < ray[step]["weight_sync/tensors"] < full, (step, ray[step]["weight_sync/tensors"], full)

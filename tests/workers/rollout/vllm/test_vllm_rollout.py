@@ -30,9 +30,21 @@ TOL = 1e-3  # fp32 engine vs fp32 training forward; measured ~1e-5
 
 
 def _tiny_lm(seed: int = 0) -> nn.Module:
-    cfg = AutoConfig.for_model("llama", vocab_size=VOCAB, hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
-                               num_key_value_heads=1, head_dim=32, intermediate_size=128, max_position_embeddings=64,
-                               tie_word_embeddings=False, eos_token_id=2, pad_token_id=0, bos_token_id=1)
+    cfg = AutoConfig.for_model(
+        "llama",
+        vocab_size=VOCAB,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=32,
+        intermediate_size=128,
+        max_position_embeddings=64,
+        tie_word_embeddings=False,
+        eos_token_id=2,
+        pad_token_id=0,
+        bos_token_id=1,
+    )
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
@@ -41,8 +53,17 @@ def _tiny_lm(seed: int = 0) -> nn.Module:
 
 
 def _config(**kw) -> RolloutConfig:
-    base = dict(name="vllm", prompt_length=P, response_length=R, max_num_seqs=64, max_num_batched_tokens=512,
-                enable_prefix_caching=True, enable_chunked_prefill=True, seed=3, engine_kwargs={"vllm": {"kv_cache_dtype": "auto"}})
+    base = dict(
+        name="vllm",
+        prompt_length=P,
+        response_length=R,
+        max_num_seqs=64,
+        max_num_batched_tokens=512,
+        enable_prefix_caching=True,
+        enable_chunked_prefill=True,
+        seed=3,
+        engine_kwargs={"vllm": {"kv_cache_dtype": "auto"}},
+    )
     base.update(kw)
     return RolloutConfig(**base)
 
@@ -52,8 +73,8 @@ def _prompts(lengths=(5, 12, 3, 8), seeds=True) -> DataProto:
     ids = torch.zeros(len(lengths), P, dtype=torch.long)
     mask = torch.zeros_like(ids)
     for i, n in enumerate(lengths):
-        ids[i, P - n:] = torch.randint(3, VOCAB, (n,), generator=g)
-        mask[i, P - n:] = 1
+        ids[i, P - n :] = torch.randint(3, VOCAB, (n,), generator=g)
+        mask[i, P - n :] = 1
     tensors = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
     if seeds:
         tensors["sample_seeds"] = torch.arange(100, 100 + len(lengths))
@@ -103,8 +124,14 @@ def test_logprobs_equal_actor_after_each_update(engine, lm) -> None:
     for step in range(3):
         _perturb(lm, step)
         engine.update_weights(lm)
-        actor = compute_log_probs(lm, torch.tensor([fixed]), torch.ones(1, len(fixed), dtype=torch.long),
-                                  torch.arange(len(fixed))[None], len(fixed) - 1, temperature=1.0)[0]
+        actor = compute_log_probs(
+            lm,
+            torch.tensor([fixed]),
+            torch.ones(1, len(fixed), dtype=torch.long),
+            torch.arange(len(fixed))[None],
+            len(fixed) - 1,
+            temperature=1.0,
+        )[0]
         assert (engine.score(fixed) - actor).abs().max() <= TOL
         out = engine.generate_sequences(_prompts())
         assert _max_diff(lm, out) <= TOL
@@ -122,7 +149,9 @@ def test_greedy_matches_hf_engine_layout_and_tokens(engine, lm) -> None:
     stop = int(torch.mode(ref.batch["responses"][:, 1:].flatten()).values)  # a token greedy decoding emits
     meta["eos_token_id"] = [stop]
     ref = hf.generate_sequences(DataProto.from_dict(tensors=dict(_prompts(seeds=False).batch.items()), meta_info=meta))
-    out = engine.generate_sequences(DataProto.from_dict(tensors=dict(_prompts(seeds=False).batch.items()), meta_info=meta))
+    out = engine.generate_sequences(
+        DataProto.from_dict(tensors=dict(_prompts(seeds=False).batch.items()), meta_info=meta)
+    )
     assert set(out.batch.keys()) == set(ref.batch.keys())
     for key in ref.batch.keys():
         assert out.batch[key].shape == ref.batch[key].shape and out.batch[key].dtype == ref.batch[key].dtype, key
@@ -143,7 +172,9 @@ def test_row_seeds_make_rows_independent_of_batching(engine) -> None:
 
 
 def test_sampling_keys_and_calculate_log_probs(engine, lm) -> None:
-    hot = engine.generate_sequences(DataProto.from_dict(tensors=dict(_prompts().batch.items()), meta_info={"temperature": 2.0}))
+    hot = engine.generate_sequences(
+        DataProto.from_dict(tensors=dict(_prompts().batch.items()), meta_info={"temperature": 2.0})
+    )
     assert hot.meta_info["temperature"] == 2.0
     b = hot.batch
     lp = compute_log_probs(lm, b["input_ids"], b["attention_mask"], b["position_ids"], R, temperature=2.0)
@@ -178,8 +209,12 @@ def test_generate_before_weights_is_an_error(engine, lm) -> None:
 
     with pytest.raises(RuntimeError, match="already runs in this process"):
         VLLMRollout(lm, _config(), None)  # the module's engine is in-process
-    eng = VLLMRollout(lm, _config(load_format="auto", checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=1)),
-                      None, in_process=False)  # engine core in a child process
+    eng = VLLMRollout(
+        lm,
+        _config(load_format="auto", checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=1)),
+        None,
+        in_process=False,
+    )  # engine core in a child process
     try:
         assert eng.weights.bucket_bytes == 2**20  # rollout.checkpoint_engine.update_weights_bucket_megabytes
         with pytest.raises(RuntimeError, match="before update_weights"):
@@ -197,12 +232,16 @@ def test_async_engine_serves_concurrent_requests_like_the_sync_engine(engine, lm
 
     batch = _prompts()
     sync_out = engine.generate_sequences(batch).batch
-    eng = VLLMAsyncTokenEngine(lm, _config(checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=3)), None)
+    eng = VLLMAsyncTokenEngine(
+        lm, _config(checkpoint_engine=CheckpointEngineConfig(update_weights_bucket_megabytes=3)), None
+    )
     try:
         assert eng.weights.bucket_bytes == 3 * 2**20
         eng.update_weights(lm)
-        requests = [TokenRequest(prompt_ids=ids[m.bool()].tolist(), sampling=SamplingParams(), max_new_tokens=R, seed=int(s))
-                    for ids, m, s in zip(batch.batch["input_ids"], batch.batch["attention_mask"], batch.batch["sample_seeds"])]
+        requests = [
+            TokenRequest(prompt_ids=ids[m.bool()].tolist(), sampling=SamplingParams(), max_new_tokens=R, seed=int(s))
+            for ids, m, s in zip(batch.batch["input_ids"], batch.batch["attention_mask"], batch.batch["sample_seeds"])
+        ]
 
         async def run():
             return await asyncio.gather(*(eng.generate(r) for r in requests))
@@ -222,7 +261,9 @@ def test_lora_syncs_only_the_adapter(engine) -> None:
 
     from verl.workers.rollout.vllm.vllm_rollout import VLLMRollout, lora_rank_of
 
-    lm = get_peft_model(_tiny_lm(seed=1), LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "gate_proj"]))
+    lm = get_peft_model(
+        _tiny_lm(seed=1), LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "gate_proj"])
+    )
     assert lora_rank_of(lm) == 8  # vLLM's slot sizes: 1, 8, 16, ...
     adapter = {n: p for n, p in lm.named_parameters() if "lora_" in n}
     adapter_bytes = sum(p.numel() * p.element_size() for p in adapter.values())
@@ -231,7 +272,11 @@ def test_lora_syncs_only_the_adapter(engine) -> None:
         eng.update_weights(lm)  # first sync: base weights + adapter
         assert eng.weights.last_tensors == len(lm.state_dict())
         fixed = list(range(4, 4 + P + R - 1))
-        ids, ones, pos = torch.tensor([fixed]), torch.ones(1, len(fixed), dtype=torch.long), torch.arange(len(fixed))[None]
+        ids, ones, pos = (
+            torch.tensor([fixed]),
+            torch.ones(1, len(fixed), dtype=torch.long),
+            torch.arange(len(fixed))[None],
+        )
         for _ in range(2):  # an update trains only the adapter
             with torch.no_grad():
                 for p in adapter.values():

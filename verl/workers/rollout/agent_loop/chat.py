@@ -70,8 +70,9 @@ class ChatTemplate:
             (it ignores tools, so the model would never see the schemas).
     """
 
-    def __init__(self, tokenizer: Any, tools: list[dict[str, Any]] | None = None,
-                 template_kwargs: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self, tokenizer: Any, tools: list[dict[str, Any]] | None = None, template_kwargs: dict[str, Any] | None = None
+    ) -> None:
         self.tokenizer = tokenizer
         self.tools = list(tools) if tools else None
         self.template_kwargs = dict(template_kwargs or {})
@@ -121,7 +122,7 @@ class ChatTemplate:
         ChatML), read from a probe conversation."""
         if self._turn_end is None:
             text = self.render([_PROBE_USER, {"role": "assistant", "content": _PROBE_TEXT}], False)
-            self._turn_end = text[text.rindex(_PROBE_TEXT) + len(_PROBE_TEXT):] if _PROBE_TEXT in text else ""
+            self._turn_end = text[text.rindex(_PROBE_TEXT) + len(_PROBE_TEXT) :] if _PROBE_TEXT in text else ""
         return self._turn_end
 
     def closing(self, generated_text: str) -> str:
@@ -131,8 +132,9 @@ class ChatTemplate:
         k = next(k for k in range(len(end), -1, -1) if generated_text.endswith(end[:k]))
         return end[k:]
 
-    def append_ids(self, messages: list[dict[str, Any]], generated_text: str,
-                   new: list[dict[str, Any]]) -> tuple[list[int], bool]:
+    def append_ids(
+        self, messages: list[dict[str, Any]], generated_text: str, new: list[dict[str, Any]]
+    ) -> tuple[list[int], bool]:
         """Ids to append after an assistant turn for the ``new`` tool / user messages.
 
         Args:
@@ -153,16 +155,17 @@ class ChatTemplate:
         prev = self.render(messages, False)
         full = self.render(messages + new, True)
         if prev.startswith(base) and full.startswith(prev):
-            span = prev[len(base):]  # the assistant turn as the template writes it
-            closing = span[len(generated_text):] if span.startswith(generated_text) else self.closing(generated_text)
-            return self.encode(closing + full[len(prev):]), True
+            span = prev[len(base) :]  # the assistant turn as the template writes it
+            closing = span[len(generated_text) :] if span.startswith(generated_text) else self.closing(generated_text)
+            return self.encode(closing + full[len(prev) :]), True
         probe = [_PROBE_USER, {"role": "assistant", "content": _PROBE_TEXT}]
         prev, full = self.render(probe, False), self.render(probe + new, True)
         if not full.startswith(prev):
             raise TokenizationMismatch(
                 f"the chat template renders the {'/'.join(m['role'] for m in new)} turn differently depending on "
-                "the turns before it, even after a plain-text probe conversation, so it cannot be appended")
-        return self.encode(self.closing(generated_text) + full[len(prev):]), False
+                "the turns before it, even after a plain-text probe conversation, so it cannot be appended"
+            )
+        return self.encode(self.closing(generated_text) + full[len(prev) :]), False
 
     def sanity_check(self, ids: list[int], messages: list[dict[str, Any]], mode: str) -> str | None:
         """Compare incremental ``ids`` (prompt + response) with the rendering of ``messages``.
@@ -186,8 +189,10 @@ class ChatTemplate:
         pos = first_difference(got, expected)
         if pos >= len(got):
             return None  # a prefix: the rendering only adds the closing of the last assistant turn
-        msg = (f"tokenization mismatch ({mode}) at position {pos}: incremental id {got[pos]} "
-               f"({self.decode([got[pos]])!r}) vs template id "
-               + (f"{expected[pos]} ({self.decode([expected[pos]])!r})" if pos < len(expected) else "<end>"))
+        msg = (
+            f"tokenization mismatch ({mode}) at position {pos}: incremental id {got[pos]} "
+            f"({self.decode([got[pos]])!r}) vs template id "
+            + (f"{expected[pos]} ({self.decode([expected[pos]])!r})" if pos < len(expected) else "<end>")
+        )
         logger.warning(msg)
         return msg

@@ -60,8 +60,14 @@ def mark_drift(batch: DataProto, agent_names: list[str], chat: ChatTemplate, sam
     ntb = batch.non_tensor_batch
     n = len(batch)
     flags, offsets = np.full(n, -1, dtype=np.int64), np.full(n, -1, dtype=np.int64)
-    done = [i for i in range(n) if agent_names[i] == "tool_agent" and ntb["messages"][i]
-            and not int(ntb.get("failed", np.zeros(n))[i]) and not int(ntb.get("aborted", np.zeros(n))[i])]
+    done = [
+        i
+        for i in range(n)
+        if agent_names[i] == "tool_agent"
+        and ntb["messages"][i]
+        and not int(ntb.get("failed", np.zeros(n))[i])
+        and not int(ntb.get("aborted", np.zeros(n))[i])
+    ]
     ids, mask = batch.batch["input_ids"], batch.batch["attention_mask"]
     for i in sample_rows(done, samples):
         pos = drift_offset(chat, ids[i][mask[i].bool()].tolist(), list(ntb["messages"][i]))
@@ -79,5 +85,7 @@ def drift_metrics(non_tensors: dict[str, Any]) -> dict[str, float]:
     if not checked.any():
         return {}
     offsets = np.asarray(non_tensors["token_drift_offset"], dtype=np.int64)[flags == 1]
-    return {"multi_turn/drift_rate": float(flags[checked].mean()),
-            "multi_turn/drift_first_offset": float(offsets.min()) if offsets.size else -1.0}
+    return {
+        "multi_turn/drift_rate": float(flags[checked].mean()),
+        "multi_turn/drift_first_offset": float(offsets.min()) if offsets.size else -1.0,
+    }

@@ -72,7 +72,7 @@ def builtin_config_file(path: str, kind: str) -> str:
 
     if not str(path).startswith("builtin://"):
         return str(path)
-    name = str(path)[len("builtin://"):]
+    name = str(path)[len("builtin://") :]
     file = BUILTIN_CONFIG_DIR / f"{name}_{kind}_config.yaml"
     if not file.is_file():
         known = sorted(p.name[: -len(f"_{kind}_config.yaml")] for p in BUILTIN_CONFIG_DIR.glob(f"*_{kind}_config.yaml"))
@@ -109,7 +109,9 @@ class AgentLoopRollout:
         if mt.function_tool_path:  # verl's plain-function tools (@function_tool), beside the configured ones
             from verl.tools.function_tool import FunctionToolAdapter, load_function_tools_from_path
 
-            self.tools.update({t.name: FunctionToolAdapter(t) for t in load_function_tools_from_path(mt.function_tool_path)})
+            self.tools.update(
+                {t.name: FunctionToolAdapter(t) for t in load_function_tools_from_path(mt.function_tool_path)}
+            )
         if mt.interaction_config_path:
             from verl.interactions import load_interactions
 
@@ -167,8 +169,10 @@ class AgentLoopRollout:
             out.non_tensor_batch["tool_calls"] = object_array([[] for _ in range(n)])
             return out
         if "rollout_finished" in prompts.batch.keys():
-            raise ValueError("resubmitting a partial rollout through agent loops is not supported yet: agent-loop "
-                             "trajectories resume in place (engine.pause() / resume()), never from an output")
+            raise ValueError(
+                "resubmitting a partial rollout through agent loops is not supported yet: agent-loop "
+                "trajectories resume in place (engine.pause() / resume()), never from an output"
+            )
         try:
             results, meta = asyncio.run(self._run_all(prompts, names))
         finally:
@@ -210,13 +214,23 @@ class AgentLoopRollout:
         stop = tuple([eos] if isinstance(eos, int) else eos) if eos is not None else None
         inner = self.engine
         ctx = AgentContext(
-            engine=as_token_engine(inner), tokenizer=self.tokenizer, config=self.config, sampling=params,
-            response_length=response_length, stop_token_ids=stop, tools=self.tools, interactions=self.interactions,
+            engine=as_token_engine(inner),
+            tokenizer=self.tokenizer,
+            config=self.config,
+            sampling=params,
+            response_length=response_length,
+            stop_token_ids=stop,
+            tools=self.tools,
+            interactions=self.interactions,
             template_kwargs=dict(meta.get("apply_chat_template_kwargs") or self.template_kwargs),
         )
         pad = int(meta.get("pad_token_id", getattr(inner, "pad_token_id", 0) or 0))
-        out_meta = {**meta, "temperature": params.logprob_temperature, "pad_token_id": pad,
-                    "eos_token_id": list(stop) if stop is not None else list(getattr(inner, "eos_token_id", []) or [])}
+        out_meta = {
+            **meta,
+            "temperature": params.logprob_temperature,
+            "pad_token_id": pad,
+            "eos_token_id": list(stop) if stop is not None else list(getattr(inner, "eos_token_id", []) or []),
+        }
         return ctx, out_meta
 
     def _rows(self, prompts: DataProto) -> list[AgentRow]:
@@ -228,8 +242,15 @@ class AgentLoopRollout:
             ids = b["input_ids"][i][b["attention_mask"][i].bool()].tolist()
             raw = ntb.get("raw_prompt")
             extra = ntb.get("extra_info")
-            rows.append(AgentRow(prompt_ids=ids, messages=list(raw[i]) if raw is not None else None,
-                                 extra_info=dict(extra[i] or {}) if extra is not None else {}, seed=seed, index=i))
+            rows.append(
+                AgentRow(
+                    prompt_ids=ids,
+                    messages=list(raw[i]) if raw is not None else None,
+                    extra_info=dict(extra[i] or {}) if extra is not None else {},
+                    seed=seed,
+                    index=i,
+                )
+            )
         return rows
 
     async def _run_all(self, prompts: DataProto, names: list[str]) -> tuple[list[AgentLoopOutput], dict[str, Any]]:
@@ -254,8 +275,10 @@ class AgentLoopRollout:
         width = int(self.config.prompt_length or max(len(r.prompt_ids) for r in results))
         longest = max(len(r.prompt_ids) for r in results)
         if longest > width:
-            raise ValueError(f"a prompt rendered for its agent loop (with tool schemas) has {longest} tokens > "
-                             f"rollout.prompt_length {width}; raise data.max_prompt_length")
+            raise ValueError(
+                f"a prompt rendered for its agent loop (with tool schemas) has {longest} tokens > "
+                f"rollout.prompt_length {width}; raise data.max_prompt_length"
+            )
         resp_len = int(meta.get("response_length", self.config.response_length))
         n = len(results)
         prompt_ids = torch.full((n, width), pad, dtype=torch.long)
@@ -268,15 +291,17 @@ class AgentLoopRollout:
         version_now = int(getattr(self.engine, "policy_version", 0) or 0)
         for i, r in enumerate(results):
             p, k = len(r.prompt_ids), len(r.response_ids)
-            prompt_ids[i, width - p:] = torch.tensor(r.prompt_ids, dtype=torch.long)
-            prompt_mask[i, width - p:] = 1
+            prompt_ids[i, width - p :] = torch.tensor(r.prompt_ids, dtype=torch.long)
+            prompt_mask[i, width - p :] = 1
             responses[i, :k] = torch.tensor(r.response_ids, dtype=torch.long)
             response_mask[i, :k] = torch.tensor(r.response_mask, dtype=torch.long)
             lengths[i] = k
             log_probs[i, :k] = torch.tensor(r.response_logprobs, dtype=torch.float32)
             tags = r.response_versions or [version_now if m else NOT_SAMPLED for m in r.response_mask]
             versions[i, :k] = torch.tensor(tags, dtype=torch.long)
-        returns_log_probs = getattr(self.engine, "returns_log_probs", True)  # False: vLLM with calculate_log_probs=false
+        returns_log_probs = getattr(
+            self.engine, "returns_log_probs", True
+        )  # False: vLLM with calculate_log_probs=false
         non_tensors = {
             "num_turns": np.array([r.num_turns for r in results], dtype=np.int64),
             "tool_calls": object_array([r.tool_calls for r in results]),
@@ -287,9 +312,19 @@ class AgentLoopRollout:
             "aborted": np.array([int(r.metrics.get("aborted", 0)) for r in results]),
             "failed": np.array([int(r.metrics.get("failed", 0)) for r in results]),
         }
-        return layout.assemble(prompts, prompt_ids, prompt_mask, responses, lengths, log_probs if returns_log_probs else None,
-                               versions, response_mask=response_mask, version=version_now, meta_info=meta,
-                               non_tensors=non_tensors)
+        return layout.assemble(
+            prompts,
+            prompt_ids,
+            prompt_mask,
+            responses,
+            lengths,
+            log_probs if returns_log_probs else None,
+            versions,
+            response_mask=response_mask,
+            version=version_now,
+            meta_info=meta,
+            non_tensors=non_tensors,
+        )
 
 
 async def _abort_slowest(tasks: list[asyncio.Future[AgentLoopOutput]], rate: float) -> int:
@@ -309,8 +344,14 @@ def _aborted_output(row: AgentRow) -> AgentLoopOutput:
     """An aborted trajectory: its prompt and no response tokens (response_mask all 0, so it adds
     nothing to the loss; its score is that of an empty response)."""
     prompt = row.rendered_prompt_ids if row.rendered_prompt_ids is not None else row.prompt_ids
-    return AgentLoopOutput(prompt_ids=list(prompt), response_ids=[], response_mask=[], response_logprobs=[], num_turns=0,
-                           metrics={"aborted": 1.0})
+    return AgentLoopOutput(
+        prompt_ids=list(prompt),
+        response_ids=[],
+        response_mask=[],
+        response_logprobs=[],
+        num_turns=0,
+        metrics={"aborted": 1.0},
+    )
 
 
 def _failed_output(row: AgentRow) -> AgentLoopOutput:
@@ -321,7 +362,9 @@ def _failed_output(row: AgentRow) -> AgentLoopOutput:
     return out
 
 
-def _collect(tasks: list[asyncio.Future[AgentLoopOutput]], rows: list[AgentRow], names: list[str]) -> list[AgentLoopOutput]:
+def _collect(
+    tasks: list[asyncio.Future[AgentLoopOutput]], rows: list[AgentRow], names: list[str]
+) -> list[AgentLoopOutput]:
     """Each row's output: its result, an aborted row for a cancelled task, a failed row (logged)
     for one that raised.
 
@@ -335,12 +378,19 @@ def _collect(tasks: list[asyncio.Future[AgentLoopOutput]], rows: list[AgentRow],
         elif task.exception() is not None:
             err = task.exception()
             errors.append(err)
-            logger.warning("agent loop %s failed for row %d (masked out of the loss): %s: %s",
-                           name, row.index, type(err).__name__, err)
+            logger.warning(
+                "agent loop %s failed for row %d (masked out of the loss): %s: %s",
+                name,
+                row.index,
+                type(err).__name__,
+                err,
+            )
             results.append(_failed_output(row))
         else:
             results.append(task.result())
     if errors and len(errors) == len(tasks):  # nothing to train on: most likely a configuration error
-        logger.error("every trajectory of the batch (%d rows) failed in its agent loop; raising row 0's error", len(tasks))
+        logger.error(
+            "every trajectory of the batch (%d rows) failed in its agent loop; raising row 0's error", len(tasks)
+        )
         raise errors[0]
     return results

@@ -23,14 +23,26 @@ class SingleTurnAgentLoop:
 
     async def run(self, row: AgentRow) -> AgentLoopOutput:
         """Generate the single assistant turn of ``row``."""
-        out = await self.ctx.engine.generate(TokenRequest(
-            prompt_ids=list(row.prompt_ids), sampling=self.ctx.sampling, max_new_tokens=self.ctx.response_length,
-            seed=row.seed, stop_token_ids=self.ctx.stop_token_ids, request_id=f"{row.index}-0",
-        ))
+        out = await self.ctx.engine.generate(
+            TokenRequest(
+                prompt_ids=list(row.prompt_ids),
+                sampling=self.ctx.sampling,
+                max_new_tokens=self.ctx.response_length,
+                seed=row.seed,
+                stop_token_ids=self.ctx.stop_token_ids,
+                request_id=f"{row.index}-0",
+            )
+        )
         n = len(out.token_ids)
         return AgentLoopOutput(
-            prompt_ids=list(row.prompt_ids), response_ids=list(out.token_ids), response_mask=[1] * n,
-            response_logprobs=list(out.log_probs), num_turns=1,
-            metrics={"finish_length": float(out.finish_reason == "length"), "aborted": float(out.finish_reason == "abort")},
+            prompt_ids=list(row.prompt_ids),
+            response_ids=list(out.token_ids),
+            response_mask=[1] * n,
+            response_logprobs=list(out.log_probs),
+            num_turns=1,
+            metrics={
+                "finish_length": float(out.finish_reason == "length"),
+                "aborted": float(out.finish_reason == "abort"),
+            },
             response_versions=turn_versions(self.ctx.engine, out),
         )

@@ -30,14 +30,18 @@ _USER = {"role": "user", "content": "What is 2+3?"}
 _THINK = "<think>\nadd the two numbers\n</think>\n\n"
 _CALL = '<tool_call>\n{"name": "calc", "arguments": {"expression": "2+3"}}\n</tool_call>'
 _CONVERSATION = [
-    _SYSTEM, _USER, {"role": "assistant", "content": _THINK + _CALL}, {"role": "tool", "content": "5"},
-    {"role": "assistant", "content": "The answer is 5."}, {"role": "user", "content": "And 3+4?"},
+    _SYSTEM,
+    _USER,
+    {"role": "assistant", "content": _THINK + _CALL},
+    {"role": "tool", "content": "5"},
+    {"role": "assistant", "content": "The answer is 5."},
+    {"role": "user", "content": "And 3+4?"},
 ]
 _AUDITED: set[tuple[str, str]] = set()
 
 
 def _short(text: str, limit: int = 120) -> str:
-    return repr(text if len(text) <= limit else text[: limit // 2] + " ... " + text[-limit // 2:])
+    return repr(text if len(text) <= limit else text[: limit // 2] + " ... " + text[-limit // 2 :])
 
 
 def _boundary(chat: ChatTemplate, k: int) -> str:
@@ -46,14 +50,17 @@ def _boundary(chat: ChatTemplate, k: int) -> str:
     label = f"{before[-1]['role']} -> {after[-1]['role']}"
     prev, full = chat.render(before, False), chat.render(after, False)
     if full.startswith(prev):
-        return f"{label}: appends {_short(full[len(prev):])}"
+        return f"{label}: appends {_short(full[len(prev) :])}"
     pos = next((i for i, (a, b) in enumerate(zip(prev, full)) if a != b), min(len(prev), len(full)))
-    return (f"{label}: NOT append-only (earlier turns re-rendered from char {pos}: "
-            f"{_short(prev[pos:pos + 40])} becomes {_short(full[pos:pos + 40])}); trained ids will drift from re-renderings")
+    return (
+        f"{label}: NOT append-only (earlier turns re-rendered from char {pos}: "
+        f"{_short(prev[pos : pos + 40])} becomes {_short(full[pos : pos + 40])}); trained ids will drift from re-renderings"
+    )
 
 
-def audit_template(tokenizer: Any, tools: list[dict[str, Any]] | None = None,
-                   template_kwargs: dict[str, Any] | None = None) -> list[str]:
+def audit_template(
+    tokenizer: Any, tools: list[dict[str, Any]] | None = None, template_kwargs: dict[str, Any] | None = None
+) -> list[str]:
     """The audit's lines (module docstring) for ``tokenizer``'s chat template with ``tools``."""
     chat = ChatTemplate(tokenizer, tools, template_kwargs)
     lines = []
@@ -62,18 +69,27 @@ def audit_template(tokenizer: Any, tools: list[dict[str, Any]] | None = None,
     head = without[: without.find(_USER["content"])]
     lines.append(f"no system prompt: the template writes {_short(head)} before the first user turn")
     gen = chat.render([_USER], True)
-    lines.append(f"generation prompt: {_short(gen[len(without):]) if gen.startswith(without) else 'not an append: ' + _short(gen)}")
+    lines.append(
+        f"generation prompt: {_short(gen[len(without) :]) if gen.startswith(without) else 'not an append: ' + _short(gen)}"
+    )
     lines += [_boundary(chat, k) for k in range(2, len(_CONVERSATION))]
     final = chat.render(_CONVERSATION, False)
     kept = _THINK.strip() in final
-    lines.append("<think> of an earlier assistant turn: " + ("kept when later turns follow" if kept else
-                 "STRIPPED once a later user turn follows (the trained ids keep what the model sampled: drift)"))
+    lines.append(
+        "<think> of an earlier assistant turn: "
+        + (
+            "kept when later turns follow"
+            if kept
+            else "STRIPPED once a later user turn follows (the trained ids keep what the model sampled: drift)"
+        )
+    )
     lines.append(f"assistant turn end: {_short(chat.turn_end())}")
     return lines
 
 
-def log_template_audit(tokenizer: Any, tools: list[dict[str, Any]] | None = None,
-                       template_kwargs: dict[str, Any] | None = None) -> list[str]:
+def log_template_audit(
+    tokenizer: Any, tools: list[dict[str, Any]] | None = None, template_kwargs: dict[str, Any] | None = None
+) -> list[str]:
     """Print `audit_template`'s lines once per template and tools in this process; returns them ([] if done before)."""
     key = (str(getattr(tokenizer, "chat_template", "")), repr(tools) + repr(sorted((template_kwargs or {}).items())))
     if key in _AUDITED:

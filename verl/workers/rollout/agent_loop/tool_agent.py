@@ -62,8 +62,9 @@ class ToolAgentLoop:
     def __init__(self, context: AgentContext) -> None:
         self.ctx = context
         self.mt = context.config.multi_turn
-        self.chat = ChatTemplate(context.tokenizer, [t.tool_schema for t in context.tools.values()] or None,
-                                 context.template_kwargs)
+        self.chat = ChatTemplate(
+            context.tokenizer, [t.tool_schema for t in context.tools.values()] or None, context.template_kwargs
+        )
 
     async def run(self, row: AgentRow) -> AgentLoopOutput:
         """Roll out one multi-turn trajectory for ``row``.
@@ -80,11 +81,15 @@ class ToolAgentLoop:
         prompt_ids = self.chat.prompt_ids(messages)
         row.rendered_prompt_ids = prompt_ids
         session = ToolSession(
-            self.ctx.tools, row.extra_info.get("tools_kwargs") or {},
-            max_response_length=self.mt.max_tool_response_length, truncate_side=self.mt.tool_response_truncate_side,
+            self.ctx.tools,
+            row.extra_info.get("tools_kwargs") or {},
+            max_response_length=self.mt.max_tool_response_length,
+            truncate_side=self.mt.tool_response_truncate_side,
         )
         interaction, interaction_kwargs, instance = await self._start_interaction(row)
-        out = AgentLoopOutput(prompt_ids=prompt_ids, response_ids=[], response_mask=[], response_logprobs=[], num_turns=0)
+        out = AgentLoopOutput(
+            prompt_ids=prompt_ids, response_ids=[], response_mask=[], response_logprobs=[], num_turns=0
+        )
         counts = {"assistant": 0, "user": 0, "malformed": 0, "over_budget": 0, "non_append_only": 0, "aborted": 0}
         try:
             await self._loop(row, messages, out, session, interaction, interaction_kwargs, instance, counts)
@@ -99,12 +104,15 @@ class ToolAgentLoop:
             "tool_errors": float(session.counts["error"] - counts["malformed"]),
             "tool_timeouts": float(session.counts["timeout"]),
             "malformed_tool_calls": float(counts["malformed"]),
-            "assistant_turns": float(counts["assistant"]), "user_turns": float(counts["user"]),
+            "assistant_turns": float(counts["assistant"]),
+            "user_turns": float(counts["user"]),
             "turn_over_budget": float(counts["over_budget"]),
             "non_append_only_turns": float(counts["non_append_only"]),
             "aborted": float(counts["aborted"]),
         }
-        mismatch = self.chat.sanity_check(prompt_ids + out.response_ids, messages, self.mt.tokenization_sanity_check_mode)
+        mismatch = self.chat.sanity_check(
+            prompt_ids + out.response_ids, messages, self.mt.tokenization_sanity_check_mode
+        )
         out.metrics["tokenization_mismatch"] = float(mismatch is not None)
         return out
 
@@ -120,16 +128,30 @@ class ToolAgentLoop:
         instance = await interaction.start_interaction(f"{row.index}-{uuid.uuid4().hex[:8]}", **kwargs)
         return interaction, kwargs, instance
 
-    async def _loop(self, row: AgentRow, messages: list[dict[str, Any]], out: AgentLoopOutput, session: Any,
-                    interaction: Any, interaction_kwargs: dict[str, Any], instance: str, counts: dict[str, int]) -> None:
+    async def _loop(
+        self,
+        row: AgentRow,
+        messages: list[dict[str, Any]],
+        out: AgentLoopOutput,
+        session: Any,
+        interaction: Any,
+        interaction_kwargs: dict[str, Any],
+        instance: str,
+        counts: dict[str, int],
+    ) -> None:
         budget = self.ctx.response_length
         while len(out.response_ids) < budget:
             context = out.prompt_ids + out.response_ids
-            gen = await self.ctx.engine.generate(TokenRequest(
-                prompt_ids=context, sampling=self.ctx.sampling,
-                max_new_tokens=budget - len(out.response_ids), seed=turn_seed(row.seed, counts["assistant"]),
-                stop_token_ids=self.ctx.stop_token_ids, request_id=f"{row.index}-{counts['assistant']}",
-            ))
+            gen = await self.ctx.engine.generate(
+                TokenRequest(
+                    prompt_ids=context,
+                    sampling=self.ctx.sampling,
+                    max_new_tokens=budget - len(out.response_ids),
+                    seed=turn_seed(row.seed, counts["assistant"]),
+                    stop_token_ids=self.ctx.stop_token_ids,
+                    request_id=f"{row.index}-{counts['assistant']}",
+                )
+            )
             self._append(out, gen.token_ids, 1, gen.log_probs, turn_versions(self.ctx.engine, gen))
             counts["assistant"] += 1
             if gen.finish_reason == "abort":  # the engine was interrupted: the trajectory is cut here
@@ -140,9 +162,13 @@ class ToolAgentLoop:
             messages.append({"role": "assistant", "content": self.chat.assistant_content(gen.token_ids, stopped)})
             if not stopped or (self.mt.max_assistant_turns and counts["assistant"] >= self.mt.max_assistant_turns):
                 return
-            new = await self._tool_turn(messages[-1]["content"], self.chat.reasoning_open(context), session, out, counts)
+            new = await self._tool_turn(
+                messages[-1]["content"], self.chat.reasoning_open(context), session, out, counts
+            )
             if not new:
-                if interaction is None or (self.mt.max_user_turns is not None and counts["user"] >= self.mt.max_user_turns):
+                if interaction is None or (
+                    self.mt.max_user_turns is not None and counts["user"] >= self.mt.max_user_turns
+                ):
                     return
                 done, text, score, _ = await interaction.generate_response(instance, messages, **interaction_kwargs)
                 out.turn_scores.append(float(score))
@@ -159,14 +185,16 @@ class ToolAgentLoop:
             out.num_turns += 1
             self._append(out, ids, 0, None)
 
-    async def _tool_turn(self, content: str, in_reasoning: bool, session: Any, out: AgentLoopOutput,
-                         counts: dict[str, int]) -> list[dict[str, Any]]:
+    async def _tool_turn(
+        self, content: str, in_reasoning: bool, session: Any, out: AgentLoopOutput, counts: dict[str, int]
+    ) -> list[dict[str, Any]]:
         """Run the turn's tool calls (concurrently) and return the tool messages ([] = no calls).
         ``in_reasoning``: the turn started inside a ``<think>`` opened by the generation prompt."""
         from verl.tools.parser import parse_tool_calls_ordered
 
-        _, parsed = parse_tool_calls_ordered(content, self.ctx.tools, self.mt.max_parallel_calls,
-                                             in_reasoning=in_reasoning)
+        _, parsed = parse_tool_calls_ordered(
+            content, self.ctx.tools, self.mt.max_parallel_calls, in_reasoning=in_reasoning
+        )
         if not parsed:
             return []
 
@@ -176,16 +204,25 @@ class ToolAgentLoop:
                 text = session.record_error(p.error).response.text or ""
                 return text, {"name": None, "arguments": None, "status": "malformed", "error": p.error}
             result = await session.call(p.call)
-            return result.response.text or "", {"name": p.call.name, "arguments": p.call.arguments,
-                                                "status": result.status, "reward": float(result.reward)}
+            return result.response.text or "", {
+                "name": p.call.name,
+                "arguments": p.call.arguments,
+                "status": result.status,
+                "reward": float(result.reward),
+            }
 
         done = await asyncio.gather(*(one(p) for p in parsed))  # calls run concurrently, kept in text order
         out.tool_calls += [record for _, record in done]
         return [{"role": "tool", "content": text} for text, _ in done]
 
     @staticmethod
-    def _append(out: AgentLoopOutput, ids: list[int], mask: int, log_probs: list[float] | None,
-                versions: list[int] | None = None) -> None:
+    def _append(
+        out: AgentLoopOutput,
+        ids: list[int],
+        mask: int,
+        log_probs: list[float] | None,
+        versions: list[int] | None = None,
+    ) -> None:
         """Append a model turn (``mask`` 1, its log-probs and versions) or a tool / user turn
         (``mask`` 0, log-prob 0, version -1: no policy sampled it)."""
         out.response_ids += list(ids)

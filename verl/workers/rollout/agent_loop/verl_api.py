@@ -80,8 +80,15 @@ class ServerManager:
             return self.seed
         return int(derive_seeds([int(self.seed), k], 1)[0])
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, **_: Any) -> TokenOutput:
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        **_: Any,
+    ) -> TokenOutput:
         """One model turn of at most ``sampling_params["max_tokens"]`` tokens (default: ``response_length``).
 
         Raises:
@@ -91,13 +98,25 @@ class ServerManager:
             raise ValueError("image_data is not supported yet: the rollout engines here take text prompts")
         base = self.ctx.sampling
         temperature = float(sampling_params.get("temperature", base.temperature))
-        sampling = SamplingParams(do_sample=base.do_sample and temperature > 0, temperature=temperature,
-                                  top_k=int(sampling_params.get("top_k", base.top_k)),
-                                  top_p=float(sampling_params.get("top_p", base.top_p)))
-        max_new = int(sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or self.ctx.response_length)
-        return await self.ctx.engine.generate(TokenRequest(
-            prompt_ids=list(prompt_ids), sampling=sampling, max_new_tokens=max_new, seed=self._seed(),
-            stop_token_ids=self.ctx.stop_token_ids, request_id=str(request_id)))
+        sampling = SamplingParams(
+            do_sample=base.do_sample and temperature > 0,
+            temperature=temperature,
+            top_k=int(sampling_params.get("top_k", base.top_k)),
+            top_p=float(sampling_params.get("top_p", base.top_p)),
+        )
+        max_new = int(
+            sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens") or self.ctx.response_length
+        )
+        return await self.ctx.engine.generate(
+            TokenRequest(
+                prompt_ids=list(prompt_ids),
+                sampling=sampling,
+                max_new_tokens=max_new,
+                seed=self._seed(),
+                stop_token_ids=self.ctx.stop_token_ids,
+                request_id=str(request_id),
+            )
+        )
 
 
 class AgentLoopBase:
@@ -110,8 +129,9 @@ class AgentLoopBase:
         tokenizer, processor: the actor's tokenizer; no processor (text only).
     """
 
-    def __init__(self, trainer_config: Any, server_manager: Any, tokenizer: Any, processor: Any = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self, trainer_config: Any, server_manager: Any, tokenizer: Any, processor: Any = None, **kwargs: Any
+    ) -> None:
         self.config = trainer_config
         self.rollout_config = trainer_config.actor_rollout_ref.rollout
         self.server_manager, self.tokenizer, self.processor = server_manager, tokenizer, processor
@@ -138,24 +158,44 @@ def _adapter(cls: type, init_kwargs: dict[str, Any] | None = None) -> type:
             self.trainer_config = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=context.config))
 
         async def run(self, row: AgentRow) -> _ProductOutput:
-            loop = cls(trainer_config=self.trainer_config, server_manager=ServerManager(self.ctx, row.seed),
-                       tokenizer=self.ctx.tokenizer, processor=None, **extra_init)
+            loop = cls(
+                trainer_config=self.trainer_config,
+                server_manager=ServerManager(self.ctx, row.seed),
+                tokenizer=self.ctx.tokenizer,
+                processor=None,
+                **extra_init,
+            )
             s = self.ctx.sampling
-            sampling = {"temperature": s.temperature if s.do_sample else 0.0, "top_p": s.top_p, "top_k": s.top_k,
-                        "logprobs": True}
+            sampling = {
+                "temperature": s.temperature if s.do_sample else 0.0,
+                "top_p": s.top_p,
+                "top_k": s.top_k,
+                "logprobs": True,
+            }
             extra = dict(row.extra_info)
-            out = await loop.run(sampling, raw_prompt=row.messages, extra_info=extra, index=row.index,
-                                 tools_kwargs=extra.get("tools_kwargs", {}))
+            out = await loop.run(
+                sampling,
+                raw_prompt=row.messages,
+                extra_info=extra,
+                index=row.index,
+                tools_kwargs=extra.get("tools_kwargs", {}),
+            )
             if getattr(out, "reward_score", None) is not None:
-                raise ValueError(f"agent loop {cls.__name__}: reward_score is not supported yet; let the reward "
-                                 "function score the trajectory")
+                raise ValueError(
+                    f"agent loop {cls.__name__}: reward_score is not supported yet; let the reward "
+                    "function score the trajectory"
+                )
             n = min(len(out.response_ids), self.ctx.response_length)
             logprobs = list(out.response_logprobs) if out.response_logprobs else [0.0] * len(out.response_ids)
             row.rendered_prompt_ids = list(out.prompt_ids)
-            return _ProductOutput(prompt_ids=list(out.prompt_ids), response_ids=list(out.response_ids)[:n],
-                                  response_mask=[int(m) for m in out.response_mask][:n],
-                                  response_logprobs=[float(x) for x in logprobs][:n],
-                                  num_turns=int(out.num_turns or 1), metrics=_metrics(out.metrics))
+            return _ProductOutput(
+                prompt_ids=list(out.prompt_ids),
+                response_ids=list(out.response_ids)[:n],
+                response_mask=[int(m) for m in out.response_mask][:n],
+                response_logprobs=[float(x) for x in logprobs][:n],
+                num_turns=int(out.num_turns or 1),
+                metrics=_metrics(out.metrics),
+            )
 
     VerlAgentLoop.__name__ = VerlAgentLoop.__qualname__ = f"VerlAgentLoop[{cls.__name__}]"
     return VerlAgentLoop
@@ -173,6 +213,7 @@ def register(agent_name: str) -> Callable[[type], type]:
             return cls
         AGENT_LOOPS.add(agent_name, _adapter(cls))
         return cls
+
     return decorator
 
 

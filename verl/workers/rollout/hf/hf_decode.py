@@ -65,9 +65,17 @@ DECODE_ATTENTION = "verl_decode_sdpa"
 """Name of `decode_sdpa_attention` in transformers' attention and mask registries."""
 
 
-def decode_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                          attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                          is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+def decode_sdpa_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    is_causal: bool | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """transformers' ``sdpa`` attention, with a one-token GQA query folded onto the KV heads.
 
     For a decode step (query length 1) of a module with ``num_key_value_groups`` g > 1, the query
@@ -85,15 +93,22 @@ def decode_sdpa_attention(module: nn.Module, query: torch.Tensor, key: torch.Ten
         (`(B, q, H, D)` attention output, None), as transformers' attention functions return.
     """
     groups = int(getattr(module, "num_key_value_groups", 1))
-    if query.shape[2] != 1 or groups == 1 or kwargs.get("position_bias") is not None or kwargs.get("softcap") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      is_causal=is_causal, **kwargs)
+    if (
+        query.shape[2] != 1
+        or groups == 1
+        or kwargs.get("position_bias") is not None
+        or kwargs.get("softcap") is not None
+    ):
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, is_causal=is_causal, **kwargs
+        )
     batch, heads, _, dim = query.shape
     folded = query.reshape(batch, heads // groups, groups, dim)
     if attention_mask is not None and attention_mask.shape[1] != 1:
         attention_mask = attention_mask.reshape(batch, heads // groups, groups, attention_mask.shape[-1])
-    out = torch.nn.functional.scaled_dot_product_attention(folded, key, value, attn_mask=attention_mask,
-                                                           dropout_p=dropout, scale=scaling)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        folded, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
+    )
     return out.reshape(batch, heads, 1, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
@@ -102,11 +117,17 @@ if AttentionMaskInterface is not None:
     AttentionMaskInterface.register(DECODE_ATTENTION, sdpa_mask)
 
 
-def _forward_last_logits(module: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                         position_ids: torch.Tensor, cache_kwarg: dict[str, Any]) -> torch.Tensor:
+def _forward_last_logits(
+    module: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    position_ids: torch.Tensor,
+    cache_kwarg: dict[str, Any],
+) -> torch.Tensor:
     """Next-token logits `(B, V)` of a one-token-per-row forward against the cache."""
-    out = module(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                 use_cache=True, **cache_kwarg)
+    out = module(
+        input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=True, **cache_kwarg
+    )
     return out.logits[:, -1]
 
 
@@ -136,8 +157,11 @@ class DecodeStep:
         eager_fp32 = not self.compiled and not torch.is_autocast_enabled("cpu")
         self._head = decode_head(module) if eager_fp32 else None
         config = getattr(module, "config", None)
-        switch = (self.compiled and getattr(config, "_attn_implementation", None) == "sdpa"
-                  and hasattr(module, "set_attn_implementation"))
+        switch = (
+            self.compiled
+            and getattr(config, "_attn_implementation", None) == "sdpa"
+            and hasattr(module, "set_attn_implementation")
+        )
         try:
             if not switch:
                 yield
@@ -150,8 +174,15 @@ class DecodeStep:
         finally:
             self._head = None  # no reference to a module the engine may replace (update_weights)
 
-    def __call__(self, module: nn.Module, input_ids: torch.Tensor, full_mask: torch.Tensor, filled: int,
-                 position_ids: torch.Tensor, cache_kwarg: dict[str, Any]) -> torch.Tensor:
+    def __call__(
+        self,
+        module: nn.Module,
+        input_ids: torch.Tensor,
+        full_mask: torch.Tensor,
+        filled: int,
+        position_ids: torch.Tensor,
+        cache_kwarg: dict[str, Any],
+    ) -> torch.Tensor:
         """Logits of the next token after ``input_ids``.
 
         Args:
@@ -172,7 +203,12 @@ class DecodeStep:
             return _compiled_forward(module, input_ids.contiguous(), full_mask, position_ids, cache_kwarg)
         if self._head is not None:
             base = getattr(module, module.base_model_prefix)
-            out = base(input_ids=input_ids, attention_mask=full_mask[:, :filled], position_ids=position_ids,
-                       use_cache=True, **cache_kwarg)
+            out = base(
+                input_ids=input_ids,
+                attention_mask=full_mask[:, :filled],
+                position_ids=position_ids,
+                use_cache=True,
+                **cache_kwarg,
+            )
             return head_logits(self._head.weight, out.last_hidden_state[:, -1])
         return _forward_last_logits(module, input_ids, full_mask[:, :filled], position_ids, cache_kwarg)

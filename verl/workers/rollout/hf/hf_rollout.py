@@ -55,7 +55,14 @@ from transformers import DynamicCache, StaticCache
 from verl.protocol import DataProto
 from verl.workers.rollout import layout
 from verl.workers.rollout.hf.hf_decode import DecodeStep
-from verl.workers.rollout.partial import NOT_SAMPLED, Carried, PartialRollout, RolloutGate, group_rows, split_continuation
+from verl.workers.rollout.partial import (
+    NOT_SAMPLED,
+    Carried,
+    PartialRollout,
+    RolloutGate,
+    group_rows,
+    split_continuation,
+)
 from verl.workers.rollout.sampling import SamplingParams, resolve_sampling, row_uniforms, sample_tokens
 from verl.workers.rollout.stop_strings import StopStrings, stop_strings_of
 from verl.workers.rollout.streaming import row_notifier
@@ -81,8 +88,10 @@ def cache_keyword(module: nn.Module) -> str:
             return name
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return "cache"
-    raise TypeError(f"{type(module).__name__}.forward takes no KV cache argument (cache / past_key_values); "
-                    "the hf rollout engine needs a transformers causal LM")
+    raise TypeError(
+        f"{type(module).__name__}.forward takes no KV cache argument (cache / past_key_values); "
+        "the hf rollout engine needs a transformers causal LM"
+    )
 
 
 def default_eos_token_ids(module: nn.Module, tokenizer: Any = None) -> list[int]:
@@ -133,10 +142,14 @@ class HFRollout(PartialRollout):
         self.pad_token_id = int(pad_token_id)
         self.cache_implementation = str(dict(config.engine_kwargs or {}).get("cache_implementation", "static"))
         if self.cache_implementation not in ("static", "dynamic"):
-            raise ValueError(f"engine_kwargs.cache_implementation must be static|dynamic, got {self.cache_implementation!r}")
+            raise ValueError(
+                f"engine_kwargs.cache_implementation must be static|dynamic, got {self.cache_implementation!r}"
+            )
         compiled = not config.enforce_eager
         if compiled and self.cache_implementation != "static":
-            raise ValueError("rollout.enforce_eager=false (compiled decode) needs engine_kwargs.cache_implementation=static")
+            raise ValueError(
+                "rollout.enforce_eager=false (compiled decode) needs engine_kwargs.cache_implementation=static"
+            )
         self._decode = DecodeStep(compiled)
         self._generator = torch.Generator(device=self._device())
         seed = config.seed if config.seed is not None else torch.initial_seed()
@@ -157,8 +170,9 @@ class HFRollout(PartialRollout):
         """Restore a state returned by `rng_state`."""
         self._generator.set_state(state)
 
-    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module,
-                       version: int | None = None) -> None:
+    def update_weights(
+        self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module, version: int | None = None
+    ) -> None:
         """Generate with new weights; ``version`` (when given) becomes ``policy_version``.
 
         A module replaces the engine's module (no copy; passing the actor it already holds is a
@@ -172,7 +186,9 @@ class HFRollout(PartialRollout):
         self._check_can_load()
         if isinstance(state_dict_or_model, nn.Module):
             if state_dict_or_model is not self.module and self._gate.running():
-                raise ValueError("replacing the module of a paused generation is not supported yet: load its state dict")
+                raise ValueError(
+                    "replacing the module of a paused generation is not supported yet: load its state dict"
+                )
             self.module = state_dict_or_model
         else:
             self.module.load_state_dict(dict(state_dict_or_model), strict=True)
@@ -217,15 +233,34 @@ class HFRollout(PartialRollout):
                 # rows grouped by prefix length (a fresh batch: one group, chunks of max_num_seqs in order)
                 for rows in group_rows(carried.lengths, carried.finished, self.config.max_num_seqs):
                     done = int(carried.lengths[rows[0]])
-                    prefix = (carried.responses[rows, :done], carried.log_probs[rows, :done], carried.versions[rows, :done])
-                    seeds = row_seeds[rows] if row_seeds is not None else None
-                    notify = None if hook is None else row_notifier(
-                        self, prompts, input_ids, attention_mask, position_ids, out_meta, hook, rows)
-                    result = self._generate_batch(
-                        input_ids[rows], attention_mask[rows], position_ids[rows],
-                        response_length, params, eos_ids, pad_id, self._generator, seeds, self.stop_strings, prefix, notify,
+                    prefix = (
+                        carried.responses[rows, :done],
+                        carried.log_probs[rows, :done],
+                        carried.versions[rows, :done],
                     )
-                    for field, value in zip(("responses", "lengths", "log_probs", "versions", "finished"), result, strict=True):
+                    seeds = row_seeds[rows] if row_seeds is not None else None
+                    notify = (
+                        None
+                        if hook is None
+                        else row_notifier(self, prompts, input_ids, attention_mask, position_ids, out_meta, hook, rows)
+                    )
+                    result = self._generate_batch(
+                        input_ids[rows],
+                        attention_mask[rows],
+                        position_ids[rows],
+                        response_length,
+                        params,
+                        eos_ids,
+                        pad_id,
+                        self._generator,
+                        seeds,
+                        self.stop_strings,
+                        prefix,
+                        notify,
+                    )
+                    for field, value in zip(
+                        ("responses", "lengths", "log_probs", "versions", "finished"), result, strict=True
+                    ):
                         getattr(carried, field)[rows] = value
         finally:
             self.module.train(was_training)
@@ -253,8 +288,9 @@ class HFRollout(PartialRollout):
         with self._gate.decoding(), self._decode.session(self.module):
             return self._decode_batch(*args)
 
-    def _prefill(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor,
-                 cache_len: int) -> tuple[dict[str, Any], torch.Tensor]:
+    def _prefill(
+        self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache_len: int
+    ) -> tuple[dict[str, Any], torch.Tensor]:
         """A fresh KV cache of ``cache_len`` positions filled with ``ids``; returns it and the
         next-token logits `(B, V)`."""
         cache_arg = {cache_keyword(self.module): self._make_cache(cache_len)}
@@ -341,19 +377,33 @@ class HFRollout(PartialRollout):
             if self.weights_epoch != epoch:  # new weights: the cache holds the old ones' keys / values
                 epoch = self.weights_epoch
                 cache_arg, logits = self._prefill(
-                    torch.cat([ids, responses[:, done : t + 1]], dim=1), full_mask[:, : ctx_len + new],
-                    torch.cat([pos, next_pos + torch.arange(new, device=device)], dim=1), ctx_len + steps)
+                    torch.cat([ids, responses[:, done : t + 1]], dim=1),
+                    full_mask[:, : ctx_len + new],
+                    torch.cat([pos, next_pos + torch.arange(new, device=device)], dim=1),
+                    ctx_len + steps,
+                )
                 continue
-            logits = self._decode(self.module, responses[:, t : t + 1], full_mask, ctx_len + new, next_pos + new - 1, cache_arg)
-        versions[:, :] = torch.where(torch.arange(response_length, device=device) < lengths[:, None], versions, NOT_SAMPLED)
+            logits = self._decode(
+                self.module, responses[:, t : t + 1], full_mask, ctx_len + new, next_pos + new - 1, cache_arg
+            )
+        versions[:, :] = torch.where(
+            torch.arange(response_length, device=device) < lengths[:, None], versions, NOT_SAMPLED
+        )
         finished |= lengths >= response_length
         if notify is not None:
             _notify_new(notify, finished, reported, responses, lengths, log_probs, versions)
         return responses.cpu(), lengths.cpu(), log_probs.cpu(), versions.cpu(), finished.cpu()
 
     @staticmethod
-    def _apply_stop_strings(stop: StopStrings, responses: torch.Tensor, log_probs: torch.Tensor, lengths: torch.Tensor,
-                            finished: torch.Tensor, t: int, pad_id: int) -> None:
+    def _apply_stop_strings(
+        stop: StopStrings,
+        responses: torch.Tensor,
+        log_probs: torch.Tensor,
+        lengths: torch.Tensor,
+        finished: torch.Tensor,
+        t: int,
+        pad_id: int,
+    ) -> None:
         """Stop (in place) every running row whose text now holds a stop string, cut to `StopStrings.cut`."""
         running = (~finished).nonzero().flatten().tolist()
         if not running:
@@ -369,17 +419,41 @@ class HFRollout(PartialRollout):
             responses[i, n : t + 1] = pad_id
             log_probs[i, n : t + 1] = 0.0
 
-    def _assemble(self, prompts: DataProto, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                  position_ids: torch.Tensor, carried: Carried, meta_info: dict[str, Any]) -> DataProto:
+    def _assemble(
+        self,
+        prompts: DataProto,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor,
+        position_ids: torch.Tensor,
+        carried: Carried,
+        meta_info: dict[str, Any],
+    ) -> DataProto:
         """`verl.workers.rollout.layout.assemble` of ``carried`` with this engine's ``policy_version``
         (also builds the rows the finish hook receives: `verl.workers.rollout.streaming.row_notifier`)."""
-        return layout.assemble(prompts, input_ids, attention_mask, carried.responses, carried.lengths, carried.log_probs,
-                               carried.versions, position_ids=position_ids, finished=carried.finished,
-                               version=self.policy_version, meta_info=meta_info)
+        return layout.assemble(
+            prompts,
+            input_ids,
+            attention_mask,
+            carried.responses,
+            carried.lengths,
+            carried.log_probs,
+            carried.versions,
+            position_ids=position_ids,
+            finished=carried.finished,
+            version=self.policy_version,
+            meta_info=meta_info,
+        )
 
 
-def _notify_new(notify: Callable[..., None], finished: torch.Tensor, reported: torch.Tensor, responses: torch.Tensor,
-                lengths: torch.Tensor, log_probs: torch.Tensor, versions: torch.Tensor) -> torch.Tensor:
+def _notify_new(
+    notify: Callable[..., None],
+    finished: torch.Tensor,
+    reported: torch.Tensor,
+    responses: torch.Tensor,
+    lengths: torch.Tensor,
+    log_probs: torch.Tensor,
+    versions: torch.Tensor,
+) -> torch.Tensor:
     """Call ``notify`` with the rows finished since the last call; returns the rows reported so far."""
     new = finished & ~reported
     if bool(new.any()):
@@ -388,4 +462,3 @@ def _notify_new(notify: Callable[..., None], finished: torch.Tensor, reported: t
         tags = torch.where(width < lengths[rows, None], versions[rows], NOT_SAMPLED)
         notify(rows.cpu(), responses[rows].cpu(), lengths[rows].cpu(), log_probs[rows].cpu(), tags.cpu())
     return reported | finished
-

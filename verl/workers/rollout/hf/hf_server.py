@@ -65,8 +65,14 @@ class HFTokenServer:
             raise ValueError("TokenRequest.prompt_ids is empty")
         if request.seed is None and not request.sampling.greedy:
             seed = int(torch.randint(0, 2**62, (1,), generator=self.engine._generator))
-            request = TokenRequest(request.prompt_ids, request.sampling, request.max_new_tokens, seed,
-                                   request.stop_token_ids, request.request_id)
+            request = TokenRequest(
+                request.prompt_ids,
+                request.sampling,
+                request.max_new_tokens,
+                seed,
+                request.stop_token_ids,
+                request.request_id,
+            )
         future: asyncio.Future[TokenOutput] = asyncio.get_running_loop().create_future()
         self._pending.append((request, future))
         if self._flusher is None or self._flusher.done():
@@ -111,8 +117,8 @@ class HFTokenServer:
         ids = torch.full((len(requests), width), eng.pad_token_id, dtype=torch.long)
         mask = torch.zeros(len(requests), width, dtype=torch.long)
         for row, req in enumerate(requests):
-            ids[row, width - len(req.prompt_ids):] = torch.tensor(req.prompt_ids, dtype=torch.long)
-            mask[row, width - len(req.prompt_ids):] = 1
+            ids[row, width - len(req.prompt_ids) :] = torch.tensor(req.prompt_ids, dtype=torch.long)
+            mask[row, width - len(req.prompt_ids) :] = 1
         steps = max(r.max_new_tokens for r in requests)
         seeds = torch.tensor([r.seed if r.seed is not None else 0 for r in requests], dtype=torch.long)
         was_training = eng.module.training
@@ -120,24 +126,45 @@ class HFTokenServer:
         try:
             with torch.no_grad(), eng._autocast():  # grad mode is per thread: set it here
                 responses, lengths, log_probs, versions, finished = eng._generate_batch(
-                    ids, mask, position_ids_from_attention_mask(mask), steps, params, eos_ids,
-                    eng.pad_token_id, eng._generator, seeds,
+                    ids,
+                    mask,
+                    position_ids_from_attention_mask(mask),
+                    steps,
+                    params,
+                    eos_ids,
+                    eng.pad_token_id,
+                    eng._generator,
+                    seeds,
                 )
         finally:
             eng.module.train(was_training)
         self.num_passes += 1
-        return [self._output(req, responses[i], int(lengths[i]), log_probs[i], versions[i], bool(finished[i]), eos_ids)
-                for i, req in enumerate(requests)]
+        return [
+            self._output(req, responses[i], int(lengths[i]), log_probs[i], versions[i], bool(finished[i]), eos_ids)
+            for i, req in enumerate(requests)
+        ]
 
-    def _output(self, req: TokenRequest, tokens: torch.Tensor, length: int, logp: torch.Tensor, versions: torch.Tensor,
-                finished: bool, eos_ids: list[int]) -> TokenOutput:
+    def _output(
+        self,
+        req: TokenRequest,
+        tokens: torch.Tensor,
+        length: int,
+        logp: torch.Tensor,
+        versions: torch.Tensor,
+        finished: bool,
+        eos_ids: list[int],
+    ) -> TokenOutput:
         """A row's output; ``abort`` when the pass was interrupted before the row finished."""
         n = min(length, req.max_new_tokens)
         token_ids = tokens[:n].tolist()
         stopped = bool(token_ids) and token_ids[-1] in eos_ids and not self.engine.config.ignore_eos
         reason = "stop" if stopped else ("length" if finished or n >= req.max_new_tokens else "abort")
-        return TokenOutput(token_ids=token_ids, log_probs=logp[:n].tolist(), finish_reason=reason,
-                           policy_versions=versions[:n].tolist())
+        return TokenOutput(
+            token_ids=token_ids,
+            log_probs=logp[:n].tolist(),
+            finish_reason=reason,
+            policy_versions=versions[:n].tolist(),
+        )
 
 
 def as_token_engine(engine: Any) -> Any:
@@ -156,5 +183,7 @@ def as_token_engine(engine: Any) -> Any:
         return engine.token_engine()
     if isinstance(engine, HFRollout):
         return HFTokenServer(engine)
-    raise TypeError(f"{type(engine).__name__} does not serve the token-level request API (needed by agent "
-                    "loops): give it an async generate(TokenRequest) or a token_engine() method")
+    raise TypeError(
+        f"{type(engine).__name__} does not serve the token-level request API (needed by agent "
+        "loops): give it an async generate(TokenRequest) or a token_engine() method"
+    )

@@ -31,7 +31,13 @@ import torch
 from torch import nn
 
 from verl.workers.rollout.request import TokenOutput, TokenRequest
-from verl.workers.rollout.vllm.vllm_config import eos_and_pad, lora_rank_of, prepare_engine, restore_process_state, vllm_sampling_params
+from verl.workers.rollout.vllm.vllm_config import (
+    eos_and_pad,
+    lora_rank_of,
+    prepare_engine,
+    restore_process_state,
+    vllm_sampling_params,
+)
 from verl.workers.rollout.vllm.vllm_weights import EngineWeightSync
 from verl.workers.rollout.weight_sync import bucket_bytes_of, is_lora_model
 
@@ -67,8 +73,13 @@ class VLLMAsyncTokenEngine:
         self._interrupted = False
         with restore_process_state():  # vLLM lowers torch's thread count and re-seeds the global RNGs
             self.engine = self._call(self._start(args))
-        self.weights = EngineWeightSync(self._rpc, lambda lora_id: self._call(self.engine.remove_lora(lora_id)),
-                                        lora=is_lora_model(module), via_files=True, bucket_bytes=bucket_bytes_of(config))
+        self.weights = EngineWeightSync(
+            self._rpc,
+            lambda lora_id: self._call(self.engine.remove_lora(lora_id)),
+            lora=is_lora_model(module),
+            via_files=True,
+            bucket_bytes=bucket_bytes_of(config),
+        )
 
     @staticmethod
     async def _start(args: dict[str, Any]) -> Any:
@@ -117,15 +128,26 @@ class VLLMAsyncTokenEngine:
         """
         self._check_synced()
         stop = list(request.stop_token_ids) if request.stop_token_ids is not None else self.eos_token_id
-        params = vllm_sampling_params(request.sampling, request.max_new_tokens, stop, request.seed,
-                                      self.config.ignore_eos, self.config.calculate_log_probs)
-        future = asyncio.run_coroutine_threadsafe(self._request(request.prompt_ids, params, request.request_id), self._loop)
+        params = vllm_sampling_params(
+            request.sampling,
+            request.max_new_tokens,
+            stop,
+            request.seed,
+            self.config.ignore_eos,
+            self.config.calculate_log_probs,
+        )
+        future = asyncio.run_coroutine_threadsafe(
+            self._request(request.prompt_ids, params, request.request_id), self._loop
+        )
         completion = (await asyncio.wrap_future(future)).outputs[0]
         ids = list(completion.token_ids)
-        log_probs = [lp[t].logprob for lp, t in zip(completion.logprobs, ids)] if completion.logprobs else [0.0] * len(ids)
+        log_probs = (
+            [lp[t].logprob for lp, t in zip(completion.logprobs, ids)] if completion.logprobs else [0.0] * len(ids)
+        )
         reason = completion.finish_reason if completion.finish_reason in ("stop", "length") else "abort"
-        return TokenOutput(token_ids=ids, log_probs=log_probs, finish_reason=reason,
-                           policy_versions=list(completion.policy_versions))
+        return TokenOutput(
+            token_ids=ids, log_probs=log_probs, finish_reason=reason, policy_versions=list(completion.policy_versions)
+        )
 
     def run_batch(self, prompts: list[list[int]], params: list[Any], lora_request: Any = None) -> list[Any]:
         """Submit every prompt at once and wait for all (synchronous): vLLM ``RequestOutput``s in order.
@@ -137,7 +159,9 @@ class VLLMAsyncTokenEngine:
         lora = lora_request if lora_request is not None else self.weights.lora_request()
 
         async def gather() -> list[Any]:
-            return await asyncio.gather(*(self._request(p, sp, "batch", lora) for p, sp in zip(prompts, params, strict=True)))
+            return await asyncio.gather(
+                *(self._request(p, sp, "batch", lora) for p, sp in zip(prompts, params, strict=True))
+            )
 
         return self._call(gather())
 
@@ -204,8 +228,12 @@ class VLLMAsyncTokenEngine:
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         self._live.add(request_id)
         try:
-            async for output in self.engine.generate({"prompt_token_ids": list(prompt_ids)}, params, request_id,
-                                                     lora_request=lora_request or self.weights.lora_request()):
+            async for output in self.engine.generate(
+                {"prompt_token_ids": list(prompt_ids)},
+                params,
+                request_id,
+                lora_request=lora_request or self.weights.lora_request(),
+            ):
                 final = output
         finally:
             self.in_flight -= 1
@@ -214,7 +242,9 @@ class VLLMAsyncTokenEngine:
 
     def _check_synced(self) -> None:
         if not self.weights.synced:
-            raise RuntimeError("VLLMAsyncTokenEngine.generate before update_weights: the engine has no actor weights yet")
+            raise RuntimeError(
+                "VLLMAsyncTokenEngine.generate before update_weights: the engine has no actor weights yet"
+            )
 
     def close(self) -> None:
         """Stop the engine process and the loop thread; remove scratch directories."""
@@ -230,8 +260,15 @@ class VLLMAsyncTokenEngine:
 class _Completion:
     """``outputs[0]`` of a `SegmentedOutput`: vLLM's fields the callers read, plus versions."""
 
-    def __init__(self, token_ids: list[int], logprobs: list[Any] | None, finish_reason: Any, versions: list[int]) -> None:
-        self.token_ids, self.logprobs, self.finish_reason, self.policy_versions = token_ids, logprobs, finish_reason, versions
+    def __init__(
+        self, token_ids: list[int], logprobs: list[Any] | None, finish_reason: Any, versions: list[int]
+    ) -> None:
+        self.token_ids, self.logprobs, self.finish_reason, self.policy_versions = (
+            token_ids,
+            logprobs,
+            finish_reason,
+            versions,
+        )
 
 
 class SegmentedOutput:
@@ -239,8 +276,9 @@ class SegmentedOutput:
     ``outputs[0].token_ids / logprobs / finish_reason``; ``prompt_logprobs`` of the last segment),
     with ``outputs[0].policy_versions`` per token; finish reason ``abort`` unless it ended."""
 
-    def __init__(self, final: Any, token_ids: list[int], logprobs: list[Any] | None, versions: list[int],
-                 finish_reason: str) -> None:
+    def __init__(
+        self, final: Any, token_ids: list[int], logprobs: list[Any] | None, versions: list[int], finish_reason: str
+    ) -> None:
         self.prompt_logprobs = getattr(final, "prompt_logprobs", None)
         self.outputs = [_Completion(token_ids, logprobs, finish_reason, versions)]
 
@@ -255,4 +293,3 @@ def _rest_of(params: Any, produced: int) -> Any:
     if params.seed is not None:
         rest.seed = int(derive_seeds([int(params.seed) % (2**63), produced], 1)[0])
     return rest
-

@@ -42,19 +42,45 @@ from verl.workers.rollout.hf.hf_rollout import default_eos_token_ids
 from verl.workers.rollout.weight_sync import is_lora_model
 
 __all__ = [
-    "LOAD_FORMATS", "engine_args", "engine_device", "eos_and_pad", "lora_rank_of", "prepare_engine",
-    "restore_process_state", "vllm_sampling_params",
+    "LOAD_FORMATS",
+    "engine_args",
+    "engine_device",
+    "eos_and_pad",
+    "lora_rank_of",
+    "prepare_engine",
+    "restore_process_state",
+    "vllm_sampling_params",
 ]
 
 LOAD_FORMATS = ("dummy", "auto", "safetensors")
-_DTYPES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
-           "float32": "float32", "fp32": "float32"}
-_PASS_THROUGH = ("max_num_batched_tokens", "enable_chunked_prefill", "enable_prefix_caching", "scheduling_policy",
-                 "disable_log_stats", "quantization", "cudagraph_capture_sizes")
+_DTYPES = {
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "float32": "float32",
+    "fp32": "float32",
+}
+_PASS_THROUGH = (
+    "max_num_batched_tokens",
+    "enable_chunked_prefill",
+    "enable_prefix_caching",
+    "scheduling_policy",
+    "disable_log_stats",
+    "quantization",
+    "cudagraph_capture_sizes",
+)
 # rollout keys this adapter does not implement yet: any value but the default is refused
-_ONLY_DEFAULT = {"data_parallel_size": 1, "expert_parallel_size": 1, "pipeline_model_parallel_size": 1,
-                 "logprobs_mode": "processed_logprobs", "skip_tokenizer_init": True, "quantization_config_file": None,
-                 "multi_stage_wake_up": False, "layered_summon": False}
+_ONLY_DEFAULT = {
+    "data_parallel_size": 1,
+    "expert_parallel_size": 1,
+    "pipeline_model_parallel_size": 1,
+    "logprobs_mode": "processed_logprobs",
+    "skip_tokenizer_init": True,
+    "quantization_config_file": None,
+    "multi_stage_wake_up": False,
+    "layered_summon": False,
+}
 
 
 _VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed max_lora_rank values
@@ -72,7 +98,9 @@ def lora_rank_of(module: nn.Module) -> int:
     for slot in _VLLM_LORA_RANKS:
         if slot >= rank:
             return slot
-    raise ValueError(f"actor_rollout_ref.model.lora_rank={rank} is not supported yet with rollout.name=vllm: at most 512")
+    raise ValueError(
+        f"actor_rollout_ref.model.lora_rank={rank} is not supported yet with rollout.name=vllm: at most 512"
+    )
 
 
 def eos_and_pad(module: nn.Module, tokenizer: Any) -> tuple[list[int], int]:
@@ -198,8 +226,9 @@ def engine_args(config: Any, module: nn.Module, lora_rank: int = 0) -> dict[str,
     return args
 
 
-
-def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0, tokenizer: Any = None) -> tuple[dict[str, Any], str]:
+def prepare_engine(
+    config: Any, module: nn.Module, lora_rank: int = 0, tokenizer: Any = None
+) -> tuple[dict[str, Any], str]:
     """Everything a `vllm.LLM` / `AsyncEngineArgs` needs: keyword arguments and its model directory.
 
     The directory (in RAM when ``/dev/shm`` exists) holds the actor's config, plus its current
@@ -244,15 +273,24 @@ def prepare_engine(config: Any, module: nn.Module, lora_rank: int = 0, tokenizer
             raise ValueError("actor_rollout_ref.rollout.stop with rollout.name=vllm needs the actor's tokenizer")
         tokenizer.save_pretrained(model_dir)  # vLLM matches stop strings on its own detokenized text
     args.update(
-        model=model_dir, skip_tokenizer_init=not detokenize, generation_config="vllm", logprobs_mode="processed_logprobs",
+        model=model_dir,
+        skip_tokenizer_init=not detokenize,
+        generation_config="vllm",
+        logprobs_mode="processed_logprobs",
         worker_extension_cls="verl.workers.rollout.vllm.vllm_worker_ext.VerlWorkerExtension",
     )
     return args, model_dir
 
 
 def vllm_sampling_params(
-    params: Any, max_tokens: int, stop_token_ids: list[int], seed: int | None, ignore_eos: bool, logprobs: bool,
-    stop: list[str] | None = None, include_stop_str_in_output: bool = False,
+    params: Any,
+    max_tokens: int,
+    stop_token_ids: list[int],
+    seed: int | None,
+    ignore_eos: bool,
+    logprobs: bool,
+    stop: list[str] | None = None,
+    include_stop_str_in_output: bool = False,
 ) -> Any:
     """vLLM ``SamplingParams`` of one request from verl's `SamplingParams` (greedy → temperature 0).
 
@@ -270,10 +308,15 @@ def vllm_sampling_params(
     from vllm import SamplingParams as VSamplingParams
 
     return VSamplingParams(
-        n=1, max_tokens=int(max_tokens), seed=seed, detokenize=bool(stop),
+        n=1,
+        max_tokens=int(max_tokens),
+        seed=seed,
+        detokenize=bool(stop),
         temperature=0.0 if params.greedy else float(params.temperature),
-        top_k=int(params.top_k) if params.top_k > 0 else 0, top_p=float(params.top_p),
-        stop_token_ids=[] if ignore_eos else list(stop_token_ids), ignore_eos=bool(ignore_eos),
+        top_k=int(params.top_k) if params.top_k > 0 else 0,
+        top_p=float(params.top_p),
+        stop_token_ids=[] if ignore_eos else list(stop_token_ids),
+        ignore_eos=bool(ignore_eos),
         logprobs=0 if logprobs else None,
         **({"stop": list(stop), "include_stop_str_in_output": bool(include_stop_str_in_output)} if stop else {}),
     )

@@ -101,8 +101,10 @@ class _OfflineLLM:
 
     def __init__(self, module: nn.Module, config: Any, in_process: bool, tokenizer: Any = None) -> None:
         if in_process and _OfflineLLM._in_process_alive:
-            raise RuntimeError("an in-process vLLM engine already runs in this process (vLLM's parallel state is "
-                               "global): close() it first, or build this one with in_process=False")
+            raise RuntimeError(
+                "an in-process vLLM engine already runs in this process (vLLM's parallel state is "
+                "global): close() it first, or build this one with in_process=False"
+            )
         self.in_process = in_process
         args, self._model_dir = prepare_engine(config, module, lora_rank_of(module), tokenizer)
         os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0" if in_process else "1"
@@ -118,7 +120,9 @@ class _OfflineLLM:
         _OfflineLLM._in_process_alive |= in_process
         self.weights = EngineWeightSync(
             lambda method, rpc_args: self.llm.collective_rpc(method, args=rpc_args),
-            self.llm.llm_engine.remove_lora, lora=is_lora_model(module), via_files=not in_process,
+            self.llm.llm_engine.remove_lora,
+            lora=is_lora_model(module),
+            via_files=not in_process,
             bucket_bytes=bucket_bytes_of(config),
         )
 
@@ -130,8 +134,12 @@ class _OfflineLLM:
         self.llm.reset_prefix_cache()
 
     def run_batch(self, prompts: list[list[int]], params: list[Any], lora_request: Any = None) -> list[Any]:
-        return self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False,
-                                 lora_request=lora_request or self.weights.lora_request())
+        return self.llm.generate(
+            [{"prompt_token_ids": p} for p in prompts],
+            params,
+            use_tqdm=False,
+            lora_request=lora_request or self.weights.lora_request(),
+        )
 
     def sleep(self, level: int = 1) -> None:
         self.llm.sleep(level=level)
@@ -172,8 +180,15 @@ class VLLMRollout:
 
     streams_weights = True  # `SyncedRollout` hands over the module itself, not a gathered state dict
 
-    def __init__(self, module: nn.Module, config: Any, tokenizer: Any = None, *, in_process: bool = True,
-                 serve_async: bool = False) -> None:
+    def __init__(
+        self,
+        module: nn.Module,
+        config: Any,
+        tokenizer: Any = None,
+        *,
+        in_process: bool = True,
+        serve_async: bool = False,
+    ) -> None:
         self.config, self.serve_async = config, serve_async
         self.eos_token_id, self.pad_token_id = eos_and_pad(module, tokenizer)
         if serve_async:
@@ -224,8 +239,10 @@ class VLLMRollout:
             ValueError: the offline engine (``rollout.mode=sync`` without agent loops).
         """
         if not self.serve_async:
-            raise ValueError("interrupting a vLLM generation is not supported yet on the offline engine: "
-                             "set actor_rollout_ref.rollout.mode=async (vLLM's async engine)")
+            raise ValueError(
+                "interrupting a vLLM generation is not supported yet on the offline engine: "
+                "set actor_rollout_ref.rollout.mode=async (vLLM's async engine)"
+            )
         self.backend.interrupt()
 
     def clear_interrupt(self) -> None:
@@ -256,9 +273,11 @@ class VLLMRollout:
             ValueError: an offline engine (built for single-turn batches only).
         """
         if not self.serve_async:
-            raise ValueError("agent loops (rows with an agent_name other than single_turn_agent) are not supported "
-                             "yet on the offline vLLM engine: set actor_rollout_ref.rollout.mode=async or "
-                             "multi_turn.enable=true so rollout.name=vllm starts its async server")
+            raise ValueError(
+                "agent loops (rows with an agent_name other than single_turn_agent) are not supported "
+                "yet on the offline vLLM engine: set actor_rollout_ref.rollout.mode=async or "
+                "multi_turn.enable=true so rollout.name=vllm starts its async server"
+            )
         self.wake_up()
         return self.backend
 
@@ -279,8 +298,9 @@ class VLLMRollout:
             self.backend.sleep(level=1)
             self.sleeping = True
 
-    def update_weights(self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module,
-                       version: int | None = None) -> None:
+    def update_weights(
+        self, state_dict_or_model: Mapping[str, torch.Tensor] | nn.Module, version: int | None = None
+    ) -> None:
         """Load new weights into the engine in place, then drop its prefix cache (stale KV).
 
         Args:
@@ -331,7 +351,9 @@ class VLLMRollout:
             RuntimeError: generation before the first `update_weights`.
         """
         if not self.weights.synced:
-            raise RuntimeError("VLLMRollout.generate_sequences before update_weights: the engine has no actor weights yet")
+            raise RuntimeError(
+                "VLLMRollout.generate_sequences before update_weights: the engine has no actor weights yet"
+            )
         meta = prompts.meta_info
         params = resolve_sampling(self.config, meta)
         response_length = int(meta.get("response_length", self.config.response_length) or 0)
@@ -352,23 +374,43 @@ class VLLMRollout:
             done = int(carried.lengths[i])
             requests.append(input_ids[i][attention_mask[i].bool()].tolist() + carried.responses[i, :done].tolist())
             seed = seeds[i] if done == 0 or seeds[i] is None else int(derive_seeds([seeds[i], done], 1)[0])
-            sampling.append(vllm_sampling_params(params, response_length - done, eos_ids, seed, self.config.ignore_eos,
-                                                 self.config.calculate_log_probs, self.config.stop,
-                                                 self.config.include_stop_str_in_output))
+            sampling.append(
+                vllm_sampling_params(
+                    params,
+                    response_length - done,
+                    eos_ids,
+                    seed,
+                    self.config.ignore_eos,
+                    self.config.calculate_log_probs,
+                    self.config.stop,
+                    self.config.include_stop_str_in_output,
+                )
+            )
         with self._generation:  # `pause` waits for the call in progress (offline engine)
             self.wake_up()
             outputs = self.backend.run_batch(requests, sampling) if requests else []
             self.sleep()
         responses, lengths, log_probs = _collect(outputs, response_length, pad_id, self.stop_strings)
-        versions = [list(getattr(o.outputs[0], "policy_versions", None) or [self.policy_version] * int(n))
-                    for o, n in zip(outputs, lengths.tolist(), strict=True)]
+        versions = [
+            list(getattr(o.outputs[0], "policy_versions", None) or [self.policy_version] * int(n))
+            for o, n in zip(outputs, lengths.tolist(), strict=True)
+        ]
         finished = [o.outputs[0].finish_reason in ("stop", "length") for o in outputs]
         merge_continuation(carried, todo, responses, lengths, log_probs, versions, finished)
         out_meta = {**meta, "temperature": params.logprob_temperature, "eos_token_id": eos_ids, "pad_token_id": pad_id}
-        return layout.assemble(prompts, input_ids, attention_mask, carried.responses, carried.lengths,
-                               carried.log_probs if self.config.calculate_log_probs else None, carried.versions,
-                               position_ids=position_ids, finished=carried.finished, version=self.policy_version,
-                               meta_info=out_meta)
+        return layout.assemble(
+            prompts,
+            input_ids,
+            attention_mask,
+            carried.responses,
+            carried.lengths,
+            carried.log_probs if self.config.calculate_log_probs else None,
+            carried.versions,
+            position_ids=position_ids,
+            finished=carried.finished,
+            version=self.policy_version,
+            meta_info=out_meta,
+        )
 
     def score(self, token_ids: list[int]) -> torch.Tensor:
         """Engine log-probs `(len - 1,)` of ``token_ids[1:]`` given their prefixes (temperature 1).
@@ -379,12 +421,15 @@ class VLLMRollout:
         from vllm import SamplingParams as VSamplingParams
 
         self.wake_up()
-        out = self.backend.run_batch([list(token_ids)], [VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)])[0]
+        out = self.backend.run_batch(
+            [list(token_ids)], [VSamplingParams(max_tokens=1, prompt_logprobs=0, detokenize=False)]
+        )[0]
         return torch.tensor([lp[t].logprob for lp, t in zip(out.prompt_logprobs[1:], token_ids[1:])])
 
 
-def _collect(outputs: list[Any], response_length: int, pad_id: int,
-             stop: StopStrings | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _collect(
+    outputs: list[Any], response_length: int, pad_id: int, stop: StopStrings | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """vLLM outputs → responses `(B, R)` (pad after the end), lengths `(B,)`, log-probs `(B, R)` (0 after).
 
     With ``stop``, each output's token ids are cut again by `StopStrings.cut` (``include_stop_str_in_output``
@@ -411,8 +456,12 @@ def _collect(outputs: list[Any], response_length: int, pad_id: int,
 def serves_agent_loops(config: Any) -> bool:
     """Whether the rollout section asks for agent loops: ``multi_turn.enable``, ``mode=async``,
     ``over_sample_rate > 0`` or a default agent loop other than ``single_turn_agent``."""
-    return (bool(config.multi_turn.enable) or config.mode == "async" or float(config.over_sample_rate or 0) > 0
-            or config.agent.default_agent_loop != "single_turn_agent")
+    return (
+        bool(config.multi_turn.enable)
+        or config.mode == "async"
+        or float(config.over_sample_rate or 0) > 0
+        or config.agent.default_agent_loop != "single_turn_agent"
+    )
 
 
 def build(module: nn.Module, config: Any, tokenizer: Any) -> VLLMRollout:

@@ -59,7 +59,11 @@ def lora_adapter_spec(module: nn.Module) -> tuple[str, dict[str, Any]]:
         raise ValueError("lora_adapter_spec needs a peft (LoRA) model")
     name = module.active_adapter if isinstance(module.active_adapter, str) else module.active_adapter[0]
     config = module.peft_config[name].to_dict()
-    config["target_modules"] = sorted(config["target_modules"]) if isinstance(config.get("target_modules"), set) else config.get("target_modules")
+    config["target_modules"] = (
+        sorted(config["target_modules"])
+        if isinstance(config.get("target_modules"), set)
+        else config.get("target_modules")
+    )
     return name, config
 
 
@@ -72,8 +76,10 @@ def lora_adapter_state(module: nn.Module) -> tuple[dict[str, torch.Tensor], dict
     from peft import get_peft_model_state_dict
 
     name, config = lora_adapter_spec(module)
-    state = {k: full_tensor(v).detach().to("cpu").contiguous()
-             for k, v in get_peft_model_state_dict(module, adapter_name=name).items()}
+    state = {
+        k: full_tensor(v).detach().to("cpu").contiguous()
+        for k, v in get_peft_model_state_dict(module, adapter_name=name).items()
+    }
     return state, config
 
 
@@ -97,8 +103,9 @@ class EngineWeightSync:
             (``last_buckets`` counts full-state buckets; a LoRA adapter is not one).
     """
 
-    def __init__(self, rpc: Any, remove_lora: Any, lora: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES,
-                 via_files: bool = False) -> None:
+    def __init__(
+        self, rpc: Any, remove_lora: Any, lora: bool, bucket_bytes: int = DEFAULT_BUCKET_BYTES, via_files: bool = False
+    ) -> None:
         self.rpc, self.remove_lora, self.lora, self.bucket_bytes = rpc, remove_lora, lora, bucket_bytes
         self.via_files = via_files
         self.synced = False
@@ -120,7 +127,9 @@ class EngineWeightSync:
         if not isinstance(state_dict_or_model, nn.Module):
             self._load_buckets(iter([list(state_dict_or_model.items())]))
         elif not self.lora or not self.synced:
-            self._load_buckets(plan_checkpoint_buckets(state_dict_or_model, self.bucket_bytes).iter(state_dict_or_model))
+            self._load_buckets(
+                plan_checkpoint_buckets(state_dict_or_model, self.bucket_bytes).iter(state_dict_or_model)
+            )
         if self.lora and isinstance(state_dict_or_model, nn.Module):
             self._load_adapter(state_dict_or_model)
         self.synced = True
@@ -190,7 +199,9 @@ class EngineWeightSync:
             elif "lora_" in name:
                 self._stream_adapter[peft_save_name(name, self.adapter[0])] = tensor.detach().to("cpu").contiguous()
             else:
-                raise ValueError(f"{name!r} is not supported yet on a vLLM rollout with LoRA: train only the LoRA adapter (no modules_to_save)")
+                raise ValueError(
+                    f"{name!r} is not supported yet on a vLLM rollout with LoRA: train only the LoRA adapter (no modules_to_save)"
+                )
         if base:
             if not self._stream_base:
                 self.begin()
@@ -209,10 +220,14 @@ class EngineWeightSync:
         if not self.lora:
             return
         if not self.synced:
-            raise RuntimeError("the first weight update of a vLLM LoRA rollout must carry the base weights (a full sync)")
+            raise RuntimeError(
+                "the first weight update of a vLLM LoRA rollout must carry the base weights (a full sync)"
+            )
         keys = set(self._stream_adapter)
         if self._adapter_keys and keys != self._adapter_keys:
-            raise RuntimeError(f"weight update carried {len(keys)} LoRA tensors, the adapter has {len(self._adapter_keys)}")
+            raise RuntimeError(
+                f"weight update carried {len(keys)} LoRA tensors, the adapter has {len(self._adapter_keys)}"
+            )
         self._adapter_keys = keys
         self._write_adapter(self._stream_adapter, self.adapter[1])
         self._stream_adapter = {}
