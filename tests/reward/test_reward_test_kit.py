@@ -254,6 +254,30 @@ def test_config_resolves_as_in_training_kwargs_and_batch_manager(gsm8k_file, tmp
     assert "batches of one" in report["notes"][0]
 
 
+def test_a_verl_style_manager_is_refused_by_its_kind_not_its_name(gsm8k_file, capsys):
+    """A class registered with verl's ``@register`` has no per-sample scorer: refused in one line."""
+    from verl.workers.reward_manager import register
+    from verl.workers.reward_manager.registry import REWARD_MANAGER_REGISTRY
+
+    @register("probe_test_verl_style")
+    class VerlStyle:
+        def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source"):
+            pass
+
+    try:
+        argv = [
+            "reward",
+            "test",
+            f"data.train_files=[{gsm8k_file}]",
+            "reward_model.reward_manager=probe_test_verl_style",
+        ]
+        assert verl_main(argv) == 2
+        err = capsys.readouterr().err.strip()
+        assert "reward manager 'probe_test_verl_style' scores whole batches its own way" in err and "\n" not in err
+    finally:
+        del REWARD_MANAGER_REGISTRY["probe_test_verl_style"]
+
+
 def test_a_hung_scorer_is_cut_short():
     import time
 

@@ -152,8 +152,6 @@ def _best_spelling(row: Probe, answers: list[Probe], scored: list[Any]) -> str |
 def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
     """The per-sample scorer of the training manager, its description and notes."""
     from verl.config import ConfigError
-    from verl.reward import default_compute_score
-    from verl.reward.verl_managers import is_verl_manager
     from verl.trainer.ppo.reward import training_scorer
 
     if cfg.reward_model.enable:
@@ -163,6 +161,7 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
         )
     if cfg.reward_manager.source == "importlib" and cfg.reward_manager.module.path:
         raise ConfigError("reward_manager.module.path: a reward-manager class is not supported yet by verl reward test")
+    from verl.reward import REWARD_MANAGERS
     from verl.utils.registry import RegistryError
 
     from verl.run.preflight import check_reward_function
@@ -170,13 +169,14 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
     check_reward_function(cfg)  # the same one-line signature check as verl train's pre-flight
     name, fn = training_scorer(cfg)
     try:
-        verl_style = is_verl_manager(name)
+        factory = REWARD_MANAGERS.get(name)
     except RegistryError as e:
         raise ConfigError(f"reward_model.reward_manager / reward_manager.name: {e}") from None
-    if verl_style:
+    per_sample = getattr(factory, "per_sample_scorer", None)
+    if per_sample is None:
         raise ConfigError(
-            f"reward manager {name!r} (verl-style class) is not supported yet by verl reward test; "
-            f"use naive, dapo or batch"
+            f"reward manager {name!r} scores whole batches its own way (no per-sample scorer), which verl "
+            f"reward test does not support yet; use naive, dapo or batch"
         )
     notes = []
     if cfg.reward_model.overlong_buffer.enable:
@@ -185,24 +185,9 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
         )
     f = cfg.custom_reward_function
     what = f"custom {f.name} in {f.path}" if f.path else "built-in (routed by data source)"
-    if name == "batch":
-        batched = fn
-        if batched is None:
-            return default_compute_score, what + ", reward manager 'batch'", notes
-
-        def one(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
-            return list(
-                batched(
-                    data_sources=[data_source],
-                    solution_strs=[solution_str],
-                    ground_truths=[ground_truth],
-                    extra_infos=[extra_info],
-                )
-            )[0]
-
-        notes.append("reward manager 'batch': the batched scorer is called with batches of one")
-        return one, what + ", reward manager 'batch'", notes
-    return fn or default_compute_score, f"{what}, reward manager {name!r}", notes
+    if getattr(factory, "per_sample_note", None):
+        notes.append(f"reward manager {name!r}: {factory.per_sample_note}")
+    return per_sample(fn), f"{what}, reward manager {name!r}", notes
 
 
 def _row_probe(

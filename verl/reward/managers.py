@@ -170,6 +170,14 @@ class NaiveRewardManager(_ManagerSettings):
         super().__init__(tokenizer, compute_score, **kwargs)
         self.compute_score = self._bind(compute_score or default_compute_score)
 
+    @staticmethod
+    def per_sample_scorer(compute_score: Callable[..., Any] | None) -> Callable[..., Any]:
+        """The ``fn(data_source, solution_str, ground_truth, extra_info)`` this manager calls per sample.
+
+        ``verl reward test`` probes scorers through it; a manager without it cannot be probed.
+        """
+        return compute_score or default_compute_score
+
     def __call__(self, data: Any, return_dict: bool = True) -> Any:
         """Scores a batch.
 
@@ -245,6 +253,28 @@ class BatchRewardManager(_ManagerSettings):
     def __init__(self, tokenizer: Any, compute_score: Callable[..., Any] | None = None, **kwargs: Any) -> None:
         super().__init__(tokenizer, compute_score, **kwargs)
         self.compute_score = self._bind(compute_score or _default_batch_compute_score)
+
+    per_sample_note = "the batched scorer is called with batches of one"
+
+    @staticmethod
+    def per_sample_scorer(compute_score: Callable[..., Any] | None) -> Callable[..., Any]:
+        """The batched ``compute_score`` called with batches of one, as a per-sample scorer
+        (see `NaiveRewardManager.per_sample_scorer`); None gives :func:`default_compute_score`."""
+        if compute_score is None:
+            return default_compute_score
+        batched = compute_score
+
+        def one(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
+            return list(
+                batched(
+                    data_sources=[data_source],
+                    solution_strs=[solution_str],
+                    ground_truths=[ground_truth],
+                    extra_infos=[extra_info],
+                )
+            )[0]
+
+        return one
 
     def __call__(self, data: Any, return_dict: bool = True) -> Any:
         """Scores a batch; same inputs and outputs as :meth:`NaiveRewardManager.__call__`.
