@@ -345,7 +345,7 @@ def test_dapo_overlong_buffer_cfg_is_the_reward_model_overlong_buffer(verl_style
     train, val = build_reward_fns(load_config(None, [f"reward_model.reward_manager={verl_style_name}", *schema]), TOK)
     assert train.kwargs == {"overlong_buffer_cfg": expected[0], "max_resp_len": 20} and val.kwargs == {}
     assert OverlongBufferConfig.from_config({"enable": True, "len": "3"}) == OverlongBufferConfig(True, 3, 1.0)
-    with pytest.raises(ValueError, match="overlong_buffer.len must be in"):
+    with pytest.raises(ValueError, match="overlong_buffer.len: must be in"):
         build_reward_fns(
             load_config(
                 None,

@@ -20,6 +20,7 @@ from verl.config.schema import RootConfig
 from verl.config.sp_checks import check_sequence_parallel, data_parallel_size
 from verl.config.tp_checks import check_tensor_parallel
 from verl.config.v1_checks import check_trainer_v1
+from verl.reward.overlong import OverlongBufferConfig
 
 __all__ = ["check_consistency"]
 
@@ -143,17 +144,12 @@ def _check_lengths(cfg: RootConfig) -> None:
             f"{rollout.prompt_length} + response_length {rollout.response_length} "
             "(data.max_prompt_length + data.max_response_length unless set on the rollout)"
         )
-    overlong = cfg.reward_model.overlong_buffer
-    if overlong.enable:  # disabled: nothing is read or checked
-        if not 1 <= overlong.len <= data.max_response_length:
-            raise ConfigError(
-                f"reward_model.overlong_buffer.len: must be in [1, data.max_response_length="
-                f"{data.max_response_length}] when enabled, got {overlong.len}"
-            )
-        if overlong.penalty_factor < 0:
-            raise ConfigError(
-                f"reward_model.overlong_buffer.penalty_factor: must be >= 0, got {overlong.penalty_factor}"
-            )
+    try:  # the rule lives with the penalty; disabled: nothing is read or checked
+        OverlongBufferConfig.from_config(cfg.reward_model.overlong_buffer).validate(data.max_response_length)
+    except ValueError as e:
+        raise ConfigError(
+            f"reward_model.{str(e).replace('max_response_length=', 'data.max_response_length=')}"
+        ) from None
 
 
 _WARNED: set[str] = set()

@@ -69,13 +69,14 @@ class OverlongBufferConfig:
         if not self.enable:
             return
         if max_response_length is None:
-            raise ValueError("overlong_buffer.enable=True requires max_response_length")
+            raise ValueError("overlong_buffer.enable: True requires max_response_length")
         if not 1 <= self.len <= max_response_length:
             raise ValueError(
-                f"overlong_buffer.len must be in [1, max_response_length={max_response_length}], got {self.len}"
+                f"overlong_buffer.len: must be in [1, max_response_length={max_response_length}] when enabled, "
+                f"got {self.len}"
             )
         if self.penalty_factor < 0:
-            raise ValueError(f"overlong_buffer.penalty_factor must be >= 0, got {self.penalty_factor}")
+            raise ValueError(f"overlong_buffer.penalty_factor: must be >= 0, got {self.penalty_factor}")
 
 
 def overlong_penalty(
