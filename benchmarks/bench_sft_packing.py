@@ -173,7 +173,8 @@ def main() -> None:
     summary = summarize(results, args)
     base = summary["full-logits"]["step_s"]
     print(
-        f"speed-up vs full-logits: padded {base / summary['padded']['step_s']:.2f}x, packed {base / summary['packed']['step_s']:.2f}x"
+        f"speed-up vs full-logits: padded {base / summary['padded']['step_s']:.2f}x, "
+        f"packed {base / summary['packed']['step_s']:.2f}x"
     )
 
 

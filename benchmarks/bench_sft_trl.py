@@ -150,7 +150,8 @@ def main() -> None:
     summary = summarize(run_rounds(__file__, ARMS, args), args)
     trl = summary["trl"]["step_s"]
     print(
-        f"speed vs TRL: verl {trl / summary['verl']['step_s']:.2f}x, verl packed {trl / summary['verl-packed']['step_s']:.2f}x"
+        f"speed vs TRL: verl {trl / summary['verl']['step_s']:.2f}x, "
+        f"verl packed {trl / summary['verl-packed']['step_s']:.2f}x"
     )
 
 

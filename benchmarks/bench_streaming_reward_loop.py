@@ -20,7 +20,8 @@ machine a step's own run-to-run noise (seconds) is larger than the 0.8 s of rewa
 
 Usage::
 
-    python benchmarks/bench_streaming_reward_loop.py --rounds 1 --steps 3 --out benchmarks/bench_streaming_reward_loop.json
+    python benchmarks/bench_streaming_reward_loop.py --rounds 1 --steps 3 \
+        --out benchmarks/bench_streaming_reward_loop.json
 """
 
 from __future__ import annotations

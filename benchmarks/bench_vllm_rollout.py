@@ -89,7 +89,8 @@ def main() -> int:
                     {**summarize(run(engine, args.model, args.steps, Path(tmp) / f"{engine}-{i}")), "load": load}
                 )
     lines = [
-        "| engine | acc before | acc after | points | rollout s/step (gen) | update_weights s | step s | load (1 min) before |",
+        "| engine | acc before | acc after | points | rollout s/step (gen) | update_weights s | step s "
+        "| load (1 min) before |",
         "|---|---|---|---|---|---|---|---|",
     ]
     med = {}

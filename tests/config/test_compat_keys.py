@@ -178,7 +178,8 @@ def test_inert_keys_load_at_verl_default_and_noop_keys_at_any_value():
     ],
 )
 def test_wildcard_rows_hold_for_every_role(role):
-    """``*.fsdp_config.model_dtype`` (unsupported) and ``*.fsdp_config.forward_prefetch`` (no-op) in every FSDP section."""
+    """``*.fsdp_config.model_dtype`` (unsupported) and ``*.fsdp_config.forward_prefetch`` (no-op) in every FSDP
+    section."""
     load_config(None, [f"{role}.model_dtype=fp32", f"{role}.forward_prefetch=true"])
     with pytest.raises(ConfigError, match=rf"^`{re.escape(role)}.model_dtype` is not supported yet: "):
         load_config(None, [f"{role}.model_dtype=bf16"])

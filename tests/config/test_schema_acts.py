@@ -25,8 +25,10 @@ from verl.config.schema import RootConfig
 EXCEPTIONS: dict[str, str] = {
     "reward_model.enable_resource_pool": "refused unless false, but read: streaming rewards check it with placement "
     "(verl/trainer/ppo/streaming_reward.py)",
-    "reward_model.model.fsdp_config.reshard_after_forward": "a field of FSDPConfig, which acts for the actor, reference and critic",
-    "reward_model.model.fsdp_config.mixed_precision": "a field of FSDPConfig, which acts for the actor, reference and critic",
+    "reward_model.model.fsdp_config.reshard_after_forward": "a field of FSDPConfig, which acts for the actor, "
+    "reference and critic",
+    "reward_model.model.fsdp_config.mixed_precision": "a field of FSDPConfig, which acts for the actor, reference "
+    "and critic",
     "reward_model.model.fsdp_config.tensor_parallel_size": "a field of FSDPConfig, which acts for the actor and critic",
 }
 """Schema leaves whose table status is still noop / unsupported, with why they stay fields."""
@@ -44,7 +46,8 @@ def test_schema_leaves_take_effect():
     counts = collections.Counter(_status(k) for k in _leaves())
     inert = sorted(k for k in _leaves() if _status(k) in ("noop", "unsupported"))
     print(
-        f"RootConfig leaves {sum(counts.values())}: {dict(counts)}; verl keys without effect (table rows) {len(verl_keys())}"
+        f"RootConfig leaves {sum(counts.values())}: {dict(counts)}; "
+        f"verl keys without effect (table rows) {len(verl_keys())}"
     )
     assert inert == sorted(EXCEPTIONS)
     assert counts["effect"] + counts["conditional"] + counts["indirect"] + counts["owned"] == sum(

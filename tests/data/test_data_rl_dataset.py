@@ -111,7 +111,10 @@ def test_b17_pad_equals_eos_keeps_prompt_attention(toy_tokenizer, rows_file, row
 # ------------------------------------------------------------------ B27: one BOS
 def test_b27_template_bos_is_not_doubled(toy_tokenizer, rows_file, row) -> None:
     """B27: template starts with BOS and encoding adds BOS; the prompt holds BOS once, at index 0."""
-    template = "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %} w5{% endif %}"
+    template = (
+        "{{ bos_token }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+        "{% if add_generation_prompt %} w5{% endif %}"
+    )
     tok = toy_tokenizer(bos_on_encode=True, chat_template=template)
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False)
     assert tok(text)["input_ids"] == [1, 1, 20, 5]  # the faulty path really doubles BOS with this tokenizer

@@ -125,8 +125,10 @@ def test_agent_loop_config_path_registers_verl_loops(tmp_path, quickstart, monke
         "        self.prefix = prefix\n"
         "    async def run(self, sampling_params, **kwargs):\n"
         "        ids = self.tokenizer.encode(self.prefix, add_special_tokens=False)\n"
-        "        out = await self.server_manager.generate(request_id='x', prompt_ids=ids, sampling_params={**sampling_params, 'max_tokens': 2})\n"
-        "        return AgentLoopOutput(prompt_ids=ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids), num_turns=2)\n"
+        "        out = await self.server_manager.generate(request_id='x', prompt_ids=ids, "
+        "sampling_params={**sampling_params, 'max_tokens': 2})\n"
+        "        return AgentLoopOutput(prompt_ids=ids, response_ids=out.token_ids, "
+        "response_mask=[1] * len(out.token_ids), num_turns=2)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
     yaml = tmp_path / "agent_loops.yaml"

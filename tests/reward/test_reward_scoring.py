@@ -38,7 +38,8 @@ def score(data_source, solution_str, ground_truth, extra_info=None):
     return float(solution_str == ground_truth)
 """
 # row: response (ground truth 1) -> score, failure kind
-# 0 "1" -> 1.0; 1 "raise" -> 0, error; 2 "hang" -> 0, timeout (0.3 s deadline); 3 "nan" -> 0, error + non-finite; 4 "2" -> 0.0
+# 0 "1" -> 1.0; 1 "raise" -> 0, error; 2 "hang" -> 0, timeout (0.3 s deadline); 3 "nan" -> 0, error + non-finite;
+# 4 "2" -> 0.0
 RESPONSES = ["1", "raise", "hang", "nan", "2"]
 EXPECTED = FailureCounts(total=5, errors=2, nonfinite=1, timeouts=1, skipped=0)
 TIMEOUT_S = 0.3

@@ -15,7 +15,8 @@ from verl.commands.reward_test import run_reward_test
 
 GSM8K_PROMPT = (
     "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. How many "
-    'clips did Natalia sell altogether in April and May? Let\'s think step by step and output the final answer after "####".'
+    "clips did Natalia sell altogether in April and May? Let's think step by step and output the final answer "
+    'after "####".'
 )
 SCHEMA_TRUTH = {
     "schema": {

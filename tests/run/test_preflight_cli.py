@@ -106,7 +106,8 @@ import sys
 import safetensors.torch
 from safetensors import SafetensorError
 def full(*args, **kwargs):
-    raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No space left on device" })')
+    raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, \
+message: "No space left on device" })')
 safetensors.torch.save_file = full
 from verl.commands.train import main
 sys.exit(main(sys.argv[1:]))

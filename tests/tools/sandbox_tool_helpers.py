@@ -4,8 +4,9 @@ the real `PythonCodeTool` sandbox on every call (the multi-turn code-tool task o
 and of ``benchmarks/bench_sandbox.py``).
 
 With ``probe: true`` each call first searches everything the sandbox can see (its environment,
-every ``/proc/<pid>/environ`` and ``cmdline``, the regular files under ``/tmp`` and ``/dev``, the interpreter's read-only binds left out) for `SECRET_PREFIX`, the start of every secret the test puts in the trainer's
-environment, and prints ``probe-hits=<n>`` before the answer."""
+every ``/proc/<pid>/environ`` and ``cmdline``, the regular files under ``/tmp`` and ``/dev``, the
+interpreter's read-only binds left out) for `SECRET_PREFIX`, the start of every secret the test
+puts in the trainer's environment, and prints ``probe-hits=<n>`` before the answer."""
 
 from __future__ import annotations
 
@@ -16,14 +17,15 @@ from verl.tools.code_interpreter import PythonCodeTool
 from verl.tools.isolation import python_roots
 
 SECRET_PREFIX = "VERLSECRET"
-PROBE = r"""
+PROBE = """
 import glob, os
 _needle = ("VERL" + "SECRET").encode()
 _RO_ROOTS = __RO_ROOTS__
 _hits = []
 if any(_needle.decode() in v for v in os.environ.values()):
     _hits.append("os.environ")
-for _p in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline") + glob.glob("/proc/[0-9]*/task/*/environ"):
+for _p in glob.glob("/proc/[0-9]*/environ") + glob.glob("/proc/[0-9]*/cmdline") + \
+glob.glob("/proc/[0-9]*/task/*/environ"):
     try:
         if _needle in open(_p, "rb").read():
             _hits.append(_p)

@@ -30,7 +30,10 @@ def test_rows_and_disjoint_splits():
 
 
 def test_scorer_counts_only_the_models_own_words():
-    traj = '<tool_call>{"name": "calculator", "arguments": {"expression": "47*38"}}</tool_call><tool_response>1786</tool_response>A:1786'
+    traj = (
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "47*38"}}</tool_call>'
+        "<tool_response>1786</tool_response>A:1786"
+    )
     assert compute_score(traj, "1786") == 1.0
     # stopping right after the tool answered must not earn the tool's number
     assert compute_score(traj[: traj.index("A:")], "1786") == 0.0

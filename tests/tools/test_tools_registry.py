@@ -113,7 +113,8 @@ def test_builtin_configs_load():
             "not a valid JSON Schema",
         ),
         (
-            "tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n  - class_name: verl.tools.calculator.CalculatorTool",
+            "tools:\n  - class_name: verl.tools.calculator.CalculatorTool\n"
+            "  - class_name: verl.tools.calculator.CalculatorTool",
             "tools[1]: duplicate tool name 'calculator'",
         ),
         (

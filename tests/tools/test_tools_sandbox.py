@@ -101,7 +101,8 @@ def test_write_outside_working_directory_is_refused(tmp_path):
     target = tmp_path / f"escape-{uuid.uuid4().hex}.txt"
     code = (
         f"import os\n"
-        f"for attempt in (lambda: open({str(target)!r}, 'w'), lambda: os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT),\n"
+        f"for attempt in (lambda: open({str(target)!r}, 'w'), "
+        f"lambda: os.open({str(target)!r}, os.O_WRONLY | os.O_CREAT),\n"
         f"                lambda: open('../{target.name}', 'a'), lambda: os.remove('/etc/hostname')):\n"
         f"    try:\n"
         f"        attempt()\n"
@@ -149,7 +150,10 @@ def test_warm_pool_gives_each_snippet_a_fresh_worker():
     async def go():
         pool = SandboxPool(LIMITS, warm=2)
         try:
-            code = "import os, builtins\nprint(getattr(builtins, 'LEAK', None), os.path.exists('/tmp/mark'))\nbuiltins.LEAK = 1\nopen('/tmp/mark', 'w')"
+            code = (
+                "import os, builtins\nprint(getattr(builtins, 'LEAK', None), os.path.exists('/tmp/mark'))\n"
+                "builtins.LEAK = 1\nopen('/tmp/mark', 'w')"
+            )
             return [await pool.run(code) for _ in range(4)], len(pool._ready)
         finally:
             pool.close()
@@ -214,7 +218,10 @@ def test_code_tool_contained_in_a_session():
 @needs_bwrap
 def test_cancellation_kills_the_sandbox():
     marker = f"verl-cancel-{uuid.uuid4().hex}"
-    code = f"import os, sys\nprint(flush=True)\nos.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])"
+    code = (
+        "import os, sys\nprint(flush=True)\n"
+        f"os.execv(sys.executable, [sys.executable, '-c', 'import time; time.sleep(60)', {marker!r}])"
+    )
 
     async def go():
         task = asyncio.ensure_future(run_python(code, SandboxLimits(timeout_s=30, audit_hook=False)))

@@ -169,11 +169,13 @@ attempt("utime", lambda: os.utime(T, (0, 0)))
 attempt("sqlite3", lambda: sqlite3.connect(NEW).execute("create table t(x)"))
 attempt("rmtree", lambda: shutil.rmtree(D))
 attempt("write_usr", lambda: open("/usr/verl-probe", "w"))
-attempt("remount_rw", lambda: __import__("ctypes").CDLL(None, use_errno=True).mount(b"none", D.encode(), None, 32 | 4096 | 1 << 20, None))
+attempt("remount_rw", lambda: __import__("ctypes").CDLL(None, use_errno=True).mount(b"none", D.encode(), None, \
+32 | 4096 | 1 << 20, None))
 attempt("tmp_is_writable", lambda: open("/tmp/inside.txt", "w").write("ok"))
 # bwrap's own root (a tmpfs as large as half the host's memory) and /dev: read-only
 for top in ("/", "/dev", "/proc/self/cwd/.."):
-    attempt("root_dir_fd_" + top, lambda: os.open("verl-fill", os.O_WRONLY | os.O_CREAT, dir_fd=os.open(top, os.O_RDONLY)))
+    attempt("root_dir_fd_" + top, lambda: os.open("verl-fill", os.O_WRONLY | os.O_CREAT, \
+dir_fd=os.open(top, os.O_RDONLY)))
     attempt("root_mkdir_" + top, lambda: os.mkdir(os.path.join(top, "verl-fill")))
 report()
 """
@@ -200,7 +202,8 @@ def disable():
                     cell.cell_contents = frozenset(); n += 1
     return n
 attempt("disable", disable)
-attempt("system", lambda: os.system("rm -f {target}; echo pwned > {folder}/verl-probe-pwned; cat /proc/*/environ; echo"))
+attempt("system", lambda: os.system("rm -f {target}; echo pwned > {folder}/verl-probe-pwned; \
+cat /proc/*/environ; echo"))
 report()
 """
     out = results(run(code, SandboxLimits(**{**LIMITS.__dict__, "audit_hook": True})))
@@ -261,7 +264,8 @@ def daemonize():
 daemonize()
 subprocess.Popen(["/bin/sh", "-c", "sleep 60; echo {marker}"], start_new_session=True)
 time.sleep(0.5)
-alive = [p for p in os.listdir("/proc") if p.isdigit() and {marker!r}.encode() in open(f"/proc/{{p}}/cmdline", "rb").read()]
+alive = [p for p in os.listdir("/proc") if p.isdigit() and \
+{marker!r}.encode() in open(f"/proc/{{p}}/cmdline", "rb").read()]
 print("daemons", len(alive), flush=True)
 {"time.sleep(60)" if ending == "times_out" else ""}
 """

@@ -89,7 +89,8 @@ def test_verl_train_code_tool_never_sees_the_trainers_secrets(tmp_path):
         assert secret not in text
 
 
-@pytest.mark.slow  # a whole training run without the sandbox; the secrets test keeps the sandboxed run in the default suite
+# a whole training run without the sandbox; the secrets test keeps the sandboxed run in the default suite
+@pytest.mark.slow
 @pytest.mark.e2e
 def test_without_bubblewrap_verl_train_stops_in_one_line_or_runs_unsafe_and_says_so(tmp_path):
     no_bwrap = {"PATH": str(Path(sys.executable).parent)}  # the venv's scripts only: no bwrap, no prlimit

@@ -66,7 +66,8 @@ def test_k1_policy_gradient_matches_hand_formula(tiny_model_dir) -> None:
     data.batch["teacher_logprobs"] = lp - delta
     k1 = DistillationLossParams("k1", use_task_rewards=False, use_policy_gradient=True)
     loss, metrics = _run(engine, data, k1)
-    # on-policy: ratio 1, advantage -k1, so the token-mean loss is mean(k1) and its gradient that of mean(k1.detach() * lp)
+    # on-policy: ratio 1, advantage -k1, so the token-mean loss is mean(k1) and its gradient that of
+    # mean(k1.detach() * lp)
     assert float(loss) == pytest.approx(float((delta * mask).sum() / mask.sum()), abs=1e-5)
     assert metrics["distillation/abs_loss"] == pytest.approx(float((delta.abs() * mask).sum() / mask.sum()), abs=1e-5)
     ours = _grads(engine.module)

@@ -2,8 +2,9 @@
 whose sequences are split over both) equals the sp=1 run in one local process.
 
 Both have one data-parallel rank, so the mini-batches hold the same rows; the rollouts are the
-same (per-row sampling seeds), only the training forwards differ in layout. Compared per step: the actor's loss, entropy, KL to the reference, gradient norm and PPO KL, and
-the reference log-probs through the KL metric (the reference runs split as the actor).
+same (per-row sampling seeds), only the training forwards differ in layout. Compared per step: the
+actor's loss, entropy, KL to the reference, gradient norm and PPO KL, and the reference log-probs
+through the KL metric (the reference runs split as the actor).
 """
 
 from __future__ import annotations

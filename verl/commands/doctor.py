@@ -142,7 +142,10 @@ def _ray(start: bool) -> str | None:
 
     if not start:
         address = os.environ.get("RAY_ADDRESS")
-        return f"ray {ray.__version__} importable; {'RAY_ADDRESS=' + address if address else 'a local cluster is started per run'} (--ray to start one now)"
+        return (
+            f"ray {ray.__version__} importable; "
+            f"{'RAY_ADDRESS=' + address if address else 'a local cluster is started per run'} (--ray to start one now)"
+        )
     os.environ.setdefault("RAY_AUTH_MODE", "disabled")
     t = time.perf_counter()
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False)

@@ -54,7 +54,8 @@ def sample_seeds(seed: int, rows: Sequence[int], n_samples: int) -> torch.Tensor
 
 
 def read_data_rows(path: str, key: str = "data.path") -> tuple[list[dict[str, Any]], list[str]]:
-    """`verl.data.rl_dataset.read_rows` with its errors as one `DataError` line naming ``key``; no rows is an error too."""
+    """`verl.data.rl_dataset.read_rows` with its errors as one `DataError` line naming ``key``; no rows is an error
+    too."""
     from verl.data.rl_dataset import read_rows
     from verl.utils.errors import DataError
 
@@ -130,9 +131,9 @@ def _set_lengths(cfg: Any, ids: list[list[int]], model_config: Any) -> None:
         fix = "set data.truncation=left|right|middle to cut long prompts, or " if not (cut or prompt_set) else ""
         raise ConfigError(
             f"no room for the responses: the longest prompt has {longest} tokens and {budget_name} is {budget} "
-            f"(rollout.prompt_length {ro.prompt_length} {'as set' if prompt_set else 'derived'}, rollout.response_length "
-            f"{ro.response_length} {'as set' if response_set else 'derived'}); {fix}set rollout.prompt_length + "
-            f"rollout.response_length <= {budget}"
+            f"(rollout.prompt_length {ro.prompt_length} {'as set' if prompt_set else 'derived'}, "
+            f"rollout.response_length {ro.response_length} {'as set' if response_set else 'derived'}); "
+            f"{fix}set rollout.prompt_length + rollout.response_length <= {budget}"
         )
 
 
@@ -271,7 +272,8 @@ def generate(cfg: Any, log: Any = print) -> dict[str, float]:
     check_output_path(d.output_path, d.path)
     if cfg.ignored:
         log(
-            f"note: ignored by verl generate (they configure training-side work it does not do): {', '.join(cfg.ignored)}"
+            "note: ignored by verl generate (they configure training-side work it does not do): "
+            f"{', '.join(cfg.ignored)}"
         )
     rows, labels = read_data_rows(d.path)
     try:  # a missing model is one line naming model.path (this tool's key), before anything is built
@@ -364,7 +366,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"wrote {cfg.data.output_path}: {int(figures['rows'])} rows x {cfg.data.n_samples} samples, "
             f"{figures['mean_response_length']:.1f} tokens per response on average ({figures['clip_ratio']:.1%} hit "
-            f"rollout.response_length={int(figures['response_length'])}; prompt_length={int(figures['prompt_length'])}), "
+            f"rollout.response_length={int(figures['response_length'])}; "
+            f"prompt_length={int(figures['prompt_length'])}), "
             f"{figures['tokens_per_s']:.0f} tokens/s",
             flush=True,
         )

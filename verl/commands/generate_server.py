@@ -96,7 +96,8 @@ def submit_request(address: str, request: dict[str, Any], timeout_s: float = 360
 
 
 def generate_with_servers(cfg: Any, addresses: list[str], chats: list[list[dict[str, Any]]]) -> list[list[str]]:
-    """``rollout.n`` responses per chat, the chats split over the replicas; row i seeded as ``verl generate``'s row i."""
+    """``rollout.n`` responses per chat, the chats split over the replicas; row i seeded as ``verl generate``'s
+    row i."""
     import numpy as np
 
     from verl.workers.rollout.layout import derive_seeds

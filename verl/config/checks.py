@@ -359,7 +359,8 @@ def _check_rollout_correction(rc: S.RolloutCorrectionConfig, prefix: str) -> Non
         threshold = -1.0
     if rc.rollout_is is not None and not (threshold > 0 and math.isfinite(threshold)):
         raise ConfigError(
-            f"{prefix}.rollout_is_threshold: must be a number > 0 (the truncation bound C), got {rc.rollout_is_threshold!r}"
+            f"{prefix}.rollout_is_threshold: must be a number > 0 (the truncation bound C), "
+            f"got {rc.rollout_is_threshold!r}"
         )
     if rc.rollout_rs is not None and not _ratio_bounds_ok(rc.rollout_rs_threshold):
         raise ConfigError(

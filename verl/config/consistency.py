@@ -56,7 +56,10 @@ def _dp_size(dp: int, cfg: RootConfig, prefix: str) -> str:
     world = world_size(cfg)
     if dp == world:
         return _WORLD.format(w=world)
-    return f"data-parallel size {dp} ({_WORLD.format(w=world)} / {prefix}.ulysses_sequence_parallel_size x tensor_parallel_size)"
+    return (
+        f"data-parallel size {dp} ({_WORLD.format(w=world)} / {prefix}.ulysses_sequence_parallel_size x "
+        "tensor_parallel_size)"
+    )
 
 
 def _check_batch_sizes(cfg: RootConfig) -> None:

@@ -12,8 +12,8 @@ RL schema's ``actor_rollout_ref.{model,rollout}``, ``trainer`` and ``ray_kwargs`
 checked by the RL loader (`verl.config.loader.config_from_dict`), so a rollout key means exactly
 what it means in training. Keys generation does not read are refused unless at their default
 (`GENERATION_KEYS`), except those of verl's own ``generation.yaml`` that configure work it does
-not do — ``actor.*`` and ``rollout.log_prob_*`` (`GENERATION_NOOPS`) — accepted and named in a note. ``verl eval`` keeps verl's
-``evaluation.yaml`` layout (`EvalConfig`).
+not do — ``actor.*`` and ``rollout.log_prob_*`` (`GENERATION_NOOPS`) — accepted and named in a note.
+``verl eval`` keeps verl's ``evaluation.yaml`` layout (`EvalConfig`).
 """
 
 from __future__ import annotations

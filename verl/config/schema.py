@@ -501,7 +501,8 @@ class RolloutCorrectionConfig:
     """verl's ``algorithm.rollout_correction``: correct for π_rollout ≠ π_train (needs rollout_log_probs)."""
 
     rollout_is: Optional[str] = None
-    # Truncated importance-sampling weights min(pi_train/pi_rollout, C) on the policy loss: null (off) | token | sequence.
+    # Truncated importance-sampling weights min(pi_train/pi_rollout, C) on the policy loss:
+    # null (off) | token | sequence.
     rollout_is_threshold: Any = 2.0
     # C, the upper bound of the weights (> 0).
     rollout_rs: Optional[str] = None

@@ -177,7 +177,8 @@ def _schedule(value: Any, tree: dict[str, Any]) -> str:
 
 
 def _fsdp_size(value: Any, tree: dict[str, Any]) -> None:
-    """engine.fsdp_size: -1 or the world size (torchrun's WORLD_SIZE, else nnodes x n_gpus_per_node) shard over all ranks."""
+    """engine.fsdp_size: -1 or the world size (torchrun's WORLD_SIZE, else nnodes x n_gpus_per_node) shard over all
+    ranks."""
     import os
 
     t = tree["trainer"]

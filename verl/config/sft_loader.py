@@ -3,7 +3,8 @@
 The shared pipeline (`verl.config.pipeline`) with :data:`SFT_LAYOUT`: the same YAML reader,
 ``defaults:`` lists and presets (``verl/config/presets/sft``), override applier (``a.b=c``,
 ``+a.b=c``, ``++a.b=c``, ``~a.b``, ``~a.b=c``) and unknown-key walker as ``verl train``; then
-this schema's value rules (`verl.config.sft_checks`, `Rule` tables as the RL schema's), every failure a one-line `ConfigError` naming the dotted key.
+this schema's value rules (`verl.config.sft_checks`, `Rule` tables as the RL schema's), every
+failure a one-line `ConfigError` naming the dotted key.
 """
 
 from __future__ import annotations

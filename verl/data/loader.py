@@ -121,8 +121,9 @@ class RLDataLoader:
     Train split: ``B = data.train_batch_size``, shuffled with data.seed when data.shuffle,
     data.drop_last honoured. Val split: ``B = data.val_batch_size`` or the whole set, in file
     order (shuffled with data.seed when data.validation_shuffle), nothing dropped. Each split
-    holds at most ``data.{train,val}_max_samples`` (or ``data.max_samples``) samples. Iterating once = one epoch; `state_dict` / `load_state_dict` resume
-    mid-epoch or between epochs with the same subsequent batches.
+    holds at most ``data.{train,val}_max_samples`` (or ``data.max_samples``) samples. Iterating
+    once = one epoch; `state_dict` / `load_state_dict` resume mid-epoch or between epochs with
+    the same subsequent batches.
 
     Args:
         config: the ``data`` section of the config.

@@ -178,7 +178,8 @@ def pack_responses(
 
 
 def unpack_responses(values: torch.Tensor, packed: PackedResponses) -> torch.Tensor:
-    """Scatter `(K,)` per-target results back to ``packed.shape`` (`(B, R)` or `(B, T)`), 0 elsewhere (differentiable)."""
+    """Scatter `(K,)` per-target results back to ``packed.shape`` (`(B, R)` or `(B, T)`), 0 elsewhere
+    (differentiable)."""
     out = values.new_zeros(packed.shape)
     return out.index_put((packed.rows.to(values.device), packed.cols.to(values.device)), values)
 

@@ -1,14 +1,14 @@
 """Ulysses sequence parallelism for transformers models (DeepSpeed-Ulysses, Jacobs et al. 2023, arXiv 2309.14509).
 
 Each rank of a sequence-parallel (SP) group of size ``sp`` holds ``L / sp`` striped columns
-(``r, r + sp, ...``, `striped_columns`) of the packed rows (`verl.modules.packing`). Embeddings, norms, MLPs, rotary positions and the LM
-head are per token, so they run on the local columns unchanged. Attention needs every token: in
-each attention layer q, k and v `(b, heads, L / sp, d)` go through one all-to-all that trades the
-sequence split for a head split, `(b, heads / sp, L, d)`; attention runs on all L tokens of
-``heads / sp`` heads (block-diagonal causal mask from the gathered position ids, so packed
-sequences stay apart; the gathered columns are put back in their natural order first,
-`natural_order`), and a second all-to-all brings the output back to `(b, L / sp, heads, d)`.
-The per-token outputs are then gathered along the sequence (`gather_seq`).
+(``r, r + sp, ...``, `striped_columns`) of the packed rows (`verl.modules.packing`). Embeddings,
+norms, MLPs, rotary positions and the LM head are per token, so they run on the local columns
+unchanged. Attention needs every token: in each attention layer q, k and v `(b, heads, L / sp, d)`
+go through one all-to-all that trades the sequence split for a head split, `(b, heads / sp, L, d)`;
+attention runs on all L tokens of ``heads / sp`` heads (block-diagonal causal mask from the gathered
+position ids, so packed sequences stay apart; the gathered columns are put back in their natural
+order first, `natural_order`), and a second all-to-all brings the output back to
+`(b, L / sp, heads, d)`. The per-token outputs are then gathered along the sequence (`gather_seq`).
 
 The model is not rewritten: `enable_ulysses` switches the model to the attention function
 registered here with transformers' ``AttentionInterface`` (``verl_ulysses``). Outside an active

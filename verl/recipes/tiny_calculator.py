@@ -1,4 +1,5 @@
-"""Recipe of ``tiny-calculator``, the multi-turn ``calculator`` task's built-in model (`verl.modules.builtin.ToolModelSpec`).
+"""Recipe of ``tiny-calculator``, the multi-turn ``calculator`` task's built-in model
+(`verl.modules.builtin.ToolModelSpec`).
 
 Tokenizer: `verl.data.builtin_tokenizer` (character tokenizer + ``<tool_call>`` /
 ``</tool_call>`` / ``<tool_response>`` / ``</tool_response>`` + a tool-aware chat template).

@@ -308,7 +308,8 @@ def _source_flags(source: str, report: dict[str, Any], kinds: dict[str, dict[str
             source,
             "nondeterministic",
             ",".join(dict.fromkeys(d["kind"] for d in nd)),
-            f"{len(nd)} inputs scored differently twice, e.g. {nd[0]['kind']} ({nd[0]['label']}): {nd[0]['first']} then {nd[0]['second']}",
+            f"{len(nd)} inputs scored differently twice, e.g. {nd[0]['kind']} ({nd[0]['label']}): "
+            f"{nd[0]['first']} then {nd[0]['second']}",
         )
     empty = kinds.get("empty", {}).get("mean")
     base = 0.0 if empty is None else min(0.0, empty)
@@ -357,8 +358,9 @@ def _source_flags(source: str, report: dict[str, Any], kinds: dict[str, dict[str
             source,
             "dump_score",
             DUMP_KIND,
-            f"{d['differs_from_logged']} of {d['with_logged_score']} dump responses score differently from the logged score "
-            f"(e.g. {d['examples'][0]['label']}: logged {d['examples'][0]['logged']:.4g}, now {d['examples'][0]['now']:.4g})",
+            f"{d['differs_from_logged']} of {d['with_logged_score']} dump responses score differently from the logged "
+            f"score (e.g. {d['examples'][0]['label']}: logged {d['examples'][0]['logged']:.4g}, "
+            f"now {d['examples'][0]['now']:.4g})",
         )
     return flags
 

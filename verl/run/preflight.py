@@ -247,7 +247,10 @@ def check_data(cfg: Any) -> str:
             for source in sorted(found):
                 sources.setdefault(source, path)
     if cfg.custom_reward_function.path or cfg.reward_model.enable:
-        return f"{len(sources)} data source(s); scored by {'the reward model' if cfg.reward_model.enable else 'the custom function'}"
+        return (
+            f"{len(sources)} data source(s); "
+            f"scored by {'the reward model' if cfg.reward_model.enable else 'the custom function'}"
+        )
     valid = sorted(SCORERS.names())
     unknown = {s: p for s, p in sources.items() if s not in valid}
     if unknown:

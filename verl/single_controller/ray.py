@@ -303,8 +303,8 @@ class RayWorkerGroup(BaseWorkerGroup):
         self.shutdown()
         stopped = [r for r, st in states.items() if st == "stopped"]
         raise HangError(
-            f"{self.role}.{name}() did not return within {elapsed:.0f} s ({self.deadlines.explain(key)}); no answer from "
-            f"rank(s) {pending}"
+            f"{self.role}.{name}() did not return within {elapsed:.0f} s ({self.deadlines.explain(key)}); "
+            f"no answer from rank(s) {pending}"
             + (f"; rank(s) {stopped} were stopped (SIGSTOP)" if stopped else "")
             + f"; every worker's stack is in {where}; the last checkpoint is intact"
         )

@@ -15,8 +15,8 @@ call of a multi-node group (the dead rank's ``ActorDiedError``, or a survivor's 
 NCCL collective, whichever comes first) first gives each of the group's nodes whose raylet does
 not answer up to `ACTOR_DEATH_GRACE_S` seconds to be marked dead, so a node loss is named as
 such rather than as one rank's crash. Ray's GCS marks a killed node dead after its health checks
-fail (about 15 s with Ray's defaults; 13-14 s measured here), so the run stops well within 60 s. Checkpoints are published atomically
-(`verl.run.checkpoint`): the last complete one stays intact.
+fail (about 15 s with Ray's defaults; 13-14 s measured here), so the run stops well within 60 s.
+Checkpoints are published atomically (`verl.run.checkpoint`): the last complete one stays intact.
 """
 
 from __future__ import annotations

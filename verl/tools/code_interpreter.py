@@ -33,7 +33,8 @@ DEFAULT_SCHEMA: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "code_interpreter",
-        "description": "Run Python code and return what it prints (stdout and errors). No network, no files outside a scratch folder.",
+        "description": "Run Python code and return what it prints (stdout and errors). No network, "
+        "no files outside a scratch folder.",
         "parameters": {
             "type": "object",
             "properties": {"code": {"type": "string", "description": "The Python code to run."}},

@@ -26,7 +26,8 @@ DEFAULT_SCHEMA: dict[str, Any] = {
     "type": "function",
     "function": {
         "name": "calc_gsm8k_reward",
-        "description": "A tool for calculating the reward of gsm8k. (1.0 if your answer is correct, 0.0 if your answer is incorrect)",
+        "description": "A tool for calculating the reward of gsm8k. "
+        "(1.0 if your answer is correct, 0.0 if your answer is incorrect)",
         "parameters": {
             "type": "object",
             "properties": {

@@ -1,4 +1,5 @@
-"""``python -m verl.trainer.main_generation_server``: verl"s standalone rollout servers over `verl.commands.generate_server`."""
+"""``python -m verl.trainer.main_generation_server``: verl"s standalone rollout servers over
+`verl.commands.generate_server`."""
 
 from __future__ import annotations
 

@@ -27,8 +27,9 @@ Metrics: ``sync/fingerprint_match`` (1.0 / 0.0), ``sync/mismatched_tensors``,
 line once per check and the run goes on.
 
 Cost: two strided gathers of ``SAMPLES`` values per tensor (an FSDP2-sharded actor samples its
-local shards and exchanges the samples in one object all-gather) and, every ``canary_every`` syncs, two forwards of ``len(canary_ids)``
-tokens; the figure on the GSM8K bench shape is in benchmarks/README.md.
+local shards and exchanges the samples in one object all-gather) and, every ``canary_every`` syncs,
+two forwards of ``len(canary_ids)`` tokens; the figure on the GSM8K bench shape is in
+benchmarks/README.md.
 """
 
 from __future__ import annotations

@@ -77,7 +77,8 @@ OVERRIDES = [
 ]
 # verl's experimental async scripts split the GPUs themselves (``NGPUS_PER_NODE - n_gpus_rollout``) and
 # size the rollout pool with ``rollout.*`` keys: one rollout worker; the hard-coded sizes again (sequence
-# parallel 1 and FSDP size -1, i.e. all, on one worker; fully async: one mini-batch per weight sync, a rollout budget of one batch).
+# parallel 1 and FSDP size -1, i.e. all, on one worker; fully async: one mini-batch per weight sync, a rollout
+# budget of one batch).
 EXTRA_OVERRIDES = {
     "experimental_one_step_off_policy": [
         "rollout.nnodes=1",

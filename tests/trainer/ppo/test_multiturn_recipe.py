@@ -38,7 +38,8 @@ def test_recipe_yamls_load_with_verl_defaults(name):
         [
             "actor_rollout_ref.rollout.name=hf",
             "actor_rollout_ref.actor.ppo_mini_batch_size=256",
-            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIG_DIR / 'tool_config' / 'gsm8k_tool_config.yaml'}",
+            "actor_rollout_ref.rollout.multi_turn.tool_config_path="
+            f"{CONFIG_DIR / 'tool_config' / 'gsm8k_tool_config.yaml'}",
         ],
     )
     mt = cfg.actor_rollout_ref.rollout.multi_turn

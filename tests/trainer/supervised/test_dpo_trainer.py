@@ -36,7 +36,8 @@ def test_dpo_builtin_preferences_reach_90_percent_held_out(tmp_path: Path) -> No
     elapsed = time.perf_counter() - start
     val = {h["step"]: h for h in history if "val/rewards/accuracies" in h}
     print(
-        f"DPO: held-out rewards/accuracies {[(s, round(v['val/rewards/accuracies'], 3)) for s, v in val.items()]}, {elapsed:.0f} s"
+        f"DPO: held-out rewards/accuracies {[(s, round(v['val/rewards/accuracies'], 3)) for s, v in val.items()]}, "
+        f"{elapsed:.0f} s"
     )
     assert history[0]["rewards/accuracies"] == 0.0  # policy == reference at step 1: every reward is 0
     assert val[160]["val/rewards/accuracies"] >= 0.9  # measured 0.943 (0.816 at step 40)

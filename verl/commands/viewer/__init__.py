@@ -46,26 +46,37 @@ __all__ = ["build_html", "main", "make_server", "write_report"]
 
 _PAGE = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
-<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'sha256-{hash}'; style-src 'unsafe-inline'; img-src data:{connect}">
+<meta http-equiv="Content-Security-Policy" content="default-src 'none'; script-src 'sha256-{hash}'; style-src \
+'unsafe-inline'; img-src data:{connect}">
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <title>verl view</title><style>{css}</style></head>
 <body>
 <header><h1 id="title">verl view</h1>
-<span class="tabs"><button data-view="overview">Overview</button><button data-view="list">Trajectories</button><button data-view="groups">Groups</button></span>
-<label>step <select id="step"></select></label><button id="prev" title="previous step">&lsaquo;</button><button id="next" title="next step">&rsaquo;</button>
+<span class="tabs"><button data-view="overview">Overview</button><button data-view="list">Trajectories</button>\
+<button data-view="groups">Groups</button></span>
+<label>step <select id="step"></select></label><button id="prev" title="previous step">&lsaquo;</button>\
+<button id="next" title="next step">&rsaquo;</button>
 <label>colour by <select id="color"></select></label></header>
 <div id="filters">
-<label>reward <input id="f-rmin" type="number" step="any" placeholder="min"> - <input id="f-rmax" type="number" step="any" placeholder="max"></label>
-<label>length <input id="f-lmin" type="number" placeholder="min"> - <input id="f-lmax" type="number" placeholder="max"></label>
+<label>reward <input id="f-rmin" type="number" step="any" placeholder="min"> - <input id="f-rmax" type="number" \
+step="any" placeholder="max"></label>
+<label>length <input id="f-lmin" type="number" placeholder="min"> - <input id="f-lmax" type="number" placeholder="max">\
+</label>
 <label>|gap| &ge; <input id="f-mis" type="number" step="any" placeholder="e.g. 0.1"></label>
 <label>data source <select id="f-src"><option value="">any</option></select></label>
-<label>truncated <select id="f-trunc"><option value="">any</option><option value="1">yes</option><option value="0">no</option></select></label>
-<label>tool errors <select id="f-err"><option value="">any</option><option value="1">yes</option><option value="0">no</option></select></label>
+<label>truncated <select id="f-trunc"><option value="">any</option><option value="1">yes</option>\
+<option value="0">no</option></select></label>
+<label>tool errors <select id="f-err"><option value="">any</option><option value="1">yes</option>\
+<option value="0">no</option></select></label>
 <label>search <input id="f-q" type="search" placeholder="text in prompt or response"></label>
-<label>sort <select id="f-sort"><option value="">dump order</option><option value="reward-">reward &darr;</option><option value="reward+">reward &uarr;</option>
-<option value="length-">length &darr;</option><option value="mismatch-">|gap| &darr;</option><option value="advantage-">advantage &darr;</option><option value="advantage+">advantage &uarr;</option></select></label>
+<label>sort <select id="f-sort"><option value="">dump order</option><option value="reward-">reward &darr;</option>\
+<option value="reward+">reward &uarr;</option>
+<option value="length-">length &darr;</option><option value="mismatch-">|gap| &darr;</option>\
+<option value="advantage-">advantage &darr;</option><option value="advantage+">advantage &uarr;</option></select>\
+</label>
 <span id="count"></span></div>
-<main><div id="pane"></div><div id="detail" class="empty">Select a trajectory (Trajectories or Groups view) to see its tokens.</div></main>
+<main><div id="pane"></div>\
+<div id="detail" class="empty">Select a trajectory (Trajectories or Groups view) to see its tokens.</div></main>
 <script type="application/json" id="verl-meta">{meta}</script>
 <script>{js}</script>
 <script type="text/plain" id="verl-rows">{rows}</script>

@@ -31,8 +31,9 @@ seed key                               canonical meaning
 ``trainer.use_vllm: true``             ``actor_rollout_ref.rollout.name: vllm``, ``trainer.device:
                                        cuda`` when vllm is installed ("if installed", as the seed
                                        document says); otherwise hf, with a logged warning
-``trainer.use_flash_attn: true``       ``override_config.attn_implementation: flash_attention_2`` when flash-attn is installed, else the default (warning)
-                                       of the actor and critic models; false -> no change
+``trainer.use_flash_attn: true``       ``override_config.attn_implementation: flash_attention_2`` of the
+                                       actor and critic models when flash-attn is installed, else the
+                                       default (warning); false -> no change
 ``model.actor.model_name_or_path``,    ``actor_rollout_ref.model.path``
 ``model.path``
 ``model.actor.use_fsdp``               nothing: FSDP2 is the only training engine (a plain module

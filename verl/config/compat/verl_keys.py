@@ -50,20 +50,29 @@ __all__ = [
 _SAME_VALUES = "a speed/memory optimisation in verl that computes the same values; this engine computes them directly"
 
 NOOP: dict[str, str] = {
-    "trainer.use_v1": "verl's switch between its legacy and V1 trainers: one loop here either way (trainer.v1.trainer_mode picks the mode)",
+    "trainer.use_v1": "verl's switch between its legacy and V1 trainers: one loop here either way "
+    "(trainer.v1.trainer_mode picks the mode)",
     "trainer.v1.sync": "verl's sync section is empty",
-    "trainer.v1.separate_async.hybrid_rollout.switch_*": "read only with hybrid_rollout.enable_switch=true, which is refused",
-    "trainer.v1.separate_async.hybrid_rollout.adaptive_switch_threshold": "read only with hybrid_rollout.enable_switch=true, which is refused",
-    "actor_rollout_ref.rollout.agent.num_workers": "verl runs agent loops in worker processes; here they are asyncio tasks inside the rollout worker (same trajectories)",
+    "trainer.v1.separate_async.hybrid_rollout.switch_*": "read only with hybrid_rollout.enable_switch=true, "
+    "which is refused",
+    "trainer.v1.separate_async.hybrid_rollout.adaptive_switch_threshold": "read only with "
+    "hybrid_rollout.enable_switch=true, which is refused",
+    "actor_rollout_ref.rollout.agent.num_workers": "verl runs agent loops in worker processes; "
+    "here they are asyncio tasks inside the rollout worker (same trajectories)",
     "*.use_torch_compile": "verl compiles its log-prob/entropy helpers for speed only (" + _SAME_VALUES + ")",
     "*.fsdp_config.forward_prefetch": "overlaps all-gathers with compute (" + _SAME_VALUES + ")",
-    "*.fsdp_config.wrap_policy.min_num_params": "FSDP wrap granularity; this engine shards per transformer block (same values)",
+    "*.fsdp_config.wrap_policy.min_num_params": "FSDP wrap granularity; this engine shards per transformer block "
+    "(same values)",
     "*.fsdp_config.use_orig_params": "an FSDP1 flag; FSDP2 always keeps the original parameters",
-    "*.fsdp_config.strategy": "read only by verl's new engine (use_legacy_worker_impl=disable); the role's strategy key decides",
-    "*.fsdp_config.dtype": "read only by verl's new engine; the compute dtype is fsdp_config.mixed_precision / model.dtype",
-    "*.fsdp_config.forward_only": "set internally by verl for the reference model; this engine builds no optimizer for it",
+    "*.fsdp_config.strategy": "read only by verl's new engine (use_legacy_worker_impl=disable); "
+    "the role's strategy key decides",
+    "*.fsdp_config.dtype": "read only by verl's new engine; the compute dtype is fsdp_config.mixed_precision / "
+    "model.dtype",
+    "*.fsdp_config.forward_only": "set internally by verl for the reference model; "
+    "this engine builds no optimizer for it",
     "*.fsdp_config.seed": "read only by verl's new engine; workers are seeded from trainer.seed",
-    "*.entropy_from_logits_with_chunking": "memory optimisation; log-probs and entropy are always chunked here (actor.logprob_chunk_size)",
+    "*.entropy_from_logits_with_chunking": "memory optimisation; log-probs and entropy are always chunked here "
+    "(actor.logprob_chunk_size)",
     "*.entropy_checkpointing": "memory optimisation (" + _SAME_VALUES + ")",
     "*.use_fused_kernels": "fused log-prob kernels (" + _SAME_VALUES + ")",
     "*.model.fused_kernel_options.impl_backend": "read only when use_fused_kernels (a no-op here)",
@@ -74,7 +83,8 @@ NOOP: dict[str, str] = {
     "*.checkpoint.async_save": "checkpoints are written synchronously; the same files result",
     "data.return_raw_input_ids": "the batch always holds raw_prompt_ids (the unpadded prompt ids)",
     "data.filter_overlong_prompts_workers": "parallelism of the prompt-length filter; the same prompts are kept",
-    "reward_model.launch_reward_fn_async": "overlaps reward computation with log-prob stages in verl; the same rewards result",
+    "reward_model.launch_reward_fn_async": "overlaps reward computation with log-prob stages in verl; "
+    "the same rewards result",
     "reward_model.model.fsdp_config.*": "the reward model is forward-only; its sharding follows the actor's world size",
     "trainer.esi_redundant_time": "read only on Volcano elastic instances (an expiry env var); never set elsewhere",
     "trainer.use_legacy_worker_impl": "selects between verl's two worker implementations; this product has one",
@@ -86,18 +96,24 @@ NOOP: dict[str, str] = {
 """Documented no-ops: pattern -> why it has no effect (verl's meaning too)."""
 
 UNSUPPORTED: dict[str, str] = {
-    "*.fsdp_config.full_determinism": "deterministic kernels are not wired; seeds already make CPU runs reproducible, leave it false",
+    "*.fsdp_config.full_determinism": "deterministic kernels are not wired; seeds already make CPU runs reproducible, "
+    "leave it false",
     "*.fsdp_config.model_dtype": "set the parameter dtype with actor_rollout_ref.model.dtype (float32 | bfloat16)",
-    "*.fsdp_config.ulysses_sequence_parallel_size": "set the role's own key (actor_rollout_ref.actor / ref, critic .ulysses_sequence_parallel_size)",
-    "reward_model.ulysses_sequence_parallel_size": "the reward model's forward is not split along the sequence; leave it 1",
+    "*.fsdp_config.ulysses_sequence_parallel_size": "set the role's own key (actor_rollout_ref.actor / ref, critic "
+    ".ulysses_sequence_parallel_size)",
+    "reward_model.ulysses_sequence_parallel_size": "the reward model's forward is not split along the sequence; "
+    "leave it 1",
     "*.router_replay.*": "MoE router replay is not implemented; leave mode=disabled",
-    "actor_rollout_ref.actor.freeze_vision_tower": "vision-language models are not supported; use a text-only causal LM",
+    "actor_rollout_ref.actor.freeze_vision_tower": "vision-language models are not supported; "
+    "use a text-only causal LM",
     "actor_rollout_ref.actor.use_prefix_grouper": "prefix sharing across a group is not implemented; leave it false",
-    "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "sum(pi^2) is computed without gradient here (old-log-prob stage only), there is nothing to recompute; leave it false",
+    "actor_rollout_ref.actor.sum_pi_squared_checkpointing": "sum(pi^2) is computed without gradient here "
+    "(old-log-prob stage only), there is nothing to recompute; leave it false",
     "actor_rollout_ref.nccl_timeout": "the collective timeout is torch's default; remove the key",
     "*.model.hf_config_path": "put the config.json in actor_rollout_ref.model.path",
     "*.model.custom_chat_template": "put the template in the tokenizer's chat_template (tokenizer_config.json)",
-    "*.model.enable_activation_offload": "activation offload is not implemented; use enable_gradient_checkpointing=true",
+    "*.model.enable_activation_offload": "activation offload is not implemented; "
+    "use enable_gradient_checkpointing=true",
     "*.model.lora_adapter_path": "merge the adapter into the base model first, then train from the merged model",
     "*.model.mtp.*": "multi-token prediction is not implemented; leave model.mtp at its defaults",
     "actor_rollout_ref.rollout.skip_rollout": "rollout replay is not implemented; leave it false",
@@ -124,7 +140,8 @@ UNSUPPORTED: dict[str, str] = {
     "algorithm.use_pf_ppo": "policy-filtration PPO is not implemented; leave it false",
     "trainer.default_hdfs_dir": "HDFS upload is not wired; copy trainer.default_local_dir yourself",
     "ray_kwargs.timeline_json_file": "Ray timelines are not written; call ray.timeline() yourself",
-    "*.optim.override_optimizer_config": "optimizer options beyond lr/betas/eps/weight_decay are not wired; remove the key",
+    "*.optim.override_optimizer_config": "optimizer options beyond lr/betas/eps/weight_decay are not wired; "
+    "remove the key",
     "*.optim.optimizer": "only AdamW is wired; leave optimizer=AdamW",
     "*.optim.optimizer_impl": "only torch.optim is wired; leave optimizer_impl=torch.optim",
 }
@@ -133,13 +150,16 @@ UNSUPPORTED: dict[str, str] = {
 _SERVER_ENGINES = "the vLLM/SGLang engines (verl/workers/rollout/vllm/vllm_config.py)"
 
 OWNED: dict[str, str] = {
-    "actor_rollout_ref.rollout.multi_turn.*": "multi-turn tool rollouts (verl/workers/rollout/agent_loop, checks in config/checks.py)",
+    "actor_rollout_ref.rollout.multi_turn.*": "multi-turn tool rollouts (verl/workers/rollout/agent_loop, checks in "
+    "config/checks.py)",
     "actor_rollout_ref.rollout.agent.default_agent_loop": "the agent loops (verl/workers/rollout/agent_loop)",
-    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "the agent loops: verl's {name, _target_} YAML (workers/rollout/agent_loop/verl_api.py)",
+    "actor_rollout_ref.rollout.agent.agent_loop_config_path": "the agent loops: verl's {name, _target_} YAML "
+    "(workers/rollout/agent_loop/verl_api.py)",
     "actor_rollout_ref.rollout.agent.custom_async_server": "the agent loops (refused unless null, config/checks.py)",
     "algorithm.rollout_correction.*": "rollout-correction importance sampling (verl/trainer/ppo/rollout_corr.py)",
     "actor_rollout_ref.rollout.gpu_memory_utilization": _SERVER_ENGINES,
-    "actor_rollout_ref.rollout.enforce_eager": "the rollout engines: CUDA graphs of vLLM/SGLang (verl/workers/rollout/vllm/vllm_config.py), the hf engine's compiled decode step",
+    "actor_rollout_ref.rollout.enforce_eager": "the rollout engines: CUDA graphs of vLLM/SGLang "
+    "(verl/workers/rollout/vllm/vllm_config.py), the hf engine's compiled decode step",
     "actor_rollout_ref.rollout.free_cache_engine": _SERVER_ENGINES,
     "actor_rollout_ref.rollout.cudagraph_capture_sizes": _SERVER_ENGINES,
     "actor_rollout_ref.rollout.max_num_batched_tokens": _SERVER_ENGINES,
@@ -251,7 +271,8 @@ CONDITIONAL: dict[str, str] = {
         "tool=torch_memory without profiled steps only arms verl's CUDA OOM snapshot: on trainer.device=cpu "
         "there is no CUDA allocator, a no-op (logged); any profiled step, another tool, or a GPU is refused"
     ),
-    "*.fsdp_config.param_offload": "FSDP2 CPU offload with >1 worker; on CPU with one worker parameters already live in host memory (no-op); refused on one GPU",
+    "*.fsdp_config.param_offload": "FSDP2 CPU offload with >1 worker; on CPU with one worker parameters already live "
+    "in host memory (no-op); refused on one GPU",
     "*.fsdp_config.optimizer_offload": "as param_offload",
     "*.fsdp_config.offload_policy": "as param_offload (FSDP2's CPUOffloadPolicy)",
     "*.fsdp_config.fsdp_size": "-1 or the world size shards over all ranks; another size (HSDP) is refused",
@@ -260,27 +281,34 @@ CONDITIONAL: dict[str, str] = {
         "resource pool with its own weights, streamed in buckets after every update (LoRA: the base once, then "
         "only the adapter, hf and vllm alike); a rollout pool > 1 needs the Ray backend"
     ),
-    "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive (in process when colocated, buckets through the controller with hybrid_engine=false) is the only backend; others are refused",
+    "actor_rollout_ref.rollout.checkpoint_engine.backend": "naive (in process when colocated, buckets through the "
+    "controller with hybrid_engine=false) is the only backend; others are refused",
     "actor_rollout_ref.rollout.checkpoint_engine.update_weights_bucket_megabytes": (
-        "> 0; sizes the weight-sync buckets of vLLM (colocated: actor -> engine) and of hybrid_engine=false (actor -> rollout "
-        "pool); the colocated hf engine has no buckets to size: it generates with the actor module (1 worker) or copies it "
-        "one parameter at a time (FSDP2), never holding more than a bucket"
+        "> 0; sizes the weight-sync buckets of vLLM (colocated: actor -> engine) and of hybrid_engine=false "
+        "(actor -> rollout pool); the colocated hf engine has no buckets to size: it generates with the actor "
+        "module (1 worker) or copies it one parameter at a time (FSDP2), never holding more than a bucket"
     ),
-    "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs": "options of verl's other backends: refused unless empty (naive takes none)",
-    "actor_rollout_ref.rollout.nnodes": "sizes the rollout's own pool with hybrid_engine=false; refused when set with hybrid_engine=true",
+    "actor_rollout_ref.rollout.checkpoint_engine.engine_kwargs": "options of verl's other backends: "
+    "refused unless empty (naive takes none)",
+    "actor_rollout_ref.rollout.nnodes": "sizes the rollout's own pool with hybrid_engine=false; "
+    "refused when set with hybrid_engine=true",
     "actor_rollout_ref.rollout.n_gpus_per_node": "as rollout.nnodes",
     "*.rollout_n": "verl mirrors rollout.n; another value is refused",
-    "*.checkpoint.save_contents": "model, optimizer and extra are always saved; hf_model also writes the Hugging Face directory (trainer.save_hf)",
+    "*.checkpoint.save_contents": "model, optimizer and extra are always saved; hf_model also writes the Hugging Face "
+    "directory (trainer.save_hf)",
     "*.checkpoint.load_contents": "model, optimizer and extra are always restored together; a subset is refused",
     "actor_rollout_ref.actor.use_remove_padding": "mirrors model.use_remove_padding (a documented no-op)",
-    "actor_rollout_ref.rollout.logprobs_mode": "processed_logprobs (the hf engine's: after temperature) is the only mode; others are refused",
+    "actor_rollout_ref.rollout.logprobs_mode": "processed_logprobs (the hf engine's: after temperature) is the only "
+    "mode; others are refused",
     "actor_rollout_ref.rollout.max_model_len": "hf engine: a length check; server engines: their context length",
     "data.gen_batch_size": (
         "prompts per generation batch under algorithm.filter_groups (DAPO) and per data-loader fetch with "
-        "trainer.v1.trainer_mode=separate_async (a divisor of train_batch_size); otherwise it must equal train_batch_size"
+        "trainer.v1.trainer_mode=separate_async (a divisor of train_batch_size); "
+        "otherwise it must equal train_batch_size"
     ),
     "*.optim.warmup_style": "deprecated alias of lr_scheduler_type (both hold the chosen schedule)",
-    "*.optim.lr_scheduler_type": "constant | cosine; warmup_style is its deprecated alias (both hold the chosen schedule)",
+    "*.optim.lr_scheduler_type": "constant | cosine; warmup_style is its deprecated alias "
+    "(both hold the chosen schedule)",
     "*.optim.clip_grad": "verl's new-engine spelling of the role's grad_clip; both hold the non-default value",
     "actor_rollout_ref.ref.strategy": "mirrors actor_rollout_ref.actor.strategy; another value is refused",
     "critic.forward_micro_batch_size": "deprecated global size, turned into forward_micro_batch_size_per_gpu",
@@ -288,13 +316,15 @@ CONDITIONAL: dict[str, str] = {
         "Ulysses sequence parallelism over sp of the role's ranks (verl/workers/sharding/ulysses.py); sp must divide "
         "the world and needs use_remove_padding (config/sp_checks.py)"
     ),
-    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "1 (whole sequences) or the actor's (split like the actor's)",
+    "actor_rollout_ref.ref.ulysses_sequence_parallel_size": "1 (whole sequences) or the actor's "
+    "(split like the actor's)",
     "critic.ulysses_sequence_parallel_size": "as actor_rollout_ref.actor.ulysses_sequence_parallel_size",
 }
 """Keys whose effect depends on other settings: pattern -> the rule (checked in verl_keys_checks)."""
 
 INDIRECT: dict[str, str] = {
-    "actor_rollout_ref.actor.policy_loss.*": "passed to the policy loss as keyword arguments (dataclasses.asdict of the section)",
+    "actor_rollout_ref.actor.policy_loss.*": "passed to the policy loss as keyword arguments "
+    "(dataclasses.asdict of the section)",
     "*.ppo_micro_batch_size": "deprecated global size, turned into ppo_micro_batch_size_per_gpu by finalize",
     "*.log_prob_micro_batch_size": "deprecated global size, turned into log_prob_micro_batch_size_per_gpu by finalize",
 }

@@ -123,7 +123,8 @@ def _check_mirrors(cfg: Any) -> None:
     model_rmpad = arr.model.use_remove_padding
     if arr.actor.use_remove_padding is not None and arr.actor.use_remove_padding != model_rmpad:
         raise ConfigError(
-            "actor_rollout_ref.actor.use_remove_padding: mirrors actor_rollout_ref.model.use_remove_padding; set that key"
+            "actor_rollout_ref.actor.use_remove_padding: mirrors actor_rollout_ref.model.use_remove_padding; "
+            "set that key"
         )
 
 

@@ -21,8 +21,10 @@ _READ_WITH = "read only with {}, which is refused unless at verl's default"
 
 LAYOUT_NOOP: dict[str, str] = {
     "*.profiler.*": "per-role profiler settings are read only with profiler.enable=true (refused: not wired)",
-    "*.fsdp_config.entropy_from_logits_chunk_size": "chunk of verl's chunked entropy; entropy is always chunked here (the same values)",
-    "*.entropy_from_logits_chunk_size": "chunk of verl's chunked entropy; entropy is always chunked here (the same values)",
+    "*.fsdp_config.entropy_from_logits_chunk_size": "chunk of verl's chunked entropy; entropy is always chunked here "
+    "(the same values)",
+    "*.entropy_from_logits_chunk_size": "chunk of verl's chunked entropy; entropy is always chunked here "
+    "(the same values)",
     "critic.fsdp.entropy_from_logits_chunk_size": "the critic computes no entropy",
     "*.pad_to_length": "pads packed batches for verl's compiled kernels; padding is masked (the same values)",
     "*.pad_to_length_bucket": "the bucket of pad_to_length (the same values)",
@@ -39,24 +41,32 @@ LAYOUT_NOOP: dict[str, str] = {
         "the engine verl's reward loop serves the reward model with; the reward model "
         "(model_path) is scored by the reward-model worker here (the same scores)"
     ),
-    "reward.num_workers": "verl's reward-loop worker count: here the scoring threads of streaming rewards (the same scores)",
+    "reward.num_workers": "verl's reward-loop worker count: here the scoring threads of streaming rewards "
+    "(the same scores)",
     "reward.reward_model.n_gpus_per_node": "read only with reward.reward_model.enable_resource_pool=true",
     "reward.reward_model.nnodes": "read only with reward.reward_model.enable_resource_pool=true",
     "data.function_tool_path": "verl mirrors rollout.multi_turn.function_tool_path here (that key decides)",
     "data.audio_key": "the audio column of multi-modal data; text prompts here have none",
-    "critic.loss_scale_factor": "verl mirrors actor.loss_scale_factor here; the critic's loss is token-mean (no scale factor)",
+    "critic.loss_scale_factor": "verl mirrors actor.loss_scale_factor here; the critic's loss is token-mean "
+    "(no scale factor)",
 }
 """Documented no-ops (verl's meaning too), or read only by a setting refused elsewhere."""
 
 LAYOUT_UNSUPPORTED: dict[str, str] = {
-    "*.profiler.enable": "per-role profilers are not wired; profile with py-spy (installed) or torch.profiler around `verl train`",
+    "*.profiler.enable": "per-role profilers are not wired; profile with py-spy (installed) or torch.profiler around "
+    "`verl train`",
     "*.qat.enable": "quantization-aware training is not implemented; leave qat.enable=false",
     "*.model.lora.rank": "verl's engine-side LoRA is not implemented; set model.lora_rank / lora_alpha (FSDP LoRA)",
-    "actor_rollout_ref.rollout.disaggregation.enabled": "prefill/decode disaggregation is not implemented; leave it false",
-    "actor_rollout_ref.rollout.trace.backend": "rollout tracing is not wired; use trainer.rollout_data_dir to dump rollouts",
-    "actor_rollout_ref.rollout.full_determinism": "deterministic engine kernels are not wired; seeds make hf rollouts reproducible",
-    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": "MoE load-balance metrics are not implemented; leave it 0",
-    "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module": "custom checkpoint-engine backends are not supported; naive is built in",
+    "actor_rollout_ref.rollout.disaggregation.enabled": "prefill/decode disaggregation is not implemented; "
+    "leave it false",
+    "actor_rollout_ref.rollout.trace.backend": "rollout tracing is not wired; "
+    "use trainer.rollout_data_dir to dump rollouts",
+    "actor_rollout_ref.rollout.full_determinism": "deterministic engine kernels are not wired; "
+    "seeds make hf rollouts reproducible",
+    "actor_rollout_ref.rollout.moe_load_balance_metrics_interval": "MoE load-balance metrics are not implemented; "
+    "leave it 0",
+    "actor_rollout_ref.rollout.checkpoint_engine.custom_backend_module": "custom checkpoint-engine backends are not "
+    "supported; naive is built in",
     "algorithm.filter_groups.max_inflight_gen_batches": "overlapped generation batches are not implemented; leave it 1",
     "skip.*.enable": "verl's skip manager (replaying dumped stage outputs) is not implemented; leave enable=false",
     "data.mm_processor_kwargs": "multi-modal data is not supported; use text prompts",
@@ -66,8 +76,10 @@ LAYOUT_UNSUPPORTED: dict[str, str] = {
 """Refused unless at the default: pattern -> what to do instead."""
 
 LAYOUT_INDIRECT: dict[str, str] = {
-    "reward.*": "migrated onto reward_model.* / custom_reward_function.* / reward_manager.* (config/compat/reward_layout.py)",
-    "critic.fsdp.*": "verl's engine spelling of critic.model.fsdp_config.*: both hold the same values (config/compat/verl_layout.py)",
+    "reward.*": "migrated onto reward_model.* / custom_reward_function.* / reward_manager.* "
+    "(config/compat/reward_layout.py)",
+    "critic.fsdp.*": "verl's engine spelling of critic.model.fsdp_config.*: both hold the same values "
+    "(config/compat/verl_layout.py)",
 }
 """Keys that take effect but are read without an attribute access: pattern -> how."""
 

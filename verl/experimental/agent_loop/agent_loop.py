@@ -1,4 +1,5 @@
-"""verl's ``verl.experimental.agent_loop.agent_loop``: ``AgentLoopBase``, ``AgentLoopOutput``, ``register``, ``ToolListWrap``.
+"""verl's ``verl.experimental.agent_loop.agent_loop``: ``AgentLoopBase``, ``AgentLoopOutput``, ``register``,
+``ToolListWrap``.
 
 The implementation (agent loops written against verl's API running on the product's rollout) is
 `verl.workers.rollout.agent_loop.verl_api`.

@@ -1,4 +1,5 @@
-"""verl's ``verl.experimental.agent_loop.single_turn_agent_loop.SingleTurnAgentLoop``: the product's ``single_turn_agent``."""
+"""verl's ``verl.experimental.agent_loop.single_turn_agent_loop.SingleTurnAgentLoop``: the product's
+``single_turn_agent``."""
 
 from __future__ import annotations
 

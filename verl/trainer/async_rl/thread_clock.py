@@ -12,7 +12,8 @@ Metrics per step (`ThreadClock.take`), for a thread ``name``:
 
 * ``{name}/cpu_s``: seconds the thread ran on a CPU during the step;
 * ``{name}/runq_ratio``: share of the wall time since the previous step's figures that the
-  thread was runnable but waited for a CPU (0 on free cores; near 1 - cores_available / runnable_threads when oversubscribed).
+  thread was runnable but waited for a CPU (0 on free cores; near 1 - cores_available /
+  runnable_threads when oversubscribed).
 
 Platforms without ``schedstat`` (non-Linux, kernels without ``CONFIG_SCHED_INFO``) give no metrics.
 """

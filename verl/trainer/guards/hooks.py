@@ -196,7 +196,8 @@ class RunGuards:
             self._resume_saved = (t.resume_mode, t.resume_from_path)
         t.resume_mode, t.resume_from_path = "resume_path", str(request.checkpoint)
         self.echo(
-            f"SENTINEL: rolling back to {request.checkpoint} (step {back}); the batch of step {request.step} will be skipped"
+            f"SENTINEL: rolling back to {request.checkpoint} (step {back}); "
+            f"the batch of step {request.step} will be skipped"
         )
 
     def _restore_resume_settings(self) -> None:

@@ -178,7 +178,8 @@ def _as_verl_loss(native: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def __getattr__(attr: str) -> Callable[..., Any]:
-    """verl's ``compute_policy_loss_<mode>`` names (``compute_policy_loss_dro``, ``..._gspo``, ...): `get_policy_loss_fn`."""
+    """verl's ``compute_policy_loss_<mode>`` names (``compute_policy_loss_dro``, ``..._gspo``, ...):
+    `get_policy_loss_fn`."""
     prefix = "compute_policy_loss_"
     if attr.startswith(prefix) and attr[len(prefix) :] in POLICY_LOSSES:
         return get_policy_loss_fn(attr[len(prefix) :])
@@ -225,7 +226,8 @@ def agg_loss(
     if dp_size > 1 and needs is None:
         raise ValueError(
             f"loss_agg_mode={loss_agg_mode}: the global "
-            f"{'batch_num_tokens' if loss_agg_mode == 'token-mean' else 'global_batch_size'} is required when dp_size > 1"
+            f"{'batch_num_tokens' if loss_agg_mode == 'token-mean' else 'global_batch_size'} is required "
+            "when dp_size > 1"
         )
     if loss_agg_mode == "seq-mean-token-sum-norm" and loss_scale_factor is None:
         loss_scale_factor = loss_mask.shape[-1]

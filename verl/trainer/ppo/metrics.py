@@ -41,7 +41,8 @@ def _stats(prefix: str, values: torch.Tensor) -> dict[str, float]:
 
 
 def compute_rollout_entropy_metrics(entropys: torch.Tensor, response_mask: torch.Tensor) -> dict[str, float]:
-    """``actor/entropy_rollout``: token-mean entropy `(B, R)` of the policy on the sampled responses (masked slots selected away)."""
+    """``actor/entropy_rollout``: token-mean entropy `(B, R)` of the policy on the sampled responses (masked slots
+    selected away)."""
     return {"actor/entropy_rollout": float(masked_mean(entropys, response_mask))}
 
 

@@ -79,7 +79,8 @@ def rollout_correction_stage(batch: DataProto, rc: Any) -> dict[str, float]:
     if "rollout_log_probs" not in b.keys():
         if active:
             raise ValueError(
-                "algorithm.rollout_correction needs rollout_log_probs from the engine (rollout.calculate_log_probs=true)"
+                "algorithm.rollout_correction needs rollout_log_probs from the engine "
+                "(rollout.calculate_log_probs=true)"
             )
         return {}
     if rc.bypass_mode:

@@ -137,7 +137,8 @@ class SupervisedTrainer:
         return sum_floats(sums)
 
     def _named(self, stream: Any, metrics: dict[str, float]) -> dict[str, float]:
-        """``train/<k>`` for one stream (``rewards/*``, ``logps/*`` unprefixed, as TRL), ``hybrid/<task>/<k>`` for several."""
+        """``train/<k>`` for one stream (``rewards/*``, ``logps/*`` unprefixed, as TRL), ``hybrid/<task>/<k>`` for
+        several."""
         if len(self.streams) > 1:
             return {f"hybrid/{stream.name}/{k}": v for k, v in metrics.items()}
         return {k if k.startswith(("rewards/", "logps/", "rl/")) else f"train/{k}": v for k, v in metrics.items()}
@@ -168,7 +169,8 @@ class SupervisedTrainer:
         return final
 
     def _write_state(self, tmp_dir: Path) -> None:
-        """The parts of ``checkpoint.save_contents``: model (and optimizer / extra) in ``actor/``, hf_model at the top."""
+        """The parts of ``checkpoint.save_contents``: model (and optimizer / extra) in ``actor/``, hf_model at the
+        top."""
         from verl.engine.state_io import save_engine_state
 
         parts = self.config.checkpoint.save_contents

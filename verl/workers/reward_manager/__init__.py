@@ -6,7 +6,9 @@ verl user code imports unchanged::
 
     @register("my_manager")
     class MyRewardManager:
-        def __init__(self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", **reward_kwargs): ...
+        def __init__(
+            self, tokenizer, num_examine, compute_score=None, reward_fn_key="data_source", **reward_kwargs
+        ): ...
         def __call__(self, data, return_dict=False):
             for i in range(len(data)):
                 item = data[i]          # a DataProtoItem: .batch, .non_tensor_batch, .meta_info

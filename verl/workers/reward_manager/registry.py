@@ -1,4 +1,5 @@
-"""verl's ``verl.workers.reward_manager.registry``: ``REWARD_MANAGER_REGISTRY``, ``register``, ``get_reward_manager_cls``.
+"""verl's ``verl.workers.reward_manager.registry``: ``REWARD_MANAGER_REGISTRY``, ``register``,
+``get_reward_manager_cls``.
 
 ``REWARD_MANAGER_REGISTRY`` is a dict view of the product's `verl.reward.managers.REWARD_MANAGERS`:
 reading a name gives the class verl code registered (or the product's manager), writing or

@@ -7,7 +7,8 @@
 - single-turn batches give the same tokens through the agent loops and through the batched
   ``generate_sequences`` of the same (one) engine; ``calculate_log_probs=false`` drops them.
 
-Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm tests/workers/rollout/vllm/test_vllm_agent_loop.py``.
+Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm \
+tests/workers/rollout/vllm/test_vllm_agent_loop.py``.
 """
 
 from __future__ import annotations

@@ -8,7 +8,8 @@ every metric is finite, tool calls / malformed calls are counted (and match the 
 happen, weights are synced after every update (``timing_s/update_weights``) and the engine's
 log-probs equal the actor's (``training/rollout_probs_diff_max``).
 
-Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm tests/workers/rollout/vllm/test_vllm_agent_loop_e2e.py``.
+Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm \
+tests/workers/rollout/vllm/test_vllm_agent_loop_e2e.py``.
 """
 
 from __future__ import annotations
@@ -73,7 +74,8 @@ def test_grpo_steps_multiturn_gsm8k_on_vllm(shared_dir, tmp_path, workers, steps
                 f"trainer.n_gpus_per_node={workers}",
                 "actor_rollout_ref.rollout.multi_turn.enable=true",
                 f"actor_rollout_ref.rollout.multi_turn.tool_config_path={CONFIGS / 'gsm8k_tool_config.yaml'}",
-                f"actor_rollout_ref.rollout.multi_turn.interaction_config_path={CONFIGS / 'gsm8k_interaction_config.yaml'}",
+                "actor_rollout_ref.rollout.multi_turn.interaction_config_path="
+                f"{CONFIGS / 'gsm8k_interaction_config.yaml'}",
                 "actor_rollout_ref.rollout.multi_turn.max_user_turns=2",
                 "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
                 "actor_rollout_ref.rollout.multi_turn.tokenization_sanity_check_mode=ignore_strippable",

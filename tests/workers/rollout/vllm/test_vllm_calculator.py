@@ -7,7 +7,8 @@ warm-started model calls the calculator (tool calls counted, turns > 1, no malfo
 weights are synced after every update and the engine's log-probs of the sampled tokens equal the
 actor's (``training/rollout_probs_diff_max``).
 
-Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm tests/workers/rollout/vllm/test_vllm_calculator.py``.
+Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm \
+tests/workers/rollout/vllm/test_vllm_calculator.py``.
 """
 
 from __future__ import annotations

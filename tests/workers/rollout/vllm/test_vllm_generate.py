@@ -1,7 +1,8 @@
 """``verl generate`` with ``rollout.name=vllm`` (CPU build): the engine gets the model's weights and
 samples what the ``hf`` engine samples.
 
-Run: ``VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm tests/workers/rollout/vllm/test_vllm_generate.py``.
+Run: ``VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm \
+tests/workers/rollout/vllm/test_vllm_generate.py``.
 """
 
 from __future__ import annotations

@@ -2,7 +2,8 @@
 (``single_turn_agent``) send vLLM the same per-request seeds, `verl.workers.rollout.layout.row_seeds`
 of ``meta_info["seed"]``, and get the same tokens (CPU build, async engine: it serves both paths).
 
-Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm tests/workers/rollout/vllm/test_vllm_layout_seeds.py``.
+Run: ``VLLM_CPU_KVCACHE_SPACE=1 /work/vllm-venv/bin/python -m pytest -q -m vllm \
+tests/workers/rollout/vllm/test_vllm_layout_seeds.py``.
 """
 
 from __future__ import annotations

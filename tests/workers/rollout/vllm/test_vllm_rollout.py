@@ -1,6 +1,7 @@
 """The ``vllm`` rollout engine (CPU build) against the actor and the ``hf`` engine.
 
-Run: ``VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm tests/workers/rollout/vllm/test_vllm_rollout.py tests/workers/rollout/vllm/test_vllm_e2e.py``.
+Run: ``VLLM_CPU_KVCACHE_SPACE=1 .venv-vllm/bin/python -m pytest -q -m vllm \
+tests/workers/rollout/vllm/test_vllm_rollout.py tests/workers/rollout/vllm/test_vllm_e2e.py``.
 Skipped (with the reason) when vLLM is not installed. The tiny model has head size 32: vLLM's
 CPU attention kernels support head sizes {32, 64, 80, 96, 112, 128, 160, 192, 224, 256, 512}.
 """

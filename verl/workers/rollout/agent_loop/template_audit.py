@@ -54,7 +54,8 @@ def _boundary(chat: ChatTemplate, k: int) -> str:
     pos = next((i for i, (a, b) in enumerate(zip(prev, full)) if a != b), min(len(prev), len(full)))
     return (
         f"{label}: NOT append-only (earlier turns re-rendered from char {pos}: "
-        f"{_short(prev[pos : pos + 40])} becomes {_short(full[pos : pos + 40])}); trained ids will drift from re-renderings"
+        f"{_short(prev[pos : pos + 40])} becomes {_short(full[pos : pos + 40])}); "
+        "trained ids will drift from re-renderings"
     )
 
 
@@ -70,7 +71,8 @@ def audit_template(
     lines.append(f"no system prompt: the template writes {_short(head)} before the first user turn")
     gen = chat.render([_USER], True)
     lines.append(
-        f"generation prompt: {_short(gen[len(without) :]) if gen.startswith(without) else 'not an append: ' + _short(gen)}"
+        "generation prompt: "
+        f"{_short(gen[len(without) :]) if gen.startswith(without) else 'not an append: ' + _short(gen)}"
     )
     lines += [_boundary(chat, k) for k in range(2, len(_CONVERSATION))]
     final = chat.render(_CONVERSATION, False)

@@ -67,7 +67,8 @@ class AgentLoopOutput:
 
 
 class ServerManager:
-    """verl's ``server_manager`` for one trajectory: ``await generate(request_id, prompt_ids=..., sampling_params=...)``."""
+    """verl's ``server_manager`` for one trajectory:
+    ``await generate(request_id, prompt_ids=..., sampling_params=...)``."""
 
     def __init__(self, context: AgentContext, seed: Optional[int]) -> None:
         self.ctx, self.seed, self.calls = context, seed, 0

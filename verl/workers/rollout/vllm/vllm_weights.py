@@ -200,7 +200,8 @@ class EngineWeightSync:
                 self._stream_adapter[peft_save_name(name, self.adapter[0])] = tensor.detach().to("cpu").contiguous()
             else:
                 raise ValueError(
-                    f"{name!r} is not supported yet on a vLLM rollout with LoRA: train only the LoRA adapter (no modules_to_save)"
+                    f"{name!r} is not supported yet on a vLLM rollout with LoRA: train only the LoRA adapter "
+                    "(no modules_to_save)"
                 )
         if base:
             if not self._stream_base:
