@@ -20,7 +20,6 @@ from verl.config.schema import RootConfig
 from verl.config.sp_checks import check_sequence_parallel, data_parallel_size
 from verl.config.tp_checks import check_tensor_parallel
 from verl.config.v1_checks import check_trainer_v1
-from verl.reward.overlong import OverlongBufferConfig
 
 __all__ = ["check_consistency"]
 
@@ -147,12 +146,39 @@ def _check_lengths(cfg: RootConfig) -> None:
             f"{rollout.prompt_length} + response_length {rollout.response_length} "
             "(data.max_prompt_length + data.max_response_length unless set on the rollout)"
         )
-    try:  # the rule lives with the penalty; disabled: nothing is read or checked
-        OverlongBufferConfig.from_config(cfg.reward_model.overlong_buffer).validate(data.max_response_length)
-    except ValueError as e:
-        raise ConfigError(
-            f"reward_model.{str(e).replace('max_response_length=', 'data.max_response_length=')}"
-        ) from None
+    overlong = cfg.reward_model.overlong_buffer
+    if overlong.enable:  # disabled: nothing is read or checked
+        try:
+            check_overlong_buffer(overlong.len, overlong.penalty_factor, data.max_response_length)
+        except ValueError as e:
+            raise ConfigError(
+                f"reward_model.{e}".replace("max_response_length=", "data.max_response_length=")
+            ) from None
+
+
+def check_overlong_buffer(buffer_len: int, penalty_factor: float, max_response_length: int | None) -> None:
+    """The bounds of an enabled DAPO overlong buffer, for the config check and
+    `verl.reward.OverlongBufferConfig.validate` alike (torch-free, so config loading stays light).
+
+    Args:
+        buffer_len: ``overlong_buffer.len`` in tokens.
+        penalty_factor: ``overlong_buffer.penalty_factor``.
+        max_response_length: ``data.max_response_length`` in tokens.
+
+    Raises:
+        ValueError: A missing ``max_response_length``, a buffer length outside
+            ``[1, max_response_length]`` or a negative ``penalty_factor`` (the message starts
+            with the ``overlong_buffer.*`` field).
+    """
+    if max_response_length is None:
+        raise ValueError("overlong_buffer.enable: True requires max_response_length")
+    if not 1 <= buffer_len <= max_response_length:
+        raise ValueError(
+            f"overlong_buffer.len: must be in [1, max_response_length={max_response_length}] when enabled, "
+            f"got {buffer_len}"
+        )
+    if penalty_factor < 0:
+        raise ValueError(f"overlong_buffer.penalty_factor: must be >= 0, got {penalty_factor}")
 
 
 _WARNED: set[str] = set()

@@ -21,6 +21,8 @@ from typing import Any
 
 import torch
 
+from verl.config.consistency import check_overlong_buffer
+
 
 @dataclass(frozen=True)
 class OverlongBufferConfig:
@@ -66,17 +68,8 @@ class OverlongBufferConfig:
             ValueError: If enabled with a missing ``max_response_length`` or a buffer length
                 outside ``[1, max_response_length]``, or a negative ``penalty_factor``.
         """
-        if not self.enable:
-            return
-        if max_response_length is None:
-            raise ValueError("overlong_buffer.enable: True requires max_response_length")
-        if not 1 <= self.len <= max_response_length:
-            raise ValueError(
-                f"overlong_buffer.len: must be in [1, max_response_length={max_response_length}] when enabled, "
-                f"got {self.len}"
-            )
-        if self.penalty_factor < 0:
-            raise ValueError(f"overlong_buffer.penalty_factor: must be >= 0, got {self.penalty_factor}")
+        if self.enable:
+            check_overlong_buffer(self.len, self.penalty_factor, max_response_length)
 
 
 def overlong_penalty(
