@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from model_helpers import tiny_causal_lm
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from verl.config.schema import RolloutConfig
@@ -32,25 +32,7 @@ LOGP_ATOL = 1e-5
 
 
 def _tiny_gqa_lm(seed: int = 0) -> nn.Module:
-    cfg = AutoConfig.for_model(
-        "qwen2",
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        eos_token_id=2,
-        pad_token_id=0,
-        attn_implementation="sdpa",
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
-        model.lm_head.weight.normal_(std=0.5)
-    return model.eval()
+    return tiny_causal_lm(seed=seed, vocab_size=VOCAB, attn_implementation="sdpa")
 
 
 def _prompts(rows: list[list[int]], seeds: bool = False) -> DataProto:

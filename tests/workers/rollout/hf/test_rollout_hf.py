@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from model_helpers import tiny_causal_lm
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoConfig
 
 from verl.algorithms.masked import compute_response_mask_from_lengths
 from verl.config.schema import RolloutConfig
@@ -19,39 +20,7 @@ VOCAB = 128
 
 
 def _tiny_lm(arch: str = "qwen2", seed: int = 0) -> nn.Module:
-    if arch == "gpt2":
-        cfg = AutoConfig.for_model(
-            "gpt2",
-            vocab_size=VOCAB,
-            n_embd=32,
-            n_layer=2,
-            n_head=2,
-            n_positions=64,
-            resid_pdrop=0.0,
-            embd_pdrop=0.0,
-            attn_pdrop=0.0,
-            eos_token_id=2,
-            pad_token_id=0,
-        )
-    else:
-        cfg = AutoConfig.for_model(
-            arch,
-            vocab_size=VOCAB,
-            hidden_size=32,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
-            intermediate_size=64,
-            max_position_embeddings=64,
-            tie_word_embeddings=False,
-            eos_token_id=2,
-            pad_token_id=0,
-        )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
-        model.lm_head.weight.normal_(std=0.5)
-    return model.eval()
+    return tiny_causal_lm(arch, seed, VOCAB)
 
 
 @pytest.fixture(scope="module")

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
-from transformers import AutoConfig, AutoModelForCausalLM
+from model_helpers import tiny_causal_lm
 
 from verl.config.schema import RolloutConfig
 from verl.modules.forward import position_ids_from_attention_mask
@@ -24,24 +24,7 @@ PROMPTS = [[11, 12], [21, 22, 23, 24, 25], [31, 32, 33], [41, 42, 43, 44]]
 
 
 def _tiny_lm(seed: int) -> torch.nn.Module:
-    cfg = AutoConfig.for_model(
-        "qwen2",
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        intermediate_size=64,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
-        model.lm_head.weight.normal_(std=0.5)
-    return model.eval()
+    return tiny_causal_lm(seed=seed, vocab_size=VOCAB)
 
 
 def _prompts() -> DataProto:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from model_helpers import tiny_vllm_lm
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.workers.rollout.vllm.vllm_helpers import VLLM_MARKS
 from verl.config.schema import RolloutConfig
@@ -27,26 +27,7 @@ VOCAB, P, R = 128, 12, 8
 
 
 def _tiny_lm() -> nn.Module:
-    cfg = AutoConfig.for_model(
-        "llama",
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        intermediate_size=128,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        eos_token_id=2,
-        pad_token_id=0,
-        bos_token_id=1,
-    )
-    torch.manual_seed(0)
-    model = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():  # sharper distributions than the 0.02-std init
-        model.lm_head.weight.normal_(std=0.5)
-    return model.eval()
+    return tiny_vllm_lm(0, VOCAB)
 
 
 def _config() -> RolloutConfig:

@@ -13,12 +13,12 @@ import dataclasses
 
 import pytest
 import torch
+from model_helpers import tiny_vllm_lm
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM
 
 from tests.workers.rollout.vllm.vllm_helpers import VLLM_MARKS
-from verl.config.schema import RolloutConfig
 from verl.config.compat.schema_verl import CheckpointEngineConfig
+from verl.config.schema import RolloutConfig
 from verl.modules.forward import compute_log_probs
 from verl.protocol import DataProto
 
@@ -31,26 +31,7 @@ TOL = 1e-3  # fp32 engine vs fp32 training forward; measured ~1e-5
 
 
 def _tiny_lm(seed: int = 0) -> nn.Module:
-    cfg = AutoConfig.for_model(
-        "llama",
-        vocab_size=VOCAB,
-        hidden_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=1,
-        head_dim=32,
-        intermediate_size=128,
-        max_position_embeddings=64,
-        tie_word_embeddings=False,
-        eos_token_id=2,
-        pad_token_id=0,
-        bos_token_id=1,
-    )
-    torch.manual_seed(seed)
-    model = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():  # sharper distributions than the 0.02-std init, so greedy paths vary
-        model.lm_head.weight.normal_(std=0.5)
-    return model.eval()
+    return tiny_vllm_lm(seed, VOCAB)
 
 
 def _config(**kw) -> RolloutConfig:
