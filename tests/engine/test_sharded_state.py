@@ -6,11 +6,10 @@ Spawns two CPU processes (torch.multiprocessing, gloo), no Ray.
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.config.schema import FSDPConfig, OptimConfig
 from verl.engine import GlobalCounts, MicroBatchSpec, build_engine
@@ -74,18 +73,10 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_two_sharded_ranks_save_what_one_process_computes(tmp_path):
-    mp.start_processes(
-        _rank_main, args=(_free_port(), str(tmp_path / "ckpt")), nprocs=2, join=True, start_method="spawn"
-    )
+    spawn_ranks(_rank_main, 2, str(tmp_path / "ckpt"))
     local = _engine(1)
     local.train_batch(_data(), loss_fn, MicroBatchSpec())  # the whole batch in one process
     local.lr_scheduler_step()

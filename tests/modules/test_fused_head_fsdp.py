@@ -4,11 +4,10 @@ gives the log-probs of the unsharded fused path (issue 14)."""
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.config.schema import FSDPConfig, ModelConfig
 
@@ -48,10 +47,7 @@ def test_sharded_model_takes_the_unfused_path_with_equal_log_probs(tiny_model_di
     from verl.modules import create_model
     from verl.modules.forward import compute_log_probs_and_entropy, fused_lm_head
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank_main, args=(port, str(tiny_model_dir), str(tmp_path)), nprocs=2, start_method="spawn")
+    spawn_ranks(_rank_main, 2, str(tiny_model_dir), str(tmp_path))
     torch.manual_seed(0)
     module = create_model("actor", ModelConfig(path=str(tiny_model_dir)))
     assert fused_lm_head(module) is not None

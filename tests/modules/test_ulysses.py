@@ -10,12 +10,11 @@ the group is compared with the reference gradient.
 from __future__ import annotations
 
 import os
-import socket
 import types
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.config.errors import ConfigError
 from verl.modules.ulysses import check_heads
@@ -95,10 +94,7 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
 @pytest.mark.e2e  # two spawned processes (about 20 s of CPU)
 @pytest.mark.timeout(300)
 def test_sp2_equals_whole_rows_log_probs_entropy_values_loss_and_gradients(tiny_model_dir, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank_main, args=(port, str(tiny_model_dir), str(tmp_path)), nprocs=2, start_method="spawn")
+    spawn_ranks(_rank_main, 2, str(tiny_model_dir), str(tmp_path))
     for rank in (0, 1):
         diffs = torch.load(tmp_path / f"diffs{rank}.pt")
         print(rank, diffs)  # measured here: outputs and loss bitwise equal, summed gradients within 1e-9

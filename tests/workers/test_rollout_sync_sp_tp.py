@@ -9,12 +9,11 @@ most, far below the model."""
 from __future__ import annotations
 
 import os
-import socket
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.protocol import DataProto
 
@@ -101,10 +100,7 @@ def test_sync_from_sp2_actor_into_tp2_rollout_gives_the_sp_log_probs(tiny_model_
             "actor_rollout_ref.actor.optim.lr=1e-2",
         ],
     )
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank_main, args=(port, cfg.actor_rollout_ref, str(tmp_path)), nprocs=2, start_method="spawn")
+    spawn_ranks(_rank_main, 2, cfg.actor_rollout_ref, str(tmp_path))
     for rank in (0, 1):
         out = torch.load(tmp_path / f"out{rank}.pt")
         print(rank, out)

@@ -10,12 +10,11 @@
 from __future__ import annotations
 
 import os
-import socket
 import types
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.config.errors import ConfigError
 from verl.workers.sharding.tensor_parallel import build_layout, check_tp_heads
@@ -111,18 +110,10 @@ def _tp2_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_tp2_actor_and_critic_forward_backward_equal_tp1(tiny_model_dir, tmp_path):
-    mp.start_processes(
-        _tp2_main, args=(_free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=2, start_method="spawn"
-    )
+    spawn_ranks(_tp2_main, 2, str(tiny_model_dir), str(tmp_path))
     for rank in (0, 1):
         diffs = torch.load(tmp_path / f"diffs{rank}.pt")
         print(rank, diffs)
@@ -197,9 +188,7 @@ def test_fsdp2_x_tp2_on_4_ranks_equals_one_process(tiny_model_dir, tmp_path):
     from verl.protocol import DataProto
 
     ref = _one_step(_engines(str(tiny_model_dir), None, 1), DataProto.from_dict(tensors=_batch()))
-    mp.start_processes(
-        _fsdp_tp_main, args=(_free_port(), str(tiny_model_dir), str(tmp_path)), nprocs=4, start_method="spawn"
-    )
+    spawn_ranks(_fsdp_tp_main, 4, str(tiny_model_dir), str(tmp_path))
     got = torch.load(tmp_path / "fsdp_tp.pt")
     print({k: (ref[k], got[k]) for k in ("pg_loss", "vf_loss", "grad_norm")})
     assert abs(got["pg_loss"] - ref["pg_loss"]) <= 1e-5 and abs(got["vf_loss"] - ref["vf_loss"]) <= 1e-5

@@ -10,11 +10,10 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.config.errors import ConfigError
 
@@ -151,10 +150,7 @@ def _tp2_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_tp2_lora_forward_and_adapter_grads_equal_tp1(tiny_model_dir, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_tp2_main, args=(port, str(tiny_model_dir), str(tmp_path)), nprocs=2, start_method="spawn")
+    spawn_ranks(_tp2_main, 2, str(tiny_model_dir), str(tmp_path))
     for rank in (0, 1):
         out = torch.load(tmp_path / f"out{rank}.pt")
         print(rank, out)
@@ -173,8 +169,8 @@ def test_lora_grpo_at_tp2_equals_tp1_on_ray_with_the_adapter_free_reference(tmp_
     rows (a rank alone on its own rows would sum partial products of different rows)."""
     import ray
     from run_helpers import read_metrics
-    from tests.trainer.ppo.test_split_rollout import builtin_overrides
 
+    from tests.trainer.ppo.test_split_rollout import builtin_overrides
     from verl.config import load_config
     from verl.trainer import RLTrainer
 

@@ -10,11 +10,10 @@ data-parallel dims, forwards on the TP group's rows.
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 P, R, B = 10, 6, 8
 
@@ -82,10 +81,7 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_tp2_reference_log_probs_equal_the_unsplit_reference(tiny_model_dir, tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank_main, args=(port, str(tiny_model_dir), str(tmp_path)), nprocs=2, start_method="spawn")
+    spawn_ranks(_rank_main, 2, str(tiny_model_dir), str(tmp_path))
     for rank in (0, 1):
         out = torch.load(tmp_path / f"out{rank}.pt")
         print(rank, out)
@@ -98,8 +94,8 @@ def test_tp2_reference_log_probs_equal_the_unsplit_reference(tiny_model_dir, tmp
 def test_kl_against_a_tp2_reference_equals_an_unsplit_reference_on_ray(tmp_path):
     import ray
     from run_helpers import read_metrics
-    from tests.trainer.ppo.test_split_rollout import builtin_overrides
 
+    from tests.trainer.ppo.test_split_rollout import builtin_overrides
     from verl.config import load_config
     from verl.trainer import RLTrainer
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 import types
 
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.config.errors import ConfigError
 
@@ -172,10 +171,7 @@ def _rank_main(rank: int, port: int, model_dir: str, out_dir: str) -> None:
 @pytest.mark.timeout(600)
 def test_fsdp_x_sp2_x_tp2_on_4_ranks_equals_one_process(tmp_path):
     model_dir = _write_model(str(tmp_path / "model"))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank_main, args=(port, model_dir, str(tmp_path)), nprocs=4, start_method="spawn")
+    spawn_ranks(_rank_main, 4, model_dir, str(tmp_path))
     for rank in range(4):
         diffs = torch.load(tmp_path / f"diffs{rank}.pt")
         print(rank, diffs)
@@ -283,10 +279,7 @@ def test_actor_worker_at_sp2_tp2_on_4_ranks_equals_one_local_worker(tmp_path):
 
     model_dir = _write_model(str(tmp_path / "model"))
     ref = _worker_steps(ActorRolloutRefWorker(_worker_config(model_dir, 1, 1), seed=1, device="cpu"), _worker_data())
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_worker_rank_main, args=(port, model_dir, str(tmp_path)), nprocs=4, start_method="spawn")
+    spawn_ranks(_worker_rank_main, 4, model_dir, str(tmp_path))
     assert (
         float((ref["after"] - ref["lp"]).abs().max()) > 1e-3 and ref["actor/grad_norm"] > 1e-3
     )  # the update moved the policy

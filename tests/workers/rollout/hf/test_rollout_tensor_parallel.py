@@ -7,12 +7,11 @@ from __future__ import annotations
 
 import copy
 import os
-import socket
 
 import numpy as np
 import pytest
 import torch
-import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 from model_helpers import tiny_causal_lm
 
 from verl.config.schema import RolloutConfig
@@ -93,10 +92,7 @@ def _rank_main(rank: int, port: int, out_dir: str) -> None:
 @pytest.mark.e2e  # two spawned processes
 @pytest.mark.timeout(300)
 def test_tp2_greedy_tokens_equal_tp1_and_a_sync_from_fsdp_gives_the_actors_log_probs(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    mp.start_processes(_rank_main, args=(port, str(tmp_path)), nprocs=2, start_method="spawn")
+    spawn_ranks(_rank_main, 2, str(tmp_path))
     for rank in (0, 1):
         out = torch.load(tmp_path / f"out{rank}.pt")
         print(rank, out)
