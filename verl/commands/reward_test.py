@@ -185,7 +185,7 @@ def _scorer(cfg: Any) -> tuple[Callable[..., Any], str, list[str]]:
         )
     f = cfg.custom_reward_function
     what = f"custom {f.name} in {f.path}" if f.path else "built-in (routed by data source)"
-    if getattr(factory, "per_sample_note", None):
+    if fn is not None and getattr(factory, "per_sample_note", None):
         notes.append(f"reward manager {name!r}: {factory.per_sample_note}")
     return per_sample(fn), f"{what}, reward manager {name!r}", notes
 

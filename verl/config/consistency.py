@@ -149,14 +149,16 @@ def _check_lengths(cfg: RootConfig) -> None:
     overlong = cfg.reward_model.overlong_buffer
     if overlong.enable:  # disabled: nothing is read or checked
         try:
-            check_overlong_buffer(overlong.len, overlong.penalty_factor, data.max_response_length)
+            check_overlong_buffer(
+                overlong.len, overlong.penalty_factor, data.max_response_length, budget="data.max_response_length"
+            )
         except ValueError as e:
-            raise ConfigError(
-                f"reward_model.{e}".replace("max_response_length=", "data.max_response_length=")
-            ) from None
+            raise ConfigError(f"reward_model.{e}") from None
 
 
-def check_overlong_buffer(buffer_len: int, penalty_factor: float, max_response_length: int | None) -> None:
+def check_overlong_buffer(
+    buffer_len: int, penalty_factor: float, max_response_length: int | None, budget: str = "max_response_length"
+) -> None:
     """The bounds of an enabled DAPO overlong buffer, for the config check and
     `verl.reward.OverlongBufferConfig.validate` alike (torch-free, so config loading stays light).
 
@@ -164,6 +166,7 @@ def check_overlong_buffer(buffer_len: int, penalty_factor: float, max_response_l
         buffer_len: ``overlong_buffer.len`` in tokens.
         penalty_factor: ``overlong_buffer.penalty_factor``.
         max_response_length: ``data.max_response_length`` in tokens.
+        budget: How messages name ``max_response_length``.
 
     Raises:
         ValueError: A missing ``max_response_length``, a buffer length outside
@@ -171,11 +174,10 @@ def check_overlong_buffer(buffer_len: int, penalty_factor: float, max_response_l
             with the ``overlong_buffer.*`` field).
     """
     if max_response_length is None:
-        raise ValueError("overlong_buffer.enable: True requires max_response_length")
+        raise ValueError(f"overlong_buffer.enable: True requires {budget}")
     if not 1 <= buffer_len <= max_response_length:
         raise ValueError(
-            f"overlong_buffer.len: must be in [1, max_response_length={max_response_length}] when enabled, "
-            f"got {buffer_len}"
+            f"overlong_buffer.len: must be in [1, {budget}={max_response_length}] when enabled, got {buffer_len}"
         )
     if penalty_factor < 0:
         raise ValueError(f"overlong_buffer.penalty_factor: must be >= 0, got {penalty_factor}")

@@ -254,7 +254,7 @@ class BatchRewardManager(_ManagerSettings):
         super().__init__(tokenizer, compute_score, **kwargs)
         self.compute_score = self._bind(compute_score or _default_batch_compute_score)
 
-    per_sample_note = "the batched scorer is called with batches of one"
+    per_sample_note = "the batched scorer is called with batches of one"  # with a custom compute_score
 
     @staticmethod
     def per_sample_scorer(compute_score: Callable[..., Any] | None) -> Callable[..., Any]:
@@ -262,11 +262,10 @@ class BatchRewardManager(_ManagerSettings):
         (see `NaiveRewardManager.per_sample_scorer`); None gives :func:`default_compute_score`."""
         if compute_score is None:
             return default_compute_score
-        batched = compute_score
 
         def one(data_source: str, solution_str: str, ground_truth: Any, extra_info: Any) -> Any:
             return list(
-                batched(
+                compute_score(
                     data_sources=[data_source],
                     solution_strs=[solution_str],
                     ground_truths=[ground_truth],

@@ -146,8 +146,3 @@ def get_reward_manager_cls(name: str) -> type:
     """
     entry = REWARD_MANAGERS.get(name)
     return getattr(entry, "cls", entry)
-
-
-def is_verl_manager(name: str) -> bool:
-    """Whether ``name`` was registered with :func:`register` (built with verl's arguments)."""
-    return isinstance(REWARD_MANAGERS.get(name), VerlManagerAdapter)
