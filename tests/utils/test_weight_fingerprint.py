@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+from dist_helpers import spawn_ranks
 
 from verl.utils.weight_fingerprint import (
     fingerprint,
@@ -44,10 +44,7 @@ def _worker(rank: int, port: int, out: dict) -> None:
 
 @pytest.mark.e2e  # two processes
 def test_shard_samples_equal_whole_tensor_samples():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     with mp.Manager() as manager:
         out = manager.dict()
-        mp.spawn(_worker, args=(port, out), nprocs=2, join=True)
+        spawn_ranks(_worker, 2, out)
         assert dict(out) == {0: True, 1: True}
