@@ -15,29 +15,27 @@ ROOT = Path(__file__).resolve().parents[1]
 LINTED = ["verl", "tests", "benchmarks", "examples", ".ci"]
 
 
-def test_ruff_check_passes() -> None:
+def _ruff(*args: str) -> subprocess.CompletedProcess[str]:
+    """``python -m ruff ARGS --no-cache`` in the repository root."""
     assert importlib.util.find_spec("ruff") is not None, "ruff is not installed: pip install -e '.[dev]'"
-    paths = [p for p in LINTED if (ROOT / p).exists()]
-    proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "--no-cache", "--output-format", "concise", *paths],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    return subprocess.run(
+        [sys.executable, "-m", "ruff", *args, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=120
     )
+
+
+def _linted() -> list[str]:
+    return [p for p in LINTED if (ROOT / p).exists()]
+
+
+def test_ruff_check_passes() -> None:
+    paths = _linted()
+    proc = _ruff("check", "--output-format", "concise", *paths)
     assert proc.returncode == 0, f"ruff check failed (run `ruff check {' '.join(paths)}`):\n{proc.stdout}{proc.stderr}"
 
 
 def test_ruff_format_is_applied() -> None:
     """Every linted file is as ``ruff format`` writes it (line length 120); fix with ``ruff format .``."""
-    paths = [p for p in LINTED if (ROOT / p).exists()]
-    proc = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--check", "--no-cache", *paths],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _ruff("format", "--check", *_linted())
     assert proc.returncode == 0, f"ruff format would change files (run `ruff format .`):\n{proc.stdout}{proc.stderr}"
 
 
@@ -45,23 +43,7 @@ def test_ruff_format_reports_an_unformatted_file(tmp_path: Path) -> None:
     """The format check is live: a badly spaced scratch file is reported."""
     bad = tmp_path / "bad.py"
     bad.write_text("x=[1,2 ,3]\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ruff",
-            "format",
-            "--check",
-            "--no-cache",
-            "--config",
-            str(ROOT / "pyproject.toml"),
-            str(bad),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _ruff("format", "--check", "--config", str(ROOT / "pyproject.toml"), str(bad))
     assert proc.returncode == 1 and "bad.py" in proc.stdout
 
 
@@ -69,23 +51,6 @@ def test_ruff_check_reports_an_error(tmp_path: Path) -> None:
     """The rule set is live: an unused import and a bare ``except`` in a scratch file are reported."""
     bad = tmp_path / "bad.py"
     bad.write_text("import os\n\ntry:\n    x = 1\nexcept:\n    x = 2\n")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "ruff",
-            "check",
-            "--no-cache",
-            "--config",
-            str(ROOT / "pyproject.toml"),
-            "--output-format",
-            "concise",
-            str(bad),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = _ruff("check", "--config", str(ROOT / "pyproject.toml"), "--output-format", "concise", str(bad))
     assert proc.returncode == 1
     assert "F401" in proc.stdout and "E722" in proc.stdout
